@@ -1,0 +1,132 @@
+"""Chooses how many drafted tokens to verify next: the k with the most expected tokens per second.
+
+Expected tokens from one step that verifies k drafts: E(k) = 1 + sum_j prod_{i<=j} a_i, where a_i is
+the measured acceptance at draft slot i given the slots before it were accepted. Cost: the measured
+target step time for k+1 rows plus k measured draft-token times. k = 0 is plain decoding, and wins
+whenever speculation does not pay. Everything is measured on this machine, during this conversation,
+with exponential forgetting so the choice follows the text being written.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import InvalidSettingError
+
+FORGET = 0.97  # per observation; ~33 recent steps dominate
+PRIOR_WEIGHT = 2.0  # pseudo-observations pulling an unseen slot towards the overall rate
+PRIOR_ACCEPTANCE = 0.5
+PRIOR_ROW_COST = 0.45  # extra cost of one verified row, as a share of a 1-row step (DESIGN.md, 2-core CPU)
+PROBE_EVERY = 24  # steps between probes of a costly proposer while speculation is off
+
+
+@dataclass
+class SpeculationConfig:
+    max_draft: int = 16
+    min_draft: int = 1  # shorter proposals are not worth a verify row: decode plainly instead
+    adaptive: bool = True
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.max_draft, int) and 0 <= self.max_draft <= 64):
+            raise InvalidSettingError(f"max draft tokens must be 0..64, got {self.max_draft!r}")
+        if not (isinstance(self.min_draft, int) and 1 <= self.min_draft <= max(1, self.max_draft)):
+            raise InvalidSettingError(f"min draft tokens must be 1..max draft, got {self.min_draft!r}")
+
+
+class _Ema:
+    def __init__(self) -> None:
+        self.value = 0.0
+        self.weight = 0.0
+
+    def add(self, x: float) -> None:
+        self.value = self.value * FORGET + x
+        self.weight = self.weight * FORGET + 1.0
+
+    @property
+    def mean(self) -> float | None:
+        return self.value / self.weight if self.weight else None
+
+
+class DraftLengthPolicy:
+    def __init__(self, config: SpeculationConfig, costly_proposer: bool):
+        self.config = config
+        self.costly = costly_proposer
+        self._tried = [0.0] * config.max_draft  # decayed count of steps that reached slot i
+        self._kept = [0.0] * config.max_draft  # decayed count of those where slot i was accepted
+        self._step_time: dict[int, _Ema] = {}  # rows verified -> seconds
+        self._draft_time = _Ema()  # seconds per drafted token
+        self._steps_since_speculation = 0
+        self.last_choice = config.max_draft
+
+    # --- measurements -------------------------------------------------------------------------
+    def record_step(self, rows: int, seconds: float) -> None:
+        self._step_time.setdefault(rows, _Ema()).add(seconds)
+        self._steps_since_speculation = 0 if rows > 1 else self._steps_since_speculation + 1
+
+    def record_draft(self, tokens: int, seconds: float) -> None:
+        if tokens:
+            self._draft_time.add(seconds / tokens)
+
+    def record_acceptance(self, drafted: int, accepted: int) -> None:
+        reached = min(drafted, accepted + 1, len(self._tried))
+        for i in range(reached):
+            self._tried[i] = self._tried[i] * FORGET + 1.0
+            self._kept[i] = self._kept[i] * FORGET + (1.0 if i < accepted else 0.0)
+
+    # --- estimates ----------------------------------------------------------------------------
+    def slot_acceptance(self) -> list[float]:
+        tried, kept = sum(self._tried), sum(self._kept)
+        overall = (kept + PRIOR_ACCEPTANCE) / (tried + 1.0)
+        return [(k + PRIOR_WEIGHT * overall) / (t + PRIOR_WEIGHT) for t, k in zip(self._tried, self._kept)]
+
+    def expected_tokens(self) -> list[float]:
+        """E(k) for k = 0..max_draft."""
+        out, total, run = [1.0], 1.0, 1.0
+        for a in self.slot_acceptance():
+            run *= a
+            total += run
+            out.append(total)
+        return out
+
+    def step_seconds(self, rows: int) -> float | None:
+        """Measured (or interpolated) time of a target step verifying `rows` rows."""
+        known = sorted((r, e.mean) for r, e in self._step_time.items() if e.mean is not None)
+        if not known:
+            return None
+        if len(known) == 1:
+            r0, t0 = known[0]
+            slope = PRIOR_ROW_COST * t0 / (1 + PRIOR_ROW_COST * (r0 - 1))
+            return max(t0 + slope * (rows - r0), t0 * 0.5)
+        for (r0, t0), (r1, t1) in zip(known, known[1:]):
+            if rows <= r1:
+                return t0 + (t1 - t0) * (rows - r0) / (r1 - r0)
+        (r0, t0), (r1, t1) = known[-2], known[-1]
+        return t1 + max(t1 - t0, 0.0) / (r1 - r0) * (rows - r1)  # beyond the data: last slope
+
+    def tokens_per_second(self, k: int, expected: list[float] | None = None) -> float | None:
+        step = self.step_seconds(k + 1)
+        if step is None:
+            return None
+        draft = (self._draft_time.mean or 0.0) * k if self.costly else 0.0
+        return (expected or self.expected_tokens())[k] / (step + draft)
+
+    # --- decision -----------------------------------------------------------------------------
+    def choose(self) -> int:
+        """Draft tokens to verify next step (0: decode plainly)."""
+        cfg = self.config
+        if not cfg.adaptive or cfg.max_draft == 0:
+            self.last_choice = cfg.max_draft
+            return cfg.max_draft
+        plain = self.step_seconds(1)
+        if plain is None:  # nothing measured yet: try speculation once to learn its cost
+            self.last_choice = cfg.max_draft
+            return self.last_choice
+        expected = self.expected_tokens()
+        best_k, best_rate = 0, expected[0] / plain
+        for k in range(cfg.min_draft, cfg.max_draft + 1):
+            rate = self.tokens_per_second(k, expected)
+            if rate > best_rate:
+                best_k, best_rate = k, rate
+        if best_k == 0 and self.costly and self._steps_since_speculation >= PROBE_EVERY:
+            best_k = cfg.min_draft  # a short probe keeps the acceptance estimate current
+        self.last_choice = best_k
+        return best_k

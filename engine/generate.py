@@ -1,0 +1,185 @@
+"""The decode loop: prefill, then { draft ≤ k → verify [last, d1..dk] in one batch → keep a prefix
+plus one target token → roll the KV cache back } until a stop. One straight line, per DESIGN.md."""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+import torch
+
+from .draft_policy import DraftLengthPolicy, SpeculationConfig
+from .errors import ContextOverflowError, GenerationCancelled, InvalidSettingError
+from .hardware import read_memory
+from .proposers.base import NoProposer, Proposer
+from .runtime import Model, common_prefix
+from .sampling import SamplingParams, make_generator, pick_device
+from .stats import GenerationStats
+from .stop_strings import StopMatcher
+from .text_stream import TextStream
+from .verifier import Verifier
+
+MEMORY_EVERY_S = 0.5  # memory readings cost a syscall (or an NVML call): not every step
+
+
+@dataclass
+class Delta:
+    """Newly produced tokens and their text; from_draft marks tokens that came from accepted drafts."""
+
+    tokens: list[int]
+    segments: list[tuple[str, bool]] = field(default_factory=list)  # (text, from_draft) per token
+
+    @property
+    def text(self) -> str:
+        return "".join(t for t, _ in self.segments)
+
+
+class SpeculativeDecoder:
+    """Generates from a target model with any proposer. Keeps the KV cache between requests, so a
+    chat only processes the new part of its prompt."""
+
+    def __init__(self, target: Model, proposer: Proposer | None = None,
+                 speculation: SpeculationConfig | None = None, device: torch.device | None = None):
+        self.target = target
+        self.proposer = proposer or NoProposer()
+        self.speculation = speculation or SpeculationConfig()
+        self.device = device or pick_device()
+        self.stats = GenerationStats()
+        self._cached: list[int] = []  # tokens whose KV is in the target's cache, in order
+
+    def generate(self, prompt: Sequence[int], sampling: SamplingParams = SamplingParams(), max_tokens: int = 256,
+                 ignore_eos: bool = False, stop: Sequence[str] = (),
+                 cancel: threading.Event | None = None) -> Iterator[Delta]:
+        """Yield Deltas as tokens are produced; self.stats is live throughout and final afterwards."""
+        if not prompt:
+            raise InvalidSettingError("The prompt is empty.")
+        if not (isinstance(max_tokens, int) and max_tokens >= 1):
+            raise InvalidSettingError(f"max_tokens must be a whole number ≥ 1, got {max_tokens!r}")
+        target, proposer = self.target, self.proposer
+        if len(prompt) >= target.n_ctx:
+            raise ContextOverflowError(
+                f"The prompt is {len(prompt)} tokens; the context holds {target.n_ctx}, and room is needed "
+                "for the answer. Shorten it or raise the context size in Settings."
+            )
+        cancel = cancel or threading.Event()
+        stats = self.stats = GenerationStats(method=proposer.name, backend=target.backend,
+                                             prompt_tokens=len(prompt))
+        generator = make_generator(sampling.seed, self.device)
+        verifier = Verifier(sampling, self.device, generator)
+        policy = DraftLengthPolicy(self.speculation, costly_proposer=not proposer.free)
+        proposer.begin(prompt, sampling, self.device)
+        speculating = not isinstance(proposer, NoProposer) and self.speculation.max_draft > 0
+        text, stopper = TextStream(), StopMatcher(stop)
+        started = time.perf_counter()
+
+        # Prefill only what the cache lacks; at least one token is decoded to get fresh logits.
+        keep = min(common_prefix(self._cached, prompt), len(prompt) - 1)
+        target.forget_from(keep)
+        self._cached = list(prompt[:keep])
+        stats.reused_prompt_tokens = keep
+        target.set_interrupt(cancel.is_set)
+        try:
+            logits = target.prefill(prompt[keep:], keep, should_stop=cancel.is_set)
+        except GenerationCancelled:
+            target.forget_from(keep)
+            target.set_interrupt(None)
+            stats.finish_reason = "cancelled"
+            return
+        self._cached = list(prompt)
+        first = verifier.verify(logits, [], None).next_token
+        stats.prefill_s = time.perf_counter() - started
+
+        history = list(prompt)
+        shadow: list[int] = []  # a free proposal scored against what the target produced instead
+        shadow_hits = 0
+        memory_read_at = 0.0
+        new_tokens, from_draft = [first], [False]
+        first_token_at = time.perf_counter()
+        stats.ttft_s = first_token_at - started
+
+        while True:
+            # --- emit what the last step produced, and see whether we are done -------------------
+            finish = None
+            for i, tok in enumerate(new_tokens):
+                if target.is_end(tok) and not ignore_eos:
+                    new_tokens, from_draft, finish = new_tokens[:i], from_draft[:i], "stop"
+                    break
+            budget = max_tokens - stats.generated
+            if len(new_tokens) >= budget:
+                new_tokens, from_draft, finish = new_tokens[:budget], from_draft[:budget], finish or "length"
+            history += new_tokens
+            stats.generated += len(new_tokens)
+            now = time.perf_counter()
+            stats.decode_s = now - first_token_at
+            if now - memory_read_at > MEMORY_EVERY_S:
+                stats.memory, memory_read_at = read_memory(target.backend), now
+            if stats.decode_tokens_per_s:
+                stats.rate_history.append((now - started, stats.decode_tokens_per_s))
+            segments = [(text.push(target.piece(t)), d) for t, d in zip(new_tokens, from_draft)]
+            shown, hit_stop = stopper.push(segments)
+            if hit_stop:
+                finish = "stop"
+            if finish:
+                shown += stopper.flush() if not hit_stop else []
+                tail = text.flush()
+                if tail and not hit_stop:
+                    shown.append((tail, False))
+            if new_tokens or shown:
+                yield Delta(tokens=new_tokens, segments=shown)
+            if finish is None and cancel.is_set():
+                finish = "cancelled"
+            if finish is None and len(history) >= target.n_ctx:
+                finish = "context"
+            for tok in new_tokens:  # score a shadow proposal against the real tokens
+                if not shadow:
+                    break
+                if shadow[shadow_hits] == tok:
+                    shadow_hits += 1
+                    if shadow_hits < len(shadow):
+                        continue
+                policy.record_acceptance(len(shadow), shadow_hits)
+                shadow, shadow_hits = [], 0
+            if finish:
+                target.set_interrupt(None)
+                stats.finish_reason = finish
+                stats.memory = read_memory(target.backend)
+                self._cached = history[:-1] if history else []
+                return
+
+            # --- one step: draft, verify in one batch, keep a prefix plus one target token -------
+            room = min(max_tokens - stats.generated - 1, target.n_ctx - len(history), target.n_batch - 1)
+            k = min(policy.choose(), max(room, 0)) if speculating else 0
+            stats.draft_length = k
+            stats.speculation_paused = speculating and self.speculation.adaptive and k == 0
+            proposal_tokens, q = [], None
+            if k >= self.speculation.min_draft:
+                t = time.perf_counter()
+                proposal = proposer.propose(history, k)
+                spent = time.perf_counter() - t
+                stats.draft_s += spent
+                policy.record_draft(len(proposal.tokens), spent)
+                if len(proposal.tokens) >= self.speculation.min_draft:
+                    proposal_tokens, q = proposal.tokens, proposal.probs
+            elif speculating and proposer.free and not shadow:
+                shadow = proposer.propose(history, self.speculation.max_draft).tokens
+
+            pos = len(history) - 1
+            t = time.perf_counter()
+            try:
+                logits = target.decode([history[-1], *proposal_tokens], pos, len(proposal_tokens) + 1)
+            except GenerationCancelled:  # Stop arrived mid-verify: drop the half-processed batch
+                target.forget_from(pos)
+                new_tokens, from_draft = [], []
+                continue
+            verdict = verifier.verify(logits, proposal_tokens, q)
+            policy.record_step(len(proposal_tokens) + 1, time.perf_counter() - t)
+            target.forget_from(pos + 1 + verdict.accepted)
+            stats.verify_steps += 1
+            if proposal_tokens:
+                stats.speculative_steps += 1
+                stats.record_verdict(len(proposal_tokens), verdict.accepted)
+                policy.record_acceptance(len(proposal_tokens), verdict.accepted)
+                proposer.feedback(len(proposal_tokens), verdict.accepted)
+            new_tokens = [*proposal_tokens[:verdict.accepted], verdict.next_token]
+            from_draft = [True] * verdict.accepted + [False]

@@ -1,0 +1,134 @@
+"""What this machine runs on: llama.cpp's backend, physical cores, and memory in use.
+
+Every figure here is a reading. Where one cannot be read, the answer is None (shown as "n/a").
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+
+import psutil
+
+log = logging.getLogger(__name__)
+
+_GPU_DEVICE_TYPES = (1, 2)  # ggml_backend_dev_type: 0 CPU, 1 GPU, 2 integrated GPU, 3 accelerator
+
+
+def physical_cores() -> int:
+    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+
+
+@lru_cache(maxsize=1)
+def _ggml():
+    """llama.cpp's ggml library, already loaded by llama_cpp, for its device list."""
+    from llama_cpp import _ggml
+
+    lib = _ggml.libggml
+    lib.ggml_backend_dev_count.restype = ctypes.c_size_t
+    lib.ggml_backend_dev_get.restype = ctypes.c_void_p
+    lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+    lib.ggml_backend_dev_name.restype = ctypes.c_char_p
+    lib.ggml_backend_dev_name.argtypes = [ctypes.c_void_p]
+    lib.ggml_backend_dev_description.restype = ctypes.c_char_p
+    lib.ggml_backend_dev_description.argtypes = [ctypes.c_void_p]
+    lib.ggml_backend_dev_type.restype = ctypes.c_int
+    lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
+    lib.ggml_backend_dev_memory.restype = None
+    lib.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
+                                            ctypes.POINTER(ctypes.c_size_t)]
+    return lib
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str  # e.g. "CUDA0", "Metal", "Vulkan0", "CPU"
+    description: str
+    is_gpu: bool
+    handle: int
+
+
+def devices() -> list[Device]:
+    """The compute devices this llama.cpp build registered."""
+    try:
+        lib = _ggml()
+        out = []
+        for i in range(lib.ggml_backend_dev_count()):
+            dev = lib.ggml_backend_dev_get(i)
+            out.append(Device(
+                name=(lib.ggml_backend_dev_name(dev) or b"?").decode(),
+                description=(lib.ggml_backend_dev_description(dev) or b"").decode(errors="replace"),
+                is_gpu=lib.ggml_backend_dev_type(dev) in _GPU_DEVICE_TYPES,
+                handle=dev,
+            ))
+        return out
+    except (OSError, AttributeError, ImportError) as exc:  # an old or unusual build
+        log.warning("cannot list llama.cpp devices: %s", exc)
+        return []
+
+
+def backend_name() -> str:
+    """"CUDA", "Metal", "Vulkan", ... for the first GPU device of the build, else "CPU"."""
+    for dev in devices():
+        if dev.is_gpu:
+            return dev.name.rstrip("0123456789") or dev.name
+    return "CPU"
+
+
+@dataclass(frozen=True)
+class MemoryReading:
+    bytes_used: int | None
+    kind: str  # "VRAM" or "RAM"
+    source: str  # where the figure came from
+
+    def label(self) -> str:
+        if self.bytes_used is None:
+            return f"{self.kind} n/a"
+        return f"{self.kind} {self.bytes_used / 2**30:.2f} GiB"
+
+
+def _nvml_process_bytes() -> int | None:
+    """GPU memory this process holds, read from NVML (NVIDIA only; needs nvidia-ml-py)."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+        pid, total = os.getpid(), 0
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                if proc.pid == pid and proc.usedGpuMemory:
+                    total += proc.usedGpuMemory
+        return total or None
+    except Exception as exc:  # NVML missing driver, permissions, containers without pid mapping
+        log.debug("NVML reading failed: %s", exc)
+        return None
+
+
+def _ggml_gpu_bytes() -> int | None:
+    """Device memory in use (total − free) on llama.cpp's GPUs, when the backend reports it."""
+    lib, used, seen = _ggml(), 0, False
+    for dev in devices():
+        if dev.is_gpu:
+            free, total = ctypes.c_size_t(), ctypes.c_size_t()
+            lib.ggml_backend_dev_memory(dev.handle, ctypes.byref(free), ctypes.byref(total))
+            if total.value:
+                used += total.value - free.value
+                seen = True
+    return used if seen else None
+
+
+def read_memory(backend: str) -> MemoryReading:
+    """VRAM when a GPU runs the model and can be read; otherwise this process's resident RAM."""
+    if backend != "CPU":
+        nvml = _nvml_process_bytes()
+        if nvml is not None:
+            return MemoryReading(nvml, "VRAM", "NVML, this process")
+        device = _ggml_gpu_bytes()
+        if device is not None:
+            return MemoryReading(device, "VRAM", "llama.cpp device memory, whole GPU")
+    return MemoryReading(psutil.Process().memory_info().rss, "RAM", "process resident set")

@@ -1,0 +1,79 @@
+"""Builds a ready decoder from plain settings: the one place that wires models to proposers."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .draft_policy import SpeculationConfig
+from .embedded import resolve_model
+from .errors import InvalidSettingError
+from .generate import SpeculativeDecoder
+from .proposers.base import NoProposer
+from .proposers.draft_model import DraftModelProposer
+from .proposers.lookup import LookupProposer
+from .runtime import LoadSettings, Model
+
+METHODS = ("none", "lookup", "draft")
+
+
+@dataclass(frozen=True)
+class DecoderSettings:
+    model: str = "embedded"
+    draft: str | None = None
+    method: str = "lookup"
+    max_draft: int = 16
+    min_draft: int = 1
+    adaptive: bool = True
+    p_min: float = 0.75
+    min_ngram: int = 1
+    max_ngram: int = 4
+    n_ctx: int = 4096
+    n_gpu_layers: int = -1
+    threads: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise InvalidSettingError(f"method must be one of {', '.join(METHODS)}, got {self.method!r}")
+        if self.method == "draft" and not self.draft:
+            raise InvalidSettingError("The draft method needs a draft model.")
+
+    def speculation(self) -> SpeculationConfig:
+        return SpeculationConfig(max_draft=self.max_draft, min_draft=min(self.min_draft, max(self.max_draft, 1)),
+                                 adaptive=self.adaptive)
+
+    def load_settings(self, n_seq_max: int = 1) -> LoadSettings:
+        return LoadSettings(n_ctx=self.n_ctx, n_gpu_layers=self.n_gpu_layers, threads=self.threads,
+                            n_seq_max=n_seq_max)
+
+
+def load_target(settings: DecoderSettings, n_seq_max: int = 1) -> Model:
+    return Model(resolve_model(settings.model), settings.load_settings(n_seq_max))
+
+
+def load_draft(settings: DecoderSettings, target: Model, n_seq_max: int = 1) -> Model | None:
+    if not settings.draft:
+        return None
+    # Even the target's own file gets a context of its own, so the two KV caches stay independent.
+    return Model(resolve_model(settings.draft), settings.load_settings(n_seq_max))
+
+
+def make_proposer(settings: DecoderSettings, target: Model, draft: Model | None):
+    settings.speculation()  # validates the draft lengths
+    if settings.method == "lookup":
+        return LookupProposer(settings.min_ngram, settings.max_ngram)
+    if settings.method == "draft":
+        if draft is None:
+            raise InvalidSettingError("The draft method needs a draft model.")
+        return DraftModelProposer(draft, target, settings.p_min)
+    return NoProposer()
+
+
+def build_decoder(settings: DecoderSettings) -> SpeculativeDecoder:
+    """Load the target (and draft) and return a decoder; raises EngineError subclasses on bad input."""
+    target = load_target(settings)
+    try:
+        draft = load_draft(settings, target) if settings.method == "draft" else None
+        proposer = make_proposer(settings, target, draft)
+    except Exception:
+        target.close()
+        raise
+    return SpeculativeDecoder(target, proposer, settings.speculation())

@@ -1,0 +1,1 @@
+"""Proposers draft tokens for the target to verify: none, prompt lookup, or a draft model."""

@@ -1,0 +1,288 @@
+"""One GGUF model in one llama.cpp context, through llama-cpp-python's low-level API.
+
+Only what the decode loop needs: tokenize, detokenize, decode a batch asking for logits only on
+the rows that will be read, read those rows as a zero-copy numpy view, and roll the KV cache back.
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable, Sequence
+
+import llama_cpp as L
+import numpy as np
+
+from .errors import ContextOverflowError, EngineError, GenerationCancelled, ModelFileError
+from .gguf_header import read_gguf_header
+from .hardware import backend_name, physical_cores
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    n_ctx: int = 4096  # 0 = the model's training context
+    n_gpu_layers: int = -1  # -1 = every layer the build can offload
+    threads: int | None = None  # None = physical cores
+    n_batch: int = 512
+    n_seq_max: int = 1  # several sequences share the context in the lab
+
+    def resolved_threads(self) -> int:
+        return self.threads or physical_cores()
+
+
+@lru_cache(maxsize=None)
+def _init_backend() -> None:
+    from llama_cpp import _logger
+
+    _logger.set_verbose(bool(os.environ.get("SPECCHAT_LLAMA_VERBOSE")))  # llama.cpp's load chatter
+    L.llama_backend_init()
+
+
+class Model:
+    """A loaded model and its context. Not thread-safe: one worker drives it."""
+
+    def __init__(self, path: str | Path, settings: LoadSettings = LoadSettings(), vocab_only: bool = False):
+        self.path = Path(path)
+        self.settings = settings
+        read_gguf_header(self.path)
+        _init_backend()
+        mparams = L.llama_model_default_params()
+        mparams.n_gpu_layers = settings.n_gpu_layers
+        mparams.vocab_only = vocab_only
+        self._model = L.llama_model_load_from_file(str(self.path).encode(), mparams)
+        if not self._model:
+            raise ModelFileError(
+                f"llama.cpp could not load {self.path.name}: the file may be damaged, or its architecture "
+                "is newer than this llama.cpp build (upgrade llama-cpp-python)."
+            )
+        self.vocab = L.llama_model_get_vocab(self._model)
+        self.n_vocab = L.llama_vocab_n_tokens(self.vocab)
+        self._pieces: dict[int, bytes] = {}
+        self._ctx = None
+        self._batch = None
+        if vocab_only:
+            return
+        train_ctx = L.llama_model_n_ctx_train(self._model)
+        cparams = L.llama_context_default_params()
+        cparams.n_ctx = min(settings.n_ctx or train_ctx, train_ctx)
+        cparams.n_batch = settings.n_batch
+        cparams.n_ubatch = settings.n_batch
+        cparams.n_seq_max = settings.n_seq_max
+        cparams.n_threads = cparams.n_threads_batch = settings.resolved_threads()
+        cparams.swa_full = True  # sliding-window models (Gemma 3) must keep full KV to roll back
+        cparams.kv_unified = True
+        cparams.no_perf = True
+        self._ctx = L.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            self.close()
+            raise ModelFileError(
+                f"Could not create a context of {cparams.n_ctx} tokens for {self.path.name} "
+                "(out of memory? try a smaller context size or fewer GPU layers)."
+            )
+        self.n_ctx = L.llama_n_ctx(self._ctx)
+        self.n_batch = settings.n_batch
+        self._memory = L.llama_get_memory(self._ctx)
+        self._batch = L.llama_batch_init(self.n_batch, 0, settings.n_seq_max)
+        # Writable numpy views over the batch's arrays, so filling a batch is a few vector copies.
+        self._b_token = np.ctypeslib.as_array(self._batch.token, shape=(self.n_batch,))
+        self._b_pos = np.ctypeslib.as_array(self._batch.pos, shape=(self.n_batch,))
+        self._b_nseq = np.ctypeslib.as_array(self._batch.n_seq_id, shape=(self.n_batch,))
+        self._b_logits = np.ctypeslib.as_array(self._batch.logits, shape=(self.n_batch,))
+        self._b_nseq[:] = 1
+        self._b_seq = [self._batch.seq_id[i] for i in range(self.n_batch)]
+        for row in self._b_seq:
+            row[0] = 0
+        self._seq_filled = 0  # rows whose seq_id may be non-zero
+        self._interrupt = None  # ctypes callback that lets a long decode stop mid-way
+        self._interrupt_installed = False
+        self.backend = backend_name() if settings.n_gpu_layers != 0 else "CPU"
+
+    # --- metadata -----------------------------------------------------------------------------
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(1 << 16)
+        n = L.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", "replace") if n >= 0 else None
+
+    def chat_template(self) -> str | None:
+        raw = L.llama_model_chat_template(self._model, None)
+        return raw.decode("utf-8", "replace") if raw else None
+
+    @property
+    def name(self) -> str:
+        return self.meta("general.name") or self.path.stem
+
+    @property
+    def size_bytes(self) -> int:
+        return int(L.llama_model_size(self._model))
+
+    # --- vocabulary ---------------------------------------------------------------------------
+    @property
+    def bos(self) -> int:
+        return L.llama_vocab_bos(self.vocab)
+
+    @property
+    def eos(self) -> int:
+        return L.llama_vocab_eos(self.vocab)
+
+    @property
+    def adds_bos(self) -> bool:
+        return bool(L.llama_vocab_get_add_bos(self.vocab))
+
+    def is_end(self, token: int) -> bool:
+        return bool(L.llama_vocab_is_eog(self.vocab, token))
+
+    def token_text(self, token: int) -> bytes:
+        return L.llama_vocab_get_text(self.vocab, token) or b""
+
+    def tokenize(self, text: str, add_bos: bool = True, special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        cap = len(data) + 8
+        buf = (L.llama_token * cap)()
+        n = L.llama_tokenize(self.vocab, data, len(data), buf, cap, add_bos, special)
+        if n < 0:
+            cap = -n
+            buf = (L.llama_token * cap)()
+            n = L.llama_tokenize(self.vocab, data, len(data), buf, cap, add_bos, special)
+        return list(buf[:n])
+
+    def piece(self, token: int) -> bytes:
+        """The bytes of one token as text (control tokens render as nothing). Cached per model."""
+        cached = self._pieces.get(token)
+        if cached is None:
+            buf = ctypes.create_string_buffer(64)
+            n = L.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = L.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
+            cached = self._pieces[token] = buf.raw[:n]
+        return cached
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self.piece(t) for t in tokens).decode("utf-8", "replace")
+
+    # --- decoding -----------------------------------------------------------------------------
+    def decode(self, tokens: Sequence[int], start_pos: int, logits_rows: int, seq_id: int = 0) -> np.ndarray:
+        """Decode tokens at positions start_pos.. in one sequence; logits on the last logits_rows rows.
+
+        Returns a [logits_rows, n_vocab] float32 view, valid until the next decode.
+        """
+        n = len(tokens)
+        if start_pos + n > self.n_ctx:
+            raise ContextOverflowError(f"{start_pos + n} tokens do not fit the {self.n_ctx}-token context.")
+        self._fill(n, tokens, np.arange(start_pos, start_pos + n), logits_rows)
+        if seq_id or self._seq_filled:
+            self._set_seq_ids([seq_id] * n)
+        return self._run(n, logits_rows)
+
+    def decode_multi(self, tokens: Sequence[int], positions: Sequence[int], seq_ids: Sequence[int],
+                     want_logits: Sequence[bool]) -> np.ndarray:
+        """Decode rows from several sequences at once; logits for rows where want_logits is true."""
+        n = len(tokens)
+        self._fill(n, tokens, positions, 0)
+        self._b_logits[:n] = want_logits
+        self._set_seq_ids(seq_ids)
+        return self._run(n, int(sum(bool(x) for x in want_logits)))
+
+    def _fill(self, n: int, tokens: Sequence[int], positions, logits_rows: int) -> None:
+        if n > self.n_batch:
+            raise EngineError(f"batch of {n} rows exceeds n_batch={self.n_batch}")
+        self._b_token[:n] = tokens
+        self._b_pos[:n] = positions
+        self._b_logits[:n] = 0
+        if logits_rows:
+            self._b_logits[n - logits_rows:n] = 1
+        self._batch.n_tokens = n
+
+    def _set_seq_ids(self, seq_ids: Sequence[int]) -> None:
+        for row, seq in zip(self._b_seq, seq_ids):
+            row[0] = seq
+        self._seq_filled = len(seq_ids) if any(seq_ids) else 0
+
+    def set_interrupt(self, should_stop: Callable[[], bool] | None) -> None:
+        """While set, a multi-row decode checks should_stop() between graph nodes and stops early
+        (raising GenerationCancelled), so Stop is honoured within milliseconds even mid-verify."""
+        self._interrupt = L.ggml_abort_callback(lambda _data: bool(should_stop())) if should_stop else None
+        self._install_interrupt(False)
+
+    def _install_interrupt(self, on: bool) -> None:
+        # Only multi-row decodes get the check: it costs a Python call per graph node.
+        if on != self._interrupt_installed:
+            callback = self._interrupt if on else L.ggml_abort_callback(0)
+            L.llama_set_abort_callback(self._ctx, callback, None)
+            self._interrupt_installed = on
+
+    def _run(self, n: int, logits_rows: int) -> np.ndarray:
+        self._install_interrupt(self._interrupt is not None and n > 1)
+        rc = L.llama_decode(self._ctx, self._batch)
+        if rc == 2:
+            raise GenerationCancelled("stopped during a decode")
+        if rc != 0:
+            raise EngineError(f"llama_decode failed with code {rc} (context full or invalid batch)")
+        if not logits_rows:
+            return np.empty((0, self.n_vocab), dtype=np.float32)
+        ptr = L.llama_get_logits(self._ctx)
+        return np.ctypeslib.as_array(ptr, shape=(logits_rows, self.n_vocab))
+
+    def prefill(self, tokens: Sequence[int], start_pos: int = 0, seq_id: int = 0, chunk: int | None = None,
+                should_stop=None) -> np.ndarray:
+        """Decode a long run of tokens in chunks; logits for the last token only."""
+        if start_pos + len(tokens) > self.n_ctx:
+            raise ContextOverflowError(
+                f"The prompt is {start_pos + len(tokens)} tokens; the context holds {self.n_ctx}. "
+                "Shorten it or raise the context size in Settings."
+            )
+        chunk = chunk or self.n_batch
+        logits = None
+        for begin in range(0, len(tokens), chunk):
+            if should_stop is not None and should_stop():
+                raise GenerationCancelled("stopped during prompt processing")
+            part = tokens[begin:begin + chunk]
+            last = begin + chunk >= len(tokens)
+            logits = self.decode(part, start_pos + begin, 1 if last else 0, seq_id)
+        return logits
+
+    def forget_from(self, pos: int, seq_id: int = 0) -> None:
+        """Roll the KV cache of seq_id back so it holds positions < pos only."""
+        if not L.llama_memory_seq_rm(self._memory, seq_id, pos, -1):
+            raise EngineError(f"could not roll the KV cache back to position {pos}")
+
+    def forget_all(self) -> None:
+        L.llama_memory_clear(self._memory, True)
+
+    def close(self) -> None:
+        if self._batch is not None:
+            L.llama_batch_free(self._batch)
+            self._batch = None
+        if self._ctx:
+            L.llama_free(self._ctx)
+            self._ctx = None
+        if self._model:
+            L.llama_model_free(self._model)
+            self._model = None
+
+    def __enter__(self) -> "Model":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the shared start of two token lists: how much of a KV cache can be reused."""
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Creates .venv and installs SpecChat into it (editable). `--test` adds the test tools.
+# GPU: CMAKE_ARGS="-DGGML_CUDA=on" (or -DGGML_VULKAN=on; Metal is on by default on Apple silicon)
+# is passed through to pip's build of llama-cpp-python. TORCH_SPEC picks the torch build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extra=""
+[ "${1:-}" = "--test" ] && extra="[test]"
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+# torch first and pinned: the CPU wheel here, and never a surprise multi-GB CUDA build.
+.venv/bin/python -m pip install -q "${TORCH_SPEC:-torch==2.13.0}"
+.venv/bin/python -m pip install -q -e ".${extra}"

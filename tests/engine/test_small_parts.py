@@ -1,0 +1,98 @@
+"""Stop strings, UTF-8 streaming, GGUF header checks and the draft-length policy."""
+import struct
+
+import pytest
+
+from engine.draft_policy import DraftLengthPolicy, SpeculationConfig
+from engine.errors import InvalidSettingError, ModelFileError
+from engine.gguf_header import read_gguf_header
+from engine.stop_strings import StopMatcher
+from engine.text_stream import TextStream
+
+
+def test_text_stream_never_splits_a_character():
+    data = "héllo → 世界 🎉".encode()
+    stream = TextStream()
+    parts = [stream.push(data[i:i + 1]) for i in range(len(data))] + [stream.flush()]
+    assert all("\ufffd" not in p for p in parts)
+    assert "".join(parts) == "héllo → 世界 🎉"
+
+
+def test_stop_matcher_holds_back_a_partial_stop_and_cuts_at_a_full_one():
+    m = StopMatcher(["\nUser:"])
+    shown, stopped = m.push([("Hello", False), ("\nUs", True)])
+    assert "".join(t for t, _ in shown) == "Hello" and not stopped
+    shown, stopped = m.push([("er: more", False)])
+    assert shown == [] and stopped
+    m = StopMatcher(["\nUser:"])
+    shown, stopped = m.push([("a\nU", False)])
+    shown2, stopped2 = m.push([("nicode", False)])
+    assert "".join(t for t, _ in shown + shown2) == "a\nUnicode" and not stopped2
+
+
+def _gguf(tmp_path, magic=b"GGUF", version=3, tensors=5, size=4096):
+    path = tmp_path / "m.gguf"
+    path.write_bytes(struct.pack("<4sIQQ", magic, version, tensors, 10).ljust(size, b"\0"))
+    return path
+
+
+def test_gguf_header_checks(tmp_path):
+    assert read_gguf_header(_gguf(tmp_path)).tensor_count == 5
+    with pytest.raises(ModelFileError, match="not found"):
+        read_gguf_header(tmp_path / "missing.gguf")
+    with pytest.raises(ModelFileError, match="not a GGUF"):
+        read_gguf_header(_gguf(tmp_path, magic=b"PK\x03\x04"))
+    with pytest.raises(ModelFileError, match="version"):
+        read_gguf_header(_gguf(tmp_path, version=99))
+    with pytest.raises(ModelFileError, match="truncated"):
+        read_gguf_header(_gguf(tmp_path, size=100))
+    (tmp_path / "short.gguf").write_bytes(b"GGUF")
+    with pytest.raises(ModelFileError, match="too short"):
+        read_gguf_header(tmp_path / "short.gguf")
+
+
+def _policy(accept_rate: float, row_cost: float, steps: int = 200) -> DraftLengthPolicy:
+    """Feed a policy a synthetic machine: step time 10 ms × (1 + row_cost·(rows−1))."""
+    import random
+    rng = random.Random(0)
+    policy = DraftLengthPolicy(SpeculationConfig(max_draft=16), costly_proposer=False)
+    for _ in range(steps):
+        k = policy.choose()
+        policy.record_step(k + 1, 0.010 * (1 + row_cost * k))
+        accepted = 0
+        while accepted < k and rng.random() < accept_rate:
+            accepted += 1
+        if k:
+            policy.record_acceptance(k, accepted)
+        else:  # what the loop's shadow scoring feeds it while speculation is off
+            shadow = 0
+            while shadow < 16 and rng.random() < accept_rate:
+                shadow += 1
+            policy.record_acceptance(16, shadow)
+    return policy
+
+
+def _best_k(accept_rate: float, row_cost: float, max_draft: int = 16) -> int:
+    def rate(k):
+        return sum(accept_rate ** j for j in range(k + 1)) / (1 + row_cost * k)
+    return max(range(max_draft + 1), key=rate)
+
+
+@pytest.mark.parametrize("accept_rate,row_cost", [(0.95, 0.35), (0.99, 0.35), (0.6, 0.02), (0.8, 0.1)])
+def test_policy_finds_the_fastest_draft_length(accept_rate, row_cost):
+    best = _best_k(accept_rate, row_cost)
+    assert best > 0
+    assert abs(_policy(accept_rate, row_cost).choose() - best) <= max(2, best // 4)
+
+
+def test_policy_stops_speculating_when_it_does_not_pay():
+    assert _best_k(0.2, 0.35) == 0
+    assert _policy(0.2, 0.35).choose() == 0
+
+
+def test_policy_config_is_validated():
+    with pytest.raises(InvalidSettingError):
+        SpeculationConfig(max_draft=-1)
+    with pytest.raises(InvalidSettingError):
+        SpeculationConfig(max_draft=4, min_draft=9)
+    assert DraftLengthPolicy(SpeculationConfig(max_draft=5, adaptive=False), False).choose() == 5
