@@ -48,6 +48,11 @@ class SpeculativeDecoder:
         self.stats = GenerationStats()
         self._cached: list[int] = []  # tokens whose KV is in the target's cache, in order
 
+    def set_speculation(self, proposer: Proposer | None, speculation: SpeculationConfig) -> None:
+        """Change how the next response speculates, keeping the loaded models and the KV cache."""
+        self.proposer = proposer or NoProposer()
+        self.speculation = speculation
+
     def generate(self, prompt: Sequence[int], sampling: SamplingParams = SamplingParams(), max_tokens: int = 256,
                  ignore_eos: bool = False, stop: Sequence[str] = (),
                  cancel: threading.Event | None = None) -> Iterator[Delta]:
