@@ -1,0 +1,234 @@
+"""Installed models and the pairs they make.
+
+Two kinds of installed model: files downloaded into the models folder (engine.downloads), and GGUF
+files elsewhere on disk that the user added; those are only remembered (in local_models.json in
+the data dir), never copied or deleted. Whether a draft can serve a target is llama.cpp's
+vocabulary check (engine.vocab_check) on vocab-only loads, cached per file version.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+from .catalog import CatalogPair, load_catalog
+from .downloads import (
+    FileRequest,
+    installed_path,
+    models_dir,
+    partial_bytes,
+    read_source_record,
+    source_record_path,
+)
+from .errors import ModelFileError
+from .gguf_header import read_gguf_header
+from .paths import data_dir
+from .vocab_check import Compatibility
+
+REGISTRY_FILE = "local_models.json"
+DOWNLOADED = "downloaded"
+LOCAL = "local"
+
+
+@dataclass(frozen=True)
+class InstalledModel:
+    path: Path
+    size_bytes: int
+    origin: str  # DOWNLOADED or LOCAL
+    repo_id: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def location(self) -> Path:
+        return self.path.parent
+
+
+@dataclass(frozen=True)
+class InstalledPair:
+    pair: CatalogPair
+    target: Path
+    draft: Path
+
+
+def list_models() -> list[InstalledModel]:
+    """Downloaded models first, then added local files; each sorted by name."""
+    root = models_dir()
+    downloaded = []
+    for path in sorted(root.rglob("*.gguf"), key=lambda p: p.name.lower()):
+        if path.is_file():
+            record = read_source_record(path) or {}
+            repo_id = record.get("repo_id") or "/".join(path.relative_to(root).parts[:2])
+            downloaded.append(InstalledModel(path, path.stat().st_size, DOWNLOADED, repo_id))
+    local = [InstalledModel(p, p.stat().st_size, LOCAL) for p in _registered() if p.is_file()]
+    return downloaded + sorted(local, key=lambda m: m.name.lower())
+
+
+def add_local_model(path: str | Path) -> InstalledModel:
+    """Remember a GGUF file where it is; raises ModelFileError saying what is wrong with a bad file."""
+    path = Path(path).expanduser().resolve()
+    header = read_gguf_header(path)
+    if path.is_relative_to(models_dir().resolve()):
+        return InstalledModel(path, header.size_bytes, DOWNLOADED)
+    registered = _registered()
+    if path not in registered:
+        _write_registry(registered + [path])
+    return InstalledModel(path, header.size_bytes, LOCAL)
+
+
+def delete_model(path: str | Path) -> bool:
+    """Delete a downloaded model from disk (True), or forget an added local file, keeping it (False)."""
+    path = Path(path).expanduser().resolve()
+    root = models_dir().resolve()
+    if path.is_relative_to(root) and path != root:
+        if not path.is_file():
+            raise ModelFileError(f"{path} is not an installed model.")
+        path.unlink()
+        source_record_path(path).unlink(missing_ok=True)
+        _remove_empty_folders(path.parent, root)
+        return True
+    registered = _registered()
+    if path not in registered:
+        raise ModelFileError(f"{path} is not an installed model.")
+    _write_registry([p for p in registered if p != path])
+    return False
+
+
+def installed_pairs(pairs: Iterable[CatalogPair] | None = None) -> list[InstalledPair]:
+    """Catalog pairs whose target and draft are both downloaded."""
+    ready = []
+    for pair in load_catalog() if pairs is None else pairs:
+        target, draft = (installed_path(_request(f)) for f in pair.files)
+        if target and draft:
+            ready.append(InstalledPair(pair, target, draft))
+    return ready
+
+
+def pair_state(pair: CatalogPair) -> str:
+    """'installed', 'partial' (a download was interrupted) or 'absent'."""
+    requests = [_request(f) for f in pair.files]
+    if all(installed_path(r) for r in requests):
+        return "installed"
+    if any(installed_path(r) or partial_bytes(r) for r in requests):
+        return "partial"
+    return "absent"
+
+
+def catalog_requests(pair: CatalogPair) -> list[FileRequest]:
+    return [_request(f) for f in pair.files]
+
+
+def check_pair(target: str | Path, draft: str | Path) -> Compatibility:
+    return check_drafts(target, [draft])[Path(draft)]
+
+
+def check_drafts(target: str | Path, drafts: Iterable[str | Path],
+                 should_stop: Callable[[], bool] = lambda: False) -> dict[Path, Compatibility]:
+    """Can each draft serve this target? The target's vocabulary is loaded once for all of them."""
+    target = Path(target)
+    drafts = [Path(d) for d in drafts]
+    results: dict[Path, Compatibility] = {}
+    missing = []
+    for draft in drafts:
+        cached = _cache_get(target, draft)
+        if cached is None:
+            missing.append(draft)
+        else:
+            results[draft] = cached
+    if not missing:
+        return results
+    from .runtime import Model  # llama.cpp loads only when a check is needed
+    from .vocab_check import check_compatible
+
+    try:
+        target_model = _vocab(Model, target)
+    except ModelFileError as exc:
+        return {**results, **{d: Compatibility(False, f"the target cannot be read: {exc}") for d in missing}}
+    try:
+        for draft in missing:
+            if should_stop():
+                break
+            try:
+                draft_model = _vocab(Model, draft)
+            except ModelFileError as exc:
+                results[draft] = Compatibility(False, f"cannot be read: {exc}")
+                continue
+            try:
+                results[draft] = check_compatible(target_model, draft_model)
+            finally:
+                draft_model.close()
+            _cache_put(target, draft, results[draft])
+    finally:
+        target_model.close()
+    return results
+
+
+# --- internals ---------------------------------------------------------------------------------
+_cache: dict[tuple, Compatibility] = {}
+_cache_lock = threading.Lock()
+
+
+def _version(path: Path) -> tuple:
+    try:
+        stat = path.stat()
+    except OSError:
+        return (str(path), None)
+    return (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+
+
+def _cache_get(target: Path, draft: Path) -> Compatibility | None:
+    with _cache_lock:
+        return _cache.get((_version(target), _version(draft)))
+
+
+def _cache_put(target: Path, draft: Path, result: Compatibility) -> None:
+    with _cache_lock:
+        _cache[(_version(target), _version(draft))] = result
+
+
+def _vocab(model_class, path: Path):
+    from .runtime import LoadSettings
+
+    return model_class(path, LoadSettings(n_gpu_layers=0), vocab_only=True)
+
+
+def _request(model_file) -> FileRequest:
+    return FileRequest(model_file.repo_id, model_file.filename, model_file.revision)
+
+
+def _registry_path() -> Path:
+    return data_dir() / REGISTRY_FILE
+
+
+def _registered() -> list[Path]:
+    try:
+        entries = json.loads(_registry_path().read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as exc:
+        raise ModelFileError(f"The list of added models {_registry_path()} cannot be read: {exc}") from exc
+    if not isinstance(entries, list):
+        raise ModelFileError(f"The list of added models {_registry_path()} is damaged (not a list).")
+    return [Path(e) for e in entries if isinstance(e, str)]
+
+
+def _write_registry(paths: list[Path]) -> None:
+    target = _registry_path()
+    temp = target.with_name(target.name + ".tmp")
+    temp.write_text(json.dumps([str(p) for p in paths], indent=2), encoding="utf-8")
+    os.replace(temp, target)  # never a half-written list
+
+
+def _remove_empty_folders(folder: Path, root: Path) -> None:
+    while folder != root and folder.is_relative_to(root):
+        try:
+            folder.rmdir()
+        except OSError:
+            return  # not empty (another model, or a download in progress)
+        folder = folder.parent
+

@@ -1,0 +1,321 @@
+"""A small Hugging Face-compatible hub on 127.0.0.1 for download tests, and tiny real GGUF files.
+
+It answers what the real huggingface_hub client asks for:
+- HEAD/GET /{owner}/{name}/resolve/{revision}/{filename}: for LFS files a 302 to a CDN URL with
+  X-Repo-Commit, X-Linked-Etag (the sha256) and X-Linked-Size, as the hub does; small non-LFS files
+  are served in place with their git blob sha1 as ETag; 404s carry the hub's X-Error-Code.
+- HEAD/GET /cdn/{sha256} on a second port (another origin, like the hub's CDN): the bytes, with
+  Range (206 + Content-Range) support.
+Faults are injected per file: an HTTP status, a connection cut after N bytes, a hold (the server
+stops sending after N bytes until released), and a wrong advertised sha256. Every request is logged.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import socket
+import threading
+from dataclasses import dataclass, field
+from functools import lru_cache
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import numpy as np
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+_BLOCK = 64 * 1024
+
+
+@dataclass
+class HubFile:
+    source: bytes | Path
+    lfs: bool = True
+    advertised_sha256: str | None = None  # set to lie about the checksum
+
+    @property
+    def size(self) -> int:
+        return len(self.source) if isinstance(self.source, bytes) else self.source.stat().st_size
+
+    @property
+    def sha256(self) -> str:
+        return _sha256(self.source) if isinstance(self.source, bytes) else _sha256_of_file(str(self.source))
+
+    @property
+    def git_sha1(self) -> str:
+        data = self.read(0, self.size)
+        return hashlib.sha1(f"blob {len(data)}\0".encode() + data).hexdigest()
+
+    def read(self, start: int, length: int) -> bytes:
+        if isinstance(self.source, bytes):
+            return self.source[start:start + length]
+        with open(self.source, "rb") as f:
+            f.seek(start)
+            return f.read(length)
+
+
+@dataclass
+class Fault:
+    status: int | None = None  # answer this HTTP status instead
+    cut_after: int | None = None  # close the connection after this many body bytes
+    hold_after: int | None = None  # stop after this many body bytes until release() is called
+    times: int = 1  # how many requests the fault applies to (-1 = always)
+    on: str = "bytes"  # "bytes" (the CDN GET), "resolve" (HEAD/GET on resolve) or "any"
+
+
+@dataclass
+class LoggedRequest:
+    method: str
+    path: str
+    range: str | None
+    authorization: str | None
+
+
+@dataclass
+class LocalHub:
+    repos: dict[str, dict[str, HubFile]] = field(default_factory=dict)
+    faults: dict[str, list[Fault]] = field(default_factory=dict)
+    requests: list[LoggedRequest] = field(default_factory=list)
+
+    def __post_init__(self):
+        self._lock = threading.Lock()
+        self._release = threading.Event()
+        self._servers = [ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self)) for _ in ("hub", "cdn")]
+        for server in self._servers:
+            server.daemon_threads = True
+
+    # --- set-up -------------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        return _url(self._servers[0])
+
+    @property
+    def cdn_url(self) -> str:
+        return _url(self._servers[1])
+
+    def start(self) -> "LocalHub":
+        for server in self._servers:
+            threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._release.set()
+        for server in self._servers:
+            server.shutdown()
+            server.server_close()
+
+    def add_file(self, repo_id: str, filename: str, source: bytes | Path, **kwargs) -> HubFile:
+        hub_file = HubFile(source=source, **kwargs)
+        self.repos.setdefault(repo_id, {})[filename] = hub_file
+        return hub_file
+
+    def add_fault(self, filename: str, fault: Fault) -> None:
+        with self._lock:
+            self.faults.setdefault(filename, []).append(fault)
+
+    def clear_faults(self) -> None:
+        with self._lock:
+            self.faults.clear()
+
+    def release(self) -> None:
+        """Let held responses continue."""
+        self._release.set()
+
+    # --- queries for assertions ---------------------------------------------------------------
+    def byte_requests(self, filename: str | None = None) -> list[LoggedRequest]:
+        """GETs of file contents (CDN), optionally of one file."""
+        shas = None
+        if filename is not None:
+            shas = {f.advertised_sha256 or f.sha256 for files in self.repos.values()
+                    for name, f in files.items() if name == filename}
+        return [r for r in self.requests if r.method == "GET" and r.path.startswith("/cdn/")
+                and (shas is None or r.path.split("/")[2] in shas)]
+
+    # --- internals ----------------------------------------------------------------------------
+    def _take_fault(self, filename: str, where: str) -> Fault | None:
+        with self._lock:
+            for fault in self.faults.get(filename, []):
+                if fault.times != 0 and fault.on in (where, "any"):
+                    if fault.times > 0:
+                        fault.times -= 1
+                    return fault
+        return None
+
+    def _find_by_sha(self, sha: str) -> tuple[str, HubFile] | None:
+        for files in self.repos.values():
+            for name, hub_file in files.items():
+                if sha in (hub_file.advertised_sha256, hub_file.sha256) and hub_file.lfs:
+                    return name, hub_file
+        return None
+
+
+def _make_handler(hub: LocalHub):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):  # keep test output quiet
+            pass
+
+        def do_HEAD(self):
+            self._serve(body=False)
+
+        def do_GET(self):
+            self._serve(body=True)
+
+        def _serve(self, body: bool):
+            hub.requests.append(LoggedRequest(self.command, self.path, self.headers.get("Range"),
+                                              self.headers.get("Authorization")))
+            path = unquote(urlsplit(self.path).path)
+            if path.startswith("/cdn/"):
+                return self._serve_bytes(path.split("/")[2], body)
+            match = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
+            if not match:
+                return self._error(404, "RepoNotFound", "Not a resolve URL")
+            repo_id, revision, filename = match.groups()
+            files = hub.repos.get(repo_id)
+            if files is None:
+                return self._error(404, "RepoNotFound", "Repository not found")
+            if revision not in ("main", COMMIT):
+                return self._error(404, "RevisionNotFound", "Invalid rev id")
+            hub_file = files.get(filename)
+            if hub_file is None:
+                return self._error(404, "EntryNotFound", "Entry not found")
+            fault = hub._take_fault(filename, "resolve")
+            if fault and fault.status:
+                return self._error(fault.status, None, "Injected failure")
+            common = {"X-Repo-Commit": COMMIT}
+            if hub_file.lfs:
+                sha = hub_file.advertised_sha256 or hub_file.sha256
+                self._headers(302, {**common, "Location": f"{hub.cdn_url}/cdn/{sha}", "ETag": f'"{sha}"',
+                                    "X-Linked-Etag": f'"{sha}"', "X-Linked-Size": str(hub_file.size),
+                                    "Content-Length": "0"})
+                return
+            self._send_range(filename, hub_file, body, {**common, "ETag": f'"{hub_file.git_sha1}"'})
+
+        def _serve_bytes(self, sha: str, body: bool):
+            found = hub._find_by_sha(sha)
+            if found is None:
+                return self._error(404, None, "No such blob")
+            filename, hub_file = found
+            self._send_range(filename, hub_file, body, {"ETag": f'"{sha}"'})
+
+        def _send_range(self, filename: str, hub_file: HubFile, body: bool, extra: dict):
+            fault = hub._take_fault(filename, "bytes") if body else None
+            if fault and fault.status:
+                return self._error(fault.status, None, "Injected failure")
+            size = hub_file.size
+            start, status = 0, 200
+            requested = re.fullmatch(r"bytes=(\d+)-", self.headers.get("Range") or "")
+            if requested:
+                start, status = int(requested.group(1)), 206
+                if start >= size:
+                    return self._headers(416, {"Content-Range": f"bytes */{size}", "Content-Length": "0"})
+            headers = {**extra, "Accept-Ranges": "bytes", "Content-Length": str(size - start)}
+            if status == 206:
+                headers["Content-Range"] = f"bytes {start}-{size - 1}/{size}"
+            self._headers(status, headers)
+            if not body:
+                return
+            sent, position = 0, start
+            while position < size:
+                if fault and fault.cut_after is not None and sent >= fault.cut_after:
+                    return self._cut()
+                if fault and fault.hold_after is not None and sent >= fault.hold_after:
+                    hub._release.wait(timeout=30)
+                    fault = None
+                limit = _BLOCK
+                for stop in (fault.cut_after if fault else None, fault.hold_after if fault else None):
+                    if stop is not None and stop > sent:
+                        limit = min(limit, stop - sent)
+                chunk = hub_file.read(position, limit)
+                try:
+                    self.wfile.write(chunk)
+                    self.wfile.flush()
+                except OSError:
+                    return  # the client went away (a cancel)
+                sent += len(chunk)
+                position += len(chunk)
+
+        def _cut(self):
+            self.close_connection = True
+            try:
+                self.wfile.flush()
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+        def _headers(self, status: int, headers: dict):
+            self.send_response(status)
+            for key, value in headers.items():
+                self.send_header(key, value)
+            self.end_headers()
+
+        def _error(self, status: int, code: str | None, message: str):
+            body = message.encode()
+            headers = {"Content-Length": str(len(body)), "X-Error-Message": message, "X-Repo-Commit": COMMIT}
+            if code:
+                headers["X-Error-Code"] = code
+            self._headers(status, headers)
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+    return Handler
+
+
+def _url(server: ThreadingHTTPServer) -> str:
+    host, port = server.server_address[:2]
+    return f"http://{host}:{port}"
+
+
+@lru_cache(maxsize=None)
+def _sha256_of_file(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 22):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def write_tiny_gguf(path: Path, tokens: list[str] | None = None, payload_bytes: int = 0, seed: int = 0) -> Path:
+    """A real, llama.cpp-loadable (vocab_only) GGUF: a 1-layer llama header and a SentencePiece vocab.
+
+    payload_bytes of random weights make the file big enough to download in several pieces.
+    """
+    import gguf
+
+    tokens = tokens or default_tokens()
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_name(path.stem)
+    writer.add_context_length(64)
+    writer.add_embedding_length(8)
+    writer.add_block_count(1)
+    writer.add_feed_forward_length(16)
+    writer.add_head_count(2)
+    writer.add_head_count_kv(2)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores([0.0] * len(tokens))
+    types = [gguf.TokenType.NORMAL] * len(tokens)
+    types[0], types[1], types[2] = gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL
+    writer.add_token_types(types)
+    writer.add_unk_token_id(0)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_tensor("token_embd.weight", np.zeros((len(tokens), 8), dtype=np.float32))
+    if payload_bytes:
+        rng = np.random.default_rng(seed)
+        writer.add_tensor("payload.weight", rng.random(payload_bytes // 4, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def default_tokens() -> list[str]:
+    return ["<unk>", "<s>", "</s>"] + [f"\u2581w{i}" for i in range(300)]
