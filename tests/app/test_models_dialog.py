@@ -1,0 +1,177 @@
+"""The Models dialog against a local hub: a pair downloads with visible progress, survives a cut
+connection, can be cancelled and resumed, and shows up as selectable; the draft picker offers only
+compatible drafts and says why the others are not usable."""
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QFileDialog, QMessageBox
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
+from hub_server import Fault, LocalHub, default_tokens, write_tiny_gguf  # noqa: E402
+
+from app.models_dialog import BAR_STEPS, ModelsDialog  # noqa: E402
+from engine import downloads, model_store  # noqa: E402
+from engine.catalog import CatalogPair, ModelFile  # noqa: E402
+from engine.embedded import EMBEDDED  # noqa: E402
+
+TARGET_REPO, DRAFT_REPO = "tester/tiny-target-GGUF", "tester/tiny-draft-GGUF"
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("dialog")
+    other = default_tokens()
+    other[7] = "\u2581other"
+    return {
+        "target": write_tiny_gguf(folder / "target.gguf", payload_bytes=3_000_000, seed=1),
+        "draft": write_tiny_gguf(folder / "draft.gguf", payload_bytes=1_000_000, seed=2),
+        "mismatch": write_tiny_gguf(folder / "mismatch.gguf", tokens=other, seed=3),
+    }
+
+
+@pytest.fixture
+def hub(files, tmp_path, monkeypatch):
+    hub = LocalHub().start()
+    hub.add_file(TARGET_REPO, "target.gguf", files["target"])
+    hub.add_file(DRAFT_REPO, "draft.gguf", files["draft"])
+    monkeypatch.setenv("SPECCHAT_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    monkeypatch.setattr(downloads, "_PROGRESS_INTERVAL_S", 0.0)  # loopback is fast: show every piece
+    yield hub
+    hub.stop()
+
+
+@pytest.fixture
+def catalog(files):
+    return [CatalogPair(
+        id="tiny", name="Tiny pair", family="Tiny", chat_template="none", note="For tests.", verified=True,
+        target=ModelFile(TARGET_REPO, "target.gguf", "F32", files["target"].stat().st_size),
+        draft=ModelFile(DRAFT_REPO, "draft.gguf", "F32", files["draft"].stat().st_size),
+    )]
+
+
+def open_dialog(qtbot, target=EMBEDDED, draft=None, catalog=None):
+    dialog = ModelsDialog(target, draft, catalog=catalog)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    wait_for_check(qtbot, dialog)
+    return dialog
+
+
+def wait_for_check(qtbot, dialog):
+    qtbot.waitUntil(dialog.apply_button.isEnabled, timeout=30_000)
+
+
+def drafts(dialog):
+    model = dialog.draft_model
+    items = [model.item(i) for i in range(model.rowCount())]
+    return ([i.data(Qt.UserRole) for i in items if i.isEnabled()],
+            {i.data(Qt.UserRole): i.text() for i in items if not i.isEnabled()})
+
+
+def test_a_pair_downloads_with_progress_survives_a_cut_and_becomes_selectable(qtbot, hub, catalog, files):
+    hub.add_fault("target.gguf", Fault(cut_after=1_000_000))
+    dialog = open_dialog(qtbot, catalog=catalog)
+    assert dialog.pairs_table.item(0, 2).text() == "Not downloaded"
+    seen = []
+    dialog.target_bar.valueChanged.connect(seen.append)
+    dialog.pairs_table.selectRow(0)
+
+    with qtbot.waitSignal(dialog.downloadFinished, timeout=30_000) as finished:
+        qtbot.mouseClick(dialog.download_button, Qt.LeftButton)
+    target, draft = finished.args[0]
+    assert any(0 < v < BAR_STEPS for v in seen)  # the bar moved while the file was arriving
+    assert dialog.target_bar.value() == dialog.draft_bar.value() == BAR_STEPS
+    assert "Installed Tiny pair" in dialog.status_label.text()
+    resumed = hub.byte_requests("target.gguf")
+    assert len(resumed) == 2 and resumed[1].range.startswith("bytes=")  # the cut was resumed, not restarted
+    assert Path(target).read_bytes() == files["target"].read_bytes()
+
+    assert dialog.pairs_table.item(0, 2).text() == "Installed"
+    rows = {dialog.installed_table.item(r, 0).text(): r for r in range(dialog.installed_table.rowCount())}
+    assert set(rows) == {"target.gguf", "draft.gguf"}
+    assert dialog.installed_table.item(rows["draft.gguf"], 2).text() == str(Path(draft).parent)
+    assert dialog.installed_table.item(rows["draft.gguf"], 3).text() == DRAFT_REPO
+
+    wait_for_check(qtbot, dialog)
+    assert dialog.target_combo.currentData() == target
+    assert dialog.draft_combo.currentData() == draft  # the pair's draft, checked and preselected
+    with qtbot.waitSignal(dialog.modelsChosen) as chosen:
+        qtbot.mouseClick(dialog.apply_button, Qt.LeftButton)
+    assert chosen.args == [target, draft]
+
+
+def test_a_download_can_be_cancelled_and_resumed(qtbot, hub, catalog, files):
+    hub.add_fault("draft.gguf", Fault(hold_after=300_000))
+    dialog = open_dialog(qtbot, catalog=catalog)
+    dialog.pairs_table.selectRow(0)
+    qtbot.mouseClick(dialog.download_button, Qt.LeftButton)
+    qtbot.waitUntil(lambda: dialog.draft_bar.value() > 0, timeout=30_000)
+    assert dialog.cancel_button.isEnabled() and not dialog.download_button.isEnabled()
+
+    with qtbot.waitSignal(dialog.downloadStopped, timeout=30_000):
+        qtbot.mouseClick(dialog.cancel_button, Qt.LeftButton)
+        hub.release()  # the held bytes arrive and the worker notices the cancel
+    assert "kept" in dialog.status_label.text()
+    assert dialog.download_button.text() == "Resume"
+    assert dialog.pairs_table.item(0, 2).text().startswith("Partly downloaded")
+    kept = downloads.partial_bytes(downloads.FileRequest(DRAFT_REPO, "draft.gguf"))
+    assert kept > 0
+
+    with qtbot.waitSignal(dialog.downloadFinished, timeout=30_000):
+        qtbot.mouseClick(dialog.download_button, Qt.LeftButton)
+    assert hub.byte_requests("draft.gguf")[-1].range == f"bytes={kept}-"
+    assert len(hub.byte_requests("target.gguf")) == 1  # the finished target was not fetched again
+
+
+def test_the_draft_picker_offers_only_compatible_drafts_and_says_why_not(qtbot, hub, files):
+    for name in ("target", "draft", "mismatch"):
+        model_store.add_local_model(files[name])
+    dialog = open_dialog(qtbot, target=str(files["target"]))
+
+    usable, unusable = drafts(dialog)
+    assert usable == [None, str(files["draft"])]
+    assert "token 7 differs" in unusable[str(files["mismatch"])]
+    assert "BOS" in unusable[EMBEDDED]
+    assert "token 7 differs" in dialog.draft_note.text()
+
+    dialog.target_combo.setCurrentIndex(dialog.target_combo.findData(EMBEDDED))
+    wait_for_check(qtbot, dialog)
+    usable, unusable = drafts(dialog)
+    assert usable == [None] and set(unusable) == {str(files[n]) for n in ("target", "draft", "mismatch")}
+
+
+def test_adding_local_files_reports_bad_ones_and_removing_keeps_the_file(qtbot, hub, files, tmp_path, monkeypatch):
+    bad = tmp_path / "bad.gguf"
+    bad.write_text("this is not a model" * 100)
+    monkeypatch.setattr(QFileDialog, "getOpenFileNames", lambda *a, **k: ([str(files["draft"]), str(bad)], ""))
+    warnings = []
+    monkeypatch.setattr(QMessageBox, "warning", lambda parent, title, text: warnings.append(text))
+    monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.Yes)
+    dialog = open_dialog(qtbot)
+
+    qtbot.mouseClick(dialog.add_button, Qt.LeftButton)
+    assert dialog.installed_table.rowCount() == 1 and dialog.installed_table.item(0, 3).text() == "added from disk"
+    assert "bad.gguf is not a GGUF model" in warnings[0]
+
+    dialog.installed_table.selectRow(0)
+    assert dialog.delete_button.text() == "Remove from list"
+    qtbot.mouseClick(dialog.delete_button, Qt.LeftButton)
+    assert dialog.installed_table.rowCount() == 0 and files["draft"].is_file()
+    wait_for_check(qtbot, dialog)
+
+
+def test_closing_during_a_download_stops_it_and_keeps_what_arrived(qtbot, hub, catalog):
+    hub.add_fault("target.gguf", Fault(hold_after=300_000))
+    dialog = open_dialog(qtbot, catalog=catalog)
+    dialog.pairs_table.selectRow(0)
+    qtbot.mouseClick(dialog.download_button, Qt.LeftButton)
+    qtbot.waitUntil(lambda: dialog.target_bar.value() > 0, timeout=30_000)
+    threading.Timer(0.3, hub.release).start()
+    dialog.close()  # waits for the worker, which stops at the next piece of data
+    assert not dialog.isVisible()
+    assert downloads.partial_bytes(downloads.FileRequest(TARGET_REPO, "target.gguf")) > 0
+    assert not downloads.local_path(TARGET_REPO, "target.gguf").exists()
