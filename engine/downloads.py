@@ -314,8 +314,8 @@ class DownloadJob:
             part.unlink(missing_ok=True)
             _part_info(remote.path).unlink(missing_ok=True)
             raise ChecksumMismatch(
-                f"{remote.request.filename} arrived damaged: its {algorithm} is {got[:16]}…, the hub says "
-                f"{want[:16]}…. The damaged file was deleted; download it again."
+                f"{remote.request.filename} arrived damaged ({algorithm} {got[:12]}… where the hub says "
+                f"{want[:12]}…). The damaged file was deleted; download it again."
             )
 
     # --- progress -----------------------------------------------------------------------------
@@ -328,17 +328,18 @@ class DownloadJob:
         grew = size - self._done[self._current]
         self._done[self._current] = size
         if grew > 0:
+            now = time.monotonic()
             self._received_total += grew
-            self._received.append((time.monotonic(), self._received_total))
+            self._received.append((now, self._received_total))
+            while len(self._received) > 2 and now - self._received[0][0] > _SPEED_WINDOW_S:
+                self._received.popleft()
         self._emit()
 
     def _speed(self, now: float) -> float:
-        while len(self._received) > 2 and now - self._received[0][0] > _SPEED_WINDOW_S:
-            self._received.popleft()
-        if len(self._received) < 2:
-            return 0.0
-        (t0, b0), (t1, b1) = self._received[0], self._received[-1]
-        return (b1 - b0) / (t1 - t0) if t1 > t0 else 0.0
+        if len(self._received) < 2 or now - self._received[-1][0] > _SPEED_WINDOW_S:
+            return 0.0  # nothing arrived lately (a stall, or verifying)
+        (t0, b0), b1 = self._received[0], self._received[-1][1]
+        return (b1 - b0) / (now - t0) if now > t0 else 0.0  # up to now, so a stall slows it down
 
     def _emit(self, force: bool = False) -> None:
         if self._on_progress is None:
