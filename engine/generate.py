@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
+import numpy as np
 import torch
 
 from .draft_policy import DraftLengthPolicy, SpeculationConfig
@@ -14,7 +15,7 @@ from .errors import ContextOverflowError, GenerationCancelled, InvalidSettingErr
 from .hardware import read_memory
 from .proposers.base import NoProposer, Proposer
 from .runtime import Model, common_prefix
-from .sampling import SamplingParams, make_generator, pick_device
+from .sampling import SamplingParams, pick_device, request_seed
 from .stats import GenerationStats
 from .stop_strings import StopMatcher
 from .text_stream import TextStream
@@ -47,11 +48,36 @@ class SpeculativeDecoder:
         self.device = device or pick_device()
         self.stats = GenerationStats()
         self._cached: list[int] = []  # tokens whose KV is in the target's cache, in order
+        self._prompt_logits: tuple[tuple[int, ...], np.ndarray] | None = None  # the last prompt's own logits
 
     def set_speculation(self, proposer: Proposer | None, speculation: SpeculationConfig) -> None:
         """Change how the next response speculates, keeping the loaded models and the KV cache."""
         self.proposer = proposer or NoProposer()
         self.speculation = speculation
+
+    def _prefill(self, prompt: Sequence[int], cancel: threading.Event) -> np.ndarray:
+        """Logits after the prompt, decoding only what the KV cache lacks."""
+        target = self.target
+        reused = common_prefix(self._cached, prompt)
+        if reused == len(prompt) and self._prompt_logits is not None and self._prompt_logits[0] == tuple(prompt):
+            # The same prompt again (Regenerate): reuse its logits rather than re-decoding its last
+            # token alone, whose logits would differ slightly from the batched prefill's.
+            target.forget_from(reused)
+            self._cached = list(prompt)
+            self.stats.reused_prompt_tokens = reused
+            return self._prompt_logits[1]
+        keep = min(reused, len(prompt) - 1)  # at least one token is decoded, for fresh logits
+        target.forget_from(keep)
+        self._cached = list(prompt[:keep])
+        self.stats.reused_prompt_tokens = keep
+        try:
+            logits = target.prefill(prompt[keep:], keep, should_stop=cancel.is_set)
+        except GenerationCancelled:
+            target.forget_from(keep)
+            raise
+        self._cached = list(prompt)
+        self._prompt_logits = (tuple(prompt), logits.copy())
+        return logits
 
     def generate(self, prompt: Sequence[int], sampling: SamplingParams = SamplingParams(), max_tokens: int = 256,
                  ignore_eos: bool = False, stop: Sequence[str] = (),
@@ -70,29 +96,21 @@ class SpeculativeDecoder:
         cancel = cancel or threading.Event()
         stats = self.stats = GenerationStats(method=proposer.name, backend=target.backend,
                                              prompt_tokens=len(prompt))
-        generator = make_generator(sampling.seed, self.device)
-        verifier = Verifier(sampling, self.device, generator)
+        started = time.perf_counter()
+        seed = request_seed(sampling)
+        verifier = Verifier(sampling, self.device, seed)
         policy = DraftLengthPolicy(self.speculation, costly_proposer=not proposer.free)
-        proposer.begin(prompt, sampling, self.device)
         speculating = not isinstance(proposer, NoProposer) and self.speculation.max_draft > 0
         text, stopper = TextStream(), StopMatcher(stop)
-        started = time.perf_counter()
-
-        # Prefill only what the cache lacks; at least one token is decoded to get fresh logits.
-        keep = min(common_prefix(self._cached, prompt), len(prompt) - 1)
-        target.forget_from(keep)
-        self._cached = list(prompt[:keep])
-        stats.reused_prompt_tokens = keep
         target.set_interrupt(cancel.is_set)
         try:
-            logits = target.prefill(prompt[keep:], keep, should_stop=cancel.is_set)
+            logits = self._prefill(prompt, cancel)
+            proposer.begin(prompt, sampling, self.device, seed)
         except GenerationCancelled:
-            target.forget_from(keep)
             target.set_interrupt(None)
             stats.finish_reason = "cancelled"
             return
-        self._cached = list(prompt)
-        first = verifier.verify(logits, [], None).next_token
+        first = verifier.verify(logits, [], None, position=len(prompt)).next_token
         stats.prefill_s = time.perf_counter() - started
 
         history = list(prompt)
@@ -177,7 +195,7 @@ class SpeculativeDecoder:
                 target.forget_from(pos)
                 new_tokens, from_draft = [], []
                 continue
-            verdict = verifier.verify(logits, proposal_tokens, q)
+            verdict = verifier.verify(logits, proposal_tokens, q, position=len(history))
             policy.record_step(len(proposal_tokens) + 1, time.perf_counter() - t)
             target.forget_from(pos + 1 + verdict.accepted)
             stats.verify_steps += 1

@@ -246,6 +246,16 @@ class Model:
             logits = self.decode(part, start_pos + begin, 1 if last else 0, seq_id)
         return logits
 
+    def prefill_all_logits(self, tokens: Sequence[int], first_row: int = 0, seq_id: int = 0) -> np.ndarray:
+        """Decode tokens from position 0 and return a copy of the logits of rows first_row.. (for checks)."""
+        rows = []
+        for begin in range(0, len(tokens), self.n_batch):
+            part = tokens[begin:begin + self.n_batch]
+            want = [begin + i >= first_row for i in range(len(part))]
+            logits = self.decode_multi(part, range(begin, begin + len(part)), [seq_id] * len(part), want)
+            rows.append(logits.copy())
+        return np.concatenate(rows)
+
     def forget_from(self, pos: int, seq_id: int = 0) -> None:
         """Roll the KV cache of seq_id back so it holds positions < pos only."""
         if not L.llama_memory_seq_rm(self._memory, seq_id, pos, -1):

@@ -107,10 +107,19 @@ def pick_device() -> torch.device:
     return torch.device("cpu")
 
 
-def make_generator(seed: int | None, device: torch.device) -> torch.Generator:
+def make_generator(seed: int, device: torch.device) -> torch.Generator:
     gen = torch.Generator(device=device)
-    if seed is None:
-        gen.seed()
-    else:
-        gen.manual_seed(seed)
+    gen.manual_seed(seed)
     return gen
+
+
+def request_seed(params: SamplingParams) -> int:
+    """The seed a request runs with: the user's, or a fresh random one."""
+    if params.seed is not None:
+        return params.seed
+    return int(torch.randint(0, 2**62, (1,)).item())
+
+
+def position_seed(seed: int, position: int) -> int:
+    """A distinct, reproducible seed for the token at one position of the sequence."""
+    return (seed * 0x9E3779B97F4A7C15 + position * 0xBF58476D1CE4E5B9) % (2**63 - 1)

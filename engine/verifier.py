@@ -1,9 +1,15 @@
 """Decides which drafted tokens the target keeps. Always returns at least one token.
 
-Greedy: accept while the draft equals the target's argmax. Sampling: accept d_i with probability
-min(1, p(d_i)/q(d_i)); on the first rejection sample from norm(max(0, p - q)) and stop; if all are
-accepted, sample the bonus token from p. A prompt-lookup draft is the point-mass case q = δ(d).
-This keeps the output distributed exactly as the target's (Leviathan et al. 2023, Chen et al. 2023).
+Greedy: accept while the draft equals the target's argmax.
+Sampling (p and q filtered identically), following Leviathan et al. 2023 / Chen et al. 2023:
+- a draft model's token d: accept with probability min(1, p(d)/q(d)); on the first rejection sample
+  from norm(max(0, p - q)) and stop; if every draft is accepted, sample the bonus token from p.
+- a point-mass draft (prompt lookup, q = δ(d)): accept with probability p(d), else sample from p
+  with d removed. This is done as a Gumbel-max draw from p with noise fixed by (seed, position):
+  the drawn token is d with probability p(d), and otherwise follows p without d — the same rule —
+  but the token at each position no longer depends on how many tokens were drafted, so a seed
+  reproduces the text exactly even while the adaptive draft length follows measured timings.
+Either way the output is distributed exactly as the target's own sampling.
 """
 from __future__ import annotations
 
@@ -13,7 +19,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .sampling import Candidates, SamplingParams, filter_logits
+from .sampling import Candidates, SamplingParams, filter_logits, make_generator, position_seed
 
 
 @dataclass(frozen=True)
@@ -32,41 +38,53 @@ def verify_greedy(target_logits: np.ndarray, drafts: Sequence[int]) -> Verdict:
 
 
 class Verifier:
-    """Greedy or rejection-sampling verification with a seeded torch generator."""
+    """Greedy or sampled verification; randomness comes from torch generators seeded per position."""
 
-    def __init__(self, params: SamplingParams, device: torch.device, generator: torch.Generator):
+    def __init__(self, params: SamplingParams, device: torch.device, seed: int):
         self.params = params
         self.device = device
-        self.generator = generator
+        self.seed = seed
+        self.generator = make_generator(seed, device)
 
-    def verify(self, target_logits: np.ndarray, drafts: Sequence[int], draft_probs: Candidates | None) -> Verdict:
-        """draft_probs: q for each drafted token (a draft model), or None for point-mass drafts (lookup)."""
+    def verify(self, target_logits: np.ndarray, drafts: Sequence[int], draft_probs: Candidates | None,
+               position: int) -> Verdict:
+        """position: index in the whole token sequence of the token that row 0 predicts.
+        draft_probs: q for each drafted token (a draft model), or None for point-mass drafts."""
         if self.params.greedy:
             return verify_greedy(target_logits, drafts)
-        k = len(drafts)
         p = filter_logits(torch.from_numpy(target_logits).to(self.device), self.params)
-        if k == 0:
-            return Verdict(0, p.sample(0, self.generator))
+        if draft_probs is None:
+            for i in range(len(drafts) + 1):
+                token = self._gumbel_draw(p, i, position + i)
+                if i == len(drafts) or token != drafts[i]:
+                    return Verdict(i, token)
+        return self._rejection_sample(p, drafts, draft_probs, position, target_logits.shape[1])
+
+    def _gumbel_draw(self, p: Candidates, row: int, position: int) -> int:
+        """A sample from row's distribution: argmax of log p + Gumbel noise fixed by (seed, position, token)."""
+        ids, probs = p.ids[row], p.probs[row]
+        order = torch.argsort(ids)  # noise is tied to token ids, not to their rank in the candidates
+        self.generator.manual_seed(position_seed(self.seed, position))
+        uniform = torch.rand(len(ids), generator=self.generator, device=self.device, dtype=torch.float64)
+        noise = torch.empty_like(uniform)
+        noise[order] = -torch.log(-torch.log(uniform.clamp_min(1e-300)))
+        score = torch.log(probs.double()) + noise  # log 0 = -inf: filtered-out tokens never win
+        return int(ids[int(score.argmax())])
+
+    def _rejection_sample(self, p: Candidates, drafts: Sequence[int], q: Candidates, position: int,
+                          vocab_size: int) -> Verdict:
+        k = len(drafts)
+        self.generator.manual_seed(position_seed(self.seed, position))
         d = torch.tensor(drafts, dtype=torch.long, device=self.device)
-        p_d = p.prob_of(d)
-        q_d = torch.ones_like(p_d) if draft_probs is None else draft_probs.prob_of(d)
+        p_d, q_d = p.prob_of(d), q.prob_of(d)
         u = torch.rand(k, generator=self.generator, device=self.device)
         rejected = (u * q_d > p_d).nonzero()
         if len(rejected) == 0:
             return Verdict(k, p.sample(k, self.generator))
         i = int(rejected[0])
-        return Verdict(i, self._sample_residual(p, i, drafts[i], draft_probs, target_logits.shape[1]))
-
-    def _sample_residual(
-        self, p: Candidates, row: int, token: int, draft_probs: Candidates | None, vocab_size: int
-    ) -> int:
-        if draft_probs is None:
-            q_on_support = (p.ids[row] == token).to(p.probs.dtype)
-        else:
-            q_dense = draft_probs.dense_row(row, vocab_size)
-            q_on_support = q_dense[p.ids[row]]
-        residual = torch.clamp(p.probs[row] - q_on_support, min=0.0)
+        q_on_support = q.dense_row(i, vocab_size)[p.ids[i]]
+        residual = torch.clamp(p.probs[i] - q_on_support, min=0.0)
         if float(residual.sum()) <= 0.0:  # p == q up to rounding: a rejection had ~0 probability
-            residual = p.probs[row]
+            residual = p.probs[i]
         j = torch.multinomial(residual, 1, generator=self.generator)
-        return int(p.ids[row, j])
+        return Verdict(i, int(p.ids[i, j]))

@@ -20,8 +20,8 @@ class Proposer(Protocol):
     # True when proposing costs next to nothing, so proposals can be scored while speculation is off.
     free: bool
 
-    def begin(self, prompt: Sequence[int], sampling: SamplingParams, device: torch.device) -> None:
-        """A new request starts from this prompt, sampled with these settings."""
+    def begin(self, prompt: Sequence[int], sampling: SamplingParams, device: torch.device, seed: int) -> None:
+        """A new request starts from this prompt, sampled with these settings and this seed."""
 
     def propose(self, history: Sequence[int], max_tokens: int) -> Proposal:
         """Draft up to max_tokens tokens to follow history (prompt + everything generated)."""
@@ -36,7 +36,7 @@ class NoProposer:
     name = "none"
     free = True
 
-    def begin(self, prompt: Sequence[int], sampling: SamplingParams, device: torch.device) -> None:
+    def begin(self, prompt: Sequence[int], sampling: SamplingParams, device: torch.device, seed: int) -> None:
         pass
 
     def propose(self, history: Sequence[int], max_tokens: int) -> Proposal:

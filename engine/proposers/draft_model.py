@@ -13,7 +13,7 @@ import torch
 
 from ..errors import InvalidSettingError
 from ..runtime import Model, common_prefix
-from ..sampling import Candidates, SamplingParams, filter_logits, make_generator
+from ..sampling import Candidates, SamplingParams, filter_logits, make_generator, position_seed
 from ..vocab_check import require_compatible
 from .base import Proposal
 
@@ -40,12 +40,22 @@ class DraftModelProposer:
         self._sampling = SamplingParams(temperature=0.0)
         self._device = torch.device("cpu")
         self._generator: torch.Generator | None = None
+        self._seed = 0
 
-    def begin(self, prompt: Sequence[int], sampling: SamplingParams, device: torch.device) -> None:
+    def begin(self, prompt: Sequence[int], sampling: SamplingParams, device: torch.device, seed: int) -> None:
         self._sampling = sampling
         self._device = device
-        seed = None if sampling.seed is None else sampling.seed + 1  # its own stream, still reproducible
-        self._generator = make_generator(seed, device)
+        self._seed = seed + 1  # its own stream, still reproducible
+        self._generator = make_generator(self._seed, device)
+        # Process the prompt as the target does (one prefill), so draft == target gives equal logits.
+        self._sync(prompt)
+
+    def _sync(self, tokens: Sequence[int]) -> np.ndarray:
+        """Bring the draft's KV cache to `tokens`, decoding only what it lacks; logits of the last one."""
+        keep = min(common_prefix(self._cached, tokens), len(tokens) - 1)
+        self.model.forget_from(keep)
+        self._cached = list(tokens)
+        return self.model.prefill(tokens[keep:], keep)
 
     def propose(self, history: Sequence[int], max_tokens: int) -> Proposal:
         if max_tokens <= 0:
@@ -55,10 +65,7 @@ class DraftModelProposer:
         max_tokens = min(max_tokens, room)
         if max_tokens <= 0:
             return Proposal()
-        keep = min(common_prefix(self._cached, history), len(history) - 1)
-        model.forget_from(keep)
-        logits = model.prefill(history[keep:], keep)
-        self._cached = list(history)
+        logits = self._sync(history)
         drafts: list[int] = []
         q_rows: list[Candidates] = []
         greedy = self._sampling.greedy
@@ -70,6 +77,7 @@ class DraftModelProposer:
             else:
                 q = filter_logits(torch.from_numpy(row).to(self._device).view(1, -1), self._sampling)
                 confidence = float(q.probs[0].max())
+                self._generator.manual_seed(position_seed(self._seed, len(history) + len(drafts)))
                 token = q.sample(0, self._generator)
             if confidence < self.p_min:
                 break

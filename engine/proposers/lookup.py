@@ -41,7 +41,7 @@ class LookupProposer:
         self.min_ngram = min_ngram
         self.max_ngram = max_ngram
 
-    def begin(self, prompt: Sequence[int], sampling, device) -> None:
+    def begin(self, prompt: Sequence[int], sampling, device, seed: int) -> None:
         pass
 
     def propose(self, history: Sequence[int], max_tokens: int) -> Proposal:

@@ -5,7 +5,7 @@ import torch
 
 from engine.errors import InvalidSettingError
 from engine.sampling import SamplingParams, filter_logits, make_generator
-from engine.verifier import Verifier, verify_greedy
+from engine.verifier import Verdict, Verifier, verify_greedy
 
 CHI2_999 = {2: 13.82, 3: 16.27, 4: 18.47, 5: 20.52}  # chi-square 0.999 quantiles by degrees of freedom
 TARGET = np.array([[2.0, 1.5, 0.5, 0.0, -1.0, -3.0], [0.0, 1.0, 2.0, 0.5, 0.0, 0.0]], dtype=np.float32)
@@ -21,17 +21,17 @@ def chi_square(counts: np.ndarray, probs: np.ndarray) -> tuple[float, int]:
 
 def first_token_counts(params: SamplingParams, draft_kind: str, trials: int = 20000) -> np.ndarray:
     device = torch.device("cpu")
-    gen = make_generator(1234, device)
-    verifier = Verifier(params, device, gen)
+    gen = make_generator(99, device)
+    verifier = Verifier(params, device, seed=1234)
     q = filter_logits(torch.from_numpy(DRAFT), params)
     counts = np.zeros(TARGET.shape[1], dtype=np.int64)
-    for _ in range(trials):
+    for trial in range(trials):  # each trial stands for a different position in a sequence
         if draft_kind == "model":
             d = q.sample(0, gen)
-            verdict = verifier.verify(TARGET, [d], q)
+            verdict = verifier.verify(TARGET, [d], q, position=trial)
         else:  # lookup: a fixed point-mass guess
             d = 1
-            verdict = verifier.verify(TARGET, [d], None)
+            verdict = verifier.verify(TARGET, [d], None, position=trial)
         counts[d if verdict.accepted else verdict.next_token] += 1
     return counts
 
@@ -72,13 +72,16 @@ def test_greedy_accepts_the_argmax_prefix_and_corrects_the_rest():
     assert (v.accepted, v.next_token) == (0, 3)
 
 
-def test_same_seed_same_choices():
-    params = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=5)
-    a = [Verifier(params, torch.device("cpu"), make_generator(5, torch.device("cpu"))).verify(TARGET, [2, 2], None)
-         for _ in range(1)]
-    b = [Verifier(params, torch.device("cpu"), make_generator(5, torch.device("cpu"))).verify(TARGET, [2, 2], None)
-         for _ in range(1)]
-    assert a == b
+def test_point_mass_verdicts_do_not_depend_on_the_draft_length():
+    """Lookup's token at a position is fixed by (seed, position), however many tokens were drafted."""
+    params = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+    verifier = Verifier(params, torch.device("cpu"), seed=5)
+    for position in range(200):
+        plain = verifier.verify(TARGET[:1], [], None, position).next_token
+        drafted = verifier.verify(TARGET, [plain], None, position)
+        assert drafted.accepted == 1  # a draft equal to the plain sample is always kept
+        wrong = (plain + 1) % 6
+        assert verifier.verify(TARGET, [wrong], None, position) == Verdict(0, plain)
 
 
 @pytest.mark.parametrize("kwargs", [dict(temperature=-1), dict(top_p=0.0), dict(top_k=-2), dict(min_p=1.0),
