@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import platformdirs
@@ -29,5 +30,16 @@ def config_dir() -> Path:
 
 
 def resources_dir() -> Path:
-    """resources/ beside the packages: in a checkout, an editable install and the bundle alike."""
-    return Path(__file__).resolve().parent.parent / "resources"
+    """resources/ beside the packages: in a checkout and an editable install; in the PyInstaller
+    bundle it sits at the bundle's root, sys._MEIPASS (packaging/specchat.spec puts it there)."""
+    frozen = getattr(sys, "_MEIPASS", None)
+    return Path(frozen) / "resources" if frozen else Path(__file__).resolve().parent.parent / "resources"
+
+
+ICON_SIZES = (16, 32, 48, 64, 128, 256, 512)
+
+
+def icon_path(size: int | None = 256) -> Path:
+    """The app icon: resources/icons/specchat-<size>.png (sizes in ICON_SIZES), or the SVG for None."""
+    name = "specchat.svg" if size is None else f"specchat-{size}.png"
+    return resources_dir() / "icons" / name
