@@ -16,7 +16,7 @@ while [ $# -gt 0 ]; do
         --bundle) exe="$root/dist/SpecChat/specchat" ;;
         --exec) [ $# -ge 2 ] || { echo "--exec needs a path" >&2; exit 2; }; exe="$2"; shift ;;
         --uninstall) uninstall=1 ;;
-        -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "unknown option: $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
