@@ -117,8 +117,10 @@ class DraftLengthPolicy:
             self.last_choice = cfg.max_draft
             return cfg.max_draft
         plain = self.step_seconds(1)
-        if plain is None:  # nothing measured yet: try speculation once to learn its cost
-            self.last_choice = cfg.max_draft
+        if plain is None:
+            # Nothing measured yet. A free proposer starts plain: its proposals are scored in the
+            # shadow meanwhile. A costly one (a draft model someone chose) starts drafting.
+            self.last_choice = cfg.max_draft if self.costly else 0
             return self.last_choice
         expected = self.expected_tokens()
         best_k, best_rate = 0, expected[0] / plain

@@ -49,11 +49,17 @@ class SpeculativeDecoder:
         self.stats = GenerationStats()
         self._cached: list[int] = []  # tokens whose KV is in the target's cache, in order
         self._prompt_logits: tuple[tuple[int, ...], np.ndarray] | None = None  # the last prompt's own logits
+        self._policy = self._new_policy()
 
     def set_speculation(self, proposer: Proposer | None, speculation: SpeculationConfig) -> None:
         """Change how the next response speculates, keeping the loaded models and the KV cache."""
         self.proposer = proposer or NoProposer()
         self.speculation = speculation
+        self._policy = self._new_policy()
+
+    def _new_policy(self) -> DraftLengthPolicy:
+        # Kept across responses: step costs are the machine's, acceptance follows the conversation.
+        return DraftLengthPolicy(self.speculation, costly_proposer=not self.proposer.free)
 
     def _prefill(self, prompt: Sequence[int], cancel: threading.Event) -> np.ndarray:
         """Logits after the prompt, decoding only what the KV cache lacks."""
@@ -99,7 +105,7 @@ class SpeculativeDecoder:
         started = time.perf_counter()
         seed = request_seed(sampling)
         verifier = Verifier(sampling, self.device, seed)
-        policy = DraftLengthPolicy(self.speculation, costly_proposer=not proposer.free)
+        policy = self._policy
         speculating = not isinstance(proposer, NoProposer) and self.speculation.max_draft > 0
         text, stopper = TextStream(), StopMatcher(stop)
         target.set_interrupt(cancel.is_set)
