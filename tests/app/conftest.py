@@ -1,0 +1,67 @@
+"""App test fixtures: settings and conversations in tmp_path, the real embedded model (small
+context, short answers, greedy so runs repeat), and a window that is always closed afterwards."""
+from __future__ import annotations
+
+import pytest
+
+from engine.embedded import embedded_model_path
+
+# Greedy copying of a passage: long enough to stop mid-way, and prompt lookup has real material.
+PASSAGE = ("Passage: The lighthouse at Point Arden was built in 1871 from granite quarried on the island itself. "
+           "For ninety years its keepers climbed one hundred and twelve steps every evening to light the lamp.\n\n"
+           "Copy the passage above word for word.")
+
+
+@pytest.fixture(scope="session")
+def model_file():
+    return embedded_model_path()  # assembled once, in the real cache dir
+
+
+@pytest.fixture
+def dirs(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECCHAT_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("SPECCHAT_DATA_DIR", str(tmp_path / "data"))
+    return tmp_path
+
+
+@pytest.fixture
+def test_settings():
+    from app.settings import AppSettings
+
+    return AppSettings(temperature=0.0, max_tokens=24, n_ctx=1024, threads=2)
+
+
+@pytest.fixture
+def make_window(qtbot, dirs, model_file):
+    """make_window(settings=None, wait_loaded=True) -> a shown MainWindow on the tmp dirs."""
+    from app.main_window import MainWindow
+    from app.settings import AppSettings
+    from app.store import open_store
+
+    windows = []
+
+    def make(settings: AppSettings | None = None, wait_loaded: bool = True, notices=()):
+        store, store_notices = open_store()
+        window = MainWindow(settings or AppSettings(temperature=0.0, max_tokens=24, n_ctx=1024, threads=2),
+                            store, [*notices, *store_notices])
+        windows.append(window)
+        qtbot.addWidget(window)
+        if wait_loaded:
+            with qtbot.waitSignal(window.modelLoaded, timeout=120_000):
+                window.show()
+        else:
+            window.show()
+        return window
+
+    yield make
+    for window in windows:
+        window.close()  # stops the worker thread; closing twice is harmless
+
+
+@pytest.fixture
+def wait_response(qtbot):
+    """wait_response(window) -> the last message, once the window's session is idle again."""
+    def wait(window, timeout=120_000):
+        qtbot.waitUntil(lambda: not window.session.busy, timeout=timeout)
+        return window.session.model.items[-1]
+    return wait
