@@ -1,0 +1,208 @@
+"""User settings: one JSON file in the config dir. Bad values fall back to defaults, with a notice.
+
+No Qt here: the dialog edits an AppSettings, this module validates, loads and saves it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+
+from engine.errors import InvalidSettingError
+from engine.loader import DecoderSettings
+from engine.paths import config_dir
+from engine.sampling import SamplingParams
+
+FILE_NAME = "settings.json"
+METHOD_LABELS = {"draft": "Draft model", "lookup": "Prompt lookup", "none": "Off"}
+RELOAD_KEYS = ("model", "n_ctx", "n_gpu_layers", "threads")  # a change reloads the target model
+SPECULATION_KEYS = ("speculation", "method", "draft", "max_draft", "min_draft", "p_min", "adaptive")
+
+
+@dataclass(frozen=True)
+class AppSettings:
+    # models
+    model: str = "embedded"  # "embedded" or a path to a GGUF file
+    draft: str | None = None  # a path to a GGUF file for the draft-model method
+    # speculation
+    speculation: bool = True
+    method: str = "lookup"  # "draft" | "lookup" | "none"
+    max_draft: int = 16
+    min_draft: int = 1
+    p_min: float = 0.75  # draft confidence cutoff
+    adaptive: bool = True
+    # sampling
+    temperature: float = 0.8
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    seed: int | None = None
+    max_tokens: int = 1024
+    system_prompt: str = ""
+    # runtime
+    n_ctx: int = 4096
+    n_gpu_layers: int = -1
+    threads: int | None = None  # None = physical cores
+    # view
+    color_drafts: bool = False
+    show_sparkline: bool = True
+    window_geometry: str = ""  # base64 of QWidget.saveGeometry()
+    splitter_state: str = ""
+
+    # --- what the engine gets -----------------------------------------------------------------
+    @property
+    def effective_method(self) -> str:
+        return self.method if self.speculation else "none"
+
+    def decoder_settings(self) -> DecoderSettings:
+        return DecoderSettings(model=self.model, draft=self.draft, method=self.effective_method,
+                               max_draft=self.max_draft, min_draft=self.min_draft, adaptive=self.adaptive,
+                               p_min=self.p_min, n_ctx=self.n_ctx, n_gpu_layers=self.n_gpu_layers,
+                               threads=self.threads)
+
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
+                              min_p=self.min_p, seed=self.seed)
+
+    def validated(self) -> "AppSettings":
+        """Self, if every value is usable; raises InvalidSettingError with a message for a person."""
+        for key, value in asdict(self).items():
+            check_field(key, value)
+        self.sampling()  # the engine's own checks, so the two never disagree
+        DecoderSettings(method="none", max_draft=self.max_draft, min_draft=self.min_draft).speculation()
+        if self.min_draft > max(self.max_draft, 1):
+            raise InvalidSettingError(f"min draft tokens ({self.min_draft}) must not exceed max draft tokens "
+                                      f"({self.max_draft}).")
+        if self.speculation and self.method == "draft" and not self.draft:
+            raise InvalidSettingError("The draft-model method needs a draft model: choose one, or use prompt lookup.")
+        return self
+
+    def merged(self, changes: dict) -> "AppSettings":
+        """A copy with these keys changed; unknown keys raise InvalidSettingError."""
+        unknown = set(changes) - {f.name for f in fields(self)}
+        if unknown:
+            raise InvalidSettingError(f"Unknown settings: {', '.join(sorted(unknown))}")
+        return replace(self, **changes)
+
+
+def what_changed(old: AppSettings, new: AppSettings) -> str:
+    """"reload" (the target must be loaded again), "speculation" (applies to the next response),
+    or "" (sampling and view settings are read per response)."""
+    if any(getattr(old, k) != getattr(new, k) for k in RELOAD_KEYS):
+        return "reload"
+    if old.effective_method != new.effective_method or any(getattr(old, k) != getattr(new, k)
+                                                           for k in SPECULATION_KEYS):
+        return "speculation"
+    return ""
+
+
+# --- the file ---------------------------------------------------------------------------------
+def settings_path() -> Path:
+    return config_dir() / FILE_NAME
+
+
+def load_settings(path: Path | None = None) -> tuple[AppSettings, list[str]]:
+    """Settings from the file, and notices about anything that had to fall back to a default."""
+    path = path or settings_path()
+    if not path.exists():
+        return AppSettings(), []
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(raw, dict):
+            raise ValueError("the file does not hold a JSON object")
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        kept = _set_aside(path)
+        return AppSettings(), [f"Your settings file could not be read ({exc}), so defaults are in use. "
+                               f"The old file was kept as {kept.name}." if kept else
+                               f"Your settings file could not be read ({exc}), so defaults are in use."]
+    defaults, known = AppSettings(), {f.name for f in fields(AppSettings)}
+    values, bad = {}, []
+    for key, value in raw.items():
+        if key not in known:
+            continue  # a setting from another version: ignore it quietly
+        try:
+            check_field(key, value)
+            values[key] = value
+        except InvalidSettingError:
+            bad.append(key)
+    settings = replace(defaults, **values)
+    try:
+        settings.validated()
+    except InvalidSettingError as exc:  # values fine alone but not together (e.g. min > max draft)
+        bad.append(f"speculation ({exc})")
+        settings = replace(settings, **{k: getattr(defaults, k) for k in SPECULATION_KEYS})
+    notices = [f"Some settings were invalid and were reset to their defaults: {', '.join(bad)}."] if bad else []
+    return settings, notices
+
+
+def save_settings(settings: AppSettings, path: Path | None = None) -> None:
+    """Write atomically, so a crash mid-write never leaves a half file."""
+    path = path or settings_path()
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(asdict(settings), indent=2, ensure_ascii=False), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _set_aside(path: Path) -> Path | None:
+    target = path.with_name(f"{path.stem}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}{path.suffix}")
+    try:
+        os.replace(path, target)
+        return target
+    except OSError:
+        return None
+
+
+# --- per-field checks -------------------------------------------------------------------------
+def _int(lo: int, hi: int | None = None, none_ok: bool = False):
+    def ok(v) -> bool:
+        if v is None:
+            return none_ok
+        return isinstance(v, int) and not isinstance(v, bool) and v >= lo and (hi is None or v <= hi)
+    return ok
+
+
+def _float(lo: float, hi: float, lo_open: bool = False, hi_open: bool = False):
+    def ok(v) -> bool:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
+            return False
+        return (v > lo if lo_open else v >= lo) and (v < hi if hi_open else v <= hi)
+    return ok
+
+
+def _is(kind):
+    return lambda v: isinstance(v, kind)
+
+
+# key -> (check, what a valid value is)
+FIELDS = {
+    "model": (lambda v: isinstance(v, str) and bool(v.strip()), "'embedded' or a path to a GGUF file"),
+    "draft": (lambda v: v is None or isinstance(v, str), "a path to a GGUF file, or none"),
+    "speculation": (_is(bool), "on or off"),
+    "method": (lambda v: v in METHOD_LABELS, "draft, lookup or none"),
+    "max_draft": (_int(0, 64), "a whole number 0..64"),
+    "min_draft": (_int(1, 64), "a whole number 1..64"),
+    "p_min": (_float(0.0, 1.0, hi_open=True), "a number in [0, 1)"),
+    "adaptive": (_is(bool), "on or off"),
+    "temperature": (_float(0.0, 5.0), "a number 0..5"),
+    "top_k": (_int(0), "a whole number ≥ 0 (0 turns it off)"),
+    "top_p": (_float(0.0, 1.0, lo_open=True), "a number in (0, 1]"),
+    "min_p": (_float(0.0, 1.0, hi_open=True), "a number in [0, 1)"),
+    "seed": (_int(0, 2**63 - 1, none_ok=True), "a whole number ≥ 0, or empty for random"),
+    "max_tokens": (_int(1, 131072), "a whole number 1..131072"),
+    "system_prompt": (_is(str), "text"),
+    "n_ctx": (_int(0, 1 << 20), "0 (the model's own) or a whole number up to 1048576"),
+    "n_gpu_layers": (_int(-1), "-1 (all layers) or a whole number ≥ 0"),
+    "threads": (_int(1, 512, none_ok=True), "a whole number 1..512, or empty for automatic"),
+    "color_drafts": (_is(bool), "on or off"),
+    "show_sparkline": (_is(bool), "on or off"),
+    "window_geometry": (_is(str), "text"),
+    "splitter_state": (_is(str), "text"),
+}
+
+
+def check_field(key: str, value) -> None:
+    check, wanted = FIELDS[key]
+    if not check(value):
+        raise InvalidSettingError(f"{key.replace('_', ' ')} must be {wanted}, got {value!r}")
