@@ -201,7 +201,11 @@ class Model:
     def _set_seq_ids(self, seq_ids: Sequence[int]) -> None:
         for row, seq in zip(self._b_seq, seq_ids):
             row[0] = seq
-        self._seq_filled = len(seq_ids) if any(seq_ids) else 0
+        # Rows past len(seq_ids) keep older ids: only a write that covers all of them clears the mark.
+        if any(seq_ids):
+            self._seq_filled = max(self._seq_filled, len(seq_ids))
+        elif len(seq_ids) >= self._seq_filled:
+            self._seq_filled = 0
 
     def set_interrupt(self, should_stop: Callable[[], bool] | None) -> None:
         """While set, a multi-row decode checks should_stop() between graph nodes and stops early

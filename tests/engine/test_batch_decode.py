@@ -1,0 +1,193 @@
+"""Batched multi-sequence decoding with the real embedded model: lossless per sequence, and each
+sequence's KV cache rolled back on its own."""
+import llama_cpp as L
+import numpy as np
+import pytest
+
+from engine.batch_decode import (BatchDecoder, BatchedDraftModel, BatchRequest, SequenceDrafter,
+                                 allocate_draft_rows)
+from engine.bench import read_prompts
+from engine.draft_policy import SpeculationConfig
+from engine.paths import resources_dir
+from engine.proposers.lookup import LookupProposer
+from engine.runtime import LoadSettings, Model
+from engine.sampling import SamplingParams
+
+SLOTS = 4
+CHECK_SEQ = SLOTS - 1  # a sequence id the decoder is not given, for reference logits
+# llama.cpp's CPU kernels use a repacked GEMM for batches of 4+ rows; its logits differ from other batch
+# shapes by up to ~1 logit on this model (measured), so near-ties may go either way (DESIGN.md) ...
+NEAR_TIE = 1.25
+EXACT_SHARE = 0.9  # ... but most tokens must be the exact argmax
+GREEDY = SamplingParams(temperature=0.0)
+
+
+@pytest.fixture(scope="module")
+def batch_target(model_path):
+    model = Model(model_path, LoadSettings(n_ctx=2048, threads=2, n_seq_max=SLOTS))
+    yield model
+    model.close()
+
+
+@pytest.fixture(scope="module")
+def requests(batch_target):
+    grounded = read_prompts(resources_dir() / "prompts" / "grounded.jsonl")
+    opened = read_prompts(resources_dir() / "prompts" / "open.jsonl")
+    # Copying prompts accept long drafts, open ones reject most: rollbacks of every length, side by side.
+    chosen = [grounded[0], opened[2], grounded[2], opened[0]]
+    return [BatchRequest(p["id"], batch_target.tokenize(p["prompt"])) for p in chosen]
+
+
+def kv_end(model: Model, seq_id: int) -> int:
+    return int(L.llama_memory_seq_pos_max(model._memory, seq_id)) + 1
+
+
+def assert_self_consistent(model: Model, prompt: list[int], out: list[int], label="") -> None:
+    shortfall = argmax_shortfall(model, prompt, out)
+    assert shortfall.max() <= NEAR_TIE, (label, shortfall)
+    assert (shortfall == 0).mean() >= EXACT_SHARE, (label, shortfall)
+
+
+def argmax_shortfall(model: Model, prompt: list[int], out: list[int]) -> np.ndarray:
+    """For each emitted token: how far its logit is below the best logit, given the true prefix.
+    Computed in a sequence of its own, from scratch."""
+    tokens = prompt + out[:-1]
+    model.forget_from(0, CHECK_SEQ)
+    first = len(prompt) - 1
+    rows = model.decode_multi(tokens, range(len(tokens)), [CHECK_SEQ] * len(tokens),
+                              [i >= first for i in range(len(tokens))])
+    picked = rows[np.arange(len(out)), out]
+    shortfall = rows.max(axis=1) - picked
+    model.forget_from(0, CHECK_SEQ)
+    return shortfall
+
+
+class KvCheckingDecoder(BatchDecoder):
+    """After every step, each sequence's cache must end just before its last token (the KV
+    convention), and a finished sequence's id must be empty."""
+
+    steps_checked = 0
+
+    def _step(self, active, *args):
+        super()._step(active, *args)
+        live = {s.run.slot: len(s.history) - 1 for s in active}
+        for slot in range(SLOTS - 1):
+            assert kv_end(self.target, slot) == live.get(slot, 0), (slot, live)
+        KvCheckingDecoder.steps_checked += 1
+
+
+def test_batched_lookup_is_lossless_and_rolls_back_each_sequence(batch_target, requests):
+    """Three in flight, a fourth admitted when the first finishes; drafts of fixed length, so every
+    step verifies (and mostly rejects) drafts in several sequences at once."""
+    decoder = KvCheckingDecoder(batch_target, SequenceDrafter(LookupProposer()),
+                                SpeculationConfig(max_draft=6, adaptive=False))
+    result = decoder.run(requests, concurrency=3, sampling=GREEDY, max_tokens=20, ignore_eos=True)
+
+    assert [r.request_id for r in result.runs] == [r.id for r in requests]
+    assert sorted({r.slot for r in result.runs}) == [0, 1, 2]
+    assert KvCheckingDecoder.steps_checked >= 5
+    drafted = sum(r.stats.drafted for r in result.runs)
+    accepted = sum(r.stats.accepted for r in result.runs)
+    assert drafted > accepted > 0  # drafts were both kept and rolled back
+    assert result.totals.rows > result.totals.steps  # steps really verified drafts in one batch
+    for request, run in zip(requests, result.runs):
+        assert len(run.tokens) == 20
+        assert_self_consistent(batch_target, request.prompt, run.tokens, run.request_id)
+
+
+def test_the_check_catches_a_verifier_that_keeps_wrong_drafts(batch_target, requests, monkeypatch):
+    """The self-consistency check has teeth: keep every lookup draft unverified and it fails."""
+    import engine.batch_decode as batch_decode
+    from engine.verifier import Verdict, Verifier
+
+    class Credulous(Verifier):
+        def verify(self, target_logits, drafts, draft_probs, position):
+            real = super().verify(target_logits, drafts, draft_probs, position)
+            return Verdict(len(drafts), real.next_token) if drafts else real
+
+    monkeypatch.setattr(batch_decode, "Verifier", Credulous)
+    decoder = BatchDecoder(batch_target, SequenceDrafter(LookupProposer()), SpeculationConfig(max_draft=6, adaptive=False))
+    result = decoder.run(requests[1:2], 1, GREEDY, max_tokens=20, ignore_eos=True)
+    with pytest.raises(AssertionError):
+        assert_self_consistent(batch_target, requests[1].prompt, result.runs[0].tokens)
+
+
+def test_plain_batch_matches_speculative_batch(batch_target, requests):
+    """Greedy: the same tokens with or without speculation (near-ties aside, which are checked above)."""
+    plain = BatchDecoder(batch_target).run(requests[:2], 2, GREEDY, max_tokens=16, ignore_eos=True)
+    spec = BatchDecoder(batch_target, SequenceDrafter(LookupProposer()), SpeculationConfig(max_draft=4, adaptive=False)) \
+        .run(requests[:2], 2, GREEDY, max_tokens=16, ignore_eos=True)
+    same = [sum(a == b for a, b in zip(p.tokens, s.tokens)) for p, s in zip(plain.runs, spec.runs)]
+    assert sum(same) >= 0.9 * 32, same
+    copying = spec.runs[0].stats  # the passage copy: accepted drafts saved it target steps
+    assert copying.accepted > 0 and copying.verify_steps < plain.runs[0].stats.verify_steps
+
+
+def test_a_sequence_id_written_once_never_leaks_into_later_batches(model_path):
+    """Regression: a short single-sequence decode after a multi-sequence one left stale ids in the
+    rows beyond it, and a longer decode later put tokens in the wrong sequence."""
+    model = Model(model_path, LoadSettings(n_ctx=256, threads=2, n_seq_max=2, n_batch=16))
+    try:
+        tokens = model.tokenize("One two three four five")
+        model.decode_multi(tokens[:4], range(4), [1] * 4, [False, False, False, True])
+        model.decode(tokens[:1], 0, 1, seq_id=0)
+        model.decode(tokens[1:4], 1, 1, seq_id=0)
+        assert (kv_end(model, 0), kv_end(model, 1)) == (4, 4)
+    finally:
+        model.close()
+
+
+def test_batched_draft_model_equal_to_target_accepts_almost_everything(batch_target, model_path, requests):
+    draft = Model(model_path, LoadSettings(n_ctx=2048, threads=2, n_seq_max=SLOTS))
+    try:
+        drafter = BatchedDraftModel(draft, batch_target, p_min=0.0)
+        # Sampled: one sequence and two drafts keep every batch under 4 rows, so p and q come from the
+        # same kernels and this measures the algorithm, not the GEMM's rounding (see NEAR_TIE).
+        for sampling, concurrency, k in ((GREEDY, 2, 4), (SamplingParams(temperature=0.8, seed=3), 1, 2)):
+            decoder = BatchDecoder(batch_target, drafter, SpeculationConfig(max_draft=k, adaptive=False))
+            result = decoder.run(requests[:2], concurrency, sampling, max_tokens=12, ignore_eos=True)
+            drafted = sum(r.stats.drafted for r in result.runs)
+            accepted = sum(r.stats.accepted for r in result.runs)
+            assert drafted >= 8 and accepted >= 0.9 * drafted, (sampling, drafted, accepted)
+            if sampling.greedy:
+                for request, run in zip(requests, result.runs):
+                    assert_self_consistent(batch_target, request.prompt, run.tokens, run.request_id)
+    finally:
+        draft.close()
+
+
+def test_cancel_stops_between_steps_and_frees_every_sequence(batch_target, requests):
+    import threading
+
+    from engine.errors import GenerationCancelled
+
+    cancel = threading.Event()
+    seen = []
+
+    def progress(p):
+        seen.append(p.generated)
+        if p.generated >= 6:
+            cancel.set()
+
+    with pytest.raises(GenerationCancelled):
+        BatchDecoder(batch_target).run(requests, 2, GREEDY, max_tokens=50, ignore_eos=True, cancel=cancel,
+                                       on_progress=progress)
+    assert seen[-1] < 20
+    assert all(kv_end(batch_target, slot) == 0 for slot in range(SLOTS))
+
+
+def test_draft_rows_go_where_they_pay():
+    def step(rows):  # each extra row costs half a one-row step
+        return 1.0 + 0.5 * (rows - 1)
+
+    likely, unlikely = [1.0, 1.9, 2.75, 3.55], [1.0, 1.1, 1.11, 1.111]
+    assert allocate_draft_rows([likely, unlikely], [3, 3], 2, step) == [3, 0]
+    # With a whole batch already in the step, each draft row costs the same but adds less in relative terms.
+    assert allocate_draft_rows([unlikely] * 4, [3] * 4, 4, step) == [0, 0, 0, 0]
+
+    def flat(rows):  # verification almost free (a big GPU): draft everywhere there is any chance
+        return 1.0 + 0.001 * rows
+
+    assert allocate_draft_rows([likely, unlikely], [3, 3], 2, flat)[0] == 3
+    assert allocate_draft_rows([likely, unlikely], [3, 3], 2, flat)[1] >= 1
+    assert allocate_draft_rows([likely, likely], [3, 1], 2, flat) == [3, 1]  # caps hold
