@@ -1,0 +1,107 @@
+"""Start SpecChat: `specchat` or `python -m app`.
+
+    specchat                      open the window
+    specchat --send "Hello"       open it and send a message in a new conversation
+    specchat --smoke-test         check the whole path offscreen: send one message to the embedded model
+                                  with prompt lookup, print the response's figures as one JSON line,
+                                  exit 0 (non-zero on any failure). Uses temporary settings and storage.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import logging.handlers
+import os
+import sys
+import tempfile
+import traceback
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(prog="specchat", description="Chat with local GGUF models, faster with "
+                                     "lossless speculative decoding.")
+    parser.add_argument("--send", metavar="TEXT", help="send TEXT in a new conversation once the window opens")
+    parser.add_argument("--smoke-test", action="store_true",
+                        help="send one message to the embedded model offscreen, print its figures as JSON, exit")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds the smoke test may take (600)")
+    return parser.parse_known_args(argv)
+
+
+def _setup_logging() -> None:
+    from engine.paths import data_dir
+
+    handlers: list[logging.Handler] = [logging.StreamHandler()]
+    try:
+        handlers.append(logging.handlers.RotatingFileHandler(data_dir() / "specchat.log", maxBytes=1 << 20,
+                                                             backupCount=2, encoding="utf-8"))
+    except OSError:
+        pass
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        handlers=handlers)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, qt_args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.smoke_test:
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+        scratch = tempfile.mkdtemp(prefix="specchat-smoke-")
+        os.environ["SPECCHAT_CONFIG_DIR"] = os.path.join(scratch, "config")  # never the user's own files
+        os.environ["SPECCHAT_DATA_DIR"] = os.path.join(scratch, "data")
+    _setup_logging()
+
+    from PySide6.QtWidgets import QApplication
+
+    from .qt_compat import guard_none_refcount
+    guard_none_refcount()  # also when `app` was imported as a namespace package (an editable install)
+    app = QApplication.instance() or QApplication([sys.argv[0], *qt_args])
+    app.setApplicationName("SpecChat")
+    app.setApplicationDisplayName("SpecChat")
+    app.setOrganizationName("SpecChat")
+
+    # Imported after the QApplication exists and before the window: the engine pulls in torch, and
+    # loading it here keeps that one-off cost out of the running GUI.
+    from .main_window import MainWindow
+    from .settings import load_settings
+    from .store import open_store
+
+    settings, notices = load_settings()
+    store, store_notices = open_store()
+    if args.smoke_test:
+        from .smoke import smoke_settings
+        settings = smoke_settings()
+    window = MainWindow(settings, store, notices + store_notices)
+    _install_excepthook(window, smoke=args.smoke_test)
+    window.show()
+    if args.smoke_test:
+        from .smoke import SmokeTest
+        smoke = SmokeTest(window, args.timeout)  # noqa: F841 - kept alive until exit
+        code = app.exec()
+        return code
+    if args.send:
+        window.new_chat()
+        window.session.send(args.send)
+    return app.exec()
+
+
+def _install_excepthook(window, smoke: bool) -> None:
+    """An unexpected error in a slot is logged and shown; the app keeps running (the smoke test fails)."""
+    log = logging.getLogger("specchat")
+
+    def hook(kind, value, tb):
+        log.error("unexpected error:\n%s", "".join(traceback.format_exception(kind, value, tb)))
+        if smoke:
+            from PySide6.QtWidgets import QApplication
+            print(f"smoke test failed: {kind.__name__}: {value}", file=sys.stderr)
+            QApplication.exit(1)
+            return
+        try:
+            window.notices.show_notice(f"Something went wrong: {kind.__name__}: {value}. Your conversations are "
+                                       "saved; details are in the log.", "error", key="crash")
+        except Exception:  # noqa: BLE001
+            pass
+
+    sys.excepthook = hook
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,407 @@
+"""The main window: conversations on the left, the chat on the right, model state below."""
+from __future__ import annotations
+
+import logging
+
+from PySide6.QtCore import QByteArray, QCoreApplication, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QKeySequence, QPalette
+from PySide6.QtWidgets import (QCheckBox, QHBoxLayout, QLabel, QMainWindow, QMessageBox, QProgressBar, QPushButton,
+                               QSplitter, QVBoxLayout, QWidget)
+
+from engine.embedded import EMBEDDED
+from engine.errors import InvalidSettingError
+
+from .chat_session import ChatSession
+from .conversation_list import ConversationPanel
+from .input_box import ChatInput
+from .message_view import ChatView
+from .notices import NoticeArea
+from .settings import METHOD_LABELS, AppSettings, save_settings, what_changed
+from .store import ConversationStore
+from .worker import EngineClient
+
+log = logging.getLogger(__name__)
+
+EMBEDDED_NOTICE = (
+    "**You are chatting with the built-in demo model**, Gemma 3 270M *base*: a small model that continues "
+    "text rather than following instructions, so expect rough answers. It runs offline with no set-up. "
+    "For a real assistant, open **Model → Models…** to download a target model with a matching draft model "
+    "(a *model pair*), or choose your own GGUF files in **Model → Settings…**."
+)
+
+
+class MainWindow(QMainWindow):
+    modelLoaded = Signal(object)  # model info dict
+    modelFailed = Signal(str)
+
+    def __init__(self, settings: AppSettings, store: ConversationStore, notices: list[str] = (), parent=None):
+        super().__init__(parent)
+        self.setWindowTitle("SpecChat")
+        self.settings = settings
+        self.store = store
+        self.engine = EngineClient(self)
+        self.session = ChatSession(store, self.engine, lambda: self.settings, self)
+        self.model_info: dict | None = None
+        self.loading = False
+        self.editing = False
+        self._lab = None
+        self._models_dialog = None
+        self._changed_conversation: int | None = None
+
+        # --- widgets ---
+        self.panel = ConversationPanel(store)
+        self.notices = NoticeArea()
+        self.view = ChatView()
+        self.view.setModel(self.session.model)
+        self.view.set_color_drafts(settings.color_drafts)
+        self.view.set_show_sparkline(settings.show_sparkline)
+        self.input = ChatInput()
+        self.send_button = QPushButton("Send")
+        self.send_button.setDefault(True)
+        self.send_button.setMinimumWidth(90)
+        self.edit_label = QLabel("Editing your last message: Enter resends it, Esc cancels.")
+        self.edit_label.hide()
+        self.color_toggle = QCheckBox("Colour accepted draft tokens")
+        self.color_toggle.setToolTip("Highlight the text that came from drafts the target model accepted.")
+        self.color_toggle.setChecked(settings.color_drafts)
+        self.sparkline_toggle = QCheckBox("Speed sparkline")
+        self.sparkline_toggle.setChecked(settings.show_sparkline)
+        self.empty_hint = QLabel("Send a message to start a conversation.")
+        self.empty_hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.empty_hint.setForegroundRole(QPalette.ColorRole.PlaceholderText)
+
+        options = QHBoxLayout()
+        options.addWidget(self.edit_label)
+        options.addStretch(1)
+        options.addWidget(self.color_toggle)
+        options.addWidget(self.sparkline_toggle)
+        entry = QHBoxLayout()
+        entry.addWidget(self.input, 1)
+        entry.addWidget(self.send_button, 0, Qt.AlignmentFlag.AlignBottom)
+        right = QWidget()
+        column = QVBoxLayout(right)
+        column.setContentsMargins(0, 0, 8, 8)
+        column.addWidget(self.notices)
+        column.addWidget(self.view, 1)
+        column.addWidget(self.empty_hint, 1)
+        column.addLayout(options)
+        column.addLayout(entry)
+        self.splitter = QSplitter()
+        self.splitter.addWidget(self.panel)
+        self.splitter.addWidget(right)
+        self.splitter.setStretchFactor(1, 1)
+        self.splitter.setSizes([240, 760])
+        self.setCentralWidget(self.splitter)
+
+        self.model_label = QLabel()
+        self.spec_label = QLabel()
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 0)  # indeterminate: llama.cpp reports no fraction we could trust
+        self.progress.setMaximumWidth(140)
+        self.progress.hide()
+        self.statusBar().addWidget(self.model_label, 1)
+        self.statusBar().addPermanentWidget(self.progress)
+        self.statusBar().addPermanentWidget(self.spec_label)
+        self._build_menus()
+
+        # --- wiring ---
+        self.input.sendRequested.connect(self.send_or_stop)
+        self.input.cancelRequested.connect(self.cancel_edit)
+        self.send_button.clicked.connect(self.send_or_stop)
+        self.view.editRequested.connect(self.start_edit)
+        self.view.regenerateRequested.connect(lambda _m: self.session.regenerate())
+        self.color_toggle.toggled.connect(self._set_color_drafts)
+        self.sparkline_toggle.toggled.connect(self._set_sparkline)
+        self.panel.conversationSelected.connect(self.open_conversation)
+        self.panel.newRequested.connect(self.new_chat)
+        self.panel.deleted.connect(self.session.forget)
+        self.session.busyChanged.connect(self._busy_changed)
+        self.session.noticeRaised.connect(lambda text, level: self.notices.show_notice(text, level))
+        self.session.conversationsChanged.connect(self._conversations_changed)
+        self._list_refresh = QTimer(self, singleShot=True, interval=0)  # list updates go in their own turn
+        self._list_refresh.timeout.connect(self._refresh_list)
+        self.session.model.modelReset.connect(self._update_empty)
+        self.session.model.rowsInserted.connect(self._update_empty)
+        self.session.model.rowsRemoved.connect(self._update_empty)
+        w = self.engine.worker
+        w.loadStarted.connect(self._load_started)
+        w.loaded.connect(self._loaded)
+        w.loadFailed.connect(self._load_failed)
+        w.speculationApplied.connect(self._speculation_applied)
+        w.notice.connect(self._engine_notice)  # a method, not a lambda: it must run on the GUI thread
+
+        for text in notices:
+            self.notices.show_notice(text, "warning")
+        if settings.window_geometry:
+            self.restoreGeometry(QByteArray.fromBase64(settings.window_geometry.encode()))
+        else:
+            self.resize(1100, 760)
+        if settings.splitter_state:
+            self.splitter.restoreState(QByteArray.fromBase64(settings.splitter_state.encode()))
+        conversations = store.conversations()
+        if conversations:
+            self.panel.select(conversations[0].id)
+            self.open_conversation(conversations[0].id)
+        else:
+            self._update_empty()
+        self._update_send_button()
+        self.load_models()
+
+    # --- menus --------------------------------------------------------------------------------
+    def _build_menus(self) -> None:
+        file_menu = self.menuBar().addMenu("&File")
+        self._action(file_menu, "&New chat", self.new_chat, QKeySequence.StandardKey.New)
+        file_menu.addSeparator()
+        self._action(file_menu, "&Quit", self.close, QKeySequence.StandardKey.Quit)
+        model_menu = self.menuBar().addMenu("&Model")
+        self._action(model_menu, "&Models…", self.open_models_dialog)
+        self._action(model_menu, "Speculation &lab…", self.open_lab)
+        self._action(model_menu, "&Settings…", self.open_settings, QKeySequence.StandardKey.Preferences)
+        model_menu.addSeparator()
+        self._action(model_menu, "&Reload model", self.load_models)
+        help_menu = self.menuBar().addMenu("&Help")
+        self._action(help_menu, "About the &figures", self._explain_figures)
+        self._action(help_menu, "&About SpecChat", self._about)
+
+    def _action(self, menu, text, slot, shortcut=None) -> QAction:
+        action = QAction(text, self)
+        action.triggered.connect(slot)
+        if shortcut is not None:
+            action.setShortcut(shortcut)
+        menu.addAction(action)
+        return action
+
+    # --- chat ---------------------------------------------------------------------------------
+    def send_or_stop(self) -> None:
+        if self.session.busy:
+            self.session.stop()
+            return
+        text = self.input.toPlainText()
+        if not text.strip():
+            return
+        sent = self.session.resend_edited(text) if self.editing else self.session.send(text)
+        if sent:
+            self.input.clear()
+            self.cancel_edit()
+
+    def start_edit(self, message) -> None:
+        if self.session.busy:
+            return
+        self.editing = True
+        self.input.setPlainText(message.content)
+        self.input.setFocus()
+        self.edit_label.show()
+
+    def cancel_edit(self) -> None:
+        if self.editing:
+            self.editing = False
+            self.edit_label.hide()
+
+    def new_chat(self) -> None:
+        self.cancel_edit()
+        self.session.new_conversation()
+        self.panel.list.clearSelection()
+        self.panel.list.setCurrentIndex(self.panel.model.index(-1))
+        self.input.setFocus()
+
+    def open_conversation(self, conversation_id: int) -> None:
+        self.cancel_edit()
+        self.session.open(conversation_id)
+
+    def _conversations_changed(self, conversation_id: int) -> None:
+        self._changed_conversation = conversation_id
+        self._list_refresh.start()
+
+    def _refresh_list(self) -> None:
+        current = self.session.conversation_id
+        self.panel.reload(current if current is not None else self._changed_conversation)
+
+    def _busy_changed(self, busy: bool) -> None:
+        self.view.set_busy(busy)
+        self._update_send_button()
+
+    def _update_send_button(self) -> None:
+        busy = self.session.busy
+        self.send_button.setText("Stop" if busy else "Send")
+        self.send_button.setToolTip("Stop writing (the text so far is kept)" if busy else "Send (Enter)")
+
+    def _update_empty(self, *_args) -> None:
+        empty = self.session.model.rowCount() == 0
+        self.view.setVisible(not empty)
+        self.empty_hint.setVisible(empty)
+
+    def _set_color_drafts(self, on: bool) -> None:
+        self.view.set_color_drafts(on)
+        self._store_settings(self.settings.merged({"color_drafts": on}))
+
+    def _set_sparkline(self, on: bool) -> None:
+        self.view.set_show_sparkline(on)
+        self._store_settings(self.settings.merged({"show_sparkline": on}))
+
+    # --- models and settings ------------------------------------------------------------------
+    def load_models(self) -> None:
+        try:
+            decoder_settings = self.settings.decoder_settings()
+        except InvalidSettingError as exc:
+            self.notices.show_notice(f"The model settings are not usable: {exc}", "error", key="load")
+            return
+        self.session.stop()
+        self.loading = True
+        self.engine.load(decoder_settings)
+        if self.settings.model == EMBEDDED:
+            self.notices.show_notice(EMBEDDED_NOTICE, "info", key="embedded")
+        else:
+            self.notices.clear("embedded")
+
+    def _engine_notice(self, text: str) -> None:
+        self.notices.show_notice(text, "warning")
+
+    def _load_started(self, what: str) -> None:
+        self.progress.show()
+        self.model_label.setText(f"Loading {what}…")
+
+    def _loaded(self, info: dict) -> None:
+        self.loading = False
+        self.model_info = info
+        self.session.model_name = info["name"]
+        self.progress.hide()
+        self.notices.clear("load")
+        fmt = "chat template" if info["chat_template"] else "plain transcript format (no chat template)"
+        self.model_label.setText(f"{info['name']}  ·  {info['backend']}  ·  {info['n_ctx']} ctx  ·  {fmt}")
+        self.model_label.setToolTip(info["path"])
+        self._speculation_applied(info)
+        self.modelLoaded.emit(info)
+
+    def _load_failed(self, message: str) -> None:
+        self.loading = False
+        self.model_info = None
+        self.progress.hide()
+        self.model_label.setText("No model loaded")
+        self.spec_label.setText("")
+        self.notices.show_notice(f"**The model could not be loaded.** {message}  \nChoose another file in "
+                                 "Model → Settings… (empty target = the embedded demo model).", "error", key="load")
+        self.modelFailed.emit(message)
+
+    def _speculation_applied(self, info: dict) -> None:
+        self.progress.setVisible(self.loading)
+        method = info.get("method", "none")
+        text = f"Speculation: {METHOD_LABELS.get(method, method).lower()}"
+        if method == "draft" and info.get("draft_name"):
+            text += f" ({info['draft_name']})"
+        self.spec_label.setText(text)
+        if self.model_info is not None:
+            self.model_info.update(method=method, draft_name=info.get("draft_name"))
+
+    def apply_settings(self, new: AppSettings) -> None:
+        """Save new settings and apply them: reload the model, or change speculation, as needed."""
+        old = self.settings
+        change = what_changed(old, new)
+        self._store_settings(new)
+        if change == "reload":
+            self.load_models()
+        elif change == "speculation":
+            self.engine.apply_speculation(new.decoder_settings())
+
+    def _store_settings(self, new: AppSettings) -> None:
+        self.settings = new
+        try:
+            save_settings(new)
+        except OSError as exc:
+            self.notices.show_notice(f"Settings could not be saved ({exc}); they apply until you quit.",
+                                     "warning", key="save")
+
+    def open_settings(self) -> None:
+        from .settings_dialog import SettingsDialog
+
+        dialog = SettingsDialog(self.settings, self)
+        if dialog.exec() and dialog.result_settings is not None:
+            self.apply_settings(dialog.result_settings)
+
+    def open_models_dialog(self) -> None:
+        try:
+            from .models_dialog import ModelsDialog
+            dialog = ModelsDialog(self.settings.model, self.settings.draft, self)
+        except Exception as exc:  # noqa: BLE001 - an optional part missing or broken must not end the app
+            log.exception("models dialog")
+            QMessageBox.warning(self, "Models", f"The model manager could not be opened: {exc}\n\n"
+                                "You can still choose GGUF files in Model → Settings….")
+            return
+        dialog.modelsChosen.connect(self.use_models)
+        self._models_dialog = dialog
+        dialog.show()
+
+    def use_models(self, target: str, draft: str | None) -> None:
+        s = self.settings
+        changes = {"model": target or EMBEDDED, "draft": draft}
+        if draft:
+            changes.update(method="draft", speculation=True)
+        elif s.method == "draft":
+            changes.update(method="lookup")
+        try:
+            self.apply_settings(s.merged(changes).validated())
+        except InvalidSettingError as exc:
+            self.notices.show_notice(f"Those models could not be used: {exc}", "error")
+
+    def open_lab(self) -> None:
+        try:
+            from .lab_window import LabWindow
+            if self._lab is None:
+                self._lab = LabWindow()
+                self._lab.applySettings.connect(self.apply_recommendation)
+        except Exception as exc:  # noqa: BLE001
+            log.exception("lab window")
+            QMessageBox.warning(self, "Speculation lab", f"The speculation lab could not be opened: {exc}")
+            return
+        self._lab.show()
+        self._lab.raise_()
+
+    def apply_recommendation(self, changes: dict) -> None:
+        changes = dict(changes)
+        if changes.get("method") in ("draft", "lookup"):
+            changes.setdefault("speculation", True)
+        try:
+            new = self.settings.merged(changes).validated()
+        except (InvalidSettingError, TypeError) as exc:
+            self.notices.show_notice(f"The lab's recommendation could not be applied: {exc}", "error")
+            return
+        self.apply_settings(new)
+        shown = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in changes.items())
+        self.notices.show_notice(f"Applied the lab's recommendation ({shown}); it takes effect from the next "
+                                 "response.", "info", key="lab")
+
+    # --- help ---------------------------------------------------------------------------------
+    def _explain_figures(self) -> None:
+        QMessageBox.information(self, "The figures under each response", (
+            "tok/s: decode speed, tokens after the first ÷ time after the first token.\n"
+            "TTFT: time to the first token (mostly prompt processing).\n"
+            "accepted %: drafted tokens the target kept ÷ drafted tokens it checked (drafted/accepted counts).\n"
+            "tok/step: tokens produced per target model step, the bonus token included; 1.00 means "
+            "speculation gained nothing.\n"
+            "RAM/VRAM: memory in use, labelled by kind; backend: where llama.cpp runs the model.\n\n"
+            "Every figure is measured while the response is written; n/a means it could not be measured.\n"
+            "Speculative decoding here is lossless: the text has the same distribution as without it."))
+
+    def _about(self) -> None:
+        QMessageBox.about(self, "About SpecChat", (
+            "SpecChat: chat with local GGUF models, faster with lossless speculative decoding, "
+            "with honest live figures for every response."))
+
+    # --- closing ------------------------------------------------------------------------------
+    def closeEvent(self, event) -> None:
+        self.session.stop()
+        if not self.engine.shutdown():
+            log.warning("the engine thread did not stop in time")
+        QCoreApplication.sendPostedEvents()  # the last tokens and the final stats, if they arrived
+        self.session.close()
+        try:
+            self._store_settings(self.settings.merged({
+                "window_geometry": bytes(self.saveGeometry().toBase64()).decode(),
+                "splitter_state": bytes(self.splitter.saveState().toBase64()).decode()}))
+        except Exception:  # noqa: BLE001 - closing must never fail
+            log.exception("saving the window layout")
+        for window in (self._lab, self._models_dialog):
+            if window is not None:
+                window.close()
+        self._list_refresh.stop()
+        self.store.close()
+        super().closeEvent(event)

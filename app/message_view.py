@@ -1,0 +1,314 @@
+"""The message list: a view over ChatModel that shows each message as rendered markdown with its
+actions and, for responses, the live stats line.
+
+Each message is a column of rendered chunks (see MessageBody), so streaming stays cheap. Only
+the newest PAGE messages get widgets at first ("Show earlier messages" adds more), so a long
+conversation opens fast and scrolls smoothly.
+"""
+from __future__ import annotations
+
+from PySide6.QtCore import QModelIndex, Qt, QTimer, Signal
+from PySide6.QtGui import QGuiApplication, QPalette
+from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPushButton, QScrollArea, QSizePolicy, QTextBrowser,
+                               QToolButton, QVBoxLayout, QWidget)
+
+from .chat_model import ChatModel
+from .render import render, spans_within, split_blocks
+from .stats_view import StatsBar
+from .store import Message
+
+PAGE = 40
+STATUS_TEXT = {"streaming": "writing…", "stopped": "stopped", "error": "failed",
+               "interrupted": "interrupted: the app closed while this was being written"}
+
+
+class MessageText(QTextBrowser):
+    """Read-only rendered markdown that is exactly as tall as its text; the outer view scrolls."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setReadOnly(True)
+        self.setOpenExternalLinks(True)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.viewport().setAutoFillBackground(False)
+        self.setStyleSheet("QTextBrowser { background: transparent; }")
+        self.document().setDocumentMargin(2)
+        self.setFixedHeight(24)
+
+    def set_content(self, source: str, spans, color_drafts: bool, markdown: bool = True) -> None:
+        render(self.document(), source, spans, color_drafts, markdown)
+        self._fit()
+
+    def _fit(self) -> None:
+        doc = self.document()
+        doc.setTextWidth(max(self.viewport().width(), 50))
+        height = int(doc.size().height() + 0.999) + self.frameWidth() * 2
+        if height != self.height():
+            self.setFixedHeight(height)
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self._fit()
+
+    def wheelEvent(self, event) -> None:
+        event.ignore()  # let the conversation scroll, not this block
+
+
+class MessageBody(QWidget):
+    """A message as a column of chunks (paragraphs, lists, code blocks), each rendered on its own.
+
+    Re-rendering is skipped for chunks whose text and highlight did not change, so a streaming
+    response costs only its last chunk per update, however long it grows.
+    """
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.column = QVBoxLayout(self)
+        self.column.setContentsMargins(0, 0, 0, 0)
+        self.column.setSpacing(6)
+        self.chunks: list[MessageText] = []
+        self.keys: list[tuple] = []
+
+    def set_content(self, source: str, spans, color_drafts: bool, markdown: bool = True) -> None:
+        pieces = split_blocks(source) if markdown else [(0, len(source))]
+        for i, (start, end) in enumerate(pieces or [(0, 0)]):
+            part_spans = spans_within(spans or [], start, end) if color_drafts else []
+            key = (source[start:end], markdown, color_drafts, str(part_spans))
+            if i == len(self.chunks):
+                self.chunks.append(MessageText())
+                self.keys.append(None)
+                self.column.addWidget(self.chunks[i])
+            if self.keys[i] != key:
+                self.chunks[i].set_content(source[start:end], part_spans, color_drafts, markdown)
+                self.keys[i] = key
+        for extra in self.chunks[max(len(pieces), 1):]:
+            extra.deleteLater()
+        del self.chunks[max(len(pieces), 1):]
+        del self.keys[max(len(pieces), 1):]
+
+    def toPlainText(self) -> str:
+        return "\n".join(c.toPlainText() for c in self.chunks)
+
+
+class MessageWidget(QFrame):
+    editRequested = Signal(object)  # Message
+    regenerateRequested = Signal(object)
+
+    def __init__(self, message: Message, parent=None):
+        super().__init__(parent)
+        self.message = message
+        self.setObjectName("userMessage" if message.role == "user" else "assistantMessage")
+        self.setFrameShape(QFrame.Shape.StyledPanel if message.role == "user" else QFrame.Shape.NoFrame)
+        if message.role == "user":
+            self.setAutoFillBackground(True)
+            self.setBackgroundRole(QPalette.ColorRole.AlternateBase)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(10, 6, 10, 6)
+        layout.setSpacing(2)
+
+        header = QHBoxLayout()
+        self.who = QLabel()
+        font = self.who.font()
+        font.setBold(True)
+        self.who.setFont(font)
+        self.status = QLabel()
+        self.status.setForegroundRole(QPalette.ColorRole.PlaceholderText)
+        header.addWidget(self.who)
+        header.addWidget(self.status)
+        header.addStretch(1)
+        self.copy_button = self._tool("Copy", "Copy this message as markdown", self._copy)
+        self.edit_button = self._tool("Edit", "Edit this message and send it again",
+                                      lambda: self.editRequested.emit(self.message))
+        self.regenerate_button = self._tool("Regenerate", "Write this response again",
+                                            lambda: self.regenerateRequested.emit(self.message))
+        for b in (self.edit_button, self.regenerate_button, self.copy_button):
+            header.addWidget(b)
+        layout.addLayout(header)
+
+        self.text = MessageBody()
+        layout.addWidget(self.text)
+        self.notice = QLabel()
+        self.notice.setWordWrap(True)
+        self.notice.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout.addWidget(self.notice)
+        self.stats = StatsBar() if message.role == "assistant" else None
+        if self.stats:
+            layout.addWidget(self.stats)
+        self.edit_button.hide()
+        self.regenerate_button.hide()
+
+    def _tool(self, text: str, tip: str, slot) -> QToolButton:
+        b = QToolButton()
+        b.setText(text)
+        b.setToolTip(tip)
+        b.setAutoRaise(True)
+        b.clicked.connect(slot)
+        return b
+
+    def _copy(self) -> None:
+        QGuiApplication.clipboard().setText(self.message.content)
+
+    def refresh(self, color_drafts: bool, show_sparkline: bool) -> None:
+        m = self.message
+        self.who.setText("You" if m.role == "user" else (m.model or "Assistant"))
+        self.status.setText(STATUS_TEXT.get(m.status, ""))
+        if m.role == "assistant" and not m.content and m.status == "streaming":
+            self.text.set_content("…", None, False, markdown=False)
+        else:
+            # The user's own words are shown as typed; responses are rendered as markdown.
+            self.text.set_content(m.content, m.draft_spans, color_drafts and m.role == "assistant",
+                                  markdown=m.role == "assistant")
+        self.notice.setText(m.notice)
+        self.notice.setVisible(bool(m.notice))
+        error = m.status == "error"
+        self.notice.setStyleSheet("color: #c62828;" if error else "")
+        if self.stats:
+            self.stats.set_stats(m.stats, show_sparkline)
+            self.stats.setVisible(bool(m.stats))
+
+
+class ChatView(QScrollArea):
+    editRequested = Signal(object)  # Message
+    regenerateRequested = Signal(object)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setWidgetResizable(True)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOn)  # no width flip-flop while growing
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        body = QWidget()
+        self.column = QVBoxLayout(body)
+        self.column.setContentsMargins(12, 8, 12, 8)
+        self.column.setSpacing(10)
+        self.more_button = QPushButton("Show earlier messages")
+        self.more_button.clicked.connect(self.show_earlier)
+        self.column.addWidget(self.more_button, 0, Qt.AlignmentFlag.AlignHCenter)
+        self.column.addStretch(1)
+        self.setWidget(body)
+        self._warm_up()
+        self.model: ChatModel | None = None
+        self.widgets: list[MessageWidget] = []  # for rows first_row..
+        self.first_row = 0
+        self.color_drafts = False
+        self.show_sparkline = True
+        self.busy = False
+        self._stick = True  # follow the newest text while the user is at the bottom
+        bar = self.verticalScrollBar()
+        bar.valueChanged.connect(lambda v: setattr(self, "_stick", v >= bar.maximum() - 40))
+        bar.rangeChanged.connect(self._follow)
+
+    @staticmethod
+    def _warm_up() -> None:
+        """The first message widget costs tens of ms (PySide creates its enum types, Qt its text
+        layout caches); pay that while the window is built, not when the first answer streams."""
+        warm = MessageWidget(Message(None, "assistant", "*warm-up* `x`\n\n```\ny\n```", stats={"tokens_per_s": 1.0}))
+        warm.refresh(True, True)
+        warm.deleteLater()
+
+    def setModel(self, model: ChatModel) -> None:
+        self.model = model
+        model.modelReset.connect(self._reset)
+        model.rowsInserted.connect(self._inserted)
+        model.rowsRemoved.connect(self._removed)
+        model.dataChanged.connect(self._changed)
+        self._reset()
+
+    # --- model → widgets ----------------------------------------------------------------------
+    def _reset(self) -> None:
+        for w in self.widgets:
+            w.deleteLater()
+        self.widgets = []
+        n = self.model.rowCount()
+        self.first_row = max(0, n - PAGE)
+        for row in range(self.first_row, n):
+            self._add_widget(row)
+        self._after_change()
+        self._stick = True
+        QTimer.singleShot(0, self.scroll_to_bottom)
+
+    def _inserted(self, _parent: QModelIndex, first: int, last: int) -> None:
+        for row in range(first, last + 1):
+            self._add_widget(row)
+        self._after_change()
+        self._stick = True
+
+    def _removed(self, _parent: QModelIndex, first: int, last: int) -> None:
+        lo, hi = max(first - self.first_row, 0), last - self.first_row + 1
+        for w in self.widgets[lo:hi]:
+            w.deleteLater()
+        del self.widgets[lo:hi]
+        self.first_row = min(self.first_row, self.model.rowCount())
+        self._after_change()
+
+    def _changed(self, top: QModelIndex, bottom: QModelIndex, _roles=()) -> None:
+        for row in range(top.row(), bottom.row() + 1):
+            w = self.widget_for(row)
+            if w is not None:
+                w.refresh(self.color_drafts, self.show_sparkline)
+
+    def _add_widget(self, row: int) -> None:
+        message = self.model.message(row)
+        w = MessageWidget(message)
+        w.editRequested.connect(self.editRequested)
+        w.regenerateRequested.connect(self.regenerateRequested)
+        index = row - self.first_row
+        self.widgets.insert(index, w)
+        self.column.insertWidget(1 + index, w)  # after the "earlier" button
+        w.refresh(self.color_drafts, self.show_sparkline)
+
+    def show_earlier(self) -> None:
+        bar = self.verticalScrollBar()
+        from_bottom = bar.maximum() - bar.value()
+        new_first = max(0, self.first_row - PAGE)
+        for row in range(self.first_row - 1, new_first - 1, -1):
+            self.first_row = row
+            self._add_widget(row)
+        self._after_change()
+        QTimer.singleShot(0, lambda: bar.setValue(bar.maximum() - from_bottom))  # keep the reading place
+
+    def _after_change(self) -> None:
+        self.more_button.setVisible(self.first_row > 0)
+        self._update_actions()
+
+    def _update_actions(self) -> None:
+        items = self.model.items if self.model else []
+        last_user = max((i for i, m in enumerate(items) if m.role == "user"), default=-1)
+        last = len(items) - 1
+        for offset, w in enumerate(self.widgets):
+            row = self.first_row + offset
+            w.edit_button.setVisible(not self.busy and row == last_user)
+            w.regenerate_button.setVisible(not self.busy and row == last and w.message.role == "assistant"
+                                           and last_user >= 0)
+
+    # --- options ------------------------------------------------------------------------------
+    def widget_for(self, row: int) -> MessageWidget | None:
+        i = row - self.first_row
+        return self.widgets[i] if 0 <= i < len(self.widgets) else None
+
+    def set_busy(self, busy: bool) -> None:
+        self.busy = busy
+        self._update_actions()
+
+    def set_color_drafts(self, on: bool) -> None:
+        self.color_drafts = on
+        self._refresh_all()
+
+    def set_show_sparkline(self, on: bool) -> None:
+        self.show_sparkline = on
+        self._refresh_all()
+
+    def _refresh_all(self) -> None:
+        for w in self.widgets:
+            w.refresh(self.color_drafts, self.show_sparkline)
+
+    def scroll_to_bottom(self) -> None:
+        bar = self.verticalScrollBar()
+        bar.setValue(bar.maximum())
+
+    def _follow(self, _lo: int, hi: int) -> None:
+        if self._stick:
+            self.verticalScrollBar().setValue(hi)

@@ -1,0 +1,75 @@
+"""Banners at the top of the chat: information, warnings and errors the user should see, each
+with a close button. Nothing here is ever only printed to a console."""
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
+
+STYLES = {
+    "info": "background: rgba(33, 150, 243, 0.13); border: 1px solid rgba(33, 150, 243, 0.45);",
+    "warning": "background: rgba(255, 167, 38, 0.16); border: 1px solid rgba(255, 167, 38, 0.6);",
+    "error": "background: rgba(229, 57, 53, 0.14); border: 1px solid rgba(229, 57, 53, 0.6);",
+}
+
+
+class Notice(QFrame):
+    closed = Signal()
+
+    def __init__(self, text: str, level: str = "info", key: str = "", parent=None):
+        super().__init__(parent)
+        self.key, self.level = key, level
+        self.setObjectName("notice")
+        self.setStyleSheet(f"#notice {{ {STYLES[level]} border-radius: 4px; }}")
+        row = QHBoxLayout(self)
+        row.setContentsMargins(10, 6, 6, 6)
+        self.label = QLabel(text)
+        self.label.setWordWrap(True)
+        self.label.setTextFormat(Qt.TextFormat.MarkdownText)
+        self.label.setOpenExternalLinks(True)
+        self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextBrowserInteraction)
+        row.addWidget(self.label, 1)
+        close = QToolButton()
+        close.setText("✕")
+        close.setAutoRaise(True)
+        close.setToolTip("Dismiss")
+        close.clicked.connect(self.dismiss)
+        row.addWidget(close, 0, Qt.AlignmentFlag.AlignTop)
+
+    def dismiss(self) -> None:
+        self.hide()
+        self.closed.emit()
+        self.deleteLater()
+
+
+class NoticeArea(QWidget):
+    """A column of notices. A notice with a key replaces an earlier one with the same key."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.column = QVBoxLayout(self)
+        self.column.setContentsMargins(12, 6, 12, 0)
+        self.column.setSpacing(4)
+        self.notices: list[Notice] = []
+        self.setVisible(False)
+
+    def show_notice(self, text: str, level: str = "info", key: str = "") -> Notice:
+        if key:
+            self.clear(key)
+        notice = Notice(text, level, key)
+        notice.closed.connect(lambda n=notice: self._forget(n))
+        self.notices.append(notice)
+        self.column.addWidget(notice)
+        self.setVisible(True)
+        return notice
+
+    def clear(self, key: str) -> None:
+        for n in [n for n in self.notices if n.key == key]:
+            n.dismiss()
+
+    def texts(self) -> list[str]:
+        return [n.label.text() for n in self.notices]
+
+    def _forget(self, notice: Notice) -> None:
+        if notice in self.notices:
+            self.notices.remove(notice)
+        self.setVisible(bool(self.notices))

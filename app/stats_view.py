@@ -1,0 +1,120 @@
+"""The figures under each response, live while it streams and kept afterwards, and a sparkline of
+tokens/sec. Every figure is a measured one from the engine; "n/a" where it could not be read."""
+from __future__ import annotations
+
+from PySide6.QtCore import QPointF, QSize, Qt
+from PySide6.QtGui import QPainter, QPainterPath, QPalette, QPen
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QWidget
+
+NA = "n/a"
+METHOD_NAMES = {"draft": "draft model", "lookup": "prompt lookup", "none": "no speculation"}
+FINISH_NAMES = {"stop": "", "length": "stopped at the length limit", "context": "context full",
+                "cancelled": "stopped by you"}
+
+
+def _num(value, fmt: str) -> str:
+    return NA if value is None else format(value, fmt)
+
+
+def stat_items(stats: dict) -> list[tuple[str, str, str]]:
+    """(key, text, tooltip) for each figure, in display order."""
+    drafted, accepted = stats.get("drafted"), stats.get("accepted")
+    rate = stats.get("acceptance_rate")
+    method = stats.get("method") or "none"
+    memory = stats.get("memory_label")
+    if memory is None:
+        kind = stats.get("memory_kind") or "RAM"
+        memory = f"{kind} {NA}"
+    items = [
+        ("speed", f"{_num(stats.get('tokens_per_s'), '.1f')} tok/s",
+         "Decode speed: tokens after the first ÷ time after the first token."),
+        ("ttft", f"TTFT {_num(stats.get('ttft_s'), '.2f')} s" if stats.get("ttft_s") is not None else f"TTFT {NA}",
+         "Time to first token: from the request to the first generated token (prompt processing)."),
+    ]
+    if method != "none" or drafted:
+        items += [
+            ("acceptance", f"accepted {_num(None if rate is None else rate * 100, '.0f')}%"
+                           + (f" ({accepted}/{drafted})" if drafted is not None else ""),
+             "Acceptance rate: drafted tokens the target model kept ÷ drafted tokens it verified."),
+            ("mean_length", f"{_num(stats.get('mean_acceptance_length'), '.2f')} tok/step",
+             "Mean accepted length: tokens produced per target step, the bonus token included "
+             "(1.00 means no gain from speculation)."),
+        ]
+    items += [
+        ("method", METHOD_NAMES.get(method, method) + (" (paused: not paying off)" if stats.get("speculation_paused")
+                                                       else ""),
+         "Speculation method for this response. Adaptive mode pauses drafting while it would be slower."),
+        ("memory", memory, "Memory in use: VRAM when a GPU runs the model and can be read, else this "
+                           "process's RAM."),
+        ("backend", stats.get("backend") or NA, "The llama.cpp backend running the model."),
+    ]
+    finish = FINISH_NAMES.get(stats.get("finish_reason") or "", "")
+    if finish:
+        items.append(("finish", finish, "Why this response ended."))
+    if stats.get("trimmed_messages"):
+        n = stats["trimmed_messages"]
+        items.append(("trimmed", f"{n} old message{'s' if n != 1 else ''} left out",
+                      "The oldest messages did not fit the context, so the model did not see them."))
+    return items
+
+
+class Sparkline(QWidget):
+    """Tokens/sec over the response's lifetime, as a small line."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.points: list[tuple[float, float]] = []
+        self.setFixedSize(QSize(90, 18))
+        self.setToolTip("Tokens/sec over this response")
+
+    def set_points(self, points) -> None:
+        self.points = [(float(t), float(r)) for t, r in points or []]
+        self.update()
+
+    def paintEvent(self, _event) -> None:
+        if len(self.points) < 2:
+            return
+        t0, t1 = self.points[0][0], self.points[-1][0]
+        top = max(r for _, r in self.points) or 1.0
+        w, h = self.width() - 2, self.height() - 2
+        path = QPainterPath()
+        for i, (t, r) in enumerate(self.points):
+            p = QPointF(1 + (t - t0) / ((t1 - t0) or 1.0) * w, 1 + h - r / top * h)
+            path.moveTo(p) if i == 0 else path.lineTo(p)
+        painter = QPainter(self)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        painter.setPen(QPen(self.palette().color(QPalette.ColorRole.Highlight), 1.5))
+        painter.drawPath(path)
+
+
+class StatsBar(QWidget):
+    """One line of figures under a response."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(8)
+        self.label = QLabel()
+        self.label.setTextFormat(Qt.TextFormat.PlainText)
+        self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.label.setWordWrap(True)
+        self.label.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+        font = self.label.font()
+        font.setPointSizeF(font.pointSizeF() * 0.88)
+        self.label.setFont(font)
+        self.label.setForegroundRole(QPalette.ColorRole.PlaceholderText)
+        self.sparkline = Sparkline()
+        layout.addWidget(self.sparkline, 0, Qt.AlignmentFlag.AlignVCenter)
+        layout.addWidget(self.label, 1)
+        self.items: list[tuple[str, str, str]] = []
+
+    def set_stats(self, stats: dict | None, show_sparkline: bool = True) -> None:
+        self.items = stat_items(stats or {})
+        self.label.setText(self.text())
+        self.label.setToolTip("\n".join(f"{text}: {tip}" for _, text, tip in self.items))
+        self.sparkline.set_points((stats or {}).get("rate_history"))
+        self.sparkline.setVisible(show_sparkline and len(self.sparkline.points) >= 2)
+
+    def text(self) -> str:
+        return "  ·  ".join(text for _, text, _ in self.items)

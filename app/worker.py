@@ -1,0 +1,257 @@
+"""The engine on its own thread. The GUI thread only sends requests and receives signals.
+
+EngineWorker lives on a QThread and owns every model; EngineClient is its GUI-side handle.
+Tokens are batched: at most one `progress` signal per EMIT_EVERY_S, so a fast model cannot flood
+the event loop. Stop is a threading.Event the GUI sets directly; the engine checks it every step
+(and inside long batches), so it is honoured even while the worker is busy.
+
+Connect the worker's signals only to methods of QObjects that live on the GUI thread: a plain
+function or lambda has no thread of its own and would run on the worker thread.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+
+from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
+
+from engine.chat_format import ChatFormatter
+from engine.errors import EngineError
+from engine.generate import SpeculativeDecoder
+from engine.loader import DecoderSettings, load_draft, load_target, make_proposer
+from engine.proposers.base import NoProposer
+from engine.sampling import SamplingParams
+
+log = logging.getLogger(__name__)
+
+EMIT_EVERY_S = 0.05  # ≤ 20 repaints a second, however fast the model
+SWITCH_INTERVAL_S = 0.001  # Python's default is 0.005
+ENGINE_NICE = int(os.environ.get("SPECCHAT_ENGINE_NICE", "5"))
+RATE_POINTS = 60  # the sparkline keeps at most this many (seconds, tokens/s) points
+
+
+@dataclass
+class GenerationRequest:
+    messages: list[dict]  # [{"role", "content"}], ending with the user message to answer
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    max_tokens: int = 1024
+    cancel: threading.Event = field(default_factory=threading.Event)
+    id: int = field(default_factory=itertools.count(1).__next__)
+
+
+def snapshot(stats) -> dict:
+    """What the GUI shows and saves of a GenerationStats: plain data, with the memory label."""
+    out = stats.to_dict()
+    out["memory_label"] = stats.memory.label() if stats.memory else None
+    history = out.get("rate_history") or []
+    if len(history) > RATE_POINTS:
+        step = len(history) / RATE_POINTS
+        history = [history[int(i * step)] for i in range(RATE_POINTS - 1)] + [history[-1]]
+    out["rate_history"] = [[round(t, 3), round(r, 2)] for t, r in history]
+    return out
+
+
+class EngineWorker(QObject):
+    loadStarted = Signal(str)  # what is loading, for the progress indicator
+    loaded = Signal(object)  # model info (dict)
+    loadFailed = Signal(str)
+    notice = Signal(str)  # something the user should know that is not a failure
+    speculationApplied = Signal(object)  # dict
+    started = Signal(int)  # request id
+    progress = Signal(int, object, object)  # request id, [(text, from_draft)], stats snapshot
+    finished = Signal(int, object)  # request id, final stats snapshot
+    failed = Signal(int, str, object)  # request id, message, stats so far
+    closed = Signal()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.decoder: SpeculativeDecoder | None = None
+        self.formatter: ChatFormatter | None = None
+        self.settings: DecoderSettings | None = None
+        self.draft_model = None
+        self.draft_path: str | None = None
+
+    # --- models -------------------------------------------------------------------------------
+    @Slot()
+    def lower_priority(self) -> None:
+        """Run this thread, and the compute threads llama.cpp starts from it, a little below the GUI,
+        so a busy CPU serves the window first. Linux only (per-thread nice); elsewhere a no-op."""
+        if not sys.platform.startswith("linux") or ENGINE_NICE <= 0:
+            return
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), ENGINE_NICE)
+        except OSError as exc:
+            log.info("could not lower the engine thread's priority: %s", exc)
+
+    @Slot(object)
+    def load(self, settings: DecoderSettings) -> None:
+        """Load the target (and draft) for these settings, replacing whatever was loaded."""
+        self._unload()
+        self.loadStarted.emit("the embedded demo model" if settings.model == "embedded" else settings.model)
+        try:
+            target = load_target(settings)
+        except EngineError as exc:
+            self.loadFailed.emit(str(exc))
+            return
+        except Exception as exc:  # noqa: BLE001 - the app must survive anything a model file does
+            log.exception("loading %s", settings.model)
+            self.loadFailed.emit(f"Could not load {settings.model}: {exc}")
+            return
+        self.decoder = SpeculativeDecoder(target)
+        self.formatter = ChatFormatter(target)
+        self.settings = settings
+        if self.formatter.template_error:
+            self.notice.emit(self.formatter.template_error)
+        info = self._apply(settings)
+        self.loaded.emit({**self._model_info(), **info})
+
+    @Slot(object)
+    def apply_speculation(self, settings: DecoderSettings) -> None:
+        """Change speculation for the next response; the target and its KV cache stay."""
+        if self.decoder is None:
+            return
+        if settings.method == "draft" and settings.draft != self.draft_path:
+            self.loadStarted.emit(f"draft model {settings.draft}")
+        self.settings = settings
+        self.speculationApplied.emit(self._apply(settings))
+
+    def _apply(self, settings: DecoderSettings) -> dict:
+        target = self.decoder.target
+        try:
+            if settings.method == "draft" and settings.draft != self.draft_path:
+                self._close_draft()
+                self.draft_model = load_draft(settings, target)
+                self.draft_path = settings.draft
+            proposer = make_proposer(settings, target, self.draft_model if settings.method == "draft" else None)
+            self.decoder.set_speculation(proposer, settings.speculation())
+            method, error = proposer.name, None
+        except Exception as exc:  # noqa: BLE001 - a bad draft must not cost the loaded target
+            if not isinstance(exc, EngineError):
+                log.exception("applying speculation")
+            self._close_draft()
+            self.decoder.set_speculation(NoProposer(), settings.speculation())
+            method, error = "none", f"Speculation is off: {exc}"
+            self.notice.emit(error)
+        draft_name = self.draft_model.name if self.draft_model is not None and method == "draft" else None
+        return {"method": method, "draft_name": draft_name, "speculation_error": error}
+
+    def _model_info(self) -> dict:
+        t = self.decoder.target
+        return {"name": t.name, "path": str(t.path), "backend": t.backend, "n_ctx": t.n_ctx,
+                "chat_template": self.formatter.uses_template}
+
+    def _close_draft(self) -> None:
+        if self.draft_model is not None:
+            self.draft_model.close()
+        self.draft_model, self.draft_path = None, None
+
+    def _unload(self) -> None:
+        self._close_draft()
+        if self.decoder is not None:
+            self.decoder.target.close()
+        self.decoder = self.formatter = None
+
+    @Slot()
+    def close(self) -> None:
+        self._unload()
+        self.closed.emit()
+        QThread.currentThread().quit()
+
+    # --- generation ---------------------------------------------------------------------------
+    @Slot(object)
+    def generate(self, request: GenerationRequest) -> None:
+        rid = request.id
+        self.started.emit(rid)
+        decoder = self.decoder
+        if decoder is None:
+            self.failed.emit(rid, "No model is loaded. Choose one in Settings or Models….", {})
+            return
+        pending: list[tuple[str, bool]] = []
+        try:
+            reserve = min(request.max_tokens, max(decoder.target.n_ctx // 2, 1))
+            prompt = self.formatter.prompt(request.messages, reserve)
+            for text in prompt.notices:
+                self.notice.emit(text)
+            last_emit = time.perf_counter()
+            for delta in decoder.generate(prompt.tokens, request.sampling, max_tokens=request.max_tokens,
+                                          stop=prompt.stop, cancel=request.cancel):
+                pending += delta.segments
+                now = time.perf_counter()
+                if now - last_emit >= EMIT_EVERY_S:
+                    self.progress.emit(rid, pending, snapshot(decoder.stats))
+                    pending, last_emit = [], now
+            if pending:
+                self.progress.emit(rid, pending, snapshot(decoder.stats))
+            stats = snapshot(decoder.stats)
+            stats["trimmed_messages"] = prompt.trimmed
+            self.finished.emit(rid, stats)
+        except Exception as exc:  # noqa: BLE001 - report, keep the worker alive
+            if pending:
+                self.progress.emit(rid, pending, snapshot(decoder.stats))
+            if not isinstance(exc, EngineError):
+                log.error("generation failed:\n%s", traceback.format_exc())
+            message = str(exc) if isinstance(exc, EngineError) else f"The engine failed: {type(exc).__name__}: {exc}"
+            self.failed.emit(rid, message, snapshot(decoder.stats))
+
+
+class EngineClient(QObject):
+    """GUI-side handle: starts the worker's thread and forwards requests to it as queued signals."""
+
+    _load = Signal(object)
+    _apply = Signal(object)
+    _generate = Signal(object)
+    _close = Signal()
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        # The worker runs Python between its native calls; hand the GIL back to the GUI thread quickly.
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
+        self.thread = QThread()
+        self.thread.setObjectName("engine")
+        self.worker = EngineWorker()
+        self.worker.moveToThread(self.thread)
+        self._load.connect(self.worker.load)
+        self._apply.connect(self.worker.apply_speculation)
+        self._generate.connect(self.worker.generate)
+        self._close.connect(self.worker.close)
+        self.thread.started.connect(self.worker.lower_priority)
+        self.current: GenerationRequest | None = None
+        self.worker.finished.connect(self._done)
+        self.worker.failed.connect(self._done)
+        app = QCoreApplication.instance()
+        if app is not None:
+            app.aboutToQuit.connect(self.shutdown)  # never leave the thread running at exit
+        self.thread.start()
+
+    def load(self, settings: DecoderSettings) -> None:
+        self._load.emit(settings)
+
+    def apply_speculation(self, settings: DecoderSettings) -> None:
+        self._apply.emit(settings)
+
+    def generate(self, request: GenerationRequest) -> GenerationRequest:
+        self.current = request
+        self._generate.emit(request)
+        return request
+
+    def stop(self) -> None:
+        if self.current is not None:
+            self.current.cancel.set()
+
+    def _done(self, rid: int, *_):
+        if self.current is not None and self.current.id == rid:
+            self.current = None
+
+    def shutdown(self, timeout_ms: int = 30000) -> bool:
+        """Stop any response, free the models on the worker, end the thread. True if it ended."""
+        self.stop()
+        if not self.thread.isRunning():
+            return True
+        self._close.emit()
+        return self.thread.wait(timeout_ms)

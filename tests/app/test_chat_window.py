@@ -1,0 +1,242 @@
+"""The chat window with the real embedded model: streaming, live stats, stop, regenerate, edit,
+saving, restoring, and the faults a user can run into."""
+import time
+from dataclasses import replace
+
+from PySide6.QtCore import Qt
+
+from app.store import ConversationStore, Message, default_path
+
+from conftest import PASSAGE  # noqa: E402 - tests/app/conftest.py
+
+
+def saved_messages(conversation_id):
+    store = ConversationStore(default_path())
+    try:
+        return store.messages(conversation_id)
+    finally:
+        store.close()
+
+
+def test_send_streams_text_with_live_stats_and_saves_them(make_window, qtbot, wait_response, test_settings):
+    window = make_window(replace(test_settings, max_tokens=40, color_drafts=True))
+    live = []  # (seconds, chars shown, stats line) at each batched update the window shows while streaming
+
+    def seen(*_):
+        w = window.view.widget_for(window.session.model.rowCount() - 1)
+        if w is not None and window.session.busy and w.stats.isVisible():
+            live.append((time.perf_counter(), len(w.text.toPlainText()), w.stats.text()))
+    window.session.model.dataChanged.connect(seen)
+
+    window.input.setPlainText(PASSAGE)
+    qtbot.keyClick(window.input, Qt.Key.Key_Return)
+    assert window.input.toPlainText() == ""  # Enter sent it
+    reply = wait_response(window)
+
+    assert reply.role == "assistant" and reply.status == "done"
+    assert "lighthouse" in reply.content  # greedy copying of the passage
+    assert len(live) >= 2 and live[0][1] < live[-1][1], "text should appear in several batches as it streams"
+    assert live[-1][0] - live[0][0] > 0.1
+    assert "tok/s" in live[-1][2] and "accepted" in live[-1][2]
+    stats = reply.stats
+    assert stats["generated"] >= 2 and stats["tokens_per_s"] > 0 and stats["ttft_s"] > 0
+    assert stats["method"] == "lookup" and stats["drafted"] > 0 and stats["accepted"] > 0
+    assert 0 < stats["acceptance_rate"] <= 1 and stats["mean_acceptance_length"] > 1
+    assert stats["memory_kind"] == "RAM" and stats["memory_bytes"] > 50e6 and stats["backend"] == "CPU"
+    assert reply.draft_spans  # accepted-draft characters are known, for the colour toggle
+
+    shown = window.view.widget_for(window.session.model.rowCount() - 1)
+    assert "lighthouse" in shown.text.toPlainText()
+    line = shown.stats.text()
+    for part in (f"{stats['tokens_per_s']:.1f} tok/s", f"TTFT {stats['ttft_s']:.2f} s",
+                 f"({stats['accepted']}/{stats['drafted']})", "prompt lookup", "RAM ", "CPU"):
+        assert part in line, (part, line)
+
+    saved = saved_messages(window.session.conversation_id)
+    assert [m.role for m in saved] == ["user", "assistant"]
+    assert saved[1].content == reply.content and saved[1].stats["drafted"] == stats["drafted"]
+    assert window.panel.model.rows[0].title.startswith("Passage: The lighthouse")
+
+
+def test_stop_mid_stream_keeps_the_text(make_window, qtbot, wait_response, test_settings):
+    window = make_window(replace(test_settings, max_tokens=400))
+    window.session.send(PASSAGE)
+    qtbot.waitUntil(lambda: len(window.session.model.items[-1].content) > 20, timeout=120_000)
+    assert window.send_button.text() == "Stop"
+    qtbot.mouseClick(window.send_button, Qt.MouseButton.LeftButton)
+    reply = wait_response(window, timeout=10_000)
+    assert reply.status == "stopped" and reply.stats["finish_reason"] == "cancelled"
+    assert 20 < len(reply.content) and reply.stats["generated"] < 400
+    assert window.send_button.text() == "Send"
+    assert "stopped by you" in window.view.widget_for(1).stats.text()
+    saved = saved_messages(window.session.conversation_id)[-1]
+    assert saved.status == "stopped" and saved.content == reply.content
+
+
+def test_regenerate_and_edit_last_message(make_window, qtbot, wait_response, test_settings):
+    window = make_window(replace(test_settings, max_tokens=12))
+    window.session.send("Name three colours.")
+    first = wait_response(window).content
+    widget = window.view.widget_for(1)
+    assert widget.regenerate_button.isVisible() and window.view.widget_for(0).edit_button.isVisible()
+    qtbot.mouseClick(widget.regenerate_button, Qt.MouseButton.LeftButton)
+    again = wait_response(window)
+    assert window.session.model.rowCount() == 2 and again.content == first  # greedy: same answer again
+
+    qtbot.mouseClick(window.view.widget_for(0).edit_button, Qt.MouseButton.LeftButton)
+    assert window.input.toPlainText() == "Name three colours." and window.edit_label.isVisible()
+    window.input.setPlainText("Name three animals.")
+    qtbot.keyClick(window.input, Qt.Key.Key_Return)
+    wait_response(window)
+    items = window.session.model.items
+    assert [m.role for m in items] == ["user", "assistant"] and items[0].content == "Name three animals."
+    saved = saved_messages(window.session.conversation_id)
+    assert [(m.role, m.content) for m in saved] == [(m.role, m.content) for m in items]
+
+
+def test_conversations_are_restored_after_a_restart(make_window, qtbot, wait_response, test_settings):
+    window = make_window(test_settings)
+    window.session.send("Hello there")
+    reply = wait_response(window)
+    window.new_chat()
+    window.session.send("Second chat")
+    wait_response(window)
+    window.close()
+
+    again = make_window(test_settings)
+    assert [c.title for c in again.panel.model.rows] == ["Second chat", "Hello there"]
+    assert again.panel.current_id() == again.session.conversation_id  # the newest is open
+    again.panel.list.setCurrentIndex(again.panel.model.index(1))
+    items = again.session.model.items
+    assert [(m.role, m.content) for m in items] == [("user", "Hello there"), ("assistant", reply.content)]
+    assert items[1].stats["tokens_per_s"] == reply.stats["tokens_per_s"]
+    assert f"{reply.stats['tokens_per_s']:.1f} tok/s" in again.view.widget_for(1).stats.text()
+
+
+def test_ui_thread_never_stalls_during_load_and_generation(make_window, qtbot, wait_response, test_settings):
+    """A 2 ms timer on the GUI thread; the longest gap between its ticks is the worst stall."""
+    from PySide6.QtCore import QTimer
+
+    gaps, last = [], [time.perf_counter()]
+
+    def tick():
+        now = time.perf_counter()
+        gaps.append(now - last[0])
+        last[0] = now
+    probe = QTimer(interval=2)
+    probe.timeout.connect(tick)
+    probe.start()
+    window = make_window(replace(test_settings, max_tokens=48, color_drafts=True))  # loading counts too
+    window.session.send(PASSAGE)
+    wait_response(window)
+    probe.stop()
+    worst = max(gaps[1:])
+    print(f"\nUI stall probe: {len(gaps)} ticks, worst gap {worst * 1000:.1f} ms, "
+          f"99th percentile {sorted(gaps)[int(len(gaps) * 0.99)] * 1000:.1f} ms")
+    assert worst < 0.050, f"the GUI thread was blocked for {worst * 1000:.0f} ms"
+
+
+def test_engine_failure_mid_stream_is_shown_and_text_kept(make_window, qtbot, wait_response, test_settings,
+                                                          monkeypatch):
+    window = make_window(replace(test_settings, max_tokens=40))
+    decoder = window.engine.worker.decoder
+    real = decoder.generate
+
+    def breaks_after_some_tokens(*args, **kwargs):  # a fault the real engine cannot be made to have
+        for i, delta in enumerate(real(*args, **kwargs)):
+            yield delta
+            if i == 3:
+                raise RuntimeError("simulated GPU fault")
+    monkeypatch.setattr(decoder, "generate", breaks_after_some_tokens)
+    window.session.send(PASSAGE)
+    reply = wait_response(window)
+    assert reply.status == "error" and "simulated GPU fault" in reply.notice
+    assert reply.content  # what arrived before the fault is kept
+    assert any("simulated GPU fault" in t for t in window.notices.texts())
+    saved = saved_messages(window.session.conversation_id)[-1]
+    assert saved.status == "error" and saved.content == reply.content
+    monkeypatch.setattr(decoder, "generate", real)
+    window.session.send("Still alive?")
+    assert wait_response(window).status == "done"
+
+
+def test_missing_or_corrupt_model_file_is_reported_and_recoverable(make_window, qtbot, wait_response,
+                                                                   test_settings, dirs):
+    window = make_window(replace(test_settings, model=str(dirs / "nowhere.gguf")), wait_loaded=False)
+    qtbot.waitUntil(lambda: window.model_label.text() == "No model loaded", timeout=30_000)
+    assert any("could not be loaded" in t for t in window.notices.texts())
+    window.session.send("hello")
+    reply = wait_response(window)
+    assert reply.status == "error" and "No model is loaded" in reply.notice
+
+    broken = dirs / "broken.gguf"
+    broken.write_bytes(b"GGUF" + b"\0" * 64)
+    with qtbot.waitSignal(window.modelFailed, timeout=30_000) as failed:
+        window.apply_settings(replace(window.settings, model=str(broken)))
+    assert "broken.gguf" in failed.args[0]
+    with qtbot.waitSignal(window.modelLoaded, timeout=120_000):
+        window.apply_settings(replace(window.settings, model="embedded"))
+    assert not any("could not be loaded" in t for t in window.notices.texts())
+    window.session.send("hello again")
+    assert wait_response(window).status == "done"
+
+
+def test_unusable_draft_turns_speculation_off_but_keeps_the_target(make_window, qtbot, wait_response,
+                                                                   test_settings, dirs):
+    bad = dirs / "draft.gguf"
+    bad.write_bytes(b"not a gguf at all")
+    window = make_window(replace(test_settings, method="draft", draft=str(bad)))
+    assert window.model_info["method"] == "none"
+    assert any("Speculation is off" in t for t in window.notices.texts())
+    window.session.send("hello")
+    reply = wait_response(window)
+    assert reply.status == "done" and reply.stats["method"] == "none"
+
+
+def test_speculation_changes_apply_without_reload(make_window, qtbot, wait_response, test_settings):
+    window = make_window(test_settings)
+    reloads = []
+    window.modelLoaded.connect(reloads.append)
+    with qtbot.waitSignal(window.engine.worker.speculationApplied, timeout=10_000) as applied:
+        window.apply_settings(replace(window.settings, speculation=False))
+    assert applied.args[0]["method"] == "none"
+    qtbot.waitUntil(lambda: window.spec_label.text() == "Speculation: off", timeout=5_000)
+    assert reloads == []
+    window.session.send("Hi")
+    assert wait_response(window).stats["method"] == "none"
+    with qtbot.waitSignal(window.modelLoaded, timeout=120_000) as loaded:
+        window.apply_settings(replace(window.settings, n_ctx=512))
+    assert loaded.args[0]["n_ctx"] == 512
+
+
+def test_context_overflow_trims_old_turns_or_refuses(make_window, qtbot, wait_response, test_settings):
+    store = ConversationStore(default_path())
+    cid = store.create_conversation("Long chat")
+    for i in range(12):
+        store.add_message(cid, Message(None, "user", f"Tell me fact number {i} about the sea. " * 3))
+        store.add_message(cid, Message(None, "assistant", f"Fact {i}: the sea is large and deep. " * 3))
+    store.close()
+    window = make_window(replace(test_settings, n_ctx=256, max_tokens=16))
+    assert window.session.conversation_id == cid
+    window.session.send("And one more?")
+    reply = wait_response(window)
+    assert reply.status == "done" and reply.stats["trimmed_messages"] >= 2
+    assert any("oldest messages" in t for t in window.notices.texts())
+    assert len(saved_messages(cid)) == 26  # trimmed from the prompt, never from the store
+
+    window.session.send("word " * 400)
+    reply = wait_response(window)
+    assert reply.status == "error" and "Shorten the message" in reply.notice
+
+
+def test_closing_while_generating_saves_the_partial_response(make_window, qtbot, test_settings):
+    window = make_window(replace(test_settings, max_tokens=400))
+    window.session.send(PASSAGE)
+    qtbot.waitUntil(lambda: len(window.session.model.items[-1].content) > 10, timeout=120_000)
+    cid = window.session.conversation_id
+    started = time.perf_counter()
+    window.close()
+    assert time.perf_counter() - started < 5
+    assert not window.engine.thread.isRunning()
+    saved = saved_messages(cid)[-1]
+    assert saved.status == "stopped" and len(saved.content) > 10

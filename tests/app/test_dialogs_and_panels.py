@@ -1,0 +1,150 @@
+"""The parts around the chat: the input box, the conversation list, the Settings dialog, the
+notices, and the hooks to the Models dialog and the Speculation lab."""
+import sys
+import types
+from dataclasses import replace
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QDialog, QMessageBox, QWidget
+
+from app.conversation_list import ConversationPanel
+from app.input_box import ChatInput
+from app.settings import AppSettings, load_settings
+from app.settings_dialog import SettingsDialog
+from app.store import Message, open_store
+
+
+def test_enter_sends_and_shift_enter_adds_a_line(qtbot):
+    box = ChatInput()
+    qtbot.addWidget(box)
+    sent = []
+    box.sendRequested.connect(lambda: sent.append(box.toPlainText()))
+    qtbot.keyClicks(box, "line one")
+    qtbot.keyClick(box, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    qtbot.keyClicks(box, "line two")
+    assert box.toPlainText() == "line one\nline two" and sent == []
+    qtbot.keyClick(box, Qt.Key.Key_Return)
+    assert sent == ["line one\nline two"]
+
+
+def test_conversation_list_search_rename_delete(qtbot, dirs):
+    store, _ = open_store()
+    a = store.create_conversation("Bread baking")
+    b = store.create_conversation("Kyoto trip")
+    store.add_message(a, Message(None, "user", "how long to proof sourdough"))
+    panel = ConversationPanel(store)
+    qtbot.addWidget(panel)
+    assert [r.title for r in panel.model.rows] == ["Bread baking", "Kyoto trip"]  # most recently active first
+    chosen = []
+    panel.conversationSelected.connect(chosen.append)
+    panel.list.setCurrentIndex(panel.model.index(1))
+    assert chosen == [b]
+
+    panel.search.setText("sourdough")
+    qtbot.waitUntil(lambda: [r.id for r in panel.model.rows] == [a], timeout=2000)
+    panel.search.clear()
+    qtbot.waitUntil(lambda: len(panel.model.rows) == 2, timeout=2000)
+
+    assert panel.model.setData(panel.model.index(panel.model.row_of(b)), "Japan, spring")
+    assert store.conversation(b).title == "Japan, spring"
+    assert not panel.model.setData(panel.model.index(0), "   ")  # an empty name is refused
+    deleted = []
+    panel.deleted.connect(deleted.append)
+    panel.delete(b, confirm=False)
+    assert deleted == [b] and [r.id for r in panel.model.rows] == [a] and store.conversation(b) is None
+
+
+def test_settings_dialog_round_trip_and_refuses_bad_input(qtbot, dirs):
+    original = AppSettings(temperature=0.4, seed=3, threads=4, method="lookup", window_geometry="abc")
+    dialog = SettingsDialog(original)
+    qtbot.addWidget(dialog)
+    assert dialog.collect() == original  # shows exactly what it was given
+    dialog.temperature.setValue(1.25)
+    dialog.max_draft.setValue(6)
+    dialog.seed.setText("")
+    dialog.threads.setValue(0)
+    dialog.system_prompt.setPlainText("Answer briefly.")
+    dialog.accept()
+    assert dialog.result() == QDialog.DialogCode.Accepted
+    got = dialog.result_settings
+    assert (got.temperature, got.max_draft, got.seed, got.threads, got.system_prompt, got.window_geometry) == \
+        (1.25, 6, None, None, "Answer briefly.", "abc")
+
+    bad = SettingsDialog(original)
+    qtbot.addWidget(bad)
+    bad.seed.setText("twelve")
+    bad.accept()
+    assert bad.result_settings is None and not bad.error.isHidden()  # the dialog stays open, saying why
+    assert "whole number" in bad.error.text()
+    bad.seed.setText("")
+    bad.method.setCurrentIndex(bad.method.findData("draft"))  # no draft model chosen
+    bad.accept()
+    assert bad.result_settings is None and "needs a draft model" in bad.error.text()
+    bad.draft.edit.setText(str(dirs / "missing-draft.gguf"))
+    bad.accept()
+    assert bad.result_settings is None and "does not exist" in bad.error.text()
+
+
+class FakeModelsDialog(QDialog):
+    modelsChosen = Signal(str, object)
+    made = []
+
+    def __init__(self, current_target, current_draft, parent=None):
+        super().__init__(parent)
+        FakeModelsDialog.made.append((current_target, current_draft))
+
+
+class FakeLab(QWidget):
+    applySettings = Signal(dict)
+
+
+def test_models_and_lab_hooks(make_window, qtbot, monkeypatch, dirs, test_settings):
+    window = make_window(test_settings)
+    monkeypatch.setitem(sys.modules, "app.models_dialog", types.SimpleNamespace(ModelsDialog=FakeModelsDialog))
+    monkeypatch.setitem(sys.modules, "app.lab_window", types.SimpleNamespace(LabWindow=FakeLab))
+
+    window.open_models_dialog()
+    assert FakeModelsDialog.made[-1] == ("embedded", None)
+    draft = dirs / "draft.gguf"
+    draft.write_bytes(b"not a model")
+    reloads = []
+    window.modelLoaded.connect(reloads.append)
+    with qtbot.waitSignal(window.engine.worker.speculationApplied, timeout=60_000):
+        window._models_dialog.modelsChosen.emit("embedded", str(draft))  # same target: no reload
+    assert reloads == []
+    assert (window.settings.draft, window.settings.method) == (str(draft), "draft")
+    assert load_settings()[0].draft == str(draft)  # saved
+    qtbot.waitUntil(lambda: any("Speculation is off" in t for t in window.notices.texts()), timeout=10_000)
+
+    window.open_lab()
+    with qtbot.waitSignal(window.engine.worker.speculationApplied, timeout=10_000):
+        window._lab.applySettings.emit({"method": "lookup", "max_draft": 8})
+    assert (window.settings.method, window.settings.max_draft, window.settings.speculation) == ("lookup", 8, True)
+    assert any("lab's recommendation" in t for t in window.notices.texts())
+    window._lab.applySettings.emit({"max_draft": 999})
+    assert window.settings.max_draft == 8
+    assert any("could not be applied" in t for t in window.notices.texts())
+
+
+def test_missing_models_dialog_or_lab_says_so(make_window, monkeypatch, test_settings):
+    window = make_window(test_settings)
+    monkeypatch.setitem(sys.modules, "app.models_dialog", None)  # import fails
+    monkeypatch.setitem(sys.modules, "app.lab_window", None)
+    warnings = []
+    monkeypatch.setattr(QMessageBox, "warning", lambda parent, title, text: warnings.append((title, text)))
+    window.open_models_dialog()
+    window.open_lab()
+    assert [t for t, _ in warnings] == ["Models", "Speculation lab"]
+    assert "could not be opened" in warnings[0][1] and window.isVisible()
+
+
+def test_settings_notices_are_shown_in_the_window(make_window, dirs, test_settings):
+    from app.settings import settings_path
+
+    settings_path().write_text("{broken")
+    settings, notices = load_settings()
+    window = make_window(replace(settings, **{k: getattr(test_settings, k) for k in ("n_ctx", "threads")}),
+                         notices=notices)
+    assert any("could not be read" in t for t in window.notices.texts())
+    assert any("built-in demo model" in t for t in window.notices.texts())  # first launch explains itself
+    assert window.notices.isVisible()

@@ -1,0 +1,114 @@
+"""The app as a user runs it, in child processes: killed with SIGKILL mid-response then reopened,
+and the --smoke-test command line."""
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from app.chat_session import title_from
+from app.settings import AppSettings, save_settings
+from app.store import ConversationStore, Message, default_path, open_store
+
+from conftest import PASSAGE  # noqa: E402 - tests/app/conftest.py
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def child_env(dirs):
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", SPECCHAT_CONFIG_DIR=str(dirs / "config"),
+               SPECCHAT_DATA_DIR=str(dirs / "data"))
+    env.pop("SPECCHAT_CACHE_DIR", None)
+    return env
+
+
+def newest_reply(db_path):
+    """(status, content) of the newest assistant message, read as another process would."""
+    db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=1)
+    try:
+        return db.execute("SELECT status, content FROM messages WHERE role='assistant' "
+                          "ORDER BY id DESC LIMIT 1").fetchone()
+    except sqlite3.OperationalError:  # the child has not created the tables yet
+        return None
+    finally:
+        db.close()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
+def test_kill_9_mid_response_loses_nothing_saved(dirs, model_file, make_window, qtbot):
+    store, _ = open_store()
+    earlier = store.create_conversation("Earlier chat")
+    store.add_message(earlier, Message(None, "user", "An earlier question"))
+    store.add_message(earlier, Message(None, "assistant", "An earlier answer", stats={"tokens_per_s": 9.5}))
+    store.close()
+    save_settings(AppSettings(temperature=0.0, max_tokens=400, n_ctx=1024, threads=2))
+
+    child = subprocess.Popen([sys.executable, "-m", "app", "--send", PASSAGE], cwd=ROOT, env=child_env(dirs),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    seen, seen_at = "", None
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            assert child.poll() is None, child.stderr.read().decode()[-2000:]
+            row = newest_reply(default_path())
+            if row and row[0] == "streaming" and len(row[1]) > len(seen):
+                seen, seen_at = row[1], seen_at or time.monotonic()
+            if len(seen) >= 60 and time.monotonic() - seen_at > 1.0:  # saved more than once while streaming
+                break
+            time.sleep(0.1)
+        assert len(seen) >= 60, "the response was not saved while streaming"
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(10)
+        child.stderr.close()
+    assert child.returncode == -signal.SIGKILL
+
+    store, notices = open_store()
+    assert "cut off" in notices[0]
+    conversations = store.conversations()
+    assert {c.title for c in conversations} == {"Earlier chat", title_from(PASSAGE)}
+    assert [(m.role, m.content) for m in store.messages(earlier)] == [("user", "An earlier question"),
+                                                                     ("assistant", "An earlier answer")]
+    killed = next(c.id for c in conversations if c.id != earlier)
+    user, reply = store.messages(killed)
+    assert user.content == PASSAGE
+    assert reply.status == "interrupted" and reply.content.startswith(seen)  # nothing saved was lost
+    assert reply.stats and reply.stats["generated"] > 0
+    store.close()
+
+    window = make_window(replace(AppSettings(), temperature=0.0, max_tokens=16, n_ctx=1024, threads=2))
+    assert window.session.conversation_id == killed
+    shown = window.view.widget_for(1)
+    assert shown.status.text().startswith("interrupted") and shown.text.toPlainText().strip()
+
+
+def test_smoke_test_prints_real_stats(dirs, model_file):
+    result = subprocess.run([sys.executable, "-m", "app", "--smoke-test"], cwd=ROOT, env=child_env(dirs),
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    stats = json.loads(result.stdout.strip().splitlines()[-1])
+    print("\nsmoke test:", json.dumps(stats))
+    assert stats["tokens_per_s"] > 0 and stats["ttft_s"] > 0
+    assert stats["drafted"] > 0 and 0 <= stats["accepted"] <= stats["drafted"]
+    assert stats["acceptance_rate"] == pytest.approx(stats["accepted"] / stats["drafted"])
+    assert stats["mean_acceptance_length"] >= 1
+    assert stats["memory_bytes"] > 50e6 and stats["memory_kind"] == "RAM" and stats["backend"] == "CPU"
+    assert stats["method"] == "lookup"
+    assert not (dirs / "config" / "settings.json").exists()  # the smoke test leaves the user's files alone
+
+
+def test_smoke_test_fails_loudly(dirs):
+    env = dict(child_env(dirs), SPECCHAT_CACHE_DIR="/dev/null/not-a-dir")  # the embedded model cannot be placed
+    result = subprocess.run([sys.executable, "-m", "app", "--smoke-test", "--timeout", "120"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert "smoke test failed" in result.stderr and result.stdout.strip() == ""

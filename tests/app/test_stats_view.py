@@ -1,0 +1,44 @@
+"""The figures under a response: measured values formatted, n/a where missing, labelled memory."""
+from app.stats_view import StatsBar, stat_items
+
+
+def texts(stats):
+    return {key: text for key, text, _ in stat_items(stats)}
+
+
+def test_all_figures_shown():
+    t = texts({"tokens_per_s": 41.26, "ttft_s": 0.2049, "drafted": 40, "accepted": 30, "acceptance_rate": 0.75,
+               "mean_acceptance_length": 2.5, "method": "draft", "memory_label": "VRAM 1.20 GiB",
+               "backend": "CUDA", "finish_reason": "cancelled"})
+    assert t["speed"] == "41.3 tok/s"
+    assert t["ttft"] == "TTFT 0.20 s"
+    assert t["acceptance"] == "accepted 75% (30/40)"
+    assert t["mean_length"] == "2.50 tok/step"
+    assert t["method"] == "draft model"
+    assert t["memory"] == "VRAM 1.20 GiB" and t["backend"] == "CUDA"
+    assert t["finish"] == "stopped by you"
+
+
+def test_unmeasured_figures_are_na():
+    t = texts({"method": "lookup", "drafted": 0, "accepted": 0, "memory_kind": "RAM"})
+    assert t["speed"] == "n/a tok/s" and t["ttft"] == "TTFT n/a"
+    assert t["acceptance"] == "accepted n/a% (0/0)"
+    assert t["mean_length"] == "n/a tok/step"
+    assert t["memory"] == "RAM n/a" and t["backend"] == "n/a"
+
+
+def test_no_speculation_hides_acceptance_and_paused_is_said():
+    t = texts({"method": "none", "tokens_per_s": 10.0})
+    assert "acceptance" not in t and t["method"] == "no speculation"
+    assert "paused" in texts({"method": "lookup", "speculation_paused": True})["method"]
+
+
+def test_stats_bar_shows_text_and_sparkline(qtbot):
+    bar = StatsBar()
+    qtbot.addWidget(bar)
+    bar.set_stats({"tokens_per_s": 12.0, "method": "lookup", "rate_history": [[0.1, 5], [0.4, 9], [0.9, 12]]})
+    bar.show()
+    assert "12.0 tok/s" in bar.label.text()
+    assert bar.sparkline.isVisible() and len(bar.sparkline.points) == 3
+    bar.set_stats({"tokens_per_s": 12.0}, show_sparkline=False)
+    assert not bar.sparkline.isVisible()
