@@ -33,6 +33,7 @@ EMBEDDED_NOTICE = (
 class MainWindow(QMainWindow):
     modelLoaded = Signal(object)  # model info dict
     modelFailed = Signal(str)
+    speculationChanged = Signal(object)  # {"method", "draft_name", ...} once the engine applied it
 
     def __init__(self, settings: AppSettings, store: ConversationStore, notices: list[str] = (), parent=None):
         super().__init__(parent)
@@ -60,6 +61,7 @@ class MainWindow(QMainWindow):
         self.send_button.setDefault(True)
         self.send_button.setMinimumWidth(90)
         self.edit_label = QLabel("Editing your last message: Enter resends it, Esc cancels.")
+        self.input.setToolTip("Enter sends, Shift+Enter starts a new line, Esc stops a response being written.")
         self.edit_label.hide()
         self.color_toggle = QCheckBox("Colour accepted draft tokens")
         self.color_toggle.setToolTip("Highlight the text that came from drafts the target model accepted.")
@@ -106,7 +108,7 @@ class MainWindow(QMainWindow):
 
         # --- wiring ---
         self.input.sendRequested.connect(self.send_or_stop)
-        self.input.cancelRequested.connect(self.cancel_edit)
+        self.input.cancelRequested.connect(self.escape)
         self.send_button.clicked.connect(self.send_or_stop)
         self.view.editRequested.connect(self.start_edit)
         self.view.regenerateRequested.connect(lambda _m: self.session.regenerate())
@@ -182,6 +184,13 @@ class MainWindow(QMainWindow):
         sent = self.session.resend_edited(text) if self.editing else self.session.send(text)
         if sent:
             self.input.clear()
+            self.cancel_edit()
+
+    def escape(self) -> None:
+        """Esc: stop the response being written, or leave editing."""
+        if self.session.busy:
+            self.session.stop()
+        else:
             self.cancel_edit()
 
     def start_edit(self, message) -> None:
@@ -291,6 +300,7 @@ class MainWindow(QMainWindow):
         self.spec_label.setText(text)
         if self.model_info is not None:
             self.model_info.update(method=method, draft_name=info.get("draft_name"))
+        self.speculationChanged.emit(info)
 
     def apply_settings(self, new: AppSettings) -> None:
         """Save new settings and apply them: reload the model, or change speculation, as needed."""
@@ -318,6 +328,10 @@ class MainWindow(QMainWindow):
             self.apply_settings(dialog.result_settings)
 
     def open_models_dialog(self) -> None:
+        if self._models_dialog is not None and self._models_dialog.isVisible():
+            self._models_dialog.raise_()  # it may be downloading: never open a second one
+            self._models_dialog.activateWindow()
+            return
         try:
             from .models_dialog import ModelsDialog
             dialog = ModelsDialog(self.settings.model, self.settings.draft, self)

@@ -83,6 +83,7 @@ class MessageBody(QWidget):
                 self.column.addWidget(self.chunks[i])
             if self.keys[i] != key:
                 self.chunks[i].set_content(source[start:end], part_spans, color_drafts, markdown)
+                self.chunks[i].setVisible(bool(source[start:end].strip()) or len(pieces) == 1)
                 self.keys[i] = key
         for extra in self.chunks[max(len(pieces), 1):]:
             extra.deleteLater()
@@ -149,7 +150,7 @@ class MessageWidget(QFrame):
         return b
 
     def _copy(self) -> None:
-        QGuiApplication.clipboard().setText(self.message.content)
+        QGuiApplication.clipboard().setText(self.message.content.strip())
 
     def refresh(self, color_drafts: bool, show_sparkline: bool) -> None:
         m = self.message

@@ -40,12 +40,12 @@ class ModelPicker(QWidget):
 
     def value(self) -> str | None:
         text = self.edit.text().strip()
-        if not text or text == EMBEDDED:
+        if not text:
             return EMBEDDED if self.allow_embedded else None
-        return text
+        return text  # a path, or "embedded" (the demo model also serves as a draft, for trying things out)
 
     def set_value(self, value: str | None) -> None:
-        self.edit.setText("" if value in (None, EMBEDDED) else value)
+        self.edit.setText("" if value is None or (value == EMBEDDED and self.allow_embedded) else value)
 
 
 class SettingsDialog(QDialog):

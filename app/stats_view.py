@@ -33,7 +33,7 @@ def stat_items(stats: dict) -> list[tuple[str, str, str]]:
     ]
     if method != "none" or drafted:
         items += [
-            ("acceptance", f"accepted {_num(None if rate is None else rate * 100, '.0f')}%"
+            ("acceptance", ("accepted n/a" if rate is None else f"accepted {rate * 100:.0f}%")
                            + (f" ({accepted}/{drafted})" if drafted is not None else ""),
              "Acceptance rate: drafted tokens the target model kept ÷ drafted tokens it verified."),
             ("mean_length", f"{_num(stats.get('mean_acceptance_length'), '.2f')} tok/step",

@@ -197,7 +197,7 @@ def test_speculation_changes_apply_without_reload(make_window, qtbot, wait_respo
     window = make_window(test_settings)
     reloads = []
     window.modelLoaded.connect(reloads.append)
-    with qtbot.waitSignal(window.engine.worker.speculationApplied, timeout=10_000) as applied:
+    with qtbot.waitSignal(window.speculationChanged, timeout=10_000) as applied:
         window.apply_settings(replace(window.settings, speculation=False))
     assert applied.args[0]["method"] == "none"
     qtbot.waitUntil(lambda: window.spec_label.text() == "Speculation: off", timeout=5_000)
@@ -240,3 +240,14 @@ def test_closing_while_generating_saves_the_partial_response(make_window, qtbot,
     assert not window.engine.thread.isRunning()
     saved = saved_messages(cid)[-1]
     assert saved.status == "stopped" and len(saved.content) > 10
+
+
+def test_draft_model_method_with_the_embedded_model_as_its_own_draft(make_window, wait_response, test_settings):
+    window = make_window(replace(test_settings, method="draft", draft="embedded", max_tokens=40))
+    assert window.model_info["method"] == "draft" and window.spec_label.text().startswith("Speculation: draft model")
+    window.session.send(PASSAGE)
+    stats = wait_response(window).stats
+    assert stats["method"] == "draft"
+    if stats["drafted"]:  # the cost model may keep a costly draft paused on a slow machine
+        assert stats["acceptance_rate"] > 0.9  # a model drafting for itself is (almost) always right
+    assert "draft model" in window.view.widget_for(1).stats.text()

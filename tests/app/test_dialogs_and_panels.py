@@ -109,7 +109,7 @@ def test_models_and_lab_hooks(make_window, qtbot, monkeypatch, dirs, test_settin
     draft.write_bytes(b"not a model")
     reloads = []
     window.modelLoaded.connect(reloads.append)
-    with qtbot.waitSignal(window.engine.worker.speculationApplied, timeout=60_000):
+    with qtbot.waitSignal(window.speculationChanged, timeout=60_000):
         window._models_dialog.modelsChosen.emit("embedded", str(draft))  # same target: no reload
     assert reloads == []
     assert (window.settings.draft, window.settings.method) == (str(draft), "draft")
@@ -117,7 +117,7 @@ def test_models_and_lab_hooks(make_window, qtbot, monkeypatch, dirs, test_settin
     qtbot.waitUntil(lambda: any("Speculation is off" in t for t in window.notices.texts()), timeout=10_000)
 
     window.open_lab()
-    with qtbot.waitSignal(window.engine.worker.speculationApplied, timeout=10_000):
+    with qtbot.waitSignal(window.speculationChanged, timeout=10_000):
         window._lab.applySettings.emit({"method": "lookup", "max_draft": 8})
     assert (window.settings.method, window.settings.max_draft, window.settings.speculation) == ("lookup", 8, True)
     assert any("lab's recommendation" in t for t in window.notices.texts())
