@@ -107,7 +107,7 @@ class MainWindow(QMainWindow):
         self._build_menus()
 
         # --- wiring ---
-        self.input.sendRequested.connect(self.send_or_stop)
+        self.input.sendRequested.connect(self.send_message)  # Enter never stops a response: only Stop/Esc do
         self.input.cancelRequested.connect(self.escape)
         self.send_button.clicked.connect(self.send_or_stop)
         self.view.editRequested.connect(self.start_edit)
@@ -177,6 +177,12 @@ class MainWindow(QMainWindow):
     def send_or_stop(self) -> None:
         if self.session.busy:
             self.session.stop()
+        else:
+            self.send_message()
+
+    def send_message(self) -> None:
+        if self.session.busy:
+            self.statusBar().showMessage("A response is being written: wait for it, or press Esc to stop it.", 4000)
             return
         text = self.input.toPlainText()
         if not text.strip():
@@ -209,6 +215,7 @@ class MainWindow(QMainWindow):
     def new_chat(self) -> None:
         self.cancel_edit()
         self.session.new_conversation()
+        self._update_title()
         self.panel.list.clearSelection()
         self.panel.list.setCurrentIndex(self.panel.model.index(-1))
         self.input.setFocus()
@@ -216,6 +223,12 @@ class MainWindow(QMainWindow):
     def open_conversation(self, conversation_id: int) -> None:
         self.cancel_edit()
         self.session.open(conversation_id)
+        self._update_title()
+
+    def _update_title(self) -> None:
+        cid = self.session.conversation_id
+        conv = self.store.conversation(cid) if cid is not None else None
+        self.setWindowTitle(f"{conv.title} — SpecChat" if conv else "SpecChat")
 
     def _conversations_changed(self, conversation_id: int) -> None:
         self._changed_conversation = conversation_id
@@ -224,6 +237,7 @@ class MainWindow(QMainWindow):
     def _refresh_list(self) -> None:
         current = self.session.conversation_id
         self.panel.reload(current if current is not None else self._changed_conversation)
+        self._update_title()
 
     def _busy_changed(self, busy: bool) -> None:
         self.view.set_busy(busy)

@@ -17,7 +17,7 @@ from .render import render, spans_within, split_blocks
 from .stats_view import StatsBar
 from .store import Message
 
-PAGE = 40
+PAGE = 24
 STATUS_TEXT = {"streaming": "writing…", "stopped": "stopped", "error": "failed",
                "interrupted": "interrupted: the app closed while this was being written"}
 
@@ -33,8 +33,10 @@ class MessageText(QTextBrowser):
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        palette = self.palette()  # see-through, so the message's own background shows (a palette is far
+        palette.setColor(QPalette.ColorRole.Base, Qt.GlobalColor.transparent)  # cheaper than a stylesheet)
+        self.setPalette(palette)
         self.viewport().setAutoFillBackground(False)
-        self.setStyleSheet("QTextBrowser { background: transparent; }")
         self.document().setDocumentMargin(2)
         self.setFixedHeight(24)
 
@@ -221,6 +223,7 @@ class ChatView(QScrollArea):
     # --- model → widgets ----------------------------------------------------------------------
     def _reset(self) -> None:
         for w in self.widgets:
+            w.hide()
             w.deleteLater()
         self.widgets = []
         n = self.model.rowCount()
@@ -240,6 +243,7 @@ class ChatView(QScrollArea):
     def _removed(self, _parent: QModelIndex, first: int, last: int) -> None:
         lo, hi = max(first - self.first_row, 0), last - self.first_row + 1
         for w in self.widgets[lo:hi]:
+            w.hide()
             w.deleteLater()
         del self.widgets[lo:hi]
         self.first_row = min(self.first_row, self.model.rowCount())

@@ -55,6 +55,9 @@ class NoticeArea(QWidget):
     def show_notice(self, text: str, level: str = "info", key: str = "") -> Notice:
         if key:
             self.clear(key)
+        for shown in self.notices:
+            if shown.label.text() == text and shown.level == level:
+                return shown  # the same message again (e.g. trimming on every turn): once is enough
         notice = Notice(text, level, key)
         notice.closed.connect(lambda n=notice: self._forget(n))
         self.notices.append(notice)

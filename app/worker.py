@@ -248,8 +248,10 @@ class EngineClient(QObject):
         if self.current is not None and self.current.id == rid:
             self.current = None
 
-    def shutdown(self, timeout_ms: int = 30000) -> bool:
-        """Stop any response, free the models on the worker, end the thread. True if it ended."""
+    def shutdown(self, timeout_ms: int = 120_000) -> bool:
+        """Stop any response, free the models on the worker, end the thread. True if it ended.
+
+        A response stops within one step; a model load cannot be interrupted, so this may wait for it."""
         self.stop()
         if not self.thread.isRunning():
             return True

@@ -63,12 +63,16 @@ def test_stop_mid_stream_keeps_the_text(make_window, qtbot, wait_response, test_
     window.session.send(PASSAGE)
     qtbot.waitUntil(lambda: len(window.session.model.items[-1].content) > 20, timeout=120_000)
     assert window.send_button.text() == "Stop"
+    window.input.setPlainText("my next question")
+    qtbot.keyClick(window.input, Qt.Key.Key_Return)  # Enter while writing neither stops nor sends
+    assert window.session.busy and window.input.toPlainText() == "my next question"
     qtbot.mouseClick(window.send_button, Qt.MouseButton.LeftButton)
     reply = wait_response(window, timeout=10_000)
     assert reply.status == "stopped" and reply.stats["finish_reason"] == "cancelled"
     assert 20 < len(reply.content) and reply.stats["generated"] < 400
     assert window.send_button.text() == "Send"
     assert "stopped by you" in window.view.widget_for(1).stats.text()
+    assert window.windowTitle() == window.panel.model.rows[0].title + " — SpecChat"
     saved = saved_messages(window.session.conversation_id)[-1]
     assert saved.status == "stopped" and saved.content == reply.content
 

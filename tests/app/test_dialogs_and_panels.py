@@ -148,3 +148,32 @@ def test_settings_notices_are_shown_in_the_window(make_window, dirs, test_settin
     assert any("could not be read" in t for t in window.notices.texts())
     assert any("built-in demo model" in t for t in window.notices.texts())  # first launch explains itself
     assert window.notices.isVisible()
+
+
+def test_long_conversation_opens_a_page_at_a_time(qtbot):
+    import time
+
+    from app.chat_model import ChatModel
+    from app.message_view import PAGE, ChatView
+
+    model = ChatModel()
+    view = ChatView()
+    qtbot.addWidget(view)
+    view.setModel(model)
+    view.resize(800, 600)
+    view.show()
+    answer = "Some **markdown** with `code`.\n\n```python\nprint('hi')\n```\n\n- a\n- b\n"
+    messages = [Message(i, "user" if i % 2 == 0 else "assistant", f"message {i}\n\n" + answer,
+                        stats={"tokens_per_s": 10.0 + i, "method": "lookup"}) for i in range(300)]
+    started = time.perf_counter()
+    model.set_messages(messages)
+    opened = time.perf_counter() - started
+    print(f"\nopening 300 messages took {opened * 1000:.0f} ms ({PAGE} rendered)")
+    assert len(view.widgets) == PAGE and view.more_button.isVisible()
+    assert view.widget_for(299).stats.text().startswith("309.0 tok/s")
+    qtbot.waitUntil(lambda: view.verticalScrollBar().value() == view.verticalScrollBar().maximum() > 0)
+    qtbot.mouseClick(view.more_button, Qt.MouseButton.LeftButton)
+    assert len(view.widgets) == 2 * PAGE and view.first_row == 300 - 2 * PAGE
+    assert f"message {300 - 2 * PAGE}" in view.widget_for(300 - 2 * PAGE).text.toPlainText()
+    model.remove_from(298)
+    assert len(view.widgets) == 2 * PAGE - 2 and view.widget_for(298) is None
