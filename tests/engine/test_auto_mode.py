@@ -1,0 +1,109 @@
+"""The chat's adaptive mode (SpeculativeDecoder, prompt lookup, adaptive on) with the real model:
+speculation stays on while an answer copies its prompt, backs off on open-ended text, and the live
+stats say when it changed."""
+from dataclasses import dataclass
+
+import pytest
+
+from engine.bench import read_prompts
+from engine.draft_policy import DraftLengthPolicy, SpeculationConfig
+from engine.generate import SpeculativeDecoder
+from engine.paths import resources_dir
+from engine.proposers.lookup import LookupProposer
+from engine.sampling import SamplingParams
+
+GREEDY = SamplingParams(temperature=0.0)
+TOKENS = 48
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The live stats as the chat's stats panel sees them after each delta."""
+
+    generated: int
+    paused: bool
+    speculative_steps: int
+    verify_steps: int
+
+
+def prompt(set_name: str, prompt_id: str) -> str:
+    items = read_prompts(resources_dir() / "prompts" / f"{set_name}.jsonl")
+    return next(p["prompt"] for p in items if p["id"] == prompt_id)
+
+
+def answer(decoder: SpeculativeDecoder, text: str, tokens: int = TOKENS) -> list[Snapshot]:
+    trace = []
+    for _ in decoder.generate(decoder.target.tokenize(text), GREEDY, max_tokens=tokens, ignore_eos=True):
+        s = decoder.stats
+        trace.append(Snapshot(s.generated, s.speculation_paused, s.speculative_steps, s.verify_steps))
+    return trace
+
+
+def paused_from(trace: list[Snapshot]) -> int | None:
+    """Tokens generated when speculation went off for the rest of the answer (None: it did not)."""
+    if not trace[-1].paused:
+        return None
+    i = len(trace) - 1
+    while i > 0 and trace[i - 1].paused:
+        i -= 1
+    return trace[i].generated
+
+
+# Cost of one target step by rows verified (logits on every row), as a multiple of a 1-row step, on
+# this 2-core CPU: DESIGN.md's measurements, plus 2 rows measured at 2.0x for this test. The policy
+# sees these instead of live timings, so its decisions do not depend on what else the machine runs;
+# the acceptance it reacts to is the real model's.
+STEP_COST = {1: 1.0, 2: 2.0, 3: 2.1, 5: 3.5, 9: 5.1, 17: 6.6, 33: 10.3}
+ONE_ROW_S = 0.0137
+
+
+def pinned_step_seconds(rows: int) -> float:
+    known = sorted(STEP_COST.items())
+    for (r0, c0), (r1, c1) in zip(known, known[1:]):
+        if rows <= r1:
+            return ONE_ROW_S * (c0 + (c1 - c0) * (rows - r0) / (r1 - r0))
+    return ONE_ROW_S * known[-1][1]
+
+
+@pytest.fixture
+def adaptive_lookup(target, monkeypatch):
+    record_step = DraftLengthPolicy.record_step
+    monkeypatch.setattr(DraftLengthPolicy, "record_step",
+                        lambda self, rows, seconds: record_step(self, rows, pinned_step_seconds(rows)))
+    return SpeculativeDecoder(target, LookupProposer(), SpeculationConfig(max_draft=8, adaptive=True))
+
+
+# Fails as draft_policy.py stands: the first speculative step verifies 2 rows, which cost 2x a 1-row
+# step here (the 262k-token head is paid per row), and step_seconds() extrapolates that local slope to
+# every longer draft (9 rows: 5.1x measured, 9x extrapolated), so speculation never pays again and is
+# never re-measured. Bounding the extrapolated slope by PRIOR_ROW_COST makes it pass. strict: once the
+# policy is fixed this XPASSes, and the marker must go.
+@pytest.mark.xfail(strict=True, reason="draft policy extrapolates the 2-row step cost to long drafts")
+def test_speculation_stays_on_while_the_answer_copies_the_prompt(adaptive_lookup):
+    trace = answer(adaptive_lookup, prompt("grounded", "copy-passage"))
+    stats = adaptive_lookup.stats
+    assert stats.generated == TOKENS
+    on_at = next((t.generated for t in trace if t.speculative_steps), None)
+    assert on_at is not None and on_at <= 16, trace  # earned in the shadow within a few tokens
+    assert paused_from(trace) is None, trace  # and still on at the end
+    assert stats.accepted >= 0.4 * stats.generated  # much of the answer came from accepted drafts
+    assert stats.verify_steps <= 0.6 * stats.generated  # so the target ran far fewer steps than tokens
+
+
+def test_speculation_stays_off_on_open_text_and_the_stats_say_so(adaptive_lookup):
+    trace = answer(adaptive_lookup, prompt("open", "travel"))
+    stats = adaptive_lookup.stats
+    off_at = paused_from(trace)
+    assert off_at is not None and off_at <= 8, trace  # lookup's guesses never earned speculation
+    assert stats.speculation_paused
+    assert stats.speculative_steps <= 0.25 * stats.verify_steps, (stats.speculative_steps, stats.verify_steps)
+
+
+def test_speculation_backs_off_when_the_conversation_turns_open(adaptive_lookup):
+    """The policy is kept across responses (as in the chat): after a copying answer, open-ended text
+    must turn speculation off before the answer ends, and keep it off."""
+    answer(adaptive_lookup, prompt("grounded", "copy-passage"))
+    trace = answer(adaptive_lookup, prompt("open", "travel"))
+    off_at = paused_from(trace)
+    assert off_at is not None and off_at <= TOKENS - 16, trace
+    assert adaptive_lookup.stats.speculation_paused
