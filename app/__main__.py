@@ -12,6 +12,7 @@ import argparse
 import logging
 import logging.handlers
 import os
+import shutil
 import sys
 import tempfile
 import traceback
@@ -76,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         from .smoke import SmokeTest
         smoke = SmokeTest(window, args.timeout)  # noqa: F841 - kept alive until exit
         code = app.exec()
+        shutil.rmtree(scratch, ignore_errors=True)
         return code
     if args.send:
         window.new_chat()

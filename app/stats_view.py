@@ -58,6 +58,24 @@ def stat_items(stats: dict) -> list[tuple[str, str, str]]:
     return items
 
 
+def detail_lines(stats: dict) -> list[str]:
+    """The fuller picture, for the tooltip: counts, prompt reuse, per-position acceptance."""
+    lines = []
+    if stats.get("generated") is not None:
+        lines.append(f"Generated {stats['generated']} tokens in {stats.get('verify_steps') or 0} target steps.")
+    if stats.get("prompt_tokens"):
+        lines.append(f"Prompt: {stats['prompt_tokens']} tokens, {stats.get('reused_prompt_tokens') or 0} of them "
+                     "reused from the previous turn's cache.")
+    per_position = stats.get("per_position_acceptance") or []
+    if per_position:
+        shown = ", ".join(f"{p * 100:.0f}%" for p in per_position[:8]) + (" …" if len(per_position) > 8 else "")
+        lines.append(f"Acceptance by draft position: {shown}.")
+    share = stats.get("draft_time_share")
+    if share is not None and stats.get("method") not in (None, "none"):
+        lines.append(f"Time spent drafting: {share * 100:.0f}% of decoding.")
+    return lines
+
+
 class Sparkline(QWidget):
     """Tokens/sec over the response's lifetime, as a small line."""
 
@@ -112,7 +130,8 @@ class StatsBar(QWidget):
     def set_stats(self, stats: dict | None, show_sparkline: bool = True) -> None:
         self.items = stat_items(stats or {})
         self.label.setText(self.text())
-        self.label.setToolTip("\n".join(f"{text}: {tip}" for _, text, tip in self.items))
+        self.label.setToolTip("\n".join([f"{text}: {tip}" for _, text, tip in self.items]
+                                         + [""] + detail_lines(stats or {})).strip())
         self.sparkline.set_points((stats or {}).get("rate_history"))
         self.sparkline.setVisible(show_sparkline and len(self.sparkline.points) >= 2)
 

@@ -25,7 +25,7 @@ def dirs(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def test_settings():
+def quick_settings():
     from app.settings import AppSettings
 
     return AppSettings(temperature=0.0, max_tokens=24, n_ctx=1024, threads=2)

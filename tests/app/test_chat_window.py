@@ -18,8 +18,8 @@ def saved_messages(conversation_id):
         store.close()
 
 
-def test_send_streams_text_with_live_stats_and_saves_them(make_window, qtbot, wait_response, test_settings):
-    window = make_window(replace(test_settings, max_tokens=40, color_drafts=True))
+def test_send_streams_text_with_live_stats_and_saves_them(make_window, qtbot, wait_response, quick_settings):
+    window = make_window(replace(quick_settings, max_tokens=40, color_drafts=True))
     live = []  # (seconds, chars shown, stats line) at each batched update the window shows while streaming
 
     def seen(*_):
@@ -58,8 +58,8 @@ def test_send_streams_text_with_live_stats_and_saves_them(make_window, qtbot, wa
     assert window.panel.model.rows[0].title.startswith("Passage: The lighthouse")
 
 
-def test_stop_mid_stream_keeps_the_text(make_window, qtbot, wait_response, test_settings):
-    window = make_window(replace(test_settings, max_tokens=400))
+def test_stop_mid_stream_keeps_the_text(make_window, qtbot, wait_response, quick_settings):
+    window = make_window(replace(quick_settings, max_tokens=400))
     window.session.send(PASSAGE)
     qtbot.waitUntil(lambda: len(window.session.model.items[-1].content) > 20, timeout=120_000)
     assert window.send_button.text() == "Stop"
@@ -77,8 +77,8 @@ def test_stop_mid_stream_keeps_the_text(make_window, qtbot, wait_response, test_
     assert saved.status == "stopped" and saved.content == reply.content
 
 
-def test_regenerate_and_edit_last_message(make_window, qtbot, wait_response, test_settings):
-    window = make_window(replace(test_settings, max_tokens=12))
+def test_regenerate_and_edit_last_message(make_window, qtbot, wait_response, quick_settings):
+    window = make_window(replace(quick_settings, max_tokens=12))
     window.session.send("Name three colours.")
     first = wait_response(window).content
     widget = window.view.widget_for(1)
@@ -98,8 +98,8 @@ def test_regenerate_and_edit_last_message(make_window, qtbot, wait_response, tes
     assert [(m.role, m.content) for m in saved] == [(m.role, m.content) for m in items]
 
 
-def test_conversations_are_restored_after_a_restart(make_window, qtbot, wait_response, test_settings):
-    window = make_window(test_settings)
+def test_conversations_are_restored_after_a_restart(make_window, qtbot, wait_response, quick_settings):
+    window = make_window(quick_settings)
     window.session.send("Hello there")
     reply = wait_response(window)
     window.new_chat()
@@ -107,7 +107,7 @@ def test_conversations_are_restored_after_a_restart(make_window, qtbot, wait_res
     wait_response(window)
     window.close()
 
-    again = make_window(test_settings)
+    again = make_window(quick_settings)
     assert [c.title for c in again.panel.model.rows] == ["Second chat", "Hello there"]
     assert again.panel.current_id() == again.session.conversation_id  # the newest is open
     again.panel.list.setCurrentIndex(again.panel.model.index(1))
@@ -117,7 +117,7 @@ def test_conversations_are_restored_after_a_restart(make_window, qtbot, wait_res
     assert f"{reply.stats['tokens_per_s']:.1f} tok/s" in again.view.widget_for(1).stats.text()
 
 
-def test_ui_thread_never_stalls_during_load_and_generation(make_window, qtbot, wait_response, test_settings):
+def test_ui_thread_never_stalls_during_load_and_generation(make_window, qtbot, wait_response, quick_settings):
     """A 2 ms timer on the GUI thread; the longest gap between its ticks is the worst stall."""
     from PySide6.QtCore import QTimer
 
@@ -130,7 +130,7 @@ def test_ui_thread_never_stalls_during_load_and_generation(make_window, qtbot, w
     probe = QTimer(interval=2)
     probe.timeout.connect(tick)
     probe.start()
-    window = make_window(replace(test_settings, max_tokens=48, color_drafts=True))  # loading counts too
+    window = make_window(replace(quick_settings, max_tokens=48, color_drafts=True))  # loading counts too
     window.session.send(PASSAGE)
     wait_response(window)
     probe.stop()
@@ -140,9 +140,9 @@ def test_ui_thread_never_stalls_during_load_and_generation(make_window, qtbot, w
     assert worst < 0.050, f"the GUI thread was blocked for {worst * 1000:.0f} ms"
 
 
-def test_engine_failure_mid_stream_is_shown_and_text_kept(make_window, qtbot, wait_response, test_settings,
+def test_engine_failure_mid_stream_is_shown_and_text_kept(make_window, qtbot, wait_response, quick_settings,
                                                           monkeypatch):
-    window = make_window(replace(test_settings, max_tokens=40))
+    window = make_window(replace(quick_settings, max_tokens=40))
     decoder = window.engine.worker.decoder
     real = decoder.generate
 
@@ -165,8 +165,8 @@ def test_engine_failure_mid_stream_is_shown_and_text_kept(make_window, qtbot, wa
 
 
 def test_missing_or_corrupt_model_file_is_reported_and_recoverable(make_window, qtbot, wait_response,
-                                                                   test_settings, dirs):
-    window = make_window(replace(test_settings, model=str(dirs / "nowhere.gguf")), wait_loaded=False)
+                                                                   quick_settings, dirs):
+    window = make_window(replace(quick_settings, model=str(dirs / "nowhere.gguf")), wait_loaded=False)
     qtbot.waitUntil(lambda: window.model_label.text() == "No model loaded", timeout=30_000)
     assert any("could not be loaded" in t for t in window.notices.texts())
     window.session.send("hello")
@@ -186,10 +186,10 @@ def test_missing_or_corrupt_model_file_is_reported_and_recoverable(make_window, 
 
 
 def test_unusable_draft_turns_speculation_off_but_keeps_the_target(make_window, qtbot, wait_response,
-                                                                   test_settings, dirs):
+                                                                   quick_settings, dirs):
     bad = dirs / "draft.gguf"
     bad.write_bytes(b"not a gguf at all")
-    window = make_window(replace(test_settings, method="draft", draft=str(bad)))
+    window = make_window(replace(quick_settings, method="draft", draft=str(bad)))
     assert window.model_info["method"] == "none"
     assert any("Speculation is off" in t for t in window.notices.texts())
     window.session.send("hello")
@@ -197,8 +197,8 @@ def test_unusable_draft_turns_speculation_off_but_keeps_the_target(make_window, 
     assert reply.status == "done" and reply.stats["method"] == "none"
 
 
-def test_speculation_changes_apply_without_reload(make_window, qtbot, wait_response, test_settings):
-    window = make_window(test_settings)
+def test_speculation_changes_apply_without_reload(make_window, qtbot, wait_response, quick_settings):
+    window = make_window(quick_settings)
     reloads = []
     window.modelLoaded.connect(reloads.append)
     with qtbot.waitSignal(window.speculationChanged, timeout=10_000) as applied:
@@ -213,14 +213,14 @@ def test_speculation_changes_apply_without_reload(make_window, qtbot, wait_respo
     assert loaded.args[0]["n_ctx"] == 512
 
 
-def test_context_overflow_trims_old_turns_or_refuses(make_window, qtbot, wait_response, test_settings):
+def test_context_overflow_trims_old_turns_or_refuses(make_window, qtbot, wait_response, quick_settings):
     store = ConversationStore(default_path())
     cid = store.create_conversation("Long chat")
     for i in range(12):
         store.add_message(cid, Message(None, "user", f"Tell me fact number {i} about the sea. " * 3))
         store.add_message(cid, Message(None, "assistant", f"Fact {i}: the sea is large and deep. " * 3))
     store.close()
-    window = make_window(replace(test_settings, n_ctx=256, max_tokens=16))
+    window = make_window(replace(quick_settings, n_ctx=256, max_tokens=16))
     assert window.session.conversation_id == cid
     window.session.send("And one more?")
     reply = wait_response(window)
@@ -233,8 +233,8 @@ def test_context_overflow_trims_old_turns_or_refuses(make_window, qtbot, wait_re
     assert reply.status == "error" and "Shorten the message" in reply.notice
 
 
-def test_closing_while_generating_saves_the_partial_response(make_window, qtbot, test_settings):
-    window = make_window(replace(test_settings, max_tokens=400))
+def test_closing_while_generating_saves_the_partial_response(make_window, qtbot, quick_settings):
+    window = make_window(replace(quick_settings, max_tokens=400))
     window.session.send(PASSAGE)
     qtbot.waitUntil(lambda: len(window.session.model.items[-1].content) > 10, timeout=120_000)
     cid = window.session.conversation_id
@@ -246,8 +246,8 @@ def test_closing_while_generating_saves_the_partial_response(make_window, qtbot,
     assert saved.status == "stopped" and len(saved.content) > 10
 
 
-def test_draft_model_method_with_the_embedded_model_as_its_own_draft(make_window, wait_response, test_settings):
-    window = make_window(replace(test_settings, method="draft", draft="embedded", max_tokens=40))
+def test_draft_model_method_with_the_embedded_model_as_its_own_draft(make_window, wait_response, quick_settings):
+    window = make_window(replace(quick_settings, method="draft", draft="embedded", max_tokens=40))
     assert window.model_info["method"] == "draft" and window.spec_label.text().startswith("Speculation: draft model")
     window.session.send(PASSAGE)
     stats = wait_response(window).stats

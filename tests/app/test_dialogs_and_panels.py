@@ -98,8 +98,8 @@ class FakeLab(QWidget):
     applySettings = Signal(dict)
 
 
-def test_models_and_lab_hooks(make_window, qtbot, monkeypatch, dirs, test_settings):
-    window = make_window(test_settings)
+def test_models_and_lab_hooks(make_window, qtbot, monkeypatch, dirs, quick_settings):
+    window = make_window(quick_settings)
     monkeypatch.setitem(sys.modules, "app.models_dialog", types.SimpleNamespace(ModelsDialog=FakeModelsDialog))
     monkeypatch.setitem(sys.modules, "app.lab_window", types.SimpleNamespace(LabWindow=FakeLab))
 
@@ -126,8 +126,8 @@ def test_models_and_lab_hooks(make_window, qtbot, monkeypatch, dirs, test_settin
     assert any("could not be applied" in t for t in window.notices.texts())
 
 
-def test_missing_models_dialog_or_lab_says_so(make_window, monkeypatch, test_settings):
-    window = make_window(test_settings)
+def test_missing_models_dialog_or_lab_says_so(make_window, monkeypatch, quick_settings):
+    window = make_window(quick_settings)
     monkeypatch.setitem(sys.modules, "app.models_dialog", None)  # import fails
     monkeypatch.setitem(sys.modules, "app.lab_window", None)
     warnings = []
@@ -138,12 +138,12 @@ def test_missing_models_dialog_or_lab_says_so(make_window, monkeypatch, test_set
     assert "could not be opened" in warnings[0][1] and window.isVisible()
 
 
-def test_settings_notices_are_shown_in_the_window(make_window, dirs, test_settings):
+def test_settings_notices_are_shown_in_the_window(make_window, dirs, quick_settings):
     from app.settings import settings_path
 
     settings_path().write_text("{broken")
     settings, notices = load_settings()
-    window = make_window(replace(settings, **{k: getattr(test_settings, k) for k in ("n_ctx", "threads")}),
+    window = make_window(replace(settings, **{k: getattr(quick_settings, k) for k in ("n_ctx", "threads")}),
                          notices=notices)
     assert any("could not be read" in t for t in window.notices.texts())
     assert any("built-in demo model" in t for t in window.notices.texts())  # first launch explains itself

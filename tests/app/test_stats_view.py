@@ -42,3 +42,14 @@ def test_stats_bar_shows_text_and_sparkline(qtbot):
     assert bar.sparkline.isVisible() and len(bar.sparkline.points) == 3
     bar.set_stats({"tokens_per_s": 12.0}, show_sparkline=False)
     assert not bar.sparkline.isVisible()
+
+
+def test_tooltip_details():
+    from app.stats_view import detail_lines
+
+    lines = detail_lines({"generated": 40, "verify_steps": 12, "prompt_tokens": 300, "reused_prompt_tokens": 250,
+                          "per_position_acceptance": [0.9, 0.75, 0.5], "draft_time_share": 0.04, "method": "draft"})
+    assert lines == ["Generated 40 tokens in 12 target steps.",
+                     "Prompt: 300 tokens, 250 of them reused from the previous turn's cache.",
+                     "Acceptance by draft position: 90%, 75%, 50%.", "Time spent drafting: 4% of decoding."]
+    assert detail_lines({}) == []
