@@ -1,0 +1,150 @@
+"""The figures of one lab cell (one method at one concurrency), from what the batch decoder recorded.
+
+Everything is counted or timed; a figure that cannot be read is None (shown as "n/a").
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import psutil
+
+from .batch_decode import BatchResult
+from .hardware import read_memory
+
+log = logging.getLogger(__name__)
+
+GPU_SAMPLE_S = 0.2
+
+
+def percentile(values, q: float) -> float | None:
+    return float(np.percentile(values, q)) if len(values) else None
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000.0
+
+
+def summarise_cell(result: BatchResult, method: str, concurrency: int) -> dict:
+    """Throughput, latency and acceptance figures for one cell."""
+    runs = result.runs
+    gaps = [g for r in runs for g in r.inter_token_gaps()]
+    e2e = [r.end_to_end_s for r in runs if r.end_to_end_s is not None]
+    ttft = [r.stats.ttft_s for r in runs if r.stats.ttft_s is not None]
+    per_request = [r.decode_tokens_per_s for r in runs if r.decode_tokens_per_s is not None]
+    drafted = sum(r.stats.drafted for r in runs)
+    accepted = sum(r.stats.accepted for r in runs)
+    verify_steps = sum(r.stats.verify_steps for r in runs)
+    slots = max((len(r.stats.per_position_drafted) for r in runs), default=0)
+    slot_drafted = [sum(r.stats.per_position_drafted[i] for r in runs if i < len(r.stats.per_position_drafted))
+                    for i in range(slots)]
+    slot_accepted = [sum(r.stats.per_position_accepted[i] for r in runs if i < len(r.stats.per_position_accepted))
+                     for i in range(slots)]
+    totals = result.totals
+    generated = result.generated
+    return {
+        "method": method,
+        "concurrency": concurrency,
+        "requests": len(runs),
+        "generated_tokens": generated,
+        "wall_s": result.wall_s,
+        "aggregate_tokens_per_s": generated / result.wall_s if result.wall_s > 0 else None,
+        "per_request_tokens_per_s": float(np.mean(per_request)) if per_request else None,
+        "itl_p50_ms": _ms(percentile(gaps, 50)),
+        "itl_p95_ms": _ms(percentile(gaps, 95)),
+        "e2e_p50_s": percentile(e2e, 50),
+        "e2e_p95_s": percentile(e2e, 95),
+        "ttft_p50_s": percentile(ttft, 50),
+        "drafted": drafted,
+        "accepted": accepted,
+        "verify_steps": verify_steps,
+        "acceptance_rate": accepted / drafted if drafted else None,
+        "mean_acceptance_length": 1.0 + accepted / verify_steps if verify_steps else None,
+        "per_position_acceptance": [a / d for d, a in zip(slot_drafted, slot_accepted) if d],
+        "batch_steps": totals.steps,
+        "rows_per_step": totals.rows / totals.steps if totals.steps else None,
+        "step_time_by_rows": {str(rows): {"steps": n, "mean_ms": 1000.0 * s / n}
+                              for rows, (n, s) in sorted(totals.step_time_by_rows.items())},
+        "draft_ms_per_token": 1000.0 * totals.draft_s / drafted if drafted and totals.draft_s else None,
+        "prefill_s": totals.prefill_s,
+    }
+
+
+@dataclass
+class Utilisation:
+    kind: str  # "GPU" or "CPU"
+    percent: float | None
+    source: str
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "percent": self.percent, "source": self.source}
+
+
+class _NvmlSampler:
+    """Samples NVML's GPU utilisation in a background thread (NVIDIA only, needs nvidia-ml-py)."""
+
+    def __init__(self):
+        import pynvml  # noqa: F401 — raises ImportError where absent
+
+        self._pynvml = pynvml
+        pynvml.nvmlInit()
+        self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        if not self._handles:
+            raise RuntimeError("NVML lists no GPU")
+        self._samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="nvml-sampler", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(GPU_SAMPLE_S):
+            try:
+                busiest = max(self._pynvml.nvmlDeviceGetUtilizationRates(h).gpu for h in self._handles)
+                self._samples.append(float(busiest))
+            except Exception as exc:  # a driver hiccup loses one sample, not the run
+                log.debug("NVML sample failed: %s", exc)
+
+    def stop(self) -> float | None:
+        self._stop.set()
+        self._thread.join()
+        return float(np.mean(self._samples)) if self._samples else None
+
+
+class UtilisationMeter:
+    """GPU utilisation (NVML) when a GPU runs the model and can be read; otherwise this process's CPU
+    use as a share of all logical cores, from its CPU time over the wall time."""
+
+    def __init__(self, backend: str):
+        self.backend = backend
+        self.result: Utilisation | None = None
+
+    def __enter__(self) -> "UtilisationMeter":
+        self._gpu = None
+        if self.backend != "CPU":
+            try:
+                self._gpu = _NvmlSampler()
+            except Exception as exc:  # no NVIDIA GPU, no driver, or no nvidia-ml-py
+                log.debug("GPU utilisation not readable: %s", exc)
+        self._process = psutil.Process()
+        times = self._process.cpu_times()
+        self._cpu0, self._t0 = times.user + times.system, time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._gpu is not None:
+            self.result = Utilisation("GPU", self._gpu.stop(), "NVML utilisation, busiest GPU, mean of samples")
+            return
+        times = self._process.cpu_times()
+        wall = time.perf_counter() - self._t0
+        cores = os.cpu_count() or 1
+        percent = 100.0 * (times.user + times.system - self._cpu0) / wall / cores if wall > 0 else None
+        self.result = Utilisation("CPU", percent, f"process CPU time / wall time, share of {cores} cores")
+
+
+def memory_figure(backend: str) -> dict:
+    reading = read_memory(backend)
+    return {"kind": reading.kind, "bytes": reading.bytes_used, "source": reading.source}

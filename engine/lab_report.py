@@ -1,0 +1,322 @@
+"""Reading a lab run: speed-ups against plain decoding, the crossover concurrency, advice in plain
+words, the markdown summary and the plot. Pure functions of the results document, so the window,
+the CLI and a saved file all give the same answer.
+
+python -m engine.lab_report DIR [DIR ...] --out PLOT.png   (one plot of several runs, a row each)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+METHOD_WORDS = {"none": "plain decoding", "lookup": "prompt lookup", "draft": "the draft model"}
+METHOD_COLOURS = {"none": "#555555", "lookup": "#1f77b4", "draft": "#d62728"}
+
+
+def cell_map(results: dict) -> dict[tuple[str, int], dict]:
+    return {(c["method"], c["concurrency"]): c for c in results["cells"]}
+
+
+def levels(results: dict) -> list[int]:
+    return sorted({c["concurrency"] for c in results["cells"]})
+
+
+def methods(results: dict) -> list[str]:
+    seen: list[str] = []
+    for c in results["cells"]:
+        if c["method"] not in seen:
+            seen.append(c["method"])
+    return seen
+
+
+def speedups(results: dict, method: str) -> list[tuple[int, float]]:
+    """(concurrency, aggregate tokens/s of method ÷ plain decoding's) where both were measured."""
+    cells = cell_map(results)
+    out = []
+    for level in levels(results):
+        spec, plain = cells.get((method, level)), cells.get(("none", level))
+        if spec and plain and spec["aggregate_tokens_per_s"] and plain["aggregate_tokens_per_s"]:
+            out.append((level, spec["aggregate_tokens_per_s"] / plain["aggregate_tokens_per_s"]))
+    return out
+
+
+@dataclass(frozen=True)
+class Crossover:
+    method: str
+    speedups: list[tuple[int, float]]
+    pays_up_to: int | None  # the highest level up to which the method beat plain decoding at every level
+    stops_at: int | None  # the first level where it did not: the crossover, as measured
+    estimate: float | None  # where the speed-up crosses 1.0, interpolated on a log2 concurrency axis
+
+    def to_dict(self) -> dict:
+        return {"pays_up_to": self.pays_up_to, "stops_at": self.stops_at, "estimate": self.estimate,
+                "speedups": {str(c): r for c, r in self.speedups}}
+
+
+def crossover(results: dict, method: str) -> Crossover | None:
+    ratios = speedups(results, method)
+    if not ratios:
+        return None
+    pays_up_to = stops_at = None
+    for level, ratio in ratios:
+        if ratio <= 1.0:
+            stops_at = level
+            break
+        pays_up_to = level
+    estimate = None
+    if pays_up_to is not None and stops_at is not None:
+        r0, r1 = dict(ratios)[pays_up_to], dict(ratios)[stops_at]
+        x0, x1 = math.log2(pays_up_to), math.log2(stops_at)
+        estimate = 2 ** (x0 + (r0 - 1.0) / (r0 - r1) * (x1 - x0))
+    return Crossover(method, ratios, pays_up_to, stops_at, estimate)
+
+
+# --- the cost model, fed with the lab's own measurements ----------------------------------------
+def _step_ms(results: dict, concurrency: int):
+    """Measured target step time by rows at one concurrency, all methods pooled; None if unmeasured."""
+    pooled: dict[int, list[float]] = {}
+    for c in results["cells"]:
+        if c["concurrency"] != concurrency:
+            continue
+        for rows, entry in c.get("step_time_by_rows", {}).items():
+            n, total = pooled.setdefault(int(rows), [0, 0.0]), entry["steps"] * entry["mean_ms"]
+            n[0] += entry["steps"]
+            n[1] += total
+    known = sorted((r, total / n) for r, (n, total) in pooled.items() if n)
+    if not known:
+        return None
+
+    def at(rows: int) -> float:
+        if len(known) == 1:
+            return known[0][1]
+        for (r0, t0), (r1, t1) in zip(known, known[1:]):
+            if rows <= r1:
+                return t0 + (t1 - t0) * (max(rows, r0) - r0) / (r1 - r0)
+        (r0, t0), (r1, t1) = known[-2], known[-1]
+        return t1 + max(t1 - t0, 0.0) / (r1 - r0) * (rows - r1)  # beyond the data: the last slope
+    return at
+
+
+def best_draft_length(results: dict, method: str) -> int | None:
+    """For one chat: the k with the most expected tokens per second, E(k) / (step(k+1 rows) + k drafts),
+    from the acceptance per draft slot and the step times measured at concurrency 1."""
+    cell = cell_map(results).get((method, 1))
+    step = _step_ms(results, 1)
+    if not cell or not cell["per_position_acceptance"] or step is None:
+        return None
+    draft_ms = (cell.get("draft_ms_per_token") or 0.0) if method == "draft" else 0.0
+    best_k, best_rate, expected = 0, 1.0 / step(1), 1.0
+    for k, acceptance in enumerate(cell["per_position_acceptance"], 1):
+        expected += acceptance  # share of steps whose draft was kept through slot k
+        rate = expected / (step(k + 1) + k * draft_ms)
+        if rate > best_rate:
+            best_k, best_rate = k, rate
+    return best_k
+
+
+# --- advice -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Advice:
+    lines: list[str]
+    settings: dict  # what "apply" sets in the chat: method, max_draft, adaptive (and draft)
+
+    @property
+    def text(self) -> str:
+        return " ".join(self.lines)
+
+
+def advise(results: dict) -> Advice:
+    settings = results["settings"]
+    env = results.get("env", {})
+    where = f"On this machine ({env.get('backend', '?')}, {env.get('threads', '?')} threads)"
+    lines = []
+    for method in methods(results):
+        if method == "none":
+            continue
+        cross = crossover(results, method)
+        if cross is None:
+            continue
+        words, first = METHOD_WORDS[method], cross.speedups[0]
+        if cross.stops_at is None:
+            lines.append(f"{where}, {words} paid at every tested level, up to {cross.pays_up_to} concurrent "
+                         f"chats ({first[1]:.2f}× plain decoding's throughput at {first[0]}).")
+        elif cross.pays_up_to is None:
+            lines.append(f"{where}, {words} did not pay even at {first[0]} concurrent chat{'s' * (first[0] > 1)} "
+                         f"({first[1]:.2f}× plain decoding's throughput): leave it to adaptive mode.")
+        else:
+            lines.append(f"{where}, {words} pays up to {cross.pays_up_to} concurrent chats ({first[1]:.2f}× plain "
+                         f"decoding's throughput at {first[0]}); from {cross.stops_at} on, plain decoding serves "
+                         f"more tokens per second.")
+        where = "On this machine"
+    best = _best_single_chat(results)
+    k = best_draft_length(results, best) if best != "none" else None
+    if best == "none":
+        lines.append("For a single chat, plain decoding was fastest here.")
+    else:
+        pick = f"{METHOD_WORDS[best]}" + (f" with k={k}" if k else "")
+        lines.append(f"For a single chat, {pick} is best.")
+    lines.append(f"(Measured on the {settings.get('prompt_set', '?')} prompts; adaptive mode turns "
+                 "speculation off by itself when a conversation stops accepting drafts.)")
+    recommended = {"method": best, "max_draft": k or settings.get("max_draft", 8), "adaptive": True}
+    if best == "draft":
+        recommended["draft"] = settings.get("draft")
+    return Advice(lines, recommended)
+
+
+def _best_single_chat(results: dict) -> str:
+    """The method with the highest aggregate throughput at the lowest tested concurrency."""
+    lowest = min(levels(results))
+    cells = [c for c in results["cells"] if c["concurrency"] == lowest and c["aggregate_tokens_per_s"]]
+    return max(cells, key=lambda c: c["aggregate_tokens_per_s"])["method"] if cells else "none"
+
+
+def with_analysis(results: dict) -> dict:
+    """The results document with its crossover and advice filled in."""
+    crossovers = {m: crossover(results, m) for m in methods(results) if m != "none"}
+    advice = advise(results)
+    return {**results, "crossover": {m: c.to_dict() for m, c in crossovers.items() if c},
+            "advice": {"text": advice.text, "lines": advice.lines, "settings": advice.settings}}
+
+
+# --- the markdown summary -----------------------------------------------------------------------
+def _f(value, fmt: str, scale: float = 1.0) -> str:
+    return "n/a" if value is None else format(value * scale, fmt)
+
+
+def _util(cell: dict) -> str:
+    u = cell.get("utilisation") or {}
+    return f"{u.get('kind', '?')} {_f(u.get('percent'), '.0f')}%" if u.get("percent") is not None \
+        else f"{u.get('kind', '?')} n/a"
+
+
+def _memory(cell: dict) -> str:
+    m = cell.get("memory") or {}
+    return f"{m.get('kind', '?')} {_f(m.get('bytes'), '.2f', 2 ** -30)} GiB" if m.get("bytes") else \
+        f"{m.get('kind', '?')} n/a"
+
+
+def results_table(results: dict) -> str:
+    ratios = {(m, c): r for m in methods(results) for c, r in speedups(results, m)}
+    head = ("| method | concurrency | aggregate tok/s | vs plain | per-request tok/s | ITL p50 / p95 ms "
+            "| end-to-end p50 / p95 s | acceptance | mean acceptance length | utilisation | memory |")
+    rows = [head, "|" + "---|" * 11]
+    for c in sorted(results["cells"], key=lambda c: (c["concurrency"], methods(results).index(c["method"]))):
+        ratio = ratios.get((c["method"], c["concurrency"]))
+        rows.append(
+            f"| {c['method']} | {c['concurrency']} | {_f(c['aggregate_tokens_per_s'], '.1f')} "
+            f"| {'—' if c['method'] == 'none' else _f(ratio, '.2f') + '×'} "
+            f"| {_f(c['per_request_tokens_per_s'], '.1f')} "
+            f"| {_f(c['itl_p50_ms'], '.1f')} / {_f(c['itl_p95_ms'], '.1f')} "
+            f"| {_f(c['e2e_p50_s'], '.2f')} / {_f(c['e2e_p95_s'], '.2f')} "
+            f"| {_f(c['acceptance_rate'], '.0%')} | {_f(c['mean_acceptance_length'], '.2f')} "
+            f"| {_util(c)} | {_memory(c)} |")
+    return "\n".join(rows)
+
+
+def summary_markdown(results: dict) -> str:
+    results = results if "advice" in results else with_analysis(results)
+    s, env = results["settings"], results.get("env", {})
+    requests = sorted({(c["concurrency"], c["requests"]) for c in results["cells"]})
+    lines = [
+        f"# Speculation lab: {s.get('prompt_set', '?')} prompts, {env.get('model_name', s.get('model'))}",
+        "",
+        f"{results.get('created', '')}. Backend {env.get('backend', '?')}, {env.get('threads', '?')} threads; "
+        f"{s['max_tokens']} tokens per request ({'end tokens ignored' if s.get('ignore_eos') else 'stopping at end tokens'}); "
+        f"requests per level: {', '.join(f'{n} at {c}' for c, n in requests)}; "
+        f"max draft {s['max_draft']}, adaptive {'on' if s['adaptive'] else 'off'}, temperature {s['temperature']}.",
+        "",
+        results_table(results),
+        "",
+        "## Crossover",
+    ]
+    for method, cross in results.get("crossover", {}).items():
+        words = METHOD_WORDS[method]
+        if cross["stops_at"] is None:
+            lines.append(f"- {words}: faster than plain decoding at every tested level (no crossover up to "
+                         f"{cross['pays_up_to']}).")
+        elif cross["pays_up_to"] is None:
+            lines.append(f"- {words}: not faster than plain decoding even at {cross['stops_at']} (crossover at or "
+                         "below the lowest level).")
+        else:
+            lines.append(f"- {words}: pays up to concurrency {cross['pays_up_to']}, stops paying at "
+                         f"{cross['stops_at']}; the speed-up crosses 1.0 at about {cross['estimate']:.1f}.")
+    lines += ["", "## Advice", "", *results["advice"]["lines"], "",
+              f"Recommended chat settings: `{json.dumps(results['advice']['settings'])}`", "",
+              "## How the figures are measured", "",
+              "- aggregate tok/s: all generated tokens ÷ the level's wall time (prefills included).",
+              "- per-request tok/s: each request's tokens after its first ÷ the time after its first; the mean.",
+              "- ITL: time between a request's token deliveries, a step that delivers m tokens counting as m gaps "
+              "of a 1/m share; p50 and p95 over all tokens of the level.",
+              "- end-to-end: from a request's admission (its prefill) to its last token.",
+              "- acceptance = accepted ÷ drafted; mean acceptance length = 1 + accepted ÷ target steps.",
+              "- utilisation: GPU from NVML where readable, else this process's CPU time ÷ wall time over all "
+              "cores; memory: VRAM where readable, else the process's resident RAM."]
+    return "\n".join(lines) + "\n"
+
+
+# --- the plot -----------------------------------------------------------------------------------
+def write_plot(runs: list[tuple[str, dict]], path: str | Path) -> None:
+    """Throughput and inter-token latency vs concurrency, one line per method, a row per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display needed
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(runs), 2, figsize=(11, 4.2 * len(runs)), squeeze=False)
+    for (label, results), (ax_rate, ax_itl) in zip(runs, axes):
+        cells = cell_map(results)
+        xs = levels(results)
+        for method in methods(results):
+            colour = METHOD_COLOURS.get(method)
+            pts = [(c, cells[(method, c)]) for c in xs if (method, c) in cells]
+            conc = [c for c, _ in pts]
+            ax_rate.plot(conc, [cell["aggregate_tokens_per_s"] or float("nan") for _, cell in pts], "o-",
+                         color=colour, label=METHOD_WORDS[method])
+            ax_itl.plot(conc, [cell["itl_p50_ms"] or float("nan") for _, cell in pts], "o-", color=colour,
+                        label=f"{METHOD_WORDS[method]} p50")
+            ax_itl.plot(conc, [cell["itl_p95_ms"] or float("nan") for _, cell in pts], "s--", color=colour,
+                        alpha=0.6, label=f"{METHOD_WORDS[method]} p95")
+            cross = crossover(results, method) if method != "none" else None
+            if cross and cross.stops_at is not None:
+                at = cross.estimate or cross.stops_at
+                for ax in (ax_rate, ax_itl):
+                    ax.axvline(at, color=colour, linestyle=":", alpha=0.8)
+                ax_rate.annotate(f"{METHOD_WORDS[method]} stops paying\n≈ {at:.1f}", (at, 0.04),
+                                 xycoords=("data", "axes fraction"), color=colour, fontsize=8,
+                                 ha="left", xytext=(4, 0), textcoords="offset points")
+        env = results.get("env", {})
+        for ax, title, unit in ((ax_rate, "aggregate throughput", "tokens/s"),
+                                (ax_itl, "inter-token latency", "ms per token")):
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(xs, [str(x) for x in xs])
+            ax.set_xlabel("concurrent sequences")
+            ax.set_ylabel(unit)
+            ax.set_ylim(bottom=0)
+            ax.grid(alpha=0.3)
+            ax.set_title(f"{label}: {title} ({env.get('backend', '?')}, {env.get('threads', '?')} threads)",
+                         fontsize=10)
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m engine.lab_report", description="Plot several lab runs together.")
+    ap.add_argument("dirs", nargs="+", help="folders written by python -m engine.lab")
+    ap.add_argument("--out", required=True, help="the PNG to write")
+    args = ap.parse_args(argv)
+    runs = []
+    for d in args.dirs:
+        results = json.loads((Path(d) / "results.json").read_text(encoding="utf-8"))
+        runs.append((results["settings"].get("prompt_set", Path(d).name), results))
+    write_plot(runs, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""The speculation lab CLI end to end on tiny settings with the real model, and its reading of results."""
+import json
+
+import pytest
+
+from engine import lab
+from engine.bench import read_prompts
+from engine.lab_report import advise, crossover
+from engine.paths import resources_dir
+
+CELL_FIELDS = {"aggregate_tokens_per_s", "per_request_tokens_per_s", "itl_p50_ms", "itl_p95_ms", "e2e_p50_s",
+               "e2e_p95_s", "acceptance_rate", "mean_acceptance_length", "utilisation", "memory"}
+
+
+@pytest.fixture
+def tiny_prompts(tmp_path):
+    grounded = read_prompts(resources_dir() / "prompts" / "grounded.jsonl")[0]
+    opened = read_prompts(resources_dir() / "prompts" / "open.jsonl")[0]
+    path = tmp_path / "tiny.jsonl"
+    path.write_text("\n".join(json.dumps(p) for p in (grounded, opened)) + "\n")
+    return path
+
+
+def test_cli_writes_results_plot_and_summary(tiny_prompts, tmp_path, capsys):
+    out = tmp_path / "out"
+    code = lab.main(["--model", "embedded", "--methods", "none,lookup", "--concurrency", "1,2",
+                     "--prompts", str(tiny_prompts), "--max-tokens", "8", "--out", str(out), "--threads", "2",
+                     "--no-adaptive", "--max-draft", "4"])
+    assert code == 0
+    results = json.loads((out / "results.json").read_text())
+    cells = {(c["method"], c["concurrency"]): c for c in results["cells"]}
+    assert set(cells) == {("none", 1), ("lookup", 1), ("none", 2), ("lookup", 2)}
+    for cell in cells.values():
+        assert CELL_FIELDS <= set(cell)
+        assert cell["requests"] == 2 and cell["generated_tokens"] == 16  # end tokens ignored: equal work
+        assert cell["aggregate_tokens_per_s"] > 0 and cell["itl_p95_ms"] >= cell["itl_p50_ms"] > 0
+        assert cell["e2e_p95_s"] >= cell["e2e_p50_s"] > 0
+        assert cell["utilisation"]["kind"] == "CPU" and cell["utilisation"]["percent"] > 0  # labelled
+        assert cell["memory"]["kind"] == "RAM" and cell["memory"]["bytes"] > 100 * 2**20
+    assert cells[("none", 1)]["acceptance_rate"] is None and cells[("none", 1)]["mean_acceptance_length"] == 1.0
+    spec = cells[("lookup", 2)]
+    assert spec["drafted"] > 0 and 0.0 <= spec["acceptance_rate"] <= 1.0
+    assert spec["mean_acceptance_length"] == pytest.approx(1 + spec["accepted"] / spec["verify_steps"])
+    assert spec["batch_steps"] < 16  # two sequences shared each target step
+    assert set(results["crossover"]) == {"lookup"}
+    assert results["advice"]["settings"]["adaptive"] is True
+
+    png = (out / "plot.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    summary = (out / "summary.md").read_text()
+    assert "## Crossover" in summary and "prompt lookup" in summary and "| lookup | 2 |" in summary
+    progress = capsys.readouterr().err
+    assert "lookup × 2" in progress and "tok/s aggregate" in progress
+
+
+def test_cli_refuses_the_draft_method_without_a_draft_model(tiny_prompts, tmp_path, capsys):
+    code = lab.main(["--model", "embedded", "--methods", "none,draft", "--prompts", str(tiny_prompts),
+                     "--max-tokens", "4", "--out", str(tmp_path / "x")])
+    assert code == 2 and "draft model" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def synthetic(ratios: dict[int, float], plain=(80.0, 90.0, 130.0, 180.0)) -> dict:
+    """A results document with given lookup speed-ups (analysis input only: no figure here is reported)."""
+    cells = []
+    for level, base in zip(sorted(ratios), plain):
+        cells.append({"method": "none", "concurrency": level, "aggregate_tokens_per_s": base, "per_position_acceptance": []})
+        cells.append({"method": "lookup", "concurrency": level, "aggregate_tokens_per_s": base * ratios[level],
+                      "per_position_acceptance": [0.9, 0.8, 0.5, 0.1]})
+    for c in cells:  # step time by rows at concurrency 1: 1 row 10 ms, each extra row +3 ms
+        if c["concurrency"] == 1:
+            c["step_time_by_rows"] = {str(r): {"steps": 10, "mean_ms": 10.0 + 3.0 * (r - 1)} for r in (1, 3, 5)}
+    return {"settings": {"prompt_set": "grounded", "max_draft": 8}, "env": {"backend": "CPU", "threads": 2},
+            "cells": cells}
+
+
+def test_crossover_is_where_speculation_stops_beating_plain_decoding():
+    cross = crossover(synthetic({1: 1.6, 2: 1.2, 4: 0.9, 8: 0.7}), "lookup")
+    assert (cross.pays_up_to, cross.stops_at) == (2, 4)
+    assert 2 < cross.estimate < 4
+    never = crossover(synthetic({1: 0.9, 2: 0.8, 4: 0.7, 8: 0.6}), "lookup")
+    assert (never.pays_up_to, never.stops_at, never.estimate) == (None, 1, None)
+    always = crossover(synthetic({1: 1.5, 2: 1.4, 4: 1.2, 8: 1.1}), "lookup")
+    assert (always.pays_up_to, always.stops_at) == (8, None)
+
+
+def test_advice_names_the_crossover_and_a_draft_length_from_the_cost_model():
+    advice = advise(synthetic({1: 1.6, 2: 1.2, 4: 0.9, 8: 0.7}))
+    assert "prompt lookup pays up to 2 concurrent chats" in advice.text
+    # E(k) / step(k+1 rows): k=1 1.9/13 ms, k=2 2.7/16 ms (best), k=3 3.2/19 ms, k=4 3.3/22 ms.
+    assert advice.settings == {"method": "lookup", "max_draft": 2, "adaptive": True}
+    plain = advise(synthetic({1: 0.9, 2: 0.8, 4: 0.7, 8: 0.6}))
+    assert plain.settings["method"] == "none" and "did not pay" in plain.text
