@@ -32,7 +32,9 @@ log = logging.getLogger(__name__)
 
 EMIT_EVERY_S = 0.05  # ≤ 20 repaints a second, however fast the model
 SWITCH_INTERVAL_S = 0.001  # Python's default is 0.005
-ENGINE_NICE = int(os.environ.get("SPECCHAT_ENGINE_NICE", "5"))
+# Opt-in: a positive value runs the engine's threads below the GUI on Linux. It helps the window on
+# an oversubscribed CPU, but then any other busy program slows generation down, so it is off by default.
+ENGINE_NICE = int(os.environ.get("SPECCHAT_ENGINE_NICE", "0")) if os.environ.get("SPECCHAT_ENGINE_NICE", "0").isdigit() else 0
 RATE_POINTS = 60  # the sparkline keeps at most this many (seconds, tokens/s) points
 
 
