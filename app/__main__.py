@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     window.show()
     if args.smoke_test:
         from .smoke import SmokeTest
-        smoke = SmokeTest(window, args.timeout)  # noqa: F841 - kept alive until exit
+        window.smoke_test = SmokeTest(window, args.timeout)  # a child of the window: lives until exit
         code = app.exec()
         shutil.rmtree(scratch, ignore_errors=True)
         return code

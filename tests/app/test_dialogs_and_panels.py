@@ -2,6 +2,8 @@
 notices, and the hooks to the Models dialog and the Speculation lab."""
 import sys
 import types
+
+import pytest
 from dataclasses import replace
 
 from PySide6.QtCore import Qt, Signal
@@ -177,3 +179,20 @@ def test_long_conversation_opens_a_page_at_a_time(qtbot):
     assert f"message {300 - 2 * PAGE}" in view.widget_for(300 - 2 * PAGE).text.toPlainText()
     model.remove_from(298)
     assert len(view.widgets) == 2 * PAGE - 2 and view.widget_for(298) is None
+
+
+@pytest.mark.qt_no_exception_capture
+def test_an_unexpected_error_in_a_slot_is_shown_and_the_app_goes_on(make_window, qtbot, monkeypatch, quick_settings):
+    from PySide6.QtCore import QTimer
+
+    from app.__main__ import _install_excepthook
+
+    window = make_window(quick_settings)
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # restored after the test
+    _install_excepthook(window, smoke=False)
+
+    def broken_slot():
+        raise ValueError("a bug in a slot")
+    QTimer.singleShot(0, broken_slot)
+    qtbot.waitUntil(lambda: any("a bug in a slot" in t for t in window.notices.texts()), timeout=5000)
+    assert window.isVisible()

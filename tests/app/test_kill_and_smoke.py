@@ -14,7 +14,7 @@ import pytest
 
 from app.chat_session import title_from
 from app.settings import AppSettings, save_settings
-from app.store import ConversationStore, Message, default_path, open_store
+from app.store import Message, default_path, open_store
 
 from conftest import PASSAGE  # noqa: E402 - tests/app/conftest.py
 
