@@ -15,7 +15,13 @@ from .errors import InvalidSettingError
 FORGET = 0.97  # per observation; ~33 recent steps dominate
 PRIOR_WEIGHT = 2.0  # pseudo-observations pulling an unseen slot towards the overall rate
 PRIOR_ACCEPTANCE = 0.5
-PRIOR_ROW_COST = 0.45  # extra cost of one verified row, as a share of a 1-row step (DESIGN.md, 2-core CPU)
+# Guesses for verify sizes not measured yet. They err towards trying, since a tried size gets measured.
+# Before any multi-row step: each extra row costs 10% of a 1-row step (a big model on a GPU).
+OPTIMISTIC_ROW_COST = 0.1
+# Beyond the longest verify measured: the cheaper of the last measured slope and a power law
+# T(r) ∝ r^0.7, which fits DESIGN.md's 2-core CPU figures (3 rows 2.1x, 17 rows 6.6x, 33 rows 10.3x):
+# there the first extra rows cost the most, and a straight line through them overestimates long verifies.
+ROW_COST_EXPONENT = 0.7
 PROBE_EVERY = 24  # steps between probes of a costly proposer while speculation is off
 
 
@@ -88,19 +94,22 @@ class DraftLengthPolicy:
         return out
 
     def step_seconds(self, rows: int) -> float | None:
-        """Measured (or interpolated) time of a target step verifying `rows` rows."""
+        """Target step time for `rows` rows: measured, interpolated between measured sizes, or guessed."""
         known = sorted((r, e.mean) for r, e in self._step_time.items() if e.mean is not None)
         if not known:
             return None
-        if len(known) == 1:
-            r0, t0 = known[0]
-            slope = PRIOR_ROW_COST * t0 / (1 + PRIOR_ROW_COST * (r0 - 1))
-            return max(t0 + slope * (rows - r0), t0 * 0.5)
         for (r0, t0), (r1, t1) in zip(known, known[1:]):
-            if rows <= r1:
+            if r0 <= rows <= r1:
                 return t0 + (t1 - t0) * (rows - r0) / (r1 - r0)
-        (r0, t0), (r1, t1) = known[-2], known[-1]
-        return t1 + max(t1 - t0, 0.0) / (r1 - r0) * (rows - r1)  # beyond the data: last slope
+        r_top, t_top = known[-1]
+        if rows < known[0][0] or (len(known) == 1 and r_top > 1):
+            r0, t0 = known[0]
+            return t0 * (rows / r0) ** ROW_COST_EXPONENT
+        if len(known) == 1:
+            return t_top * (1 + OPTIMISTIC_ROW_COST * (rows - 1))
+        (r_prev, t_prev) = known[-2]
+        linear = t_top + max(t_top - t_prev, 0.0) * (rows - r_top) / (r_top - r_prev)
+        return min(linear, t_top * (rows / r_top) ** ROW_COST_EXPONENT)
 
     def tokens_per_second(self, k: int, expected: list[float] | None = None) -> float | None:
         step = self.step_seconds(k + 1)

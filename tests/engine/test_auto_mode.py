@@ -73,12 +73,6 @@ def adaptive_lookup(target, monkeypatch):
     return SpeculativeDecoder(target, LookupProposer(), SpeculationConfig(max_draft=8, adaptive=True))
 
 
-# Fails as draft_policy.py stands: the first speculative step verifies 2 rows, which cost 2x a 1-row
-# step here (the 262k-token head is paid per row), and step_seconds() extrapolates that local slope to
-# every longer draft (9 rows: 5.1x measured, 9x extrapolated), so speculation never pays again and is
-# never re-measured. Bounding the extrapolated slope by PRIOR_ROW_COST makes it pass. strict: once the
-# policy is fixed this XPASSes, and the marker must go.
-@pytest.mark.xfail(strict=True, reason="draft policy extrapolates the 2-row step cost to long drafts")
 def test_speculation_stays_on_while_the_answer_copies_the_prompt(adaptive_lookup):
     trace = answer(adaptive_lookup, prompt("grounded", "copy-passage"))
     stats = adaptive_lookup.stats
