@@ -382,7 +382,7 @@ class ModelsDialog(QDialog):
             if p.speed_bps:
                 text += f" · {format_bytes(p.speed_bps)}/s"
             if p.eta_s is not None:
-                text += f" · {_duration(p.eta_s)} left"
+                text += f" · {p.eta_text} left"
         self._show_status(text)
 
     @Slot(list)
@@ -570,12 +570,3 @@ def _item(text: str, data, enabled: bool = True) -> QStandardItem:
     item.setToolTip(text)
     item.setEnabled(enabled)
     return item
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    if seconds < 60:
-        return f"{seconds} s"
-    if seconds < 3600:
-        return f"{seconds // 60} min {seconds % 60:02d} s"
-    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"

@@ -119,6 +119,18 @@ class Progress:
     def fraction(self) -> float | None:
         return self.done_bytes / self.total_bytes if self.total_bytes else None
 
+    @property
+    def eta_text(self) -> str | None:
+        """Time left for people: "42 s", "3 min 05 s", "1 h 02 min"."""
+        if self.eta_s is None:
+            return None
+        seconds = int(self.eta_s)
+        if seconds < 60:
+            return f"{seconds} s"
+        if seconds < 3600:
+            return f"{seconds // 60} min {seconds % 60:02d} s"
+        return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
 
 ProgressCallback = Callable[[Progress], None]
 

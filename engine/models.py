@@ -152,7 +152,7 @@ class _ProgressPrinter:
         total = format_bytes(p.total_bytes) if p.total_bytes else "?"
         line = f"[{p.file_index + 1}/{p.file_count}] {p.filename}: {p.phase} {format_bytes(p.done_bytes)} of {total}"
         if p.phase == "downloading" and p.speed_bps:
-            eta = f", {_duration(p.eta_s)} left" if p.eta_s is not None else ""
+            eta = f", {p.eta_text} left" if p.eta_s is not None else ""
             line += f" at {format_bytes(p.speed_bps)}/s{eta}"
         if self._tty:
             print(f"\r{line:100.100}", end="" if p.phase != "done" else "\n", file=sys.stderr, flush=True)
@@ -161,15 +161,6 @@ class _ProgressPrinter:
         if step != self._last_step or p.phase in ("verifying", "done") or time.monotonic() - self._last_line > 30:
             self._last_step, self._last_line = step, time.monotonic()
             print(line, file=sys.stderr, flush=True)
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    if seconds < 60:
-        return f"{seconds} s"
-    if seconds < 3600:
-        return f"{seconds // 60} min {seconds % 60:02d} s"
-    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
 
 if __name__ == "__main__":

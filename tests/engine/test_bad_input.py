@@ -12,7 +12,7 @@ from engine.runtime import LoadSettings, Model
 from engine.sampling import SamplingParams
 from engine.vocab_check import require_compatible
 
-from .hub_server import write_tiny_gguf
+from hub_server import write_tiny_gguf
 
 
 def test_missing_file(tmp_path):
