@@ -6,9 +6,7 @@ import pytest
 
 from engine.batch_decode import (BatchDecoder, BatchedDraftModel, BatchRequest, SequenceDrafter,
                                  allocate_draft_rows)
-from engine.bench import read_prompts
 from engine.draft_policy import SpeculationConfig
-from engine.paths import resources_dir
 from engine.proposers.lookup import LookupProposer
 from engine.runtime import LoadSettings, Model
 from engine.sampling import SamplingParams
@@ -29,13 +27,19 @@ def batch_target(model_path):
     model.close()
 
 
+# Copying prompts accept long drafts, open ones reject most: rollbacks of every length, side by side.
+# Short, so the tests spend their time decoding rather than in prefill.
+PROMPTS = {
+    "colours": "Colours: red, green, blue, yellow, purple, orange, white.\nThe same colours again: red, green,",
+    "kyoto": "The best way to spend three days in Kyoto is",
+    "numbers": "Numbers: one, two, three, four, five, six, seven, eight.\nOnce more: one, two,",
+    "story": "Once upon a time, in a village at the edge of a great forest,",
+}
+
+
 @pytest.fixture(scope="module")
 def requests(batch_target):
-    grounded = read_prompts(resources_dir() / "prompts" / "grounded.jsonl")
-    opened = read_prompts(resources_dir() / "prompts" / "open.jsonl")
-    # Copying prompts accept long drafts, open ones reject most: rollbacks of every length, side by side.
-    chosen = [grounded[0], opened[2], grounded[2], opened[0]]
-    return [BatchRequest(p["id"], batch_target.tokenize(p["prompt"])) for p in chosen]
+    return [BatchRequest(key, batch_target.tokenize(text)) for key, text in PROMPTS.items()]
 
 
 def kv_end(model: Model, seq_id: int) -> int:

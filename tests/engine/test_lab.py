@@ -4,20 +4,20 @@ import json
 import pytest
 
 from engine import lab
-from engine.bench import read_prompts
 from engine.lab_report import advise, crossover
-from engine.paths import resources_dir
 
 CELL_FIELDS = {"aggregate_tokens_per_s", "per_request_tokens_per_s", "itl_p50_ms", "itl_p95_ms", "e2e_p50_s",
                "e2e_p95_s", "acceptance_rate", "mean_acceptance_length", "utilisation", "memory"}
 
 
+COPY = "Colours: red, green, blue, yellow, purple, orange, white.\nThe same colours again: red, green,"
+OPEN = "The best way to spend three days in Kyoto is"
+
+
 @pytest.fixture
 def tiny_prompts(tmp_path):
-    grounded = read_prompts(resources_dir() / "prompts" / "grounded.jsonl")[0]
-    opened = read_prompts(resources_dir() / "prompts" / "open.jsonl")[0]
-    path = tmp_path / "tiny.jsonl"
-    path.write_text("\n".join(json.dumps(p) for p in (grounded, opened)) + "\n")
+    path = tmp_path / "tiny.jsonl"  # short prompts: the run is about decoding, not prefill
+    path.write_text(json.dumps({"id": "copy", "prompt": COPY}) + "\n" + json.dumps({"id": "open", "prompt": OPEN}) + "\n")
     return path
 
 
