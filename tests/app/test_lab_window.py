@@ -1,0 +1,92 @@
+"""The lab window with the real embedded model (offscreen): a tiny run fills the chart and table and
+ends in advice that can be applied; cancel stops it; results survive a save and a load."""
+import json
+
+import pytest
+
+
+RUN_TIMEOUT_MS = 180_000
+
+
+COPY = "Colours: red, green, blue, yellow, purple, orange, white.\nThe same colours again: red, green,"
+OPEN = "The best way to spend three days in Kyoto is"
+
+
+@pytest.fixture
+def tiny_prompts(tmp_path):
+    path = tmp_path / "tiny.jsonl"  # short prompts: the run is about decoding, not prefill
+    path.write_text(json.dumps({"id": "copy", "prompt": COPY}) + "\n" + json.dumps({"id": "open", "prompt": OPEN}) + "\n")
+    return path
+
+
+@pytest.fixture
+def lab(qtbot, model_file, tiny_prompts):
+    from app.lab_window import CUSTOM, LabWindow
+
+    window = LabWindow()
+    qtbot.addWidget(window)
+    window.prompt_combo.setCurrentIndex(window.prompt_combo.findData(CUSTOM))
+    window.prompt_file.setText(str(tiny_prompts))
+    for level, box in window.level_boxes.items():
+        box.setChecked(level in (1, 2))
+    window.max_tokens.setValue(8)
+    window.max_draft.setValue(4)
+    window.adaptive.setChecked(False)  # lookup drafts every step, so acceptance is measured
+    window.threads.setValue(2)
+    window.show()
+    yield window
+    window.shutdown()
+
+
+def test_a_run_fills_the_chart_and_table_and_ends_in_advice(lab, qtbot, tmp_path):
+    seen = []
+    lab.progress.valueChanged.connect(seen.append)  # on the GUI thread, as the window sees progress
+    with qtbot.waitSignal(lab.runFinished, timeout=RUN_TIMEOUT_MS) as done:
+        lab.run_button.click()
+        assert lab.running and not lab.run_button.isEnabled() and lab.cancel_button.isEnabled()
+    results = done.args[0]
+    assert lab.progress.value() == 100 and not lab.running and lab.run_button.isEnabled()
+    assert len(seen) >= 3 and seen == sorted(seen) and seen[-1] == 100
+    assert lab.table.rowCount() == 4
+    for chart in (lab.rate_chart, lab.itl_chart):
+        assert [x for x, _ in chart.points("none")] == [1, 2] and [x for x, _ in chart.points("lookup")] == [1, 2]
+        assert all(y > 0 for _, y in chart.points("lookup"))
+    rates = {(c["method"], c["concurrency"]): c["aggregate_tokens_per_s"] for c in results["cells"]}
+    assert lab.rate_chart.points("lookup")[1][1] == pytest.approx(rates[("lookup", 2)])
+    assert "prompt lookup" in lab.advice.text() and "Recommended for the chat" in lab.advice.text()
+
+    with qtbot.waitSignal(lab.applySettings) as applied:
+        lab.apply_button.click()
+    settings = applied.args[0]
+    assert settings == results["advice"]["settings"]
+    assert settings["method"] in ("none", "lookup") and settings["adaptive"] is True and settings["max_draft"] >= 1
+
+    saved = tmp_path / "saved.json"
+    lab.save_results(saved)
+    from app.lab_window import LabWindow
+
+    other = LabWindow()
+    qtbot.addWidget(other)
+    other.load_results(saved)
+    assert other.table.rowCount() == 4
+    assert other.rate_chart.points("lookup") == lab.rate_chart.points("lookup")
+    assert other.advice.text() == lab.advice.text() and other.apply_button.isEnabled()
+    other.shutdown()
+
+
+def test_cancel_stops_the_run_and_keeps_nothing(lab, qtbot):
+    lab.max_tokens.setValue(400)
+    lab.progress.valueChanged.connect(lambda value: lab.cancel_run() if value > 0 else None)
+    with qtbot.waitSignal(lab.runCancelled, timeout=RUN_TIMEOUT_MS):
+        lab.run_button.click()
+    assert not lab.running and lab.run_button.isEnabled() and not lab.cancel_button.isEnabled()
+    assert lab.results is None and not lab.apply_button.isEnabled()
+    assert lab.progress.value() < 50
+
+
+def test_unreadable_results_are_refused(lab, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{\"not\": \"lab results\"}")
+    with pytest.raises(ValueError, match="no lab results"):
+        lab.load_results(bad)
+    assert lab.results is None
