@@ -411,7 +411,8 @@ class LabWindow(QWidget):
                 self.rate_chart.mark(cross.estimate or cross.stops_at, f"{METHOD_WORDS[method]} stops paying")
         advice = results["advice"]
         self.recommendation = dict(advice["settings"])
-        shown = ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in self.recommendation.items())
+        shown = ", ".join(f"{k.replace('_', ' ')}: {({True: 'on', False: 'off'}.get(v, v) if isinstance(v, bool) else v)}"
+                          for k, v in self.recommendation.items())
         self.advice.setText("\n".join(advice["lines"]) + f"\n\nRecommended for the chat: {shown}.")
         self.apply_button.setEnabled(True)
         self._set_running(False)
@@ -447,6 +448,7 @@ class LabWindow(QWidget):
             self.show_results(results)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"{Path(path).name} could not be read: {exc}") from exc
+        self.progress.setValue(100)
         self.status.setText(f"Loaded {Path(path).name}.")
 
     def _save_dialog(self) -> None:

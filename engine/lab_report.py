@@ -17,6 +17,11 @@ METHOD_WORDS = {"none": "plain decoding", "lookup": "prompt lookup", "draft": "t
 METHOD_COLOURS = {"none": "#555555", "lookup": "#1f77b4", "draft": "#d62728"}
 
 
+def _threads(env: dict) -> str:
+    n = env.get("threads", "?")
+    return f"{n} thread{'' if n == 1 else 's'}"
+
+
 def cell_map(results: dict) -> dict[tuple[str, int], dict]:
     return {(c["method"], c["concurrency"]): c for c in results["cells"]}
 
@@ -132,7 +137,7 @@ class Advice:
 def advise(results: dict) -> Advice:
     settings = results["settings"]
     env = results.get("env", {})
-    where = f"On this machine ({env.get('backend', '?')}, {env.get('threads', '?')} threads)"
+    where = f"On this machine ({env.get('backend', '?')}, {_threads(env)})"
     lines = []
     for method in methods(results):
         if method == "none":
@@ -224,7 +229,7 @@ def summary_markdown(results: dict) -> str:
     lines = [
         f"# Speculation lab: {s.get('prompt_set', '?')} prompts, {env.get('model_name', s.get('model'))}",
         "",
-        f"{results.get('created', '')}. Backend {env.get('backend', '?')}, {env.get('threads', '?')} threads; "
+        f"{results.get('created', '')}. Backend {env.get('backend', '?')}, {_threads(env)}; "
         f"{s['max_tokens']} tokens per request ({'end tokens ignored' if s.get('ignore_eos') else 'stopping at end tokens'}); "
         f"requests per level: {', '.join(f'{n} at {c}' for c, n in requests)}; "
         f"max draft {s['max_draft']}, adaptive {'on' if s['adaptive'] else 'off'}, temperature {s['temperature']}.",
@@ -297,7 +302,7 @@ def write_plot(runs: list[tuple[str, dict]], path: str | Path) -> None:
             ax.set_ylabel(unit)
             ax.set_ylim(bottom=0)
             ax.grid(alpha=0.3)
-            ax.set_title(f"{label}: {title} ({env.get('backend', '?')}, {env.get('threads', '?')} threads)",
+            ax.set_title(f"{label}: {title} ({env.get('backend', '?')}, {_threads(env)})",
                          fontsize=10)
             ax.legend(fontsize=8)
     fig.tight_layout()
