@@ -1,11 +1,15 @@
 """The speculation lab CLI end to end on tiny settings with the real model, and its reading of results."""
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from engine import lab
 from engine.lab_report import advise, crossover
 
+ROOT = Path(__file__).resolve().parents[2]
 CELL_FIELDS = {"aggregate_tokens_per_s", "per_request_tokens_per_s", "itl_p50_ms", "itl_p95_ms", "e2e_p50_s",
                "e2e_p95_s", "acceptance_rate", "mean_acceptance_length", "utilisation", "memory"}
 
@@ -21,12 +25,14 @@ def tiny_prompts(tmp_path):
     return path
 
 
-def test_cli_writes_results_plot_and_summary(tiny_prompts, tmp_path, capsys):
+def test_cli_writes_results_plot_and_summary(tiny_prompts, tmp_path):
+    # A real `python -m engine.lab`, in a process of its own (its sys.path, not pytest's).
     out = tmp_path / "out"
-    code = lab.main(["--model", "embedded", "--methods", "none,lookup", "--concurrency", "1,2",
-                     "--prompts", str(tiny_prompts), "--max-tokens", "8", "--out", str(out), "--threads", "2",
-                     "--no-adaptive", "--max-draft", "4"])
-    assert code == 0
+    done = subprocess.run([sys.executable, "-m", "engine.lab", "--model", "embedded", "--methods", "none,lookup",
+                           "--concurrency", "1,2", "--prompts", str(tiny_prompts), "--max-tokens", "8",
+                           "--out", str(out), "--threads", "2", "--no-adaptive", "--max-draft", "4"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
     results = json.loads((out / "results.json").read_text())
     cells = {(c["method"], c["concurrency"]): c for c in results["cells"]}
     assert set(cells) == {("none", 1), ("lookup", 1), ("none", 2), ("lookup", 2)}
@@ -49,8 +55,8 @@ def test_cli_writes_results_plot_and_summary(tiny_prompts, tmp_path, capsys):
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     summary = (out / "summary.md").read_text()
     assert "## Crossover" in summary and "prompt lookup" in summary and "| lookup | 2 |" in summary
-    progress = capsys.readouterr().err
-    assert "lookup × 2" in progress and "tok/s aggregate" in progress
+    assert "lookup × 2" in done.stderr and "tok/s aggregate" in done.stderr  # progress, cell by cell
+    assert "## Crossover" in done.stdout  # the summary, printed too
 
 
 def test_cli_refuses_the_draft_method_without_a_draft_model(tiny_prompts, tmp_path, capsys):
