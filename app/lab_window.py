@@ -225,12 +225,16 @@ class LabWindow(QWidget):
                                  "Off: every sequence always drafts up to the maximum — speculation itself.")
         self.threads = QSpinBox(minimum=0, maximum=256, value=0)
         self.threads.setSpecialValueText("auto")
+        self.repeats = QSpinBox(minimum=1, maximum=20, value=1)
+        self.repeats.setToolTip("Runs per cell, methods alternating; the fastest is kept.\n"
+                                "Raise it when other programs keep the machine busy.")
         form.addRow("Tokens per request", self.max_tokens)
         drafting = QHBoxLayout()
         drafting.addWidget(self.max_draft)
         drafting.addWidget(self.adaptive)
         form.addRow("Max draft tokens", drafting)
         form.addRow("Threads", self.threads)
+        form.addRow("Repeats", self.repeats)
         setup = QGroupBox("Experiment")
         setup.setLayout(form)
 
@@ -320,7 +324,7 @@ class LabWindow(QWidget):
             methods=tuple(m for m, box in self.method_boxes.items() if box.isChecked()),
             concurrency=tuple(level for level, box in self.level_boxes.items() if box.isChecked()),
             max_tokens=self.max_tokens.value(), max_draft=self.max_draft.value(), adaptive=self.adaptive.isChecked(),
-            threads=self.threads.value() or None)
+            threads=self.threads.value() or None, repeats=self.repeats.value())
 
     def start_run(self) -> None:
         try:

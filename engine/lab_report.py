@@ -232,7 +232,8 @@ def summary_markdown(results: dict) -> str:
         f"{results.get('created', '')}. Backend {env.get('backend', '?')}, {_threads(env)}; "
         f"{s['max_tokens']} tokens per request ({'end tokens ignored' if s.get('ignore_eos') else 'stopping at end tokens'}); "
         f"requests per level: {', '.join(f'{n} at {c}' for c, n in requests)}; "
-        f"max draft {s['max_draft']}, adaptive {'on' if s['adaptive'] else 'off'}, temperature {s['temperature']}.",
+        f"max draft {s['max_draft']}, adaptive {'on' if s['adaptive'] else 'off'}, temperature {s['temperature']}"
+        + (f"; each cell the fastest of {s['repeats']} runs, methods alternating." if s.get("repeats", 1) > 1 else "."),
         "",
         results_table(results),
         "",

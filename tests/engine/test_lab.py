@@ -30,7 +30,7 @@ def test_cli_writes_results_plot_and_summary(tiny_prompts, tmp_path):
     out = tmp_path / "out"
     done = subprocess.run([sys.executable, "-m", "engine.lab", "--model", "embedded", "--methods", "none,lookup",
                            "--concurrency", "1,2", "--prompts", str(tiny_prompts), "--max-tokens", "8",
-                           "--out", str(out), "--threads", "2", "--no-adaptive", "--max-draft", "4"],
+                           "--out", str(out), "--threads", "2", "--no-adaptive", "--max-draft", "4", "--repeats", "2"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     results = json.loads((out / "results.json").read_text())
@@ -43,6 +43,7 @@ def test_cli_writes_results_plot_and_summary(tiny_prompts, tmp_path):
         assert cell["e2e_p95_s"] >= cell["e2e_p50_s"] > 0
         assert cell["utilisation"]["kind"] == "CPU" and cell["utilisation"]["percent"] > 0  # labelled
         assert cell["memory"]["kind"] == "RAM" and cell["memory"]["bytes"] > 100 * 2**20
+        assert cell["repeats"] == 2 and cell["aggregate_tokens_per_s"] == max(cell["aggregate_tokens_per_s_runs"])
     assert cells[("none", 1)]["acceptance_rate"] is None and cells[("none", 1)]["mean_acceptance_length"] == 1.0
     spec = cells[("lookup", 2)]
     assert spec["drafted"] > 0 and 0.0 <= spec["acceptance_rate"] <= 1.0
