@@ -19,9 +19,11 @@ PRIOR_ACCEPTANCE = 0.5
 # Before any multi-row step: each extra row costs 10% of a 1-row step (a big model on a GPU).
 OPTIMISTIC_ROW_COST = 0.1
 # Beyond the longest verify measured: the cheaper of the last measured slope and a power law
-# T(r) ∝ r^0.7, which fits DESIGN.md's 2-core CPU figures (3 rows 2.1x, 17 rows 6.6x, 33 rows 10.3x):
-# there the first extra rows cost the most, and a straight line through them overestimates long verifies.
-ROW_COST_EXPONENT = 0.7
+# T(r) ∝ r^0.5. On 2-core CPUs the first extra rows cost the most (measured here: 2 rows 2.1x,
+# 3 rows 3.6x, 13 rows 7.4x, 17 rows 9.1x; DESIGN.md: 3 rows 2.1x, 17 rows 6.6x), so a straight line
+# through them overestimates long verifies; the square root errs low on purpose, and a tried size is
+# measured at once.
+ROW_COST_EXPONENT = 0.5
 PROBE_EVERY = 24  # steps between probes of a costly proposer while speculation is off
 
 
@@ -73,10 +75,14 @@ class DraftLengthPolicy:
             self._draft_time.add(seconds / tokens)
 
     def record_acceptance(self, drafted: int, accepted: int) -> None:
-        reached = min(drafted, accepted + 1, len(self._tried))
-        for i in range(reached):
-            self._tried[i] = self._tried[i] * FORGET + 1.0
-            self._kept[i] = self._kept[i] * FORGET + (1.0 if i < accepted else 0.0)
+        for i in range(min(drafted, accepted + 1)):
+            self.record_slot(i, i < accepted)
+
+    def record_slot(self, slot: int, kept: bool) -> None:
+        """One draft slot reached (every earlier slot was kept), and whether it was kept too."""
+        if slot < len(self._tried):
+            self._tried[slot] = self._tried[slot] * FORGET + 1.0
+            self._kept[slot] = self._kept[slot] * FORGET + (1.0 if kept else 0.0)
 
     # --- estimates ----------------------------------------------------------------------------
     def slot_acceptance(self) -> list[float]:

@@ -160,15 +160,14 @@ class SpeculativeDecoder:
                 finish = "cancelled"
             if finish is None and len(history) >= target.n_ctx:
                 finish = "context"
-            for tok in new_tokens:  # score a shadow proposal against the real tokens
+            for tok in new_tokens:  # score a shadow proposal slot by slot, as the real tokens arrive
                 if not shadow:
                     break
-                if shadow[shadow_hits] == tok:
-                    shadow_hits += 1
-                    if shadow_hits < len(shadow):
-                        continue
-                policy.record_acceptance(len(shadow), shadow_hits)
-                shadow, shadow_hits = [], 0
+                hit = shadow[shadow_hits] == tok
+                policy.record_slot(shadow_hits, hit)
+                shadow_hits += 1
+                if not hit or shadow_hits == len(shadow):
+                    shadow, shadow_hits = [], 0
             if finish:
                 target.set_interrupt(None)
                 stats.finish_reason = finish
