@@ -12,7 +12,9 @@ from dataclasses import dataclass
 
 from .errors import InvalidSettingError
 
-FORGET = 0.97  # per observation; ~33 recent steps dominate
+FORGET = 0.95  # per observation: ~20 recent ones dominate
+MIN_GAIN = 1.1  # speculate only when predicted 10% faster: a near-even bet loses to estimation noise
+NEW_REQUEST_MEMORY = 0.2  # share of the acceptance evidence a new answer inherits from the last one
 PRIOR_WEIGHT = 2.0  # pseudo-observations pulling an unseen slot towards the overall rate
 PRIOR_ACCEPTANCE = 0.5
 # Guesses for verify sizes not measured yet. They err towards trying, since a tried size gets measured.
@@ -66,6 +68,11 @@ class DraftLengthPolicy:
         self.last_choice = config.max_draft
 
     # --- measurements -------------------------------------------------------------------------
+    def begin_request(self) -> None:
+        """A new answer: step costs carry over (they are the machine's); acceptance mostly does not."""
+        self._tried = [t * NEW_REQUEST_MEMORY for t in self._tried]
+        self._kept = [k * NEW_REQUEST_MEMORY for k in self._kept]
+
     def record_step(self, rows: int, seconds: float) -> None:
         self._step_time.setdefault(rows, _Ema()).add(seconds)
         self._steps_since_speculation = 0 if rows > 1 else self._steps_since_speculation + 1
@@ -138,7 +145,7 @@ class DraftLengthPolicy:
             self.last_choice = cfg.max_draft if self.costly else 0
             return self.last_choice
         expected = self.expected_tokens()
-        best_k, best_rate = 0, expected[0] / plain
+        best_k, best_rate = 0, MIN_GAIN * expected[0] / plain
         for k in range(cfg.min_draft, cfg.max_draft + 1):
             rate = self.tokens_per_second(k, expected)
             if rate > best_rate:

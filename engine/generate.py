@@ -106,6 +106,7 @@ class SpeculativeDecoder:
         seed = request_seed(sampling)
         verifier = Verifier(sampling, self.device, seed)
         policy = self._policy
+        policy.begin_request()
         speculating = not isinstance(proposer, NoProposer) and self.speculation.max_draft > 0
         text, stopper = TextStream(), StopMatcher(stop)
         target.set_interrupt(cancel.is_set)

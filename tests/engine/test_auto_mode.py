@@ -88,7 +88,8 @@ def test_speculation_stays_off_on_open_text_and_the_stats_say_so(adaptive_lookup
     trace = answer(adaptive_lookup, prompt("open", "travel"))
     stats = adaptive_lookup.stats
     off_at = paused_from(trace)
-    assert off_at is not None and off_at <= 8, trace  # lookup's guesses never earned speculation
+    # One exploratory 2-row verify is by design: until a multi-row step is measured its cost is a guess.
+    assert off_at is not None and off_at <= 16, trace  # lookup's guesses never earned speculation
     assert stats.speculation_paused
     assert stats.speculative_steps <= 0.25 * stats.verify_steps, (stats.speculative_steps, stats.verify_steps)
 
