@@ -22,13 +22,12 @@ import torch
 from .draft_policy import PROBE_EVERY, DraftLengthPolicy, SpeculationConfig
 from .errors import EngineError, GenerationCancelled, InvalidSettingError
 from .proposers.base import NoProposer, Proposal, Proposer
-from .proposers.draft_model import stack_candidates
+from .proposers.draft_model import check_draft, stack_candidates
 from .runtime import Model, common_prefix
 from .sampling import (Candidates, SamplingParams, filter_logits, make_generator, pick_device, position_seed,
                        request_seed)
 from .stats import GenerationStats
 from .verifier import Verifier
-from .vocab_check import require_compatible
 
 
 # --- requests and what became of them ---------------------------------------------------------
@@ -159,9 +158,7 @@ class BatchedDraftModel:
     free = False
 
     def __init__(self, draft: Model, target: Model, p_min: float = 0.75):
-        if not 0.0 <= p_min < 1.0:
-            raise InvalidSettingError(f"draft confidence cutoff must be in [0, 1), got {p_min!r}")
-        require_compatible(target, draft)
+        check_draft(draft, target, p_min)
         self.model = draft
         self.p_min = p_min
         self._slots: dict[int, _DraftSlot] = {}

@@ -26,14 +26,19 @@ def stack_candidates(rows: list[Candidates]) -> Candidates:
     return Candidates(ids=ids, probs=probs)
 
 
+def check_draft(draft: Model, target: Model, p_min: float) -> None:
+    """A usable draft: a cutoff in range and a vocabulary the target can verify."""
+    if not 0.0 <= p_min < 1.0:
+        raise InvalidSettingError(f"draft confidence cutoff must be in [0, 1), got {p_min!r}")
+    require_compatible(target, draft)
+
+
 class DraftModelProposer:
     name = "draft"
     free = False
 
     def __init__(self, draft: Model, target: Model, p_min: float = 0.75):
-        if not 0.0 <= p_min < 1.0:
-            raise InvalidSettingError(f"draft confidence cutoff must be in [0, 1), got {p_min!r}")
-        require_compatible(target, draft)
+        check_draft(draft, target, p_min)
         self.model = draft
         self.p_min = p_min
         self._cached: list[int] = []  # tokens in the draft's KV cache
