@@ -89,11 +89,13 @@ def test_crossover_is_where_speculation_stops_beating_plain_decoding():
     assert (never.pays_up_to, never.stops_at, never.estimate) == (None, 1, None)
     always = crossover(synthetic({1: 1.5, 2: 1.4, 4: 1.2, 8: 1.1}), "lookup")
     assert (always.pays_up_to, always.stops_at) == (8, None)
+    tie = crossover(synthetic({1: 1.3, 2: 1.2, 4: 1.1, 8: 1.02}), "lookup")  # a 2% lead is within the spread
+    assert (tie.pays_up_to, tie.stops_at) == (4, 8) and 4 < tie.estimate < 8
 
 
 def test_advice_names_the_crossover_and_a_draft_length_from_the_cost_model():
     advice = advise(synthetic({1: 1.6, 2: 1.2, 4: 0.9, 8: 0.7}))
-    assert "prompt lookup pays up to 2 concurrent chats" in advice.text
+    assert "prompt lookup pays up to 2 concurrent chats" in advice.text and "0.90× at 4" in advice.text
     # E(k) / step(k+1 rows): k=1 1.9/13 ms, k=2 2.7/16 ms (best), k=3 3.2/19 ms, k=4 3.3/22 ms.
     assert advice.settings == {"method": "lookup", "max_draft": 2, "adaptive": True}
     plain = advise(synthetic({1: 0.9, 2: 0.8, 4: 0.7, 8: 0.6}))
