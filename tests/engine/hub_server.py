@@ -7,7 +7,8 @@ It answers what the real huggingface_hub client asks for:
 - HEAD/GET /cdn/{sha256} on a second port (another origin, like the hub's CDN): the bytes, with
   Range (206 + Content-Range) support.
 Faults are injected per file: an HTTP status, a connection cut after N bytes, a hold (the server
-stops sending after N bytes until released), and a wrong advertised sha256. Every request is logged.
+stops sending after N bytes until released), a wrong advertised sha256, and an ETag that is no
+content hash (as a plain mirror or a proxy sends). Every request is logged.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ class HubFile:
     source: bytes | Path
     lfs: bool = True
     advertised_sha256: str | None = None  # set to lie about the checksum
+    etag: str | None = None  # set to send this ETag instead of the content hash, as a plain mirror does
 
     @property
     def size(self) -> int:
@@ -186,11 +188,12 @@ def _make_handler(hub: LocalHub):
             common = {"X-Repo-Commit": COMMIT}
             if hub_file.lfs:
                 sha = hub_file.advertised_sha256 or hub_file.sha256
-                self._headers(302, {**common, "Location": f"{hub.cdn_url}/cdn/{sha}", "ETag": f'"{sha}"',
-                                    "X-Linked-Etag": f'"{sha}"', "X-Linked-Size": str(hub_file.size),
+                etag = hub_file.etag or sha
+                self._headers(302, {**common, "Location": f"{hub.cdn_url}/cdn/{sha}", "ETag": f'"{etag}"',
+                                    "X-Linked-Etag": f'"{etag}"', "X-Linked-Size": str(hub_file.size),
                                     "Content-Length": "0"})
                 return
-            self._send_range(filename, hub_file, body, {**common, "ETag": f'"{hub_file.git_sha1}"'})
+            self._send_range(filename, hub_file, body, {**common, "ETag": f'"{hub_file.etag or hub_file.git_sha1}"'})
 
         def _serve_bytes(self, sha: str, body: bool):
             found = hub._find_by_sha(sha)
