@@ -13,7 +13,9 @@ resumes with a Range request, both after a dropped connection (it retries by its
 later job (after a cancel, or an app restart) finds the part. ``<final>.part.json`` names the hub
 version the part belongs to, so a part of an older upload is never continued with newer bytes.
 A file takes its final name only once its size and sha256 (git sha1 for small non-LFS files)
-match what the hub reported; ``<final>.source.json`` then records where it came from.
+match what the hub reported, and a .gguf only once its header reads as GGUF (a mirror whose ETag is
+no content hash can send an error page of the right size); ``<final>.source.json`` then records
+where it came from.
 HF_ENDPOINT, HF_TOKEN (or a saved `hf auth login`) and HF_HUB_OFFLINE work as in the hub client.
 """
 from __future__ import annotations
@@ -53,7 +55,8 @@ try:  # huggingface_hub 2.x ships its HTTP client as httpx2
 except ImportError:  # pragma: no cover - older huggingface_hub
     import httpx as _http
 
-from .errors import EngineError
+from .errors import EngineError, ModelFileError
+from .gguf_header import GGUF_MAGIC, read_gguf_header
 from .paths import data_dir
 
 # huggingface_hub hands over 10 MiB at a time; smaller pieces give steady progress on slow links
@@ -303,6 +306,7 @@ class DownloadJob:
             self._phase = "verifying"
             self._emit(force=True)
             self._verify(remote, part)
+            _check_is_gguf(remote, part)
             os.replace(part, path)
             _part_info(path).unlink(missing_ok=True)
             _write_json(source_record_path(path), _record(remote))
@@ -371,6 +375,28 @@ class DownloadJob:
             file_total=self._totals[self._current], done_bytes=done, total_bytes=total,
             speed_bps=speed, eta_s=eta,
         ))
+
+
+def _check_is_gguf(remote: _Remote, part: Path) -> None:
+    """Refuse a .gguf that is something else: where the etag is no content hash, an error page of
+    the advertised size passes every other check."""
+    if not remote.request.filename.lower().endswith(".gguf"):
+        return
+    try:
+        read_gguf_header(part)
+        return
+    except ModelFileError as exc:
+        problem = exc
+    with open(part, "rb") as f:
+        start = f.read(len(GGUF_MAGIC))
+    # Not a piece of the real file, so nothing worth resuming: remove it with the note that names its version.
+    part.unlink(missing_ok=True)
+    _part_info(remote.path).unlink(missing_ok=True)
+    name = f"{remote.request.filename} from {remote.endpoint}"
+    if start != GGUF_MAGIC:
+        raise DownloadError(f"{name} is not a GGUF model (it starts with {start!r}): the server sent something "
+                            "else, perhaps an error page. Nothing was installed.")
+    raise DownloadError(f"{name} is not a usable GGUF model ({problem}). Nothing was installed.")
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 Covers progress, a pair as one job, cancel then resume, a cut connection (resumed by the client
 itself, and across a restart of the CLI), a wrong checksum, HTTP errors, a full disk, path
-traversal, the token staying off the CDN, and two downloads of one file at once.
+traversal, the token staying off the CDN, two downloads of one file at once, and an error page from a
+mirror that sends no content hash.
 """
 import errno
 import hashlib
@@ -248,6 +249,37 @@ def test_two_downloads_of_one_file_at_once_are_refused(hub, files):
         hub.release()
         worker.join(30)
     assert outcome and outcome[0][0].read_bytes() == files["target.gguf"].read_bytes()
+
+
+def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "engine.models", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, env={**os.environ, **(env or {})})
+
+
+MIRROR_ETAG = "66e1f2a0-2d5c"  # what nginx and most plain servers send: mtime and size, no content hash
+
+
+def test_an_error_page_from_a_mirror_is_refused_and_nothing_is_installed(hub):
+    page = b"<html><body>Too many requests, try again later.</body></html>\n"
+    page += b" " * (50_000 - len(page))  # exactly the advertised size, so the size check passes
+    hub.add_file(REPO, "mirror.gguf", page, lfs=False, etag=MIRROR_ETAG)
+
+    result = run_cli("download", REPO, "mirror.gguf")
+
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert (f"mirror.gguf from {hub.url} is not a GGUF model (it starts with b'<htm'): the server sent "
+            "something else, perhaps an error page. Nothing was installed.") in result.stderr
+    folder = local_path(REPO, "mirror.gguf").parent
+    assert sorted(p.name for p in folder.iterdir()) == []  # no model, no part to resume, no record
+    assert partial_bytes(FileRequest(REPO, "mirror.gguf")) == 0
+
+
+@pytest.mark.parametrize("lfs", [False, True])
+def test_a_real_gguf_from_a_mirror_without_content_hashes_still_installs(hub, files, lfs):
+    hub.add_file(REPO, "mirrored.gguf", files["draft.gguf"], lfs=lfs, etag=MIRROR_ETAG)
+    path = download(REPO, "mirrored.gguf")
+    assert path.read_bytes() == files["draft.gguf"].read_bytes()
+    assert downloads.read_source_record(path)["etag"] == MIRROR_ETAG
 
 
 def test_the_embedded_gemma_downloads_from_the_local_hub_and_loads(hub, tmp_path):
