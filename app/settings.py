@@ -4,21 +4,24 @@ No Qt here: the dialog edits an AppSettings, this module validates, loads and sa
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import time
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from engine.errors import InvalidSettingError
 from engine.loader import DecoderSettings
-from engine.paths import config_dir
+from engine.paths import config_dir, unwritable_reason
 from engine.sampling import SamplingParams
 
 FILE_NAME = "settings.json"
 METHOD_LABELS = {"draft": "Draft model", "lookup": "Prompt lookup", "none": "Off"}
 RELOAD_KEYS = ("model", "n_ctx", "n_gpu_layers", "threads")  # a change reloads the target model
 SPECULATION_KEYS = ("speculation", "method", "draft", "max_draft", "min_draft", "p_min", "adaptive")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -105,14 +108,22 @@ def settings_path() -> Path:
 
 def load_settings(path: Path | None = None) -> tuple[AppSettings, list[str]]:
     """Settings from the file, and notices about anything that had to fall back to a default."""
-    path = path or settings_path()
+    if path is None:
+        folder = config_dir(create=False)
+        reason = unwritable_reason(folder)
+        if reason:
+            return AppSettings(), [f"Settings will not be saved: {folder} is not writable ({reason}). Defaults "
+                                   "are in use, and changes apply until you quit."]
+        path = folder / FILE_NAME
     if not path.exists():
         return AppSettings(), []
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(raw, dict):
             raise ValueError("the file does not hold a JSON object")
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: brackets nested too deep
+        if isinstance(exc, RecursionError):
+            exc = "its brackets are nested too deeply"
         kept = _set_aside(path)
         return AppSettings(), [f"Your settings file could not be read ({exc}), so defaults are in use. "
                                f"The old file was kept as {kept.name}." if kept else
@@ -138,11 +149,19 @@ def load_settings(path: Path | None = None) -> tuple[AppSettings, list[str]]:
 
 
 def save_settings(settings: AppSettings, path: Path | None = None) -> None:
-    """Write atomically, so a crash mid-write never leaves a half file."""
+    """Write atomically, so a crash mid-write never leaves a half file. Raises only OSError."""
     path = path or settings_path()
+    text = json.dumps(asdict(settings), indent=2, ensure_ascii=False)
+    # A lone surrogate (half an emoji, as a paste can give) has no UTF-8 form: a \u escape keeps it exactly.
+    text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(asdict(settings), indent=2, ensure_ascii=False), encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()  # a full disk must not leave a half file behind either
+        raise
 
 
 def _set_aside(path: Path) -> Path | None:

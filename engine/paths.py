@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import platformdirs
@@ -10,23 +11,36 @@ import platformdirs
 APP_NAME = "SpecChat"
 
 
-def _dir(env: str, default: str) -> Path:
+def _dir(env: str, default: str, create: bool) -> Path:
     # SPECCHAT_*_DIR lets tests and portable installs put everything elsewhere.
     path = Path(os.environ.get(env) or default)
-    path.mkdir(parents=True, exist_ok=True)
+    if create:
+        path.mkdir(parents=True, exist_ok=True)  # raises OSError where it cannot be made
     return path
 
 
-def cache_dir() -> Path:
-    return _dir("SPECCHAT_CACHE_DIR", platformdirs.user_cache_dir(APP_NAME, appauthor=False))
+def cache_dir(create: bool = True) -> Path:
+    return _dir("SPECCHAT_CACHE_DIR", platformdirs.user_cache_dir(APP_NAME, appauthor=False), create)
 
 
-def data_dir() -> Path:
-    return _dir("SPECCHAT_DATA_DIR", platformdirs.user_data_dir(APP_NAME, appauthor=False))
+def data_dir(create: bool = True) -> Path:
+    return _dir("SPECCHAT_DATA_DIR", platformdirs.user_data_dir(APP_NAME, appauthor=False), create)
 
 
-def config_dir() -> Path:
-    return _dir("SPECCHAT_CONFIG_DIR", platformdirs.user_config_dir(APP_NAME, appauthor=False))
+def config_dir(create: bool = True) -> Path:
+    return _dir("SPECCHAT_CONFIG_DIR", platformdirs.user_config_dir(APP_NAME, appauthor=False), create)
+
+
+def unwritable_reason(folder: Path) -> str:
+    """"" when the folder exists (or can be made) and takes a new file; else why not, in the system's words."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder) as probe:
+            probe.write(b"x")
+            probe.flush()  # a full disk fails here, not at creation
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return ""
 
 
 def resources_dir() -> Path:

@@ -78,3 +78,34 @@ def test_what_a_change_needs():
     d = base.decoder_settings()
     assert (d.method, d.max_draft) == ("lookup", 16)
     assert replace(base, speculation=False).decoder_settings().method == "none"
+
+
+def test_a_file_too_deeply_nested_to_parse_is_set_aside(dirs):
+    path = settings_path()
+    path.write_text("[" * 100_000)  # json.loads raises RecursionError here, not ValueError
+    settings, notices = load_settings()
+    assert settings == AppSettings() and "could not be read" in notices[0]
+    kept = list(path.parent.glob("settings.corrupt-*.json"))
+    assert len(kept) == 1 and kept[0].read_text() == "[" * 100_000 and not path.exists()
+    assert load_settings() == (AppSettings(), [])  # the next launch starts clean
+
+
+def test_a_lone_surrogate_is_saved_and_read_back_unchanged(dirs):
+    typed = AppSettings(system_prompt="Be brief \ud800 and kind ✓")  # Qt can hand over half a surrogate pair
+    save_settings(typed)
+    assert load_settings() == (typed, [])
+    assert "✓" in settings_path().read_text(encoding="utf-8")  # still readable UTF-8 text
+    assert not list(settings_path().parent.glob("*.tmp"))
+
+
+def test_an_unusable_config_folder_gives_defaults_and_says_settings_are_not_saved(tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("SPECCHAT_CONFIG_DIR", str(blocker / "config"))  # mkdir fails: NotADirectoryError
+    settings, notices = load_settings()
+    assert settings == AppSettings()
+    assert len(notices) == 1 and notices[0].startswith(f"Settings will not be saved: {blocker / 'config'} is not "
+                                                       "writable (")
+    with pytest.raises(OSError):  # the window turns this into a notice (test_chat_window)
+        save_settings(AppSettings(top_k=3))
+    assert blocker.read_text() == "not a folder"
