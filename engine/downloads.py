@@ -36,9 +36,36 @@ from typing import Callable, Sequence
 from urllib.parse import urlsplit
 
 from filelock import FileLock, Timeout
-from huggingface_hub import constants as hub_constants
-from huggingface_hub import get_hf_file_metadata, hf_hub_url
-from huggingface_hub.errors import (
+
+
+def _endpoint_problem(endpoint: str) -> str | None:
+    """Why an endpoint cannot be a hub address, or None if it can."""
+    try:
+        parts = urlsplit(endpoint)
+        parts.port  # raises for a port that is not a number from 0 to 65535
+    except ValueError as exc:
+        return str(exc)
+    if parts.scheme not in ("http", "https"):
+        return "it does not start with http:// or https://"
+    if not parts.hostname:
+        return "it names no host"
+    return None
+
+
+# huggingface_hub reads HF_ENDPOINT once, into its constants, and parses it there: some malformed
+# values ("http://[::1") raise as it is imported, which would stop the app from even starting. Its
+# constants are imported without such a value; DownloadJob.run() then says what is wrong with it.
+_endpoint_at_import = os.environ.get("HF_ENDPOINT")
+if _endpoint_at_import and _endpoint_problem(_endpoint_at_import):
+    del os.environ["HF_ENDPOINT"]
+    try:
+        from huggingface_hub import constants as hub_constants
+    finally:
+        os.environ["HF_ENDPOINT"] = _endpoint_at_import
+
+from huggingface_hub import constants as hub_constants  # noqa: E402 - after the guard above
+from huggingface_hub import get_hf_file_metadata, hf_hub_url  # noqa: E402
+from huggingface_hub.errors import (  # noqa: E402
     GatedRepoError,
     HfHubHTTPError,
     HFValidationError,
@@ -47,8 +74,8 @@ from huggingface_hub.errors import (
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
-from huggingface_hub.file_download import http_get
-from huggingface_hub.utils import build_hf_headers, validate_repo_id
+from huggingface_hub.file_download import http_get  # noqa: E402
+from huggingface_hub.utils import build_hf_headers, validate_repo_id  # noqa: E402
 
 try:  # huggingface_hub 2.x ships its HTTP client as httpx2
     import httpx2 as _http
@@ -218,7 +245,7 @@ class DownloadJob:
 
     def run(self) -> list[Path]:
         paths = [local_path(f.repo_id, f.filename, self._root) for f in self.files]  # refuse before any request
-        endpoint = (os.environ.get("HF_ENDPOINT") or hub_constants.ENDPOINT).rstrip("/")
+        endpoint = _hub_endpoint()
         remotes = []
         for index, (request, path) in enumerate(zip(self.files, paths)):
             self._current = index
@@ -431,6 +458,21 @@ def _resolve(request: FileRequest, path: Path, endpoint: str) -> _Remote:
         headers.pop("authorization", None)  # the token is for the hub, not for the CDN
     return _Remote(request=request, path=path, endpoint=endpoint, url=download_url, headers=headers,
                    commit=meta.commit_hash, etag=meta.etag, size=meta.size)
+
+
+def _hub_endpoint() -> str:
+    """The hub to ask: HF_ENDPOINT if set (read now, so a change applies to the next job)."""
+    endpoint = os.environ.get("HF_ENDPOINT")
+    if not endpoint:
+        return hub_constants.ENDPOINT.rstrip("/")
+    problem = _endpoint_problem(endpoint)
+    if problem:
+        raise DownloadError(
+            f"HF_ENDPOINT is set to {endpoint!r}, which is not a usable hub address ({problem}). It should be the "
+            "address of the Hugging Face hub or of a mirror, such as https://huggingface.co or "
+            "http://127.0.0.1:8080; unset it to download from huggingface.co."
+        )
+    return endpoint.rstrip("/")
 
 
 def _explain(exc: Exception, request: FileRequest, endpoint: str, part: Path | None = None) -> DownloadError:

@@ -2,8 +2,8 @@
 
 Covers progress, a pair as one job, cancel then resume, a cut connection (resumed by the client
 itself, and across a restart of the CLI), a wrong checksum, HTTP errors, a full disk, path
-traversal, the token staying off the CDN, two downloads of one file at once, and an error page from a
-mirror that sends no content hash.
+traversal, the token staying off the CDN, two downloads of one file at once, an error page from a
+mirror that sends no content hash, and a malformed HF_ENDPOINT.
 """
 import errno
 import hashlib
@@ -280,6 +280,43 @@ def test_a_real_gguf_from_a_mirror_without_content_hashes_still_installs(hub, fi
     path = download(REPO, "mirrored.gguf")
     assert path.read_bytes() == files["draft.gguf"].read_bytes()
     assert downloads.read_source_record(path)["etag"] == MIRROR_ETAG
+
+
+BAD_ENDPOINTS = ["not a url", "http://", "ftp://x", "http://[::1", "http://127.0.0.1:99999", "huggingface.co"]
+
+
+@pytest.mark.parametrize("endpoint", BAD_ENDPOINTS)
+def test_a_malformed_hf_endpoint_is_named_before_anything_is_asked(hub, monkeypatch, endpoint):
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    with pytest.raises(DownloadError, match=r"HF_ENDPOINT is set to .* https://huggingface\.co"):
+        DownloadJob([FileRequest(REPO, "target.gguf")]).run()
+    assert hub.requests == []
+
+
+@pytest.mark.parametrize("endpoint", BAD_ENDPOINTS)
+def test_the_cli_says_what_is_wrong_with_hf_endpoint_without_a_traceback(hub, endpoint):
+    result = run_cli("download", REPO, "target.gguf", env={"HF_ENDPOINT": endpoint})
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith(f"error: HF_ENDPOINT is set to {endpoint!r}"), result.stderr
+    assert result.stdout == ""
+
+
+def test_a_malformed_hf_endpoint_keeps_a_partial_download_for_later(hub, monkeypatch, files):
+    hub.add_fault("target.gguf", Fault(cut_after=1_000_000))
+    hub.add_fault("target.gguf", Fault(status=500))
+    with pytest.raises(DownloadError, match="kept"):
+        download(REPO, "target.gguf")
+    request = FileRequest(REPO, "target.gguf")
+    kept = partial_bytes(request)
+
+    monkeypatch.setenv("HF_ENDPOINT", "http://[::1")
+    with pytest.raises(DownloadError, match="HF_ENDPOINT"):
+        download(REPO, "target.gguf")
+    assert partial_bytes(request) == kept
+
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    assert download(REPO, "target.gguf").read_bytes() == files["target.gguf"].read_bytes()
+    assert hub.byte_requests()[-1].range == f"bytes={kept}-"
 
 
 def test_the_embedded_gemma_downloads_from_the_local_hub_and_loads(hub, tmp_path):
