@@ -283,14 +283,17 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def write_tiny_gguf(path: Path, tokens: list[str] | None = None, payload_bytes: int = 0, seed: int = 0) -> Path:
+def write_tiny_gguf(path: Path, tokens: list[str] | None = None, payload_bytes: int = 0, seed: int = 0,
+                    control_tokens: list[str] = (), chat_template: str | None = None) -> Path:
     """A real, llama.cpp-loadable (vocab_only) GGUF: a 1-layer llama header and a SentencePiece vocab.
 
     payload_bytes of random weights make the file big enough to download in several pieces.
+    tokens[1] and tokens[2] are BOS and EOS; control_tokens are appended as further CONTROL tokens,
+    and chat_template is stored as tokenizer.chat_template.
     """
     import gguf
 
-    tokens = tokens or default_tokens()
+    tokens = list(tokens or default_tokens()) + list(control_tokens)
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_name(path.stem)
     writer.add_context_length(64)
@@ -305,7 +308,11 @@ def write_tiny_gguf(path: Path, tokens: list[str] | None = None, payload_bytes: 
     writer.add_token_scores([0.0] * len(tokens))
     types = [gguf.TokenType.NORMAL] * len(tokens)
     types[0], types[1], types[2] = gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL
+    for i in range(len(tokens) - len(control_tokens), len(tokens)):
+        types[i] = gguf.TokenType.CONTROL
     writer.add_token_types(types)
+    if chat_template is not None:
+        writer.add_chat_template(chat_template)
     writer.add_unk_token_id(0)
     writer.add_bos_token_id(1)
     writer.add_eos_token_id(2)
