@@ -423,7 +423,8 @@ def _check_is_gguf(remote: _Remote, part: Path) -> None:
     if start != GGUF_MAGIC:
         raise DownloadError(f"{name} is not a GGUF model (it starts with {start!r}): the server sent something "
                             "else, perhaps an error page. Nothing was installed.")
-    raise DownloadError(f"{name} is not a usable GGUF model ({problem}). Nothing was installed.")
+    reason = str(problem).replace(part.name, remote.request.filename).rstrip(".")  # name the file people asked for
+    raise DownloadError(f"{name} is not a usable GGUF model ({reason}). Nothing was installed.")
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ mirror that sends no content hash, and a malformed HF_ENDPOINT.
 import errno
 import hashlib
 import os
+import struct
 import subprocess
 import sys
 import threading
@@ -272,6 +273,15 @@ def test_an_error_page_from_a_mirror_is_refused_and_nothing_is_installed(hub):
     folder = local_path(REPO, "mirror.gguf").parent
     assert sorted(p.name for p in folder.iterdir()) == []  # no model, no part to resume, no record
     assert partial_bytes(FileRequest(REPO, "mirror.gguf")) == 0
+
+
+def test_a_gguf_header_of_an_unsupported_version_is_refused_too(hub):
+    header = struct.pack("<4sIQQ", b"GGUF", 99, 1, 1)  # magic, version, tensors, metadata keys
+    hub.add_file(REPO, "future.gguf", header + bytes(5000), lfs=False, etag=MIRROR_ETAG)
+    with pytest.raises(DownloadError, match=r"future\.gguf from .* is not a usable GGUF model \(future\.gguf .*"
+                                            r"version 99.*\)\. Nothing was installed\.$"):
+        download(REPO, "future.gguf")
+    assert list(local_path(REPO, "future.gguf").parent.iterdir()) == []
 
 
 @pytest.mark.parametrize("lfs", [False, True])
