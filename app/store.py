@@ -2,29 +2,40 @@
 
 Every write is its own committed transaction, so a response saved while it streams survives a
 crash or a kill of the app. A message still marked "streaming" when the store opens was cut off
-by such a crash; it is marked "interrupted" and kept. No Qt here; the GUI thread owns the store.
+by such a crash; it is marked "interrupted" and kept (only one SpecChat runs per data dir, see
+single_instance.py, so no live response is ever mistaken for one). No Qt here; the GUI thread owns
+the store.
+
+open_store never loses a saved conversation: a damaged file is kept aside and what can be read is
+copied into a new one; a file another program holds, a file from a newer SpecChat and a folder that
+cannot be written are all left as they are, and the conversations of this session stay in memory.
 """
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.paths import data_dir
+from engine.paths import data_dir, unwritable_reason
+
+log = logging.getLogger(__name__)
 
 FILE_NAME = "conversations.sqlite3"
 STATUSES = ("done", "streaming", "stopped", "error", "interrupted")
+MEMORY = ":memory:"
+BUSY_TIMEOUT_S = 5.0  # how long SQLite itself retries when another program holds the file
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS conversations (
+_SCHEMA_V1 = (
+    """CREATE TABLE IF NOT EXISTS conversations (
     id INTEGER PRIMARY KEY,
     title TEXT NOT NULL,
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS messages (
+)""",
+    """CREATE TABLE IF NOT EXISTS messages (
     id INTEGER PRIMARY KEY,
     conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
     role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant')),
@@ -35,9 +46,31 @@ CREATE TABLE IF NOT EXISTS messages (
     draft_spans TEXT,      -- JSON [[start, end], ...]: characters that came from accepted drafts
     notice TEXT NOT NULL DEFAULT '',
     created_at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
-"""
+)""",
+    "CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id)",
+)
+_COLUMNS = {"conversations": ("id", "title", "created_at", "updated_at"),
+            "messages": ("id", "conversation_id", "role", "content", "status", "model", "stats", "draft_spans",
+                         "notice", "created_at")}
+
+
+def _v1_first_schema(db: sqlite3.Connection) -> None:
+    for statement in _SCHEMA_V1:  # IF NOT EXISTS: files from before versions were recorded have these
+        db.execute(statement)
+
+
+# Step i takes a file from schema version i to i + 1 (PRAGMA user_version). A later change appends a step;
+# a released step is never edited.
+MIGRATIONS = [_v1_first_schema]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+class NewerSchemaError(Exception):
+    """The file was written by a newer SpecChat: this one must not change it."""
+
+    def __init__(self, version: int):
+        super().__init__(f"schema version {version}; this SpecChat knows up to {SCHEMA_VERSION}")
+        self.version = version
 
 
 @dataclass
@@ -64,19 +97,42 @@ def default_path() -> Path:
 
 
 class ConversationStore:
-    def __init__(self, path: Path | None = None):
-        self.path = Path(path or default_path())
-        self.db = sqlite3.connect(self.path, isolation_level=None, timeout=5.0)  # autocommit per statement
+    def __init__(self, path: Path | str | None = None):
+        """Open (or create) the file and bring its schema up to date. Raises sqlite3.DatabaseError
+        (damaged, locked, unwritable) or NewerSchemaError, having written nothing in those cases."""
+        self.path = path if path == MEMORY else Path(path or default_path())
+        self.db = sqlite3.connect(self.path, isolation_level=None, timeout=BUSY_TIMEOUT_S)  # autocommit
         try:
+            version = self.db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise NewerSchemaError(version)
+            problem = self.db.execute("PRAGMA quick_check(1)").fetchone()[0]  # reads every page once
+            if problem != "ok":
+                log.warning("%s failed its integrity check: %s", self.path, problem)
+                raise sqlite3.DatabaseError("database disk image is malformed")
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a killed app loses no committed write
             self.db.execute("PRAGMA foreign_keys=ON")
-            self.db.executescript(_SCHEMA)
-        except sqlite3.DatabaseError:
+            self._migrate(version)
+            self.recovered = self.mark_interrupted()
+        except BaseException:
             self.db.close()
             raise
-        self.recovered = self.db.execute(
-            "UPDATE messages SET status='interrupted' WHERE status='streaming'").rowcount
+
+    def mark_interrupted(self) -> int:
+        """Responses left "streaming" by a crash are "interrupted": how many there were."""
+        return self.db.execute("UPDATE messages SET status='interrupted' WHERE status='streaming'").rowcount
+
+    def _migrate(self, version: int) -> None:
+        for step in range(version, SCHEMA_VERSION):
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                MIGRATIONS[step](self.db)
+                self.db.execute(f"PRAGMA user_version = {step + 1}")
+                self.db.execute("COMMIT")
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
 
     # --- conversations ------------------------------------------------------------------------
     def conversations(self, search: str = "") -> list[Conversation]:
@@ -154,22 +210,136 @@ def _load(text: str | None, default):
 
 
 def open_store(path: Path | None = None) -> tuple[ConversationStore, list[str]]:
-    """The store, and notices. A file SQLite cannot read is kept aside, never deleted."""
-    path = Path(path or default_path())
+    """The store, and notices for the user. Whatever goes wrong, a store comes back (in memory if need
+    be) and no saved conversation is lost: files are only ever kept aside, never deleted."""
+    path = Path(path) if path else data_dir(create=False) / FILE_NAME
+    reason = unwritable_reason(path.parent)
+    if reason:
+        store, shown = _copy_in_memory(path)
+        return store, [f"Conversations will not be saved: {path.parent} is not writable ({reason}). {shown}What "
+                       "you write now lasts until you quit; make that folder writable (or set SPECCHAT_DATA_DIR "
+                       "to one that is) and restart SpecChat."]
     try:
         store = ConversationStore(path)
-        store.conversations()
+    except NewerSchemaError as exc:
+        return ConversationStore(MEMORY), [
+            f"The conversation file {path} was written by a newer version of SpecChat ({exc}), so it was left "
+            "untouched and its conversations are not shown. Conversations will not be saved; that newer "
+            "version still has them all."]
     except sqlite3.DatabaseError as exc:
-        kept = path.with_name(f"{path.stem}.unreadable-{time.strftime('%Y%m%d-%H%M%S')}{path.suffix}")
-        for suffix in ("", "-wal", "-shm"):
-            side = Path(str(path) + suffix)
-            if side.exists():
-                side.replace(Path(str(kept) + suffix))
-        store = ConversationStore(path)
-        return store, [f"The conversation file could not be read ({exc}). It was kept as {kept.name} and a new "
-                       "one was started."]
+        if _is_damaged(exc):
+            return _start_over(path, exc)
+        store, shown = _copy_in_memory(path)
+        if _is_busy(exc):
+            return store, [f"The conversation file {path} is in use by another program, so SpecChat cannot save "
+                           f"to it. {shown}Conversations will not be saved until you close that program and "
+                           "restart SpecChat. Nothing was moved or changed."]
+        return store, [f"Conversations will not be saved: {path} cannot be written ({exc}). {shown}Nothing was "
+                       "moved or changed."]
     notices = []
     if store.recovered:
         notices.append(f"{store.recovered} response{'s were' if store.recovered != 1 else ' was'} cut off when "
                        "SpecChat last closed unexpectedly; the text saved up to then is kept, marked interrupted.")
     return store, notices
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    return getattr(exc, "sqlite_errorname", "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or \
+        "locked" in str(exc)
+
+
+def _is_damaged(exc: sqlite3.Error) -> bool:
+    """A file SQLite cannot read as a database, as opposed to one it cannot reach (locked, read-only, full)."""
+    return getattr(exc, "sqlite_errorname", "").startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or \
+        any(words in str(exc) for words in ("malformed", "not a database"))
+
+
+def _copy_in_memory(path: Path) -> tuple[ConversationStore, str]:
+    """An in-memory store with what the file holds, if it can be read at all (else empty), and a sentence
+    saying so for a notice."""
+    store = ConversationStore(MEMORY)
+    if not path.is_file():
+        return store, ""
+    try:
+        source = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+        try:
+            version = source.execute("PRAGMA user_version").fetchone()[0]
+            if version <= SCHEMA_VERSION:
+                source.backup(store.db)
+                store._migrate(version)  # in memory only: the file stays as it is
+                store.mark_interrupted()
+        finally:
+            source.close()
+    except sqlite3.Error:
+        pass  # locked for reading too, or unreadable: the session starts empty
+    return store, "Your saved conversations are shown from a copy. " if store.conversations() else ""
+
+
+def _start_over(path: Path, exc: sqlite3.DatabaseError) -> tuple[ConversationStore, list[str]]:
+    """Keep the damaged file aside, start a new one and copy into it every row that can still be read."""
+    kept = path.with_name(f"{path.stem}.unreadable-{time.strftime('%Y%m%d-%H%M%S')}{path.suffix}")
+    try:
+        for suffix in ("", "-wal", "-shm"):  # the WAL holds the newest writes: it goes with its file
+            side = Path(str(path) + suffix)
+            if side.exists():
+                side.replace(Path(str(kept) + suffix))
+        store = ConversationStore(path)
+    except (OSError, sqlite3.Error) as error:
+        return ConversationStore(MEMORY), [
+            f"The conversation file {path} could not be read ({exc}), and a new one could not be started "
+            f"({error}). Conversations will not be saved; the files were left where they are."]
+    saved, found = _salvage(kept, store)
+    store.mark_interrupted()
+    what = (f"{saved} of {found} messages were recovered into a new file" if found else
+            "nothing in it could be read, so a new one was started")
+    return store, [f"The conversation file could not be read ({exc}); {what}. The old file is kept, unchanged, "
+                   f"as {kept.name} in {kept.parent}."]
+
+
+def _salvage(source_path: Path, store: ConversationStore) -> tuple[int, int]:
+    """Copy readable conversations and messages, row by row: (messages copied, messages found)."""
+    try:
+        source = sqlite3.connect(f"{source_path.resolve().as_uri()}?mode=ro", uri=True)  # with its WAL, if any
+    except sqlite3.Error:
+        return 0, 0
+    counts, now = {}, time.time()
+    store.db.execute("BEGIN")
+    try:
+        for table, columns in _COLUMNS.items():
+            names = ", ".join(columns)
+            insert = f"INSERT INTO {table} ({names}) VALUES ({', '.join('?' * len(columns))})"
+            ids = _readable_ids(source, table)
+            copied = 0
+            for row_id in ids:
+                try:
+                    row = source.execute(f"SELECT {names} FROM {table} WHERE id=?", (row_id,)).fetchone()
+                    if row is None:
+                        continue
+                    if table == "messages":  # a message whose conversation was lost gets one of its own
+                        store.db.execute("INSERT OR IGNORE INTO conversations VALUES (?, 'Recovered chat', ?, ?)",
+                                         (row[1], now, now))
+                    store.db.execute(insert, row)
+                    copied += 1
+                except sqlite3.Error:
+                    pass  # it sits on a damaged page, or its values no longer make sense
+            counts[table] = copied, len(ids)
+    finally:
+        store.db.execute("COMMIT")
+        source.close()
+    return counts["messages"]
+
+
+def _readable_ids(db: sqlite3.Connection, table: str) -> list[int]:
+    """Row ids, gathered by every route that may still work: an index, and the table read from both ends
+    (a scan stops at the first damaged page; the other end reaches the rows past it)."""
+    ids: set[int] = set()
+    queries = [f"SELECT id FROM {table} ORDER BY id", f"SELECT id FROM {table} ORDER BY id DESC"]
+    if table == "messages":
+        queries.append("SELECT id FROM messages INDEXED BY messages_by_conversation")
+    for query in queries:
+        try:
+            for (row_id,) in db.execute(query):
+                ids.add(row_id)
+        except sqlite3.DatabaseError:
+            pass
+    return sorted(ids)
