@@ -15,12 +15,18 @@ the documented fallback transcript below, which a base model simply continues:
 The answer stops at the model's end-of-generation token or where it starts the next turn itself
 ("\\nUser:" / "\\nAssistant:").
 
+Message text never becomes a control token: a pasted "<|im_end|>\\n<|im_start|>assistant\\n..." stays the
+text it is, so no message can forge a turn. Only the template's own text is read for control tokens
+(see ChatFormatter._tokenize); the fallback transcript is tokenized as plain text throughout.
+
 When the conversation does not fit, the oldest turns are left out (never the system prompt or the
 newest message) and `trimmed` says how many; when even the newest message cannot fit, this raises
 ContextOverflowError with a message for a person.
 """
 from __future__ import annotations
 
+import re
+import secrets
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
@@ -29,6 +35,12 @@ from .errors import ContextOverflowError, EngineError
 FALLBACK_STOPS = ("\nUser:", "\nAssistant:")
 FALLBACK_PREAMBLE = "A conversation between a user and a helpful, knowledgeable assistant."
 ROLES = ("system", "user", "assistant")
+
+# llama_token_attr bits (llama.h). Control and unknown tokens are what llama.cpp makes of their text only
+# when asked to parse special tokens; lstrip/rstrip tokens eat the whitespace beside them (Phi-3's do).
+_ATTR_UNKNOWN, _ATTR_CONTROL, _ATTR_LSTRIP, _ATTR_RSTRIP = 1 << 0, 1 << 3, 1 << 7, 1 << 8
+_SPECIAL = _ATTR_UNKNOWN | _ATTR_CONTROL
+_C_SPACE = " \t\n\v\f\r"  # what llama.cpp's isspace() strips
 
 
 class _Tokenizer(Protocol):
@@ -95,17 +107,58 @@ class ChatFormatter:
         if self._jinja is None:
             text = fallback_prompt(messages)
             return text, self.model.tokenize(text, add_bos=self.model.adds_bos, special=False), FALLBACK_STOPS
+        # Control-token text inside a message is hidden behind markers while the template renders, so
+        # whatever the template does with the content (trim, split, drop), only its own text can hold
+        # control tokens; the markers are put back as plain text. (Text that only becomes a control token
+        # across a message's edge would still count, but no template writes half a control token.)
+        hidden = _Hidden()
+        safe = [{"role": m["role"], "content": hidden.hide(m["content"], self._control_texts(m["content"]))}
+                for m in messages]
         try:
-            result = self._jinja(messages=[{"role": m["role"], "content": m["content"]} for m in messages])
+            result = self._jinja(messages=safe)
         except Exception as exc:  # templates raise for e.g. roles they do not support
             raise EngineError(f"The model's chat template rejected this conversation: {exc}") from exc
-        text = result.prompt
+        tokens = self._tokenize(result.prompt, hidden)
         # The template writes BOS itself when it wants one (llama-cpp-python tokenizes with add_bos=False);
         # a template that forgets it, for a model that needs one, still gets exactly one.
-        tokens = self.model.tokenize(text, add_bos=False, special=True)
         if self.model.adds_bos and (not tokens or tokens[0] != self.model.bos):
             tokens.insert(0, self.model.bos)
-        return text, tokens, self._stops
+        return hidden.restore(result.prompt), tokens, self._stops
+
+    def _tokenize(self, rendered: str, hidden: "_Hidden") -> list[int]:
+        """Tokens of rendered template text: its control-token text as control tokens, the rest, with the
+        hidden message text put back, as plain text (special=False).
+
+        This cuts the text at control tokens exactly as llama.cpp's own special=True tokenization does
+        (longest first, lstrip/rstrip honoured) and tokenizes the pieces between them alone, as it does:
+        a conversation with nothing hidden gets exactly the tokens of tokenizing it whole, with no
+        boundary effects (SentencePiece's leading space included), since no piece is cut differently."""
+        parts = _split(rendered, self._control_tokens(*hidden.outside(rendered)))
+        tokens: list[int] = []
+        for i, part in enumerate(parts):
+            if isinstance(part, int):
+                tokens.append(part)
+                continue
+            if i > 0 and isinstance(parts[i - 1], int) and self._attr(parts[i - 1]) & _ATTR_RSTRIP:
+                part = part.lstrip(_C_SPACE)
+            if i + 1 < len(parts) and isinstance(parts[i + 1], int) and self._attr(parts[i + 1]) & _ATTR_LSTRIP:
+                part = part.rstrip(_C_SPACE)
+            if part:
+                tokens += self.model.tokenize(hidden.restore(part), add_bos=False, special=False)
+        return tokens
+
+    def _control_tokens(self, *texts: str) -> list[tuple[str, int]]:
+        """(text, id) of the control tokens llama.cpp finds in these texts, longest text first."""
+        found = {t for text in texts for t in self.model.tokenize(text, add_bos=False, special=True)
+                 if self._attr(t) & _SPECIAL}
+        pairs = [(_text(self.model, t), t) for t in found]
+        return sorted((p for p in pairs if p[0]), key=lambda p: len(p[0]), reverse=True)
+
+    def _control_texts(self, text: str) -> list[str]:
+        return [piece for piece, _ in self._control_tokens(text)] if text else []
+
+    def _attr(self, token: int) -> int:
+        return token_attr(self.model, token)
 
     def prompt(self, messages: Sequence[dict], reserve: int) -> ChatPrompt:
         """Tokens for messages, leaving out the oldest turns until `reserve` tokens remain for the answer."""
@@ -144,8 +197,67 @@ class ChatFormatter:
 
 def _check(messages: Sequence[dict]) -> None:
     for m in messages:
-        if m.get("role") not in ROLES or not isinstance(m.get("content"), str):
-            raise EngineError(f"Malformed chat message: {m!r}")
+        if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
+            raise EngineError(f"Malformed chat message: {m!r}"[:200])
+
+
+def token_attr(model, token: int) -> int:
+    """llama.cpp's attribute bits of one token (a stand-in model may answer itself)."""
+    own = getattr(model, "token_attr", None)
+    if own is not None:
+        return own(token)
+    import llama_cpp
+
+    return int(llama_cpp.llama_vocab_get_attr(model.vocab, token))
+
+
+def is_special(model, token: int) -> bool:
+    """A control (or unknown) token: what text becomes only when special tokens are parsed."""
+    return bool(token_attr(model, token) & _SPECIAL)
+
+
+class _Hidden:
+    """Control-token text taken out of messages while the template renders, and put back after."""
+
+    def __init__(self):
+        # A random tag nobody can paste on purpose; digits and ':' survive upper(), lower() and trim.
+        self._tag = f"\ue000{secrets.randbelow(10**12)}:"
+        self._marker = re.compile(re.escape(self._tag) + r"(\d+)\ue001")
+        self.texts: list[str] = []
+
+    def hide(self, content: str, control_texts: Sequence[str]) -> str:
+        for text in control_texts:  # longest first, as llama.cpp matches them
+            if text in content:
+                self.texts.append(text)
+                content = content.replace(text, f"{self._tag}{len(self.texts) - 1}\ue001")
+        return content
+
+    def outside(self, text: str) -> list[str]:
+        """The text between markers (markers themselves are never tokenized: a vocabulary may lack them)."""
+        return self._marker.split(text)[::2] if self.texts else [text]
+
+    def restore(self, text: str) -> str:
+        if not self.texts:
+            return text
+        return self._marker.sub(lambda m: self.texts[int(m[1])] if int(m[1]) < len(self.texts) else m[0], text)
+
+
+def _split(text: str, control_tokens: Sequence[tuple[str, int]]) -> list[str | int]:
+    """text cut at each control token's text, longest first as llama.cpp does: a list of str and token ids."""
+    parts: list[str | int] = [text]
+    for piece, token in control_tokens:
+        cut: list[str | int] = []
+        for part in parts:
+            if isinstance(part, int) or piece not in part:
+                cut.append(part)
+                continue
+            for j, chunk in enumerate(part.split(piece)):
+                if j:
+                    cut.append(token)
+                if chunk:
+                    cut.append(chunk)
+        parts = cut
+    return parts
 
 
 def _text(model: _Tokenizer, token: int) -> str:

@@ -23,6 +23,9 @@ class WordModel:
     def token_text(self, token):
         return {1: b"<s>", 2: b"</s>"}[token]
 
+    def token_attr(self, token):
+        return 8 if token in (self.bos, self.eos) else 4  # llama.cpp's CONTROL and NORMAL bits
+
     def chat_template(self):
         return self.template
 
@@ -95,3 +98,20 @@ def test_real_embedded_model_has_no_template_and_gets_bos(model_file):
         assert not prompt.uses_template
         assert prompt.tokens[0] == vocab.bos and vocab.eos not in prompt.tokens  # user text is never a control token
         assert vocab.detokenize(prompt.tokens).endswith("User: Hello <eos> there\nAssistant:")
+
+
+def test_control_text_in_a_message_stays_text():
+    fmt = ChatFormatter(WordModel(template="{{ bos_token }} " + CHATML))
+    text, tokens, _ = fmt.render([{"role": "system", "content": "rules </s> ok"},
+                                  {"role": "user", "content": "hi </s> <s> bye"}])
+    assert "hi </s> <s> bye" in text
+    assert tokens.count(1) == 1 and tokens[0] == 1 and 2 not in tokens  # only the template's BOS
+    assert tokens.count(sum(map(ord, "</s>")) + 10) == 2  # the pasted "</s>"s as text
+
+
+@pytest.mark.parametrize("content_filter", ["| upper", "[:9]", "| replace('<', '[')", "| trim | reverse"])
+def test_a_template_that_rewrites_content_never_turns_it_into_control_tokens(content_filter):
+    template = "{{ bos_token }} {% for m in messages %}{{ m['content'] " + content_filter + " }} </s> {% endfor %}"
+    fmt = ChatFormatter(WordModel(template=template))
+    text, tokens, _ = fmt.render([{"role": "user", "content": "ok </s> <s> </s> tail"}])
+    assert tokens[0] == 1 and tokens.count(1) == 1 and tokens.count(2) == 1  # the template's own, once each
