@@ -1,10 +1,12 @@
 """Checks a file looks like a complete GGUF model before llama.cpp sees it.
 
 llama.cpp can abort the whole process on some malformed files, so the cheap checks happen here:
-the magic, a supported version, sane counts, and a size large enough to hold something.
+the magic, a supported version, sane counts, a size large enough to hold something, and (in
+metadata_problem) the header values llama.cpp asserts on instead of refusing.
 """
 from __future__ import annotations
 
+import mmap
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,3 +55,116 @@ def read_gguf_header(path: str | Path) -> GGUFHeader:
     if size < _MIN_MODEL_BYTES:
         raise ModelFileError(f"{path.name} is truncated ({size} bytes).")
     return GGUFHeader(version=version, tensor_count=tensors, metadata_count=kvs, size_bytes=size)
+
+
+# --- metadata -----------------------------------------------------------------------------------
+# Scalar value types of GGUF key/values: type id -> struct format.
+_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+_STRING, _ARRAY = 8, 9
+_SKIPPED_ARRAYS = ("tokenizer.ggml.scores", "tokenizer.ggml.merges")  # large, never checked: sized only
+MAX_LAYERS = 512  # llama.cpp's LLAMA_MAX_LAYERS and LLAMA_MAX_EXPERTS (src/llama-hparams.h)
+MAX_EXPERTS = 1024
+ROPE_SCALING_TYPES = ("none", "linear", "yarn", "longrope")  # llama.cpp's LLAMA_ROPE_SCALING_TYPES
+
+
+def read_gguf_metadata(path: str | Path) -> dict:
+    """Every key/value of a GGUF file's header (arrays as lists; the big skipped ones as their length)."""
+    path = Path(path)
+    header = read_gguf_header(path)
+    with path.open("rb") as f:
+        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        return _Reader(data, _HEADER.size, path.name).key_values(header.metadata_count)
+    finally:
+        data.close()
+
+
+class _Reader:
+    def __init__(self, data, offset: int, name: str):
+        self.data, self.at, self.name = data, offset, name
+
+    def _take(self, fmt: str):
+        size = struct.calcsize("<" + fmt)
+        if self.at + size > len(self.data):
+            raise ModelFileError(f"{self.name} is truncated inside its metadata.")
+        value = struct.unpack_from("<" + fmt, self.data, self.at)
+        self.at += size
+        return value[0] if len(value) == 1 else value
+
+    def _string(self) -> bytes:
+        n = self._take("Q")
+        if self.at + n > len(self.data):
+            raise ModelFileError(f"{self.name} is truncated inside its metadata.")
+        self.at += n
+        return self.data[self.at - n:self.at]
+
+    def _value(self, kind: int, key: str):
+        if kind in _SCALARS:
+            return self._take(_SCALARS[kind])
+        if kind == _STRING:
+            return self._string()
+        if kind != _ARRAY:
+            raise ModelFileError(f"{self.name} has a metadata value of unknown type {kind} ({key}).")
+        item, count = self._take("IQ")
+        if item in _SCALARS and key in _SKIPPED_ARRAYS:
+            self.at += count * struct.calcsize(_SCALARS[item])
+            return count
+        if item in _SCALARS:
+            fmt = _SCALARS[item]
+            size = struct.calcsize(fmt) * count
+            if self.at + size > len(self.data):
+                raise ModelFileError(f"{self.name} is truncated inside its metadata.")
+            values = list(struct.unpack_from(f"<{count}{fmt}", self.data, self.at))
+            self.at += size
+            return values
+        if item == _STRING:
+            values = [self._string() for _ in range(count)]
+            return len(values) if key in _SKIPPED_ARRAYS else values
+        raise ModelFileError(f"{self.name} has an array of unsupported type {item} ({key}).")
+
+    def key_values(self, count: int) -> dict:
+        out = {}
+        for _ in range(count):
+            key = self._string().decode("utf-8", "replace")
+            out[key] = self._value(self._take("I"), key)
+        return out
+
+
+def metadata_problem(meta: dict, name: str) -> str | None:
+    """What in this metadata would make llama.cpp abort (GGML_ASSERT) rather than refuse; None if nothing.
+
+    These mirror llama.cpp's asserts in load_hparams and the vocabulary loader, so the reason can be
+    named in words; the child-process check (model_check.py) catches whatever they miss."""
+    arch = meta.get("general.architecture")
+    if not isinstance(arch, bytes) or not arch:
+        return f"{name} does not say which architecture it is (general.architecture is missing)."
+    arch = arch.decode("utf-8", "replace")
+
+    def number(key: str):
+        value = meta.get(f"{arch}.{key}")
+        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    layers = number("block_count")
+    if layers is not None and not 0 < layers <= MAX_LAYERS:
+        return f"{name} claims {layers} layers (llama.cpp supports 1 to {MAX_LAYERS}): its header is damaged."
+    experts, used = number("expert_count"), number("expert_used_count")
+    if experts is not None and experts > MAX_EXPERTS:
+        return f"{name} claims {experts} experts (llama.cpp supports at most {MAX_EXPERTS}): its header is damaged."
+    if used is not None and experts is not None and used > experts:
+        return f"{name} uses {used} of {experts} experts per token: its header is damaged."
+    nextn = number("nextn_predict_layers")
+    if nextn is not None and layers is not None and nextn > layers:
+        return f"{name} claims {nextn} prediction layers beyond its {layers} layers: its header is damaged."
+    rope = meta.get(f"{arch}.rope.scaling.type")
+    rope = rope.decode("utf-8", "replace") if isinstance(rope, bytes) else rope
+    if rope is not None and rope not in ROPE_SCALING_TYPES:
+        return f"{name} asks for an unknown RoPE scaling type {rope!r} (known: {', '.join(ROPE_SCALING_TYPES)})."
+    tokens = meta.get("tokenizer.ggml.tokens")
+    if isinstance(tokens, list):
+        seen: dict[bytes, int] = {}
+        for i, token in enumerate(tokens):
+            first = seen.setdefault(token, i)
+            if first != i:
+                return (f"{name} has the token {token.decode('utf-8', 'replace')!r} twice in its vocabulary "
+                        f"(ids {first} and {i}): the file is damaged.")
+    return None

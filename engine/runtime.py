@@ -17,7 +17,7 @@ import llama_cpp as L
 import numpy as np
 
 from .errors import ContextOverflowError, EngineError, GenerationCancelled, ModelFileError
-from .gguf_header import read_gguf_header
+from .model_check import check_model_file
 from .hardware import backend_name, physical_cores
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ class Model:
     def __init__(self, path: str | Path, settings: LoadSettings = LoadSettings(), vocab_only: bool = False):
         self.path = Path(path)
         self.settings = settings
-        read_gguf_header(self.path)
+        check_model_file(self.path)  # in a child process first: llama.cpp aborts on some damaged files
         _init_backend()
         mparams = L.llama_model_default_params()
         mparams.n_gpu_layers = settings.n_gpu_layers
@@ -62,6 +62,9 @@ class Model:
             )
         self.vocab = L.llama_model_get_vocab(self._model)
         self.n_vocab = L.llama_vocab_n_tokens(self.vocab)
+        # Recurrent and hybrid models (Mamba, RWKV, LFM2, Granite 4 H) keep a state that cannot be cut
+        # back part-way, so a rejected draft could not be undone: they decode without speculation.
+        self.can_roll_back = not (L.llama_model_is_recurrent(self._model) or L.llama_model_is_hybrid(self._model))
         self._pieces: dict[int, bytes] = {}
         self._ctx = None
         self._batch = None
@@ -85,7 +88,8 @@ class Model:
                 "(out of memory? try a smaller context size or fewer GPU layers)."
             )
         self.n_ctx = L.llama_n_ctx(self._ctx)
-        self.n_batch = settings.n_batch
+        # llama.cpp lowers the batch to a small requested context (and aborts on a bigger batch).
+        self.n_batch = L.llama_n_batch(self._ctx)
         self._memory = L.llama_get_memory(self._ctx)
         self._batch = L.llama_batch_init(self.n_batch, 0, settings.n_seq_max)
         # Writable numpy views over the batch's arrays, so filling a batch is a few vector copies.
@@ -240,7 +244,7 @@ class Model:
                 f"The prompt is {start_pos + len(tokens)} tokens; the context holds {self.n_ctx}. "
                 "Shorten it or raise the context size in Settings."
             )
-        chunk = chunk or self.n_batch
+        chunk = min(chunk or self.n_batch, self.n_batch)
         logits = None
         for begin in range(0, len(tokens), chunk):
             if should_stop is not None and should_stop():

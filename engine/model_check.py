@@ -1,0 +1,165 @@
+"""Checks a model file in a short-lived child process before this process loads it.
+
+llama.cpp aborts the whole process (GGML_ASSERT, exit 134) on some damaged files, and no header
+check foresees every case. So each new or changed file is first loaded by a child process; if the
+child dies, the file is refused with the child's last words and the app lives on. Verdicts are
+remembered by path, size, mtime and llama.cpp version, so each file is checked once.
+
+    python -m engine.model_check FILE      the child's side: prints one JSON verdict line
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from .errors import ModelFileError
+from .gguf_header import metadata_problem, read_gguf_header, read_gguf_metadata
+from .paths import cache_dir
+
+CHECK_TIMEOUT_S = 300.0
+VERDICTS_FILE = "model-checks.json"
+FROZEN_FLAG = "--check-model-file"  # how a PyInstaller bundle runs the child (packaging/specchat_launcher.py)
+_verdicts_lock = threading.Lock()
+_LAST_WORDS = re.compile(r"(GGML_ASSERT\(.*?\) failed|[^/\s]*error[^:]*:.*)", re.IGNORECASE)
+
+
+def check_model_file(path: str | Path) -> None:
+    """Return if llama.cpp can load this file; raise ModelFileError saying why not.
+
+    A file seen before (same path, size, mtime, llama.cpp) is answered from the remembered verdict."""
+    path = Path(path)
+    read_gguf_header(path)  # missing, not GGUF, truncated: said at once, without a child
+    key = _key(path)
+    with _verdicts_lock:
+        verdict = _read_verdicts().get(key)
+    if verdict is None:
+        verdict = _check_in_child(path)
+        if verdict.pop("final", True):
+            with _verdicts_lock:
+                verdicts = {k: v for k, v in _read_verdicts().items() if os.path.exists(k.split("|")[0])}
+                verdicts[key] = verdict  # (verdicts of files that are gone are dropped on the way)
+                _write_verdicts(verdicts)
+    if not verdict.get("ok"):
+        raise ModelFileError(verdict.get("reason") or f"{path.name} cannot be loaded.")
+
+
+def forget_verdict(path: str | Path) -> None:
+    """Check this file again next time (e.g. after a crash while loading it in-process)."""
+    prefix = f"{Path(path).resolve()}|"
+    with _verdicts_lock:
+        verdicts = _read_verdicts()
+        kept = {k: v for k, v in verdicts.items() if not k.startswith(prefix)}
+        if len(kept) != len(verdicts):
+            _write_verdicts(kept)
+
+
+def _key(path: Path) -> str:
+    import llama_cpp
+
+    stat = path.stat()
+    return f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{llama_cpp.__version__}"
+
+
+def _check_in_child(path: Path) -> dict:
+    name = path.name
+    env = {**os.environ, "GGML_NO_BACKTRACE": "1"}  # a crash prints its assert, not a gdb session
+    try:
+        done = subprocess.run(_child_command(path), capture_output=True, text=True, errors="replace",
+                              timeout=CHECK_TIMEOUT_S, env=env, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "final": False,
+                "reason": f"Checking {name} took over {CHECK_TIMEOUT_S:.0f} s; it was not loaded. Try again."}
+    except OSError as exc:
+        return {"ok": False, "final": False, "reason": f"Could not start the check of {name}: {exc}"}
+    lines = done.stdout.strip().splitlines()
+    if done.returncode == 0 and lines:
+        try:
+            return json.loads(lines[-1])
+        except ValueError:
+            pass
+    return {"ok": False, "reason": _crash_reason(name, done.returncode, done.stderr)}
+
+
+def _crash_reason(name: str, returncode: int, stderr: str) -> str:
+    how = f"exit code {returncode}"
+    if returncode < 0:
+        try:
+            how = signal.Signals(-returncode).name
+        except ValueError:
+            how = f"signal {-returncode}"
+    words = [m.group(1).strip() for line in stderr.splitlines() if (m := _LAST_WORDS.search(line))]
+    said = f": {words[-1]}" if words else ""
+    return (f"llama.cpp crashed reading {name} ({how}{said}). The file is damaged, or made for another "
+            "llama.cpp version; SpecChat did not load it.")
+
+
+def _child_command(path: Path) -> list[str]:
+    if getattr(sys, "frozen", False):
+        return [sys.executable, FROZEN_FLAG, str(path)]
+    return [sys.executable, "-m", "engine.model_check", str(path)]
+
+
+def child_main(argv: list[str]) -> int:
+    """Load the file the way the app will (on the CPU: the same header values, no GPU memory) and print
+    {"ok": ..., "reason": ...}. An abort inside llama.cpp ends this process, which is the point."""
+    path = Path(argv[0])
+    try:
+        problem = metadata_problem(read_gguf_metadata(path), path.name)
+    except ModelFileError as exc:
+        problem = str(exc)
+    if problem is None:
+        problem = _load_problem(path)
+    print(json.dumps({"ok": problem is None, "reason": problem or ""}), flush=True)
+    return 0
+
+
+def _load_problem(path: Path) -> str | None:
+    import llama_cpp as L
+
+    L.llama_backend_init()
+    mparams = L.llama_model_default_params()
+    mparams.n_gpu_layers = 0
+    model = L.llama_model_load_from_file(str(path).encode(), mparams)
+    if not model:
+        return (f"llama.cpp could not load {path.name}: the file may be damaged, or its architecture is newer "
+                "than this llama.cpp build (upgrade llama-cpp-python).")
+    cparams = L.llama_context_default_params()
+    cparams.n_ctx = cparams.n_batch = cparams.n_ubatch = 256
+    cparams.n_threads = cparams.n_threads_batch = 1
+    ctx = L.llama_init_from_model(model, cparams)
+    if ctx:
+        L.llama_free(ctx)
+    L.llama_model_free(model)
+    return None if ctx else f"llama.cpp could not create a context for {path.name}: the file may be damaged."
+
+
+def _verdicts_path() -> Path:
+    return cache_dir() / VERDICTS_FILE
+
+
+def _read_verdicts() -> dict:
+    try:
+        verdicts = json.loads(_verdicts_path().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return verdicts if isinstance(verdicts, dict) else {}
+
+
+def _write_verdicts(verdicts: dict) -> None:
+    target = _verdicts_path()
+    temp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+    try:
+        temp.write_text(json.dumps(verdicts, indent=1), encoding="utf-8")
+        os.replace(temp, target)
+    except OSError:  # a read-only cache only means checking again next time
+        temp.unlink(missing_ok=True)
+
+
+if __name__ == "__main__":
+    sys.exit(child_main(sys.argv[1:]))

@@ -1,0 +1,146 @@
+"""No model file can take the process down: damaged files that make llama.cpp abort (GGML_ASSERT)
+are refused with a reason, as target, as draft and in the vocabulary-only load; each file is checked
+once, in a child process. Loads run in subprocesses here, so an abort fails a test, not the run."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from engine import model_check
+from engine.errors import ModelFileError
+from engine.gguf_header import metadata_problem, read_gguf_metadata
+
+from damaged_models import with_added_key, with_duplicate_token, with_number
+
+ROOT = Path(__file__).resolve().parents[2]
+ABORTED = (-6, 134)  # SIGABRT, as a signal or as a shell's exit code
+
+# name -> (how to damage the embedded Gemma 3 270M, what the refusal must say)
+DAMAGE = {
+    "no-layers": (lambda src, dst: with_number(src, dst, "gemma3.block_count", 0), "claims 0 layers"),
+    "1000-layers": (lambda src, dst: with_number(src, dst, "gemma3.block_count", 1000), "claims 1000 layers"),
+    "duplicate-token": (lambda src, dst: with_duplicate_token(src, dst)[0], "twice in its vocabulary"),
+    "2000-experts": (lambda src, dst: with_added_key(src, dst, "gemma3.expert_count", 2000), "2000 experts"),
+    "100-nextn-layers": (lambda src, dst: with_added_key(src, dst, "gemma3.nextn_predict_layers", 100),
+                         "100 prediction layers"),
+    "bogus-rope": (lambda src, dst: with_added_key(src, dst, "gemma3.rope.scaling.type", "bogus"),
+                   "unknown RoPE scaling type 'bogus'"),
+    # No header check names these two: only the child process stands between them and an abort.
+    "experts-used-of-none": (lambda src, dst: with_added_key(src, dst, "gemma3.expert_used_count", 5),
+                             "llama.cpp crashed reading"),
+    "expert-groups": (lambda src, dst: with_added_key(src, dst, "gemma3.expert_group_count", 1000),
+                      "llama.cpp crashed reading"),
+}
+
+
+@pytest.fixture(scope="module")
+def damaged(tmp_path_factory, model_path):
+    folder = tmp_path_factory.mktemp("damaged")
+    return {name: make(model_path, folder / f"{name}.gguf") for name, (make, _) in DAMAGE.items()}
+
+
+def run_python(code: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "GGML_NO_BACKTRACE": "1"})
+
+
+def test_llama_cpp_really_aborts_on_these_files(damaged):
+    """The premise: loaded directly, each damaged file kills the process that loads it."""
+    for name, path in damaged.items():
+        done = run_python(f"""
+            import llama_cpp as L
+            L.llama_backend_init()
+            p = L.llama_model_default_params(); p.n_gpu_layers = 0
+            L.llama_model_load_from_file({str(path)!r}.encode(), p)
+        """)
+        assert done.returncode in ABORTED, (name, done.returncode)
+
+
+def test_damaged_files_are_refused_as_target_draft_and_vocabulary(damaged, model_path):
+    """Each load path gets a ModelFileError with a reason; the process lives on to report it."""
+    paths = {name: str(p) for name, p in damaged.items()}
+    done = run_python(f"""
+        import json
+        from engine.errors import EngineError
+        from engine.loader import DecoderSettings, load_draft, load_target
+        from engine.runtime import LoadSettings, Model
+        results = {{}}
+        target = Model({str(model_path)!r}, LoadSettings(n_ctx=256, threads=1))
+        for name, path in {paths!r}.items():
+            for role, load in (
+                ("target", lambda: load_target(DecoderSettings(model=path, n_ctx=256, threads=1))),
+                ("draft", lambda: load_draft(DecoderSettings(draft=path, n_ctx=256, threads=1), target)),
+                ("vocabulary", lambda: Model(path, LoadSettings(n_gpu_layers=0), vocab_only=True)),
+            ):
+                try:
+                    load()
+                    results[name + "/" + role] = "loaded"
+                except EngineError as exc:
+                    results[name + "/" + role] = type(exc).__name__ + ": " + str(exc)
+        print(json.dumps(results))
+    """)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    for name, (_, reason) in DAMAGE.items():
+        for role in ("target", "draft", "vocabulary"):
+            said = results[f"{name}/{role}"]
+            assert said.startswith("ModelFileError") and reason in said, (name, role, said)
+
+
+def test_the_pair_check_command_refuses_a_damaged_draft(damaged):
+    done = subprocess.run([sys.executable, "-m", "engine.models", "check", "embedded",
+                           str(damaged["duplicate-token"])], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode not in ABORTED
+    assert done.returncode != 0
+    assert "twice in its vocabulary" in done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_header_checks_name_the_damage(damaged, model_path):
+    assert metadata_problem(read_gguf_metadata(model_path), "gemma.gguf") is None
+    problem = metadata_problem(read_gguf_metadata(damaged["duplicate-token"]), "dup.gguf")
+    assert "'Ing' twice" in problem and "ids " in problem
+
+
+def test_a_verdict_is_remembered_until_the_file_changes(tmp_path, monkeypatch, damaged):
+    monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path / "cache"))
+    children = []
+    real = model_check._check_in_child
+    monkeypatch.setattr(model_check, "_check_in_child", lambda path: children.append(path) or real(path))
+    path = tmp_path / "model.gguf"
+    path.write_bytes(damaged["bogus-rope"].read_bytes())
+    for _ in range(2):
+        with pytest.raises(ModelFileError, match="bogus"):
+            model_check.check_model_file(path)
+    assert len(children) == 1
+    os.utime(path, ns=(0, 12345))  # a new mtime: the file may have been replaced
+    with pytest.raises(ModelFileError, match="bogus"):
+        model_check.check_model_file(path)
+    assert len(children) == 2
+    assert json.loads((tmp_path / "cache" / model_check.VERDICTS_FILE).read_text())  # kept on disk
+
+
+def test_a_small_context_with_a_longer_prompt_decodes(model_path):
+    """llama.cpp lowers its batch to a small context; prefill chunks follow, instead of aborting."""
+    done = run_python(f"""
+        from engine.generate import SpeculativeDecoder
+        from engine.proposers.lookup import LookupProposer
+        from engine.runtime import LoadSettings, Model
+        from engine.sampling import SamplingParams
+        for n_ctx in (1, 100, 255):
+            model = Model({str(model_path)!r}, LoadSettings(n_ctx=n_ctx, threads=2))
+            prompt = model.tokenize("one two three four five six seven eight nine ten " * 15)[:200]
+            decoder = SpeculativeDecoder(model, LookupProposer())
+            out = [t for d in decoder.generate(prompt, SamplingParams(temperature=0), max_tokens=8) for t in d.tokens]
+            print(n_ctx, model.n_ctx, model.n_batch, len(out))
+            model.close()
+    """)
+    assert done.returncode == 0, done.stderr[-1500:]
+    rows = [line.split() for line in done.stdout.strip().splitlines()]
+    assert [r[0] for r in rows] == ["1", "100", "255"]
+    for requested, n_ctx, n_batch, produced in rows:
+        assert int(n_batch) <= max(int(requested), 1) and int(n_ctx) >= 256 and produced == "8"
