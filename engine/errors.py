@@ -23,3 +23,7 @@ class InvalidSettingError(EngineError, ValueError):
 
 class GenerationCancelled(EngineError):
     """Raised inside long operations (prefill) when the caller asked to stop."""
+
+
+class SpeculationUnavailable(EngineError):
+    """This model cannot speculate (its state cannot be rolled back); it still decodes plainly."""

@@ -65,6 +65,8 @@ class SpeculativeDecoder:
         """Logits after the prompt, decoding only what the KV cache lacks."""
         target = self.target
         reused = common_prefix(self._cached, prompt)
+        if not target.can_roll_back and (reused < len(self._cached) or reused == len(prompt)):
+            reused = 0  # a recurrent state cannot be cut back part-way: start again from the first token
         if reused == len(prompt) and self._prompt_logits is not None and self._prompt_logits[0] == tuple(prompt):
             # The same prompt again (Regenerate): reuse its logits rather than re-decoding its last
             # token alone, whose logits would differ slightly from the batched prefill's.
@@ -94,6 +96,8 @@ class SpeculativeDecoder:
         if not (isinstance(max_tokens, int) and max_tokens >= 1):
             raise InvalidSettingError(f"max_tokens must be a whole number ≥ 1, got {max_tokens!r}")
         target, proposer = self.target, self.proposer
+        if not target.can_roll_back:
+            proposer = NoProposer()  # a rejected guess could not be undone (loader.require_rollback says so)
         if len(prompt) >= target.n_ctx:
             raise ContextOverflowError(
                 f"The prompt is {len(prompt)} tokens; the context holds {target.n_ctx}, and room is needed "

@@ -31,7 +31,7 @@ from .draft_policy import SpeculationConfig
 from .embedded import resolve_model
 from .errors import EngineError, InvalidSettingError
 from .lab_metrics import UtilisationMeter, memory_figure, summarise_cell
-from .loader import METHODS
+from .loader import METHODS, require_rollback
 from .proposers.base import NoProposer
 from .proposers.lookup import LookupProposer
 from .runtime import LoadSettings, Model
@@ -134,6 +134,8 @@ def run_lab(config: LabConfig, on_progress: Callable[[LabProgress], None] | None
                                       "Lower the concurrency or max tokens.")
         if "draft" in config.methods:
             draft = Model(resolve_model(config.draft), load)
+        if set(config.methods) - {"none"}:
+            require_rollback(target, draft)
         sampling = SamplingParams(temperature=config.temperature, seed=config.seed)
         speculation = SpeculationConfig(max_draft=config.max_draft, adaptive=config.adaptive)
         _warm_up(target, sampling, prompts)

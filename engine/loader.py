@@ -1,11 +1,12 @@
 """Builds a ready decoder from plain settings: the one place that wires models to proposers."""
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from .draft_policy import SpeculationConfig
 from .embedded import resolve_model
-from .errors import InvalidSettingError
+from .errors import InvalidSettingError, SpeculationUnavailable
 from .generate import SpeculativeDecoder
 from .proposers.base import NoProposer
 from .proposers.draft_model import DraftModelProposer
@@ -13,6 +14,7 @@ from .proposers.lookup import LookupProposer
 from .runtime import LoadSettings, Model
 
 METHODS = ("none", "lookup", "draft")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -56,8 +58,20 @@ def load_draft(settings: DecoderSettings, target: Model, n_seq_max: int = 1) -> 
     return Model(resolve_model(settings.draft), settings.load_settings(n_seq_max))
 
 
+def require_rollback(*models: Model | None) -> None:
+    """Speculation undoes rejected guesses by cutting the KV cache back; some models cannot."""
+    for model in models:
+        if model is not None and not model.can_roll_back:
+            raise SpeculationUnavailable(
+                f"{model.name} is a recurrent or hybrid model (such as Mamba, RWKV, LFM2 or Granite 4 H): its "
+                "state cannot be rolled back after a rejected guess, so it runs without speculation."
+            )
+
+
 def make_proposer(settings: DecoderSettings, target: Model, draft: Model | None):
     settings.speculation()  # validates the draft lengths
+    if settings.method != "none":
+        require_rollback(target, draft)
     if settings.method == "lookup":
         return LookupProposer(settings.min_ngram, settings.max_ngram)
     if settings.method == "draft":
@@ -72,7 +86,11 @@ def build_decoder(settings: DecoderSettings) -> SpeculativeDecoder:
     target = load_target(settings)
     try:
         draft = load_draft(settings, target) if settings.method == "draft" else None
-        proposer = make_proposer(settings, target, draft)
+        try:
+            proposer = make_proposer(settings, target, draft)
+        except SpeculationUnavailable as exc:
+            log.warning("%s", exc)
+            proposer = NoProposer()
     except Exception:
         target.close()
         raise

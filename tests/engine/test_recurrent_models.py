@@ -1,0 +1,68 @@
+"""Recurrent models (here a real one-layer Mamba that llama.cpp runs) keep a state that cannot be
+cut back part-way: they decode without speculation, say why, and reuse their cache only forwards."""
+import pytest
+
+from engine.draft_policy import SpeculationConfig
+from engine.errors import EngineError, SpeculationUnavailable
+from engine.generate import SpeculativeDecoder
+from engine.loader import DecoderSettings, build_decoder, make_proposer
+from engine.proposers.lookup import LookupProposer
+from engine.runtime import LoadSettings, Model
+from engine.sampling import SamplingParams
+
+from damaged_models import write_tiny_mamba
+
+GREEDY = SamplingParams(temperature=0)
+# Lookup drafts 14 after 138 and 16 after 299; this model continues otherwise, so a guess is rejected.
+PROMPT = [1, 138, 14, 299, 16, 13, 9, 18, 17, 19, 11]
+
+
+@pytest.fixture(scope="module")
+def mamba(tmp_path_factory):
+    path = write_tiny_mamba(tmp_path_factory.mktemp("mamba") / "tiny-mamba.gguf")
+    model = Model(path, LoadSettings(n_ctx=256, threads=1))
+    yield model
+    model.close()
+
+
+def run(decoder, prompt, n=20):
+    return [t for d in decoder.generate(prompt, GREEDY, max_tokens=n) for t in d.tokens]
+
+
+def test_llama_cpp_says_it_is_recurrent_and_cannot_roll_back(mamba):
+    assert not mamba.can_roll_back
+    mamba.forget_all()
+    mamba.prefill(PROMPT[:5])
+    mamba.decode(PROMPT[5:8], 5, 3)
+    with pytest.raises(EngineError, match="could not roll"):
+        mamba.forget_from(6)
+    mamba.forget_all()
+
+
+def test_speculation_on_a_recurrent_model_decodes_plainly(mamba):
+    plain = run(SpeculativeDecoder(mamba), PROMPT)
+    decoder = SpeculativeDecoder(mamba, LookupProposer(), SpeculationConfig(max_draft=4, adaptive=False))
+    assert run(decoder, PROMPT) == plain
+    assert decoder.stats.method == "none" and decoder.stats.drafted == 0
+
+
+def test_a_changed_conversation_starts_the_state_again(mamba):
+    decoder = SpeculativeDecoder(mamba)
+    first = run(decoder, PROMPT, 6)
+    edited = PROMPT[:6] + [40, 41]  # the same start, then other text: the cache cannot be cut back to it
+    again = run(decoder, edited, 6)
+    assert again == run(SpeculativeDecoder(mamba), edited, 6)
+    assert run(decoder, PROMPT, 6) == first  # the same prompt again (regenerate)
+
+
+def test_the_loader_says_why_there_is_no_speculation(mamba):
+    with pytest.raises(SpeculationUnavailable, match="recurrent or hybrid"):
+        make_proposer(DecoderSettings(model=str(mamba.path), method="lookup"), mamba, None)
+    assert make_proposer(DecoderSettings(model=str(mamba.path), method="none"), mamba, None).name == "none"
+    decoder = build_decoder(DecoderSettings(model=str(mamba.path), method="lookup", n_ctx=256, threads=1))
+    assert decoder.proposer.name == "none"
+    decoder.target.close()
+
+
+def test_gemma_can_roll_back(target):
+    assert target.can_roll_back
