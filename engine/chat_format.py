@@ -103,7 +103,7 @@ class ChatFormatter:
 
     def render(self, messages: Sequence[dict]) -> tuple[str, list[int], tuple[str, ...]]:
         """Prompt text, tokens and stop strings for these messages, untrimmed."""
-        _check(messages)
+        check_messages(messages)
         if self._jinja is None:
             text = fallback_prompt(messages)
             return text, self.model.tokenize(text, add_bos=self.model.adds_bos, special=False), FALLBACK_STOPS
@@ -195,10 +195,11 @@ class ChatFormatter:
         return prompt
 
 
-def _check(messages: Sequence[dict]) -> None:
+def check_messages(messages: Sequence[dict]) -> None:
     for m in messages:
         if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
-            raise EngineError(f"Malformed chat message: {m!r}"[:200])
+            raise EngineError(f'Malformed chat message (expected {{"role": {"|".join(ROLES)}, "content": text}}): '
+                              + repr(m)[:200])
 
 
 def token_attr(model, token: int) -> int:
@@ -264,3 +265,11 @@ def _text(model: _Tokenizer, token: int) -> str:
     if token is None or token < 0:
         return ""
     return model.token_text(token).decode("utf-8", "replace")
+
+
+if __name__ == "__main__":  # python -m engine.chat_format --model PATH --messages FILE.json
+    import sys
+
+    from .chat_format_cli import main
+
+    sys.exit(main())
