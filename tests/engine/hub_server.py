@@ -284,12 +284,13 @@ def _sha256(data: bytes) -> str:
 
 
 def write_tiny_gguf(path: Path, tokens: list[str] | None = None, payload_bytes: int = 0, seed: int = 0,
-                    control_tokens: list[str] = (), chat_template: str | None = None) -> Path:
+                    control_tokens: list[str] = (), chat_template: str | None = None, complete: bool = False) -> Path:
     """A real, llama.cpp-loadable (vocab_only) GGUF: a 1-layer llama header and a SentencePiece vocab.
 
     payload_bytes of random weights make the file big enough to download in several pieces.
     tokens[1] and tokens[2] are BOS and EOS; control_tokens are appended as further CONTROL tokens,
-    and chat_template is stored as tokenizer.chat_template.
+    and chat_template is stored as tokenizer.chat_template. complete writes every weight of the layer
+    (zeros), so llama.cpp also loads it whole, as engine.model_check does.
     """
     import gguf
 
@@ -317,6 +318,12 @@ def write_tiny_gguf(path: Path, tokens: list[str] | None = None, payload_bytes: 
     writer.add_bos_token_id(1)
     writer.add_eos_token_id(2)
     writer.add_tensor("token_embd.weight", np.zeros((len(tokens), 8), dtype=np.float32))
+    if complete:
+        for name, shape in (("output_norm", (8,)), ("blk.0.attn_norm", (8,)), ("blk.0.attn_q", (8, 8)),
+                            ("blk.0.attn_k", (8, 8)), ("blk.0.attn_v", (8, 8)), ("blk.0.attn_output", (8, 8)),
+                            ("blk.0.ffn_norm", (8,)), ("blk.0.ffn_gate", (16, 8)), ("blk.0.ffn_up", (16, 8)),
+                            ("blk.0.ffn_down", (8, 16))):
+            writer.add_tensor(f"{name}.weight", np.zeros(shape, dtype=np.float32))
     if payload_bytes:
         rng = np.random.default_rng(seed)
         writer.add_tensor("payload.weight", rng.random(payload_bytes // 4, dtype=np.float32))

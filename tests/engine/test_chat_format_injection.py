@@ -53,7 +53,7 @@ def write_llama3_vocab(path: Path) -> Path:
     printable ASCII character, so any ASCII text round-trips."""
     chars = ["\u2581", "\n", "\t"] + [chr(c) for c in range(33, 127)]
     return write_tiny_gguf(path, tokens=["<unk>", "<|begin_of_text|>", "<|eot_id|>"] + chars,
-                           control_tokens=["<|start_header_id|>", "<|end_header_id|>"])
+                           control_tokens=["<|start_header_id|>", "<|end_header_id|>"], complete=True)
 
 
 @pytest.fixture(scope="module")
