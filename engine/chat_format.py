@@ -149,9 +149,8 @@ class ChatFormatter:
 
     def _control_tokens(self, *texts: str) -> list[tuple[str, int]]:
         """(text, id) of the control tokens llama.cpp finds in these texts, longest text first."""
-        found = {t for text in texts for t in self.model.tokenize(text, add_bos=False, special=True)
-                 if self._attr(t) & _SPECIAL}
-        pairs = [(_text(self.model, t), t) for t in found]
+        found = {t for text in texts for t in self.model.tokenize(text, add_bos=False, special=True)}
+        pairs = [(_text(self.model, t), t) for t in found if self._attr(t) & _SPECIAL]
         return sorted((p for p in pairs if p[0]), key=lambda p: len(p[0]), reverse=True)
 
     def _control_texts(self, text: str) -> list[str]:
