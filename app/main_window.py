@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QCoreApplication, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence, QPalette
@@ -147,7 +148,8 @@ class MainWindow(QMainWindow):
         else:
             self._update_empty()
         self._update_send_button()
-        self.load_models()
+        if self._skip_model_that_crashed():
+            self.load_models()
 
     # --- menus --------------------------------------------------------------------------------
     def _build_menus(self) -> None:
@@ -262,6 +264,34 @@ class MainWindow(QMainWindow):
         self._store_settings(self.settings.merged({"show_sparkline": on}))
 
     # --- models and settings ------------------------------------------------------------------
+    def _skip_model_that_crashed(self) -> bool:
+        """After a crash while loading a model, start without it and say so, rather than crash again.
+        False when nothing should be loaded now (the model that crashed is the embedded one)."""
+        note = self.engine.worker.marker.left_over()
+        if note is None:
+            return True
+        name = "the embedded demo model" if note["model"] == EMBEDDED else Path(note["model"]).name
+        advice = ("If it ran out of memory, lower the GPU layers or the context size in Model → Settings… "
+                  "before trying it again.")
+        log.warning("the last run ended while loading %s (%s); not loading it again", note["model"], note["role"])
+        if note["role"] == "draft":
+            self._store_settings(self.settings.merged({"method": "lookup"}))
+            self.notices.show_notice(f"SpecChat closed while loading the draft model {name} last time, so "
+                                     f"speculation uses prompt lookup for now. {advice}", "warning", key="crashed")
+            return True
+        if note["model"] == EMBEDDED:
+            self.notices.show_notice(f"SpecChat closed while loading {name} last time, so no model was loaded "
+                                     f"this time. {advice} Model → Reload model tries again.", "error", key="crashed")
+            return False
+        changes = {"model": EMBEDDED}
+        if self.settings.method == "draft":
+            changes["method"] = "lookup"  # its draft was chosen for the model that crashed
+        self._store_settings(self.settings.merged(changes))
+        self.notices.show_notice(f"SpecChat closed while loading {name} last time, so it was not loaded again: "
+                                 f"the embedded demo model is loaded instead. {advice} Choose it again in "
+                                 "Model → Settings… to retry.", "warning", key="crashed")
+        return True
+
     def load_models(self) -> None:
         try:
             decoder_settings = self.settings.decoder_settings()

@@ -24,6 +24,7 @@ from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
 from engine.chat_format import ChatFormatter
 from engine.errors import EngineError
 from engine.generate import SpeculativeDecoder
+from engine.load_marker import LoadMarker
 from engine.loader import DecoderSettings, load_draft, load_target, make_proposer
 from engine.proposers.base import NoProposer
 from engine.sampling import SamplingParams
@@ -78,6 +79,7 @@ class EngineWorker(QObject):
         self.settings: DecoderSettings | None = None
         self.draft_model = None
         self.draft_path: str | None = None
+        self.marker = LoadMarker()  # says, after a crash mid-load, which model not to load again
 
     # --- models -------------------------------------------------------------------------------
     @Slot()
@@ -96,15 +98,19 @@ class EngineWorker(QObject):
         """Load the target (and draft) for these settings, replacing whatever was loaded."""
         self._unload()
         self.loadStarted.emit("the embedded demo model" if settings.model == "embedded" else settings.model)
+        self.marker.begin("target", settings.model)
         try:
             target = load_target(settings)
         except EngineError as exc:
+            log.warning("not loaded: %s", exc)
             self.loadFailed.emit(str(exc))
             return
         except Exception as exc:  # noqa: BLE001 - the app must survive anything a model file does
             log.exception("loading %s", settings.model)
             self.loadFailed.emit(f"Could not load {settings.model}: {exc}")
             return
+        finally:
+            self.marker.end()
         self.decoder = SpeculativeDecoder(target)
         self.formatter = ChatFormatter(target)
         self.settings = settings
@@ -128,7 +134,11 @@ class EngineWorker(QObject):
         try:
             if settings.method == "draft" and settings.draft != self.draft_path:
                 self._close_draft()
-                self.draft_model = load_draft(settings, target)
+                self.marker.begin("draft", settings.draft)
+                try:
+                    self.draft_model = load_draft(settings, target)
+                finally:
+                    self.marker.end()
                 self.draft_path = settings.draft
             proposer = make_proposer(settings, target, self.draft_model if settings.method == "draft" else None)
             self.decoder.set_speculation(proposer, settings.speculation())
@@ -136,6 +146,8 @@ class EngineWorker(QObject):
         except Exception as exc:  # noqa: BLE001 - a bad draft must not cost the loaded target
             if not isinstance(exc, EngineError):
                 log.exception("applying speculation")
+            else:
+                log.warning("speculation off: %s", exc)
             self._close_draft()
             self.decoder.set_speculation(NoProposer(), settings.speculation())
             method, error = "none", f"Speculation is off: {exc}"

@@ -1,0 +1,80 @@
+"""The app and damaged or unusual model files, as a user meets them: a saved damaged model does not
+crash every launch, a crash while loading is not repeated at the next start, and a recurrent model
+chats without speculation and says why."""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from app.settings import AppSettings, load_settings, save_settings
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
+from damaged_models import with_duplicate_token, write_tiny_mamba  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def launch(dirs) -> subprocess.Popen:
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", SPECCHAT_CONFIG_DIR=str(dirs / "config"),
+               SPECCHAT_DATA_DIR=str(dirs / "data"), GGML_NO_BACKTRACE="1")
+    env.pop("SPECCHAT_CACHE_DIR", None)
+    return subprocess.Popen([sys.executable, "-m", "app"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
+def wait_for(condition, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_saved_damaged_model_does_not_crash_the_launch(dirs, model_file):
+    bad, _ = with_duplicate_token(model_file, dirs / "damaged.gguf")
+    (dirs / "config").mkdir()
+    save_settings(AppSettings(model=str(bad), threads=2), dirs / "config" / "settings.json")
+    log = dirs / "data" / "specchat.log"
+    child = launch(dirs)
+    try:
+        wait_for(lambda: log.exists() and "twice in its vocabulary" in log.read_text(), 120, "the refusal in the log")
+        time.sleep(0.5)
+        assert child.poll() is None, f"SpecChat exited with {child.returncode}"
+    finally:
+        child.terminate()
+        child.wait(30)
+
+
+def test_a_crash_while_loading_is_not_repeated_at_the_next_start(dirs, model_file, make_window, quick_settings):
+    mine = dirs / "my-model.gguf"
+    shutil.copyfile(model_file, mine)  # the user's own file, which (let us say) crashes SpecChat
+    (dirs / "config").mkdir()
+    save_settings(replace(quick_settings, model=str(mine)), dirs / "config" / "settings.json")
+    marker = dirs / "data" / "loading.json"
+    child = launch(dirs)
+    try:
+        wait_for(marker.exists, 120, "the load to start")
+        child.send_signal(signal.SIGKILL)  # dies mid-load, as an abort or an out-of-memory kill would
+        child.wait(30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert marker.exists(), "the killed launch left its note"
+    settings, _ = load_settings()
+    window = make_window(settings)  # the next launch: waits until a model is loaded
+    assert window.settings.model == "embedded"
+    assert load_settings()[0].model == "embedded"  # and so for the launch after this one too
+    assert any("closed while loading my-model.gguf" in text for text in window.notices.texts())
+    assert not marker.exists()
+
+
+def test_a_recurrent_model_chats_without_speculation_and_says_why(dirs, make_window, quick_settings):
+    path = write_tiny_mamba(dirs / "tiny-mamba.gguf")
+    window = make_window(replace(quick_settings, model=str(path), method="lookup", n_ctx=256))
+    assert window.model_info["method"] == "none"
+    assert any("recurrent or hybrid" in text for text in window.notices.texts())
