@@ -5,6 +5,9 @@
     specchat --smoke-test         check the whole path offscreen: send one message to the embedded model
                                   with prompt lookup, print the response's figures as one JSON line,
                                   exit 0 (non-zero on any failure). Uses temporary settings and storage.
+
+One SpecChat runs per data folder: launched again, it brings the running window forward (handing it
+the --send message, if any) and exits 0.
 """
 from __future__ import annotations
 
@@ -59,6 +62,14 @@ def main(argv: list[str] | None = None) -> int:
     app.setApplicationDisplayName("SpecChat")
     app.setOrganizationName("SpecChat")
 
+    from engine.paths import data_dir
+
+    from .single_instance import claim, instance_name
+    instance = claim(instance_name(data_dir()), {"send": args.send})
+    if instance is None:  # before the store opens: the running one owns the conversation file
+        logging.getLogger("specchat").info("SpecChat is already running; it was asked to come forward.")
+        return 0
+
     # Imported after the QApplication exists and before the window: the engine pulls in torch, and
     # loading it here keeps that one-off cost out of the running GUI.
     from .main_window import MainWindow
@@ -70,7 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke_test:
         from .smoke import smoke_settings
         settings = smoke_settings()
+    for text in notices + store_notices:
+        logging.getLogger("specchat").warning("%s", text)  # shown in the window too; kept in the log
     window = MainWindow(settings, store, notices + store_notices)
+    instance.requested.connect(lambda request: _come_forward(window, request))
     _install_excepthook(window, smoke=args.smoke_test)
     window.show()
     if args.smoke_test:
@@ -83,6 +97,23 @@ def main(argv: list[str] | None = None) -> int:
         window.new_chat()
         window.session.send(args.send)
     return app.exec()
+
+
+def _come_forward(window, request: dict) -> None:
+    """Another launch asked for this window: show it, and send its message if it brought one."""
+    logging.getLogger("specchat").info("another launch asked SpecChat to come forward")
+    if window.isMinimized():
+        window.showNormal()
+    window.show()
+    window.raise_()
+    window.activateWindow()
+    text = request.get("send")
+    if isinstance(text, str) and text.strip():
+        if window.session.busy:
+            window.input.setPlainText(text)  # a response is being written: the message waits in the box
+        else:
+            window.new_chat()
+            window.session.send(text)
 
 
 def _install_excepthook(window, smoke: bool) -> None:

@@ -11,24 +11,26 @@ import platformdirs
 APP_NAME = "SpecChat"
 
 
-def _dir(env: str, default: str, create: bool) -> Path:
+def _dir(env: str, default: str) -> Path:
     # SPECCHAT_*_DIR lets tests and portable installs put everything elsewhere.
     path = Path(os.environ.get(env) or default)
-    if create:
-        path.mkdir(parents=True, exist_ok=True)  # raises OSError where it cannot be made
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        pass  # unwritable or blocked: each read or write there says so, and unwritable_reason tells why
     return path
 
 
-def cache_dir(create: bool = True) -> Path:
-    return _dir("SPECCHAT_CACHE_DIR", platformdirs.user_cache_dir(APP_NAME, appauthor=False), create)
+def cache_dir() -> Path:
+    return _dir("SPECCHAT_CACHE_DIR", platformdirs.user_cache_dir(APP_NAME, appauthor=False))
 
 
-def data_dir(create: bool = True) -> Path:
-    return _dir("SPECCHAT_DATA_DIR", platformdirs.user_data_dir(APP_NAME, appauthor=False), create)
+def data_dir() -> Path:
+    return _dir("SPECCHAT_DATA_DIR", platformdirs.user_data_dir(APP_NAME, appauthor=False))
 
 
-def config_dir(create: bool = True) -> Path:
-    return _dir("SPECCHAT_CONFIG_DIR", platformdirs.user_config_dir(APP_NAME, appauthor=False), create)
+def config_dir() -> Path:
+    return _dir("SPECCHAT_CONFIG_DIR", platformdirs.user_config_dir(APP_NAME, appauthor=False))
 
 
 def unwritable_reason(folder: Path) -> str:
