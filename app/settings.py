@@ -109,7 +109,7 @@ def settings_path() -> Path:
 def load_settings(path: Path | None = None) -> tuple[AppSettings, list[str]]:
     """Settings from the file, and notices about anything that had to fall back to a default."""
     if path is None:
-        folder = config_dir(create=False)
+        folder = config_dir()
         reason = unwritable_reason(folder)
         if reason:
             return AppSettings(), [f"Settings will not be saved: {folder} is not writable ({reason}). Defaults "

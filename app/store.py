@@ -212,7 +212,7 @@ def _load(text: str | None, default):
 def open_store(path: Path | None = None) -> tuple[ConversationStore, list[str]]:
     """The store, and notices for the user. Whatever goes wrong, a store comes back (in memory if need
     be) and no saved conversation is lost: files are only ever kept aside, never deleted."""
-    path = Path(path) if path else data_dir(create=False) / FILE_NAME
+    path = Path(path) if path else data_dir() / FILE_NAME
     reason = unwritable_reason(path.parent)
     if reason:
         store, shown = _copy_in_memory(path)
