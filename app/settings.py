@@ -107,14 +107,18 @@ def settings_path() -> Path:
 
 
 def load_settings(path: Path | None = None) -> tuple[AppSettings, list[str]]:
-    """Settings from the file, and notices about anything that had to fall back to a default."""
-    if path is None:
-        folder = config_dir()
-        reason = unwritable_reason(folder)
-        if reason:
-            return AppSettings(), [f"Settings will not be saved: {folder} is not writable ({reason}). Defaults "
-                                   "are in use, and changes apply until you quit."]
-        path = folder / FILE_NAME
+    """Settings from the file, and notices about anything that had to fall back to a default, or that
+    will not be saved."""
+    path = path or settings_path()
+    reason = unwritable_reason(path.parent)
+    settings, notices = _read(path)
+    if reason:  # what the file holds is still used: only saving is impossible
+        notices.append(f"Settings will not be saved: {path.parent} is not writable ({reason}). Changes apply "
+                       "until you quit.")
+    return settings, notices
+
+
+def _read(path: Path) -> tuple[AppSettings, list[str]]:
     if not path.exists():
         return AppSettings(), []
     try:
