@@ -34,7 +34,7 @@ def config_dir() -> Path:
 
 
 def unwritable_reason(folder: Path) -> str:
-    """"" when the folder exists (or can be made) and takes a new file; else why not, in the system's words."""
+    """Why a new file cannot be written in folder (made if missing), in the system's words; "" if it can."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=folder) as probe:
