@@ -91,12 +91,15 @@ def main(argv: list[str] | None = None) -> int:
         from .smoke import SmokeTest
         window.smoke_test = SmokeTest(window, args.timeout)  # a child of the window: lives until exit
         code = app.exec()
+        instance.close()
         shutil.rmtree(scratch, ignore_errors=True)
         return code
     if args.send:
         window.new_chat()
         window.session.send(args.send)
-    return app.exec()
+    code = app.exec()
+    instance.close()  # removes the socket file now: Python's exit may never run Qt's destructors
+    return code
 
 
 def _come_forward(window, request: dict) -> None:
