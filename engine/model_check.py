@@ -5,7 +5,7 @@ check foresees every case. So each new or changed file is first loaded by a chil
 child dies, the file is refused with the child's last words and the app lives on. Verdicts are
 remembered by path, size, mtime and llama.cpp version, so each file is checked once.
 
-    python -m engine.model_check FILE      the child's side: prints one JSON verdict line
+    python -m engine.model_check FILE [--vocab-only]     the child's side: prints one JSON verdict line
 """
 from __future__ import annotations
 
@@ -29,17 +29,17 @@ _verdicts_lock = threading.Lock()
 _LAST_WORDS = re.compile(r"(GGML_ASSERT\(.*?\) failed|[^/\s]*error[^:]*:.*)", re.IGNORECASE)
 
 
-def check_model_file(path: str | Path) -> None:
-    """Return if llama.cpp can load this file; raise ModelFileError saying why not.
-
-    A file seen before (same path, size, mtime, llama.cpp) is answered from the remembered verdict."""
+def check_model_file(path: str | Path, vocab_only: bool = False) -> None:
+    """Return if llama.cpp can load this file (only its vocabulary, with vocab_only); raise
+    ModelFileError saying why not. A file seen before (same path, size, mtime, llama.cpp, load kind)
+    is answered from the remembered verdict."""
     path = Path(path)
     read_gguf_header(path)  # missing, not GGUF, truncated: said at once, without a child
-    key = _key(path)
+    key = _key(path, vocab_only)
     with _verdicts_lock:
         verdict = _read_verdicts().get(key)
     if verdict is None:
-        verdict = _check_in_child(path)
+        verdict = _check_in_child(path, vocab_only)
         if verdict.pop("final", True):
             with _verdicts_lock:
                 verdicts = {k: v for k, v in _read_verdicts().items() if os.path.exists(k.split("|")[0])}
@@ -49,28 +49,19 @@ def check_model_file(path: str | Path) -> None:
         raise ModelFileError(verdict.get("reason") or f"{path.name} cannot be loaded.")
 
 
-def forget_verdict(path: str | Path) -> None:
-    """Check this file again next time (e.g. after a crash while loading it in-process)."""
-    prefix = f"{Path(path).resolve()}|"
-    with _verdicts_lock:
-        verdicts = _read_verdicts()
-        kept = {k: v for k, v in verdicts.items() if not k.startswith(prefix)}
-        if len(kept) != len(verdicts):
-            _write_verdicts(kept)
-
-
-def _key(path: Path) -> str:
+def _key(path: Path, vocab_only: bool) -> str:
     import llama_cpp
 
     stat = path.stat()
-    return f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{llama_cpp.__version__}"
+    kind = "vocab" if vocab_only else "model"
+    return f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{llama_cpp.__version__}|{kind}"
 
 
-def _check_in_child(path: Path) -> dict:
+def _check_in_child(path: Path, vocab_only: bool) -> dict:
     name = path.name
     env = {**os.environ, "GGML_NO_BACKTRACE": "1"}  # a crash prints its assert, not a gdb session
     try:
-        done = subprocess.run(_child_command(path), capture_output=True, text=True, errors="replace",
+        done = subprocess.run(_child_command(path, vocab_only), capture_output=True, text=True, errors="replace",
                               timeout=CHECK_TIMEOUT_S, env=env, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return {"ok": False, "final": False,
@@ -99,36 +90,41 @@ def _crash_reason(name: str, returncode: int, stderr: str) -> str:
             "llama.cpp version; SpecChat did not load it.")
 
 
-def _child_command(path: Path) -> list[str]:
+def _child_command(path: Path, vocab_only: bool) -> list[str]:
+    args = [str(path), *(["--vocab-only"] if vocab_only else [])]
     if getattr(sys, "frozen", False):
-        return [sys.executable, FROZEN_FLAG, str(path)]
-    return [sys.executable, "-m", "engine.model_check", str(path)]
+        return [sys.executable, FROZEN_FLAG, *args]
+    return [sys.executable, "-m", "engine.model_check", *args]
 
 
 def child_main(argv: list[str]) -> int:
     """Load the file the way the app will (on the CPU: the same header values, no GPU memory) and print
     {"ok": ..., "reason": ...}. An abort inside llama.cpp ends this process, which is the point."""
-    path = Path(argv[0])
+    path, vocab_only = Path(argv[0]), "--vocab-only" in argv[1:]
     try:
         problem = metadata_problem(read_gguf_metadata(path), path.name)
     except ModelFileError as exc:
         problem = str(exc)
     if problem is None:
-        problem = _load_problem(path)
+        problem = _load_problem(path, vocab_only)
     print(json.dumps({"ok": problem is None, "reason": problem or ""}), flush=True)
     return 0
 
 
-def _load_problem(path: Path) -> str | None:
+def _load_problem(path: Path, vocab_only: bool) -> str | None:
     import llama_cpp as L
 
     L.llama_backend_init()
     mparams = L.llama_model_default_params()
     mparams.n_gpu_layers = 0
+    mparams.vocab_only = vocab_only
     model = L.llama_model_load_from_file(str(path).encode(), mparams)
     if not model:
         return (f"llama.cpp could not load {path.name}: the file may be damaged, or its architecture is newer "
                 "than this llama.cpp build (upgrade llama-cpp-python).")
+    if vocab_only:
+        L.llama_model_free(model)
+        return None
     cparams = L.llama_context_default_params()
     cparams.n_ctx = cparams.n_batch = cparams.n_ubatch = 256
     cparams.n_threads = cparams.n_threads_batch = 1

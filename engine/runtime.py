@@ -49,7 +49,7 @@ class Model:
     def __init__(self, path: str | Path, settings: LoadSettings = LoadSettings(), vocab_only: bool = False):
         self.path = Path(path)
         self.settings = settings
-        check_model_file(self.path)  # in a child process first: llama.cpp aborts on some damaged files
+        check_model_file(self.path, vocab_only)  # in a child process first: llama.cpp aborts on some files
         _init_backend()
         mparams = L.llama_model_default_params()
         mparams.n_gpu_layers = settings.n_gpu_layers

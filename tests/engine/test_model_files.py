@@ -88,7 +88,10 @@ def test_damaged_files_are_refused_as_target_draft_and_vocabulary(damaged, model
     for name, (_, reason) in DAMAGE.items():
         for role in ("target", "draft", "vocabulary"):
             said = results[f"{name}/{role}"]
-            assert said.startswith("ModelFileError") and reason in said, (name, role, said)
+            if role == "vocabulary" and reason == "llama.cpp crashed reading":
+                assert said == "loaded", (name, said)  # a vocabulary-only load never reads those values
+            else:
+                assert said.startswith("ModelFileError") and reason in said, (name, role, said)
 
 
 def test_the_pair_check_command_refuses_a_damaged_draft(damaged):
@@ -110,7 +113,7 @@ def test_a_verdict_is_remembered_until_the_file_changes(tmp_path, monkeypatch, d
     monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path / "cache"))
     children = []
     real = model_check._check_in_child
-    monkeypatch.setattr(model_check, "_check_in_child", lambda path: children.append(path) or real(path))
+    monkeypatch.setattr(model_check, "_check_in_child", lambda *args: children.append(args) or real(*args))
     path = tmp_path / "model.gguf"
     path.write_bytes(damaged["bogus-rope"].read_bytes())
     for _ in range(2):
