@@ -16,9 +16,9 @@ from app.chat_session import title_from
 from app.settings import AppSettings, save_settings
 from app.store import Message, default_path, open_store
 
-from conftest import PASSAGE  # noqa: E402 - tests/app/conftest.py
 
 ROOT = Path(__file__).resolve().parents[2]
+COUNTING = "Count from 1 to 500, separated by commas: " + ", ".join(str(i) for i in range(1, 31)) + ","
 
 
 def child_env(dirs):
@@ -47,10 +47,11 @@ def test_kill_9_mid_response_loses_nothing_saved(dirs, model_file, make_window, 
     store.add_message(earlier, Message(None, "user", "An earlier question"))
     store.add_message(earlier, Message(None, "assistant", "An earlier answer", stats={"tokens_per_s": 9.5}))
     store.close()
-    # Plain decoding: prompt lookup copies this passage so fast that the answer could end before the kill.
-    save_settings(AppSettings(temperature=0.0, max_tokens=400, n_ctx=1024, threads=2, speculation=False))
+    # A long answer (the base model keeps counting) in plain decoding, so it streams for seconds even on a
+    # quiet machine: a copied passage ends within about a second, sometimes before the kill.
+    save_settings(AppSettings(temperature=0.0, max_tokens=1000, n_ctx=1024, threads=2, speculation=False))
 
-    child = subprocess.Popen([sys.executable, "-m", "app", "--send", PASSAGE], cwd=ROOT, env=child_env(dirs),
+    child = subprocess.Popen([sys.executable, "-m", "app", "--send", COUNTING], cwd=ROOT, env=child_env(dirs),
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     seen, seen_at = "", None
     try:
@@ -76,12 +77,12 @@ def test_kill_9_mid_response_loses_nothing_saved(dirs, model_file, make_window, 
     store, notices = open_store()
     assert "cut off" in notices[0]
     conversations = store.conversations()
-    assert {c.title for c in conversations} == {"Earlier chat", title_from(PASSAGE)}
+    assert {c.title for c in conversations} == {"Earlier chat", title_from(COUNTING)}
     assert [(m.role, m.content) for m in store.messages(earlier)] == [("user", "An earlier question"),
                                                                      ("assistant", "An earlier answer")]
     killed = next(c.id for c in conversations if c.id != earlier)
     user, reply = store.messages(killed)
-    assert user.content == PASSAGE
+    assert user.content == COUNTING
     assert reply.status == "interrupted" and reply.content.startswith(seen)  # nothing saved was lost
     assert reply.stats and reply.stats["generated"] > 0
     store.close()
