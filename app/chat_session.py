@@ -19,6 +19,12 @@ SAVE_EVERY_S = 0.5
 TITLE_CHARS = 48
 
 
+def storable(text: str) -> str:
+    """Text as it can be saved and tokenized: a lone UTF-16 surrogate (pasted from a broken source)
+    becomes U+FFFD instead of failing every UTF-8 encode downstream; proper pairs are kept."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 def title_from(text: str) -> str:
     line = " ".join(text.split())
     return line if len(line) <= TITLE_CHARS else line[:TITLE_CHARS - 1].rstrip() + "…"
@@ -76,7 +82,7 @@ class ChatSession(QObject):
 
     # --- actions ------------------------------------------------------------------------------
     def send(self, text: str) -> bool:
-        text = text.strip()
+        text = storable(text).strip()
         if not text or self.busy:
             return False
         if self.conversation_id is None:

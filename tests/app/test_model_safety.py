@@ -78,3 +78,12 @@ def test_a_recurrent_model_chats_without_speculation_and_says_why(dirs, make_win
     window = make_window(replace(quick_settings, model=str(path), method="lookup", n_ctx=256))
     assert window.model_info["method"] == "none"
     assert any("recurrent or hybrid" in text for text in window.notices.texts())
+
+
+def test_pasted_text_with_a_lone_surrogate_is_answered_and_saved(make_window, wait_response, quick_settings):
+    window = make_window(quick_settings)
+    assert window.session.send("Broken paste: \ud800 end. Pairs stay: \U0001F600")  # as --send or a paste passes it
+    reply = wait_response(window)
+    assert reply.status == "done" and reply.content
+    saved = window.store.messages(window.session.conversation_id)
+    assert saved[0].content == "Broken paste: \ufffd end. Pairs stay: \U0001F600"
