@@ -59,9 +59,14 @@ def _v1_first_schema(db: sqlite3.Connection) -> None:
         db.execute(statement)
 
 
+def _v2_conversation_settings(db: sqlite3.Connection) -> None:
+    # JSON of the settings a conversation overrides (system prompt, sampling, preset); NULL = the defaults.
+    db.execute("ALTER TABLE conversations ADD COLUMN settings TEXT")
+
+
 # Step i takes a file from schema version i to i + 1 (PRAGMA user_version). A later change appends a step;
 # a released step is never edited.
-MIGRATIONS = [_v1_first_schema]
+MIGRATIONS = [_v1_first_schema, _v2_conversation_settings]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -159,6 +164,16 @@ class ConversationStore:
 
     def rename(self, conversation_id: int, title: str) -> None:
         self.db.execute("UPDATE conversations SET title=? WHERE id=?", (title.strip() or "Untitled", conversation_id))
+
+    def conversation_settings(self, conversation_id: int) -> dict:
+        """What this conversation overrides of the app's settings ({} = nothing)."""
+        row = self.db.execute("SELECT settings FROM conversations WHERE id=?", (conversation_id,)).fetchone()
+        value = _load(row[0], {}) if row else {}
+        return value if isinstance(value, dict) else {}
+
+    def set_conversation_settings(self, conversation_id: int, settings: dict) -> None:
+        self.db.execute("UPDATE conversations SET settings=? WHERE id=?",
+                        (_dump(settings) if settings else None, conversation_id))
 
     def delete_conversation(self, conversation_id: int) -> None:
         self.db.execute("DELETE FROM conversations WHERE id=?", (conversation_id,))
@@ -316,7 +331,8 @@ def _salvage(source_path: Path, store: ConversationStore) -> tuple[int, int]:
                     if row is None:
                         continue
                     if table == "messages":  # a message whose conversation was lost gets one of its own
-                        store.db.execute("INSERT OR IGNORE INTO conversations VALUES (?, 'Recovered chat', ?, ?)",
+                        store.db.execute("INSERT OR IGNORE INTO conversations (id, title, created_at, updated_at) "
+                                         "VALUES (?, 'Recovered chat', ?, ?)",
                                          (row[1], now, now))
                     store.db.execute(insert, row)
                     copied += 1

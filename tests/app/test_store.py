@@ -3,7 +3,7 @@ import sqlite3
 
 import pytest
 
-from app.store import ConversationStore, Message, default_path, open_store
+from app.store import SCHEMA_VERSION, ConversationStore, Message, default_path, open_store
 
 
 def test_conversations_survive_reopening(dirs):
@@ -173,6 +173,9 @@ def test_schema_version_is_recorded_and_an_unversioned_file_is_upgraded(dirs):
     db.close()
     store, notices = open_store()
     assert notices == [] and [c.title for c in store.conversations()] == ["Old"]
-    assert store.db.execute("PRAGMA user_version").fetchone()[0] == 1  # today's schema
+    assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION  # every step ran
     store.add_message(1, Message(None, "user", "hi"))
     assert store.messages(1)[0].content == "hi"
+    assert store.conversation_settings(1) == {}  # version 2: per-conversation settings
+    store.set_conversation_settings(1, {"system_prompt": "Be brief.", "temperature": 0.2})
+    assert store.conversation_settings(1) == {"system_prompt": "Be brief.", "temperature": 0.2}
