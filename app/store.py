@@ -16,6 +16,7 @@ import json
 import logging
 import sqlite3
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,9 +65,21 @@ def _v2_conversation_settings(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE conversations ADD COLUMN settings TEXT")
 
 
+def _v3_message_tree(db: sqlite3.Connection) -> None:
+    # Messages form a tree: a regenerated answer or an edited question is a sibling of the one it replaces,
+    # which stays. active_child (a conversation's active_root for its first messages) is the branch shown;
+    # NULL, or a child that is gone, means the newest. A linear conversation becomes a chain.
+    db.execute("ALTER TABLE messages ADD COLUMN parent_id INTEGER REFERENCES messages(id) ON DELETE CASCADE")
+    db.execute("ALTER TABLE messages ADD COLUMN active_child INTEGER")
+    db.execute("ALTER TABLE conversations ADD COLUMN active_root INTEGER")
+    db.execute("UPDATE messages SET parent_id = (SELECT MAX(p.id) FROM messages p "
+               "WHERE p.conversation_id = messages.conversation_id AND p.id < messages.id)")
+    db.execute("CREATE INDEX messages_by_parent ON messages(parent_id)")
+
+
 # Step i takes a file from schema version i to i + 1 (PRAGMA user_version). A later change appends a step;
 # a released step is never edited.
-MIGRATIONS = [_v1_first_schema, _v2_conversation_settings]
+MIGRATIONS = [_v1_first_schema, _v2_conversation_settings, _v3_message_tree]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -95,6 +108,35 @@ class Message:
     stats: dict | None = None
     draft_spans: list[list[int]] = field(default_factory=list)
     notice: str = ""
+    parent_id: int | None = None  # the message this one follows; None for a first message
+
+
+@dataclass
+class MessageTree:
+    """Every message of one conversation, every branch, and which branch is shown under each message."""
+    messages: dict[int, Message]
+    children: dict[int | None, list[int]]  # parent id (None: the first messages) -> child ids, oldest first
+    chosen: dict[int | None, int]  # the child chosen under a parent, where one was
+
+    def active_child(self, parent: int | None) -> int | None:
+        kids = self.children.get(parent, [])
+        choice = self.chosen.get(parent)
+        return choice if choice in kids else (kids[-1] if kids else None)
+
+    def path(self) -> list[Message]:
+        """The branch shown: from the first message, the active child of each, to the end."""
+        path, node = [], self.active_child(None)
+        while node is not None and len(path) < len(self.messages):  # a parent always precedes its children
+            path.append(self.messages[node])
+            node = self.active_child(node)
+        return path
+
+    def siblings(self, message: Message) -> list[int]:
+        """Ids of the messages that answer the same parent as this one (itself included), oldest first."""
+        return self.children.get(message.parent_id, [message.id])
+
+
+_END = object()  # add_message's default parent: the last message of the branch shown
 
 
 def default_path() -> Path:
@@ -183,20 +225,64 @@ class ConversationStore:
 
     # --- messages -----------------------------------------------------------------------------
     def messages(self, conversation_id: int) -> list[Message]:
-        rows = self.db.execute(
-            "SELECT id, role, content, status, model, stats, draft_spans, notice FROM messages "
-            "WHERE conversation_id=? ORDER BY id", (conversation_id,))
-        return [Message(id=r[0], role=r[1], content=r[2], status=r[3], model=r[4], stats=_load(r[5], None),
-                        draft_spans=_load(r[6], []), notice=r[7]) for r in rows]
+        """The branch shown, first message first."""
+        return self.tree(conversation_id).path()
 
-    def add_message(self, conversation_id: int, message: Message) -> int:
+    def tree(self, conversation_id: int) -> MessageTree:
+        rows = self.db.execute(
+            "SELECT id, role, content, status, model, stats, draft_spans, notice, parent_id, active_child "
+            "FROM messages WHERE conversation_id=? ORDER BY id", (conversation_id,))
+        tree = MessageTree({}, {}, {})
+        for r in rows:
+            tree.messages[r[0]] = Message(id=r[0], role=r[1], content=r[2], status=r[3], model=r[4],
+                                          stats=_load(r[5], None), draft_spans=_load(r[6], []), notice=r[7],
+                                          parent_id=r[8])
+            tree.children.setdefault(r[8], []).append(r[0])
+            if r[9] is not None:
+                tree.chosen[r[0]] = r[9]
+        root = self.db.execute("SELECT active_root FROM conversations WHERE id=?", (conversation_id,)).fetchone()
+        if root and root[0] is not None:
+            tree.chosen[None] = root[0]
+        return tree
+
+    def add_message(self, conversation_id: int, message: Message, parent: int | None | object = _END) -> int:
+        """Save message as the next after parent (None: a first message; by default after the last message
+        shown), and show its branch."""
+        if parent is _END:
+            shown = self.messages(conversation_id)
+            parent = shown[-1].id if shown else None
+        message.parent_id = parent
         message.id = self.db.execute(
             "INSERT INTO messages(conversation_id, role, content, status, model, stats, draft_spans, notice, "
-            "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "created_at, parent_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (conversation_id, message.role, message.content, message.status, message.model,
-             _dump(message.stats), _dump(message.draft_spans), message.notice, time.time())).lastrowid
+             _dump(message.stats), _dump(message.draft_spans), message.notice, time.time(), parent)).lastrowid
+        self._choose(conversation_id, parent, message.id)
         self.touch(conversation_id)
         return message.id
+
+    def set_active(self, message_id: int) -> None:
+        """Show the branch through this message (below it, the branch last shown there)."""
+        row = self.db.execute("SELECT conversation_id, parent_id FROM messages WHERE id=?", (message_id,)).fetchone()
+        if row:
+            self._choose(row[0], row[1], message_id)
+
+    def _choose(self, conversation_id: int, parent: int | None, child: int) -> None:
+        if parent is None:
+            self.db.execute("UPDATE conversations SET active_root=? WHERE id=?", (child, conversation_id))
+        else:
+            self.db.execute("UPDATE messages SET active_child=? WHERE id=?", (child, parent))
+
+    @contextmanager
+    def transaction(self):
+        """Writes inside happen all together or, if anything raises, not at all."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
 
     def update_message(self, message: Message) -> None:
         self.db.execute(
@@ -318,31 +404,58 @@ def _salvage(source_path: Path, store: ConversationStore) -> tuple[int, int]:
     except sqlite3.Error:
         return 0, 0
     counts, now = {}, time.time()
+    has_tree = _has_column(source, "messages", "parent_id")  # files from before schema version 3 have none
+    parents: dict[int, object] = {}  # copied message id -> its parent in the file
     store.db.execute("BEGIN")
     try:
         for table, columns in _COLUMNS.items():
             names = ", ".join(columns)
             insert = f"INSERT INTO {table} ({names}) VALUES ({', '.join('?' * len(columns))})"
+            read = names + (", parent_id" if table == "messages" and has_tree else "")
             ids = _readable_ids(source, table)
             copied = 0
             for row_id in ids:
                 try:
-                    row = source.execute(f"SELECT {names} FROM {table} WHERE id=?", (row_id,)).fetchone()
+                    row = source.execute(f"SELECT {read} FROM {table} WHERE id=?", (row_id,)).fetchone()
                     if row is None:
                         continue
                     if table == "messages":  # a message whose conversation was lost gets one of its own
                         store.db.execute("INSERT OR IGNORE INTO conversations (id, title, created_at, updated_at) "
                                          "VALUES (?, 'Recovered chat', ?, ?)",
                                          (row[1], now, now))
-                    store.db.execute(insert, row)
+                    store.db.execute(insert, row[:len(columns)])
                     copied += 1
+                    if table == "messages":
+                        parents[row_id] = row[len(columns)] if has_tree else _END
                 except sqlite3.Error:
                     pass  # it sits on a damaged page, or its values no longer make sense
             counts[table] = copied, len(ids)
+        _relink(store.db, parents)
     finally:
         store.db.execute("COMMIT")
         source.close()
     return counts["messages"]
+
+
+def _relink(db: sqlite3.Connection, parents: dict[int, object]) -> None:
+    """Link copied messages into their trees: each to its parent where that was copied too, else (its
+    parent was lost, or the file had no tree) to the message before it, so every one stays reachable."""
+    previous: dict[int, int] = {}  # conversation -> the last message linked
+    conversation_of = dict(db.execute("SELECT id, conversation_id FROM messages").fetchall())
+    for message_id in sorted(parents):
+        cid, parent = conversation_of[message_id], parents[message_id]
+        if parent is not None:
+            if parent not in conversation_of or conversation_of[parent] != cid:
+                parent = previous.get(cid)
+            db.execute("UPDATE messages SET parent_id=? WHERE id=?", (parent, message_id))
+        previous[cid] = message_id
+
+
+def _has_column(db: sqlite3.Connection, table: str, column: str) -> bool:
+    try:
+        return any(row[1] == column for row in db.execute(f"PRAGMA table_info({table})"))
+    except sqlite3.Error:
+        return False
 
 
 def _readable_ids(db: sqlite3.Connection, table: str) -> list[int]:
