@@ -61,24 +61,22 @@ def test_settings_dialog_round_trip_and_refuses_bad_input(qtbot, dirs):
     dialog = SettingsDialog(original)
     qtbot.addWidget(dialog)
     assert dialog.collect() == original  # shows exactly what it was given
-    dialog.temperature.setValue(1.25)
     dialog.max_draft.setValue(6)
-    dialog.seed.setText("")
     dialog.threads.setValue(0)
-    dialog.system_prompt.setPlainText("Answer briefly.")
     dialog.accept()
     assert dialog.result() == QDialog.DialogCode.Accepted
     got = dialog.result_settings
-    assert (got.temperature, got.max_draft, got.seed, got.threads, got.system_prompt, got.window_geometry) == \
-        (1.25, 6, None, None, "Answer briefly.", "abc")
+    # Sampling is per chat now (tests/app/test_presets.py): the app's values pass through unchanged.
+    assert (got.temperature, got.max_draft, got.seed, got.threads, got.window_geometry) == (0.4, 6, 3, None, "abc")
 
     bad = SettingsDialog(original)
     qtbot.addWidget(bad)
-    bad.seed.setText("twelve")
+    bad.min_draft.setValue(9)  # more than max draft tokens
+    bad.max_draft.setValue(4)
     bad.accept()
     assert bad.result_settings is None and not bad.error.isHidden()  # the dialog stays open, saying why
-    assert "whole number" in bad.error.text()
-    bad.seed.setText("")
+    assert "must not exceed" in bad.error.text()
+    bad.min_draft.setValue(1)
     bad.method.setCurrentIndex(bad.method.findData("draft"))  # no draft model chosen
     bad.accept()
     assert bad.result_settings is None and "needs a draft model" in bad.error.text()
