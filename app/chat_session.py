@@ -11,6 +11,7 @@ from typing import Callable
 from PySide6.QtCore import QObject, Signal
 
 from .chat_model import ChatModel, add_segments
+from .presets import Preset, PresetBook
 from .settings import AppSettings
 from .store import ConversationStore, Message
 from .worker import EngineClient, GenerationRequest
@@ -38,11 +39,13 @@ class ChatSession(QObject):
     responseFailed = Signal(str)
 
     def __init__(self, store: ConversationStore, engine: EngineClient, settings: Callable[[], AppSettings],
-                 parent=None):
+                 parent=None, presets: Callable[[], PresetBook] | None = None):
         super().__init__(parent)
         self.store = store
         self.engine = engine
         self.settings = settings
+        self.presets = presets or (lambda: PresetBook.built_in(settings()))
+        self.new_chat_settings: dict = {}  # the unsaved chat's preset and overrides, kept once it is sent
         self.model = ChatModel(self)
         self.conversation_id: int | None = None
         self.model_name = ""
@@ -62,6 +65,7 @@ class ChatSession(QObject):
     # --- conversations ------------------------------------------------------------------------
     def open(self, conversation_id: int | None) -> None:
         self.conversation_id = conversation_id
+        self.new_chat_settings = {}
         messages = self.store.messages(conversation_id) if conversation_id is not None else []
         if self.streaming is not None and conversation_id == self.streaming_conversation:
             # Show the live response object, not a saved copy of it, so it keeps streaming in view.
@@ -87,6 +91,8 @@ class ChatSession(QObject):
             return False
         if self.conversation_id is None:
             self.conversation_id = self.store.create_conversation(title_from(text))
+            self.store.set_conversation_settings(self.conversation_id,
+                                                 {"preset": self.presets().default, **self.new_chat_settings})
         user = Message(id=None, role="user", content=text)
         self.store.add_message(self.conversation_id, user)
         self.model.append(user)
@@ -120,8 +126,25 @@ class ChatSession(QObject):
         removed = self.model.remove_from(row)
         self.store.delete_messages([m.id for m in removed if m.id is not None])
 
+    # --- this conversation's system prompt and sampling ----------------------------------------
+    def conversation_settings(self) -> dict:
+        """The open chat's preset name and the values it overrides ({} = the default preset as it is)."""
+        if self.conversation_id is None:
+            return dict(self.new_chat_settings)
+        return self.store.conversation_settings(self.conversation_id)
+
+    def set_conversation_settings(self, values: dict) -> None:
+        if self.conversation_id is None:
+            self.new_chat_settings = dict(values)
+        else:
+            self.store.set_conversation_settings(self.conversation_id, values)
+
+    def chat_settings(self) -> Preset:
+        """What the open chat's next response uses: its preset, with the chat's own values over it."""
+        return self.presets().effective(self.conversation_settings())
+
     def _respond(self) -> None:
-        settings = self.settings()
+        settings = self.chat_settings()  # this chat's own: another chat's never leak in
         history = [{"role": m.role, "content": m.content} for m in self.model.items
                    if m.content and m.status != "error"]
         if settings.system_prompt.strip():

@@ -13,10 +13,12 @@ from engine.embedded import EMBEDDED
 from engine.errors import InvalidSettingError
 
 from .chat_session import ChatSession
+from .chat_settings_panel import ChatSettingsButton
 from .conversation_list import ConversationPanel
 from .input_box import ChatInput
 from .message_view import ChatView
 from .notices import NoticeArea
+from .presets import load_presets
 from .settings import METHOD_LABELS, AppSettings, save_settings, what_changed
 from .store import ConversationStore
 from .worker import EngineClient
@@ -42,7 +44,8 @@ class MainWindow(QMainWindow):
         self.settings = settings
         self.store = store
         self.engine = EngineClient(self)
-        self.session = ChatSession(store, self.engine, lambda: self.settings, self)
+        self.presets, preset_notices = load_presets(settings)  # system prompt and sampling, per chat
+        self.session = ChatSession(store, self.engine, lambda: self.settings, self, presets=lambda: self.presets)
         self.model_info: dict | None = None
         self.loading = False
         self.editing = False
@@ -74,6 +77,8 @@ class MainWindow(QMainWindow):
         self.empty_hint.setForegroundRole(QPalette.ColorRole.PlaceholderText)
 
         options = QHBoxLayout()
+        self.chat_settings_button = ChatSettingsButton(self.session)
+        options.addWidget(self.chat_settings_button)
         options.addWidget(self.edit_label)
         options.addStretch(1)
         options.addWidget(self.color_toggle)
@@ -133,7 +138,9 @@ class MainWindow(QMainWindow):
         w.speculationApplied.connect(self._speculation_applied)
         w.notice.connect(self._engine_notice)  # a method, not a lambda: it must run on the GUI thread
 
-        for text in notices:
+        for text in preset_notices:
+            log.warning("%s", text)
+        for text in [*notices, *preset_notices]:
             self.notices.show_notice(text, "warning")
         if settings.window_geometry:
             self.restoreGeometry(QByteArray.fromBase64(settings.window_geometry.encode()))
@@ -155,6 +162,7 @@ class MainWindow(QMainWindow):
     def _build_menus(self) -> None:
         file_menu = self.menuBar().addMenu("&File")
         self._action(file_menu, "&New chat", self.new_chat, QKeySequence.StandardKey.New)
+        self._action(file_menu, "Chat &settings…", self.chat_settings_button.open_dialog)
         file_menu.addSeparator()
         self._action(file_menu, "&Quit", self.close, QKeySequence.StandardKey.Quit)
         model_menu = self.menuBar().addMenu("&Model")
@@ -217,6 +225,7 @@ class MainWindow(QMainWindow):
     def new_chat(self) -> None:
         self.cancel_edit()
         self.session.new_conversation()
+        self.chat_settings_button.refresh()
         self._update_title()
         self.panel.list.clearSelection()
         self.panel.list.setCurrentIndex(self.panel.model.index(-1))
@@ -225,6 +234,7 @@ class MainWindow(QMainWindow):
     def open_conversation(self, conversation_id: int) -> None:
         self.cancel_edit()
         self.session.open(conversation_id)
+        self.chat_settings_button.refresh()
         self._update_title()
 
     def _update_title(self) -> None:

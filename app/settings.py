@@ -118,20 +118,28 @@ def load_settings(path: Path | None = None) -> tuple[AppSettings, list[str]]:
     return settings, notices
 
 
-def _read(path: Path) -> tuple[AppSettings, list[str]]:
+def read_json_object(path: Path, what: str, fallback: str = "defaults are in use") -> tuple[dict | None, list[str]]:
+    """The JSON object in path; None when there is no file, or when it cannot be read: such a file is set
+    aside (never deleted) and the notice says so. what names the file for a person ("settings")."""
     if not path.exists():
-        return AppSettings(), []
+        return None, []
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(raw, dict):
             raise ValueError("the file does not hold a JSON object")
+        return raw, []
     except (OSError, ValueError, RecursionError) as exc:  # RecursionError: brackets nested too deep
         if isinstance(exc, RecursionError):
             exc = "its brackets are nested too deeply"
-        kept = _set_aside(path)
-        return AppSettings(), [f"Your settings file could not be read ({exc}), so defaults are in use. "
-                               f"The old file was kept as {kept.name}." if kept else
-                               f"Your settings file could not be read ({exc}), so defaults are in use."]
+        kept = set_aside(path)
+        notice = f"Your {what} file could not be read ({exc}), so {fallback}."
+        return None, [f"{notice} The old file was kept as {kept.name}." if kept else notice]
+
+
+def _read(path: Path) -> tuple[AppSettings, list[str]]:
+    raw, notices = read_json_object(path, "settings")
+    if raw is None:
+        return AppSettings(), notices
     defaults, known = AppSettings(), {f.name for f in fields(AppSettings)}
     values, bad = {}, []
     for key, value in raw.items():
@@ -154,8 +162,12 @@ def _read(path: Path) -> tuple[AppSettings, list[str]]:
 
 def save_settings(settings: AppSettings, path: Path | None = None) -> None:
     """Write atomically, so a crash mid-write never leaves a half file. Raises only OSError."""
-    path = path or settings_path()
-    text = json.dumps(asdict(settings), indent=2, ensure_ascii=False)
+    write_json_atomic(path or settings_path(), asdict(settings))
+
+
+def write_json_atomic(path: Path, data) -> None:
+    """data as JSON in path, written atomically (a crash mid-write never leaves a half file). Raises only OSError."""
+    text = json.dumps(data, indent=2, ensure_ascii=False)
     # A lone surrogate (half an emoji, as a paste can give) has no UTF-8 form: a \u escape keeps it exactly.
     text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
     tmp = path.with_name(path.name + ".tmp")
@@ -168,7 +180,8 @@ def save_settings(settings: AppSettings, path: Path | None = None) -> None:
         raise
 
 
-def _set_aside(path: Path) -> Path | None:
+def set_aside(path: Path) -> Path | None:
+    """Move an unreadable file out of the way, keeping it (name.corrupt-TIME.json); its new path, or None."""
     target = path.with_name(f"{path.stem}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}{path.suffix}")
     try:
         os.replace(path, target)
