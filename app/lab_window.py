@@ -176,7 +176,8 @@ class LabWindow(QWidget):
     def _build(self) -> None:
         form = QFormLayout()
         self.model_edit = QLineEdit("embedded")
-        self.model_edit.setToolTip("A GGUF file, or 'embedded' for the built-in Gemma 3 270M.")
+        self.model_edit.setToolTip("A GGUF file, 'embedded' for the built-in SmolLM2 135M Instruct, or "
+                                   "'embedded-gemma' for the built-in Gemma 3 270M base model.")
         form.addRow("Target model", self._with_browse(self.model_edit))
         self.draft_edit = QLineEdit()
         self.draft_edit.setPlaceholderText("none (needed for the draft-model method)")

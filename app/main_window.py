@@ -26,8 +26,8 @@ from .worker import EngineClient
 log = logging.getLogger(__name__)
 
 EMBEDDED_NOTICE = (
-    "**You are chatting with the built-in demo model**, Gemma 3 270M *base*: a small model that continues "
-    "text rather than following instructions, so expect rough answers. It runs offline with no set-up. "
+    "**You are chatting with the built-in demo model**, SmolLM2 135M Instruct: a tiny assistant that runs "
+    "offline with no set-up. It answers simple questions but often makes mistakes, so check what it says. "
     "For a real assistant, open **Model → Models…** to download a target model with a matching draft model "
     "(a *model pair*), or choose your own GGUF files in **Model → Settings…**."
 )

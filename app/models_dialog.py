@@ -240,7 +240,7 @@ class ModelsDialog(QDialog):
         keep = select or self.target_combo.currentData() or self._current_target
         self.target_combo.blockSignals(True)
         self.target_combo.clear()
-        self.target_combo.addItem("Embedded demo model (Gemma 3 270M)", EMBEDDED)
+        self.target_combo.addItem("Embedded demo model (SmolLM2 135M Instruct)", EMBEDDED)
         self.target_combo.setItemData(0, DESCRIPTION, Qt.ToolTipRole)
         for model in self.installed:
             self.target_combo.addItem(f"{model.name} ({format_bytes(model.size_bytes)})", str(model.path))

@@ -14,7 +14,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, 
                                QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QPushButton, QScrollArea,
                                QSpinBox, QVBoxLayout, QWidget)
 
-from engine.embedded import DESCRIPTION, EMBEDDED
+from engine.embedded import DESCRIPTION, EMBEDDED, EMBEDDED_GEMMA
 from engine.errors import InvalidSettingError
 
 from .settings import METHOD_LABELS, AppSettings
@@ -198,7 +198,7 @@ class SettingsDialog(QDialog):
     def collect(self) -> AppSettings:
         """The settings the dialog shows; raises InvalidSettingError with a message for a person."""
         for label, path in (("target", self.target.value()), ("draft", self.draft.value())):
-            if path not in (None, EMBEDDED) and not Path(path).expanduser().is_file():
+            if path not in (None, EMBEDDED, EMBEDDED_GEMMA) and not Path(path).expanduser().is_file():
                 raise InvalidSettingError(f"The {label} model file does not exist: {path}")
         return replace(
             self.original, model=self.target.value(), draft=self.draft.value(),

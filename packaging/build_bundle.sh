@@ -15,7 +15,7 @@ start=$(date +%s)
     --distpath dist --workpath build/bundle packaging/specchat.spec
 echo "built dist/SpecChat in $(( $(date +%s) - start )) s, $(du -sh dist/SpecChat | cut -f1)"
 if [ "$smoke" = 1 ]; then
-    # A scratch cache dir: the embedded model is assembled from the bundle's own chunks, as on a fresh machine.
+    # A scratch cache dir, as on a fresh machine: the default model is read from the bundle itself.
     scratch=$(mktemp -d)
     trap 'rm -rf "$scratch"' EXIT
     SPECCHAT_CACHE_DIR="$scratch/cache" QT_QPA_PLATFORM=offscreen dist/SpecChat/specchat --smoke-test

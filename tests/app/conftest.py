@@ -1,10 +1,14 @@
-"""App test fixtures: settings and conversations in tmp_path, the real embedded model (small
-context, short answers, greedy so runs repeat), and a window that is always closed afterwards."""
+"""App test fixtures: settings and conversations in tmp_path, the real embedded Gemma 3 270M base model
+(small context, short answers, greedy so runs repeat), and a window that is always closed afterwards.
+
+Gemma, not the default embedded SmolLM2, on purpose: these tests rely on a base model that continues
+text (long copies and counts), its 262k vocabulary and its lack of a chat template. Tests of the default
+model ask for it with model=EMBEDDED."""
 from __future__ import annotations
 
 import pytest
 
-from engine.embedded import embedded_model_path
+from engine.embedded import EMBEDDED_GEMMA, embedded_gemma_path
 
 # Greedy copying of a passage: long enough to stop mid-way, and prompt lookup has real material.
 PASSAGE = ("Passage: The lighthouse at Point Arden was built in 1871 from granite quarried on the island itself. "
@@ -14,7 +18,7 @@ PASSAGE = ("Passage: The lighthouse at Point Arden was built in 1871 from granit
 
 @pytest.fixture(scope="session")
 def model_file():
-    return embedded_model_path()  # assembled once, in the real cache dir
+    return embedded_gemma_path()  # assembled once, in the real cache dir
 
 
 @pytest.fixture
@@ -28,7 +32,7 @@ def dirs(tmp_path, monkeypatch):
 def quick_settings():
     from app.settings import AppSettings
 
-    return AppSettings(temperature=0.0, max_tokens=24, n_ctx=1024, threads=2)
+    return AppSettings(model=EMBEDDED_GEMMA, temperature=0.0, max_tokens=24, n_ctx=1024, threads=2)
 
 
 @pytest.fixture
@@ -42,7 +46,8 @@ def make_window(qtbot, dirs, model_file):
 
     def make(settings: AppSettings | None = None, wait_loaded: bool = True, notices=()):
         store, store_notices = open_store()
-        window = MainWindow(settings or AppSettings(temperature=0.0, max_tokens=24, n_ctx=1024, threads=2),
+        window = MainWindow(settings or AppSettings(model=EMBEDDED_GEMMA, temperature=0.0, max_tokens=24, n_ctx=1024,
+                                                    threads=2),
                             store, [*notices, *store_notices])
         windows.append(window)
         qtbot.addWidget(window)

@@ -247,7 +247,7 @@ def test_closing_while_generating_saves_the_partial_response(make_window, qtbot,
 
 
 def test_draft_model_method_with_the_embedded_model_as_its_own_draft(make_window, wait_response, quick_settings):
-    window = make_window(replace(quick_settings, method="draft", draft="embedded", max_tokens=40))
+    window = make_window(replace(quick_settings, method="draft", draft=quick_settings.model, max_tokens=40))
     assert window.model_info["method"] == "draft" and window.spec_label.text().startswith("Speculation: draft model")
     window.session.send(PASSAGE)
     stats = wait_response(window).stats

@@ -104,13 +104,13 @@ def test_models_and_lab_hooks(make_window, qtbot, monkeypatch, dirs, quick_setti
     monkeypatch.setitem(sys.modules, "app.lab_window", types.SimpleNamespace(LabWindow=FakeLab))
 
     window.open_models_dialog()
-    assert FakeModelsDialog.made[-1] == ("embedded", None)
+    assert FakeModelsDialog.made[-1] == (quick_settings.model, None)
     draft = dirs / "draft.gguf"
     draft.write_bytes(b"not a model")
     reloads = []
     window.modelLoaded.connect(reloads.append)
     with qtbot.waitSignal(window.speculationChanged, timeout=60_000):
-        window._models_dialog.modelsChosen.emit("embedded", str(draft))  # same target: no reload
+        window._models_dialog.modelsChosen.emit(quick_settings.model, str(draft))  # same target: no reload
     assert reloads == []
     assert (window.settings.draft, window.settings.method) == (str(draft), "draft")
     assert load_settings()[0].draft == str(draft)  # saved

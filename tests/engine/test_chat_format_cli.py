@@ -25,7 +25,7 @@ def messages_file(tmp_path, messages) -> Path:
 
 
 def test_embedded_model_prints_the_fallback_transcript_and_its_tokens(tmp_path, model_path):
-    done = run_cli("--model", "embedded", "--messages",
+    done = run_cli("--model", "embedded-gemma", "--messages",  # the base model: no template, the fallback
                    messages_file(tmp_path, [{"role": "user", "content": GEMMA_FORGERY}]))
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)

@@ -1,7 +1,7 @@
 """Pasted control-token text stays text: a message can never forge a turn, for every catalog family.
 
 Each family is formatted with its real chat template (tests/data/templates/) over a real vocabulary
-that holds that family's turn markers as CONTROL tokens: SmolLM2's (ChatML) for the Qwen families,
+that holds that family's turn markers as CONTROL tokens: SmolLM2's (ChatML) for SmolLM2 and the Qwen families,
 the embedded Gemma 3's for Gemma 3, and a tiny written GGUF for Llama 3.
 """
 from __future__ import annotations
@@ -39,6 +39,7 @@ FAMILIES = {
     "Llama 3": ("llama-3.1-instruct.jinja", "llama3", LLAMA3_FORGERY),
     "Qwen3": ("qwen3.jinja", "smollm2", CHATML_FORGERY),
     "Gemma 3": ("gemma-3-it.jinja", "gemma", GEMMA_FORGERY),
+    "SmolLM2": ("smollm2-instruct.jinja", "smollm2", CHATML_FORGERY),
 }
 
 

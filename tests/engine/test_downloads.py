@@ -330,10 +330,10 @@ def test_a_malformed_hf_endpoint_keeps_a_partial_download_for_later(hub, monkeyp
 
 
 def test_the_embedded_gemma_downloads_from_the_local_hub_and_loads(hub, tmp_path):
-    from engine.embedded import embedded_model_path
+    from engine.embedded import embedded_gemma_path
     from engine.runtime import Model
 
-    gemma = embedded_model_path()
+    gemma = embedded_gemma_path()
     hub.add_file("google/gemma-3-270m-GGUF", gemma.name, gemma)
     path = download("google/gemma-3-270m-GGUF", gemma.name)
     assert path.stat().st_size == gemma.stat().st_size

@@ -95,7 +95,7 @@ def test_damaged_files_are_refused_as_target_draft_and_vocabulary(damaged, model
 
 
 def test_the_pair_check_command_refuses_a_damaged_draft(damaged):
-    done = subprocess.run([sys.executable, "-m", "engine.models", "check", "embedded",
+    done = subprocess.run([sys.executable, "-m", "engine.models", "check", "embedded-gemma",
                            str(damaged["duplicate-token"])], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode not in ABORTED
     assert done.returncode != 0
