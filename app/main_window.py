@@ -50,6 +50,7 @@ class MainWindow(QMainWindow):
         self.loading = False
         self.editing = False
         self._lab = None
+        self._compare = None
         self._models_dialog = None
         self._changed_conversation: int | None = None
 
@@ -168,6 +169,7 @@ class MainWindow(QMainWindow):
         model_menu = self.menuBar().addMenu("&Model")
         self._action(model_menu, "&Models…", self.open_models_dialog)
         self._action(model_menu, "Speculation &lab…", self.open_lab)
+        self._action(model_menu, "&Compare plain vs speculation…", self.open_compare)
         self._action(model_menu, "&Settings…", self.open_settings, QKeySequence.StandardKey.Preferences)
         model_menu.addSeparator()
         self._action(model_menu, "&Reload model", self.load_models)
@@ -423,6 +425,18 @@ class MainWindow(QMainWindow):
         self._lab.show()
         self._lab.raise_()
 
+    def open_compare(self) -> None:
+        """The Compare view, on this window's engine; it starts with the text being typed, or the last question."""
+        from .compare_window import CompareWindow
+        if self._compare is None:
+            self._compare = CompareWindow(self.engine, lambda: self.settings, self,
+                                          chat_settings=self.session.chat_settings)
+        if not self._compare.running:
+            users = [m.content for m in self.session.model.items if m.role == "user"]
+            self._compare.set_prompt(self.input.toPlainText() or (users[-1] if users else ""))
+        self._compare.show()
+        self._compare.raise_()
+
     def apply_recommendation(self, changes: dict) -> None:
         changes = dict(changes)
         if changes.get("method") in ("draft", "lookup"):
@@ -467,7 +481,7 @@ class MainWindow(QMainWindow):
                 "splitter_state": bytes(self.splitter.saveState().toBase64()).decode()}))
         except Exception:  # noqa: BLE001 - closing must never fail
             log.exception("saving the window layout")
-        for window in (self._lab, self._models_dialog):
+        for window in (self._lab, self._models_dialog, self._compare):
             if window is not None:
                 window.close()
         self._list_refresh.stop()

@@ -46,6 +46,7 @@ class GenerationRequest:
     max_tokens: int = 1024
     cancel: threading.Event = field(default_factory=threading.Event)
     id: int = field(default_factory=itertools.count(1).__next__)
+    plain: bool = False  # this request only, no speculation (the Compare view's baseline)
 
 
 def snapshot(stats) -> dict:
@@ -193,8 +194,7 @@ class EngineWorker(QObject):
             for text in prompt.notices:
                 self.notice.emit(text)
             last_emit = time.perf_counter()
-            for delta in decoder.generate(prompt.tokens, request.sampling, max_tokens=request.max_tokens,
-                                          stop=prompt.stop, cancel=request.cancel):
+            for delta in self._decode(decoder, prompt, request):
                 pending += delta.segments
                 now = time.perf_counter()
                 if now - last_emit >= EMIT_EVERY_S:
@@ -212,6 +212,19 @@ class EngineWorker(QObject):
                 log.error("generation failed:\n%s", traceback.format_exc())
             message = str(exc) if isinstance(exc, EngineError) else f"The engine failed: {type(exc).__name__}: {exc}"
             self.failed.emit(rid, message, snapshot(decoder.stats))
+
+    @staticmethod
+    def _decode(decoder: SpeculativeDecoder, prompt, request: GenerationRequest):
+        """The decoder's deltas; a plain request swaps in NoProposer for itself alone, so the chat's
+        proposer and its learned draft policy are still there for the next request."""
+        proposer = decoder.proposer
+        if request.plain:
+            decoder.proposer = NoProposer()
+        try:
+            yield from decoder.generate(prompt.tokens, request.sampling, max_tokens=request.max_tokens,
+                                        stop=prompt.stop, cancel=request.cancel)
+        finally:
+            decoder.proposer = proposer
 
 
 class EngineClient(QObject):
