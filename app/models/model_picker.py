@@ -1,0 +1,189 @@
+"""The "Use these models" box: a target and a draft for it. The draft picker offers only drafts that
+pass llama.cpp's vocabulary check against the chosen target (run on a worker thread); the others are
+listed greyed out, with the reason."""
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
+from PySide6.QtGui import QStandardItem, QStandardItemModel
+from PySide6.QtWidgets import QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QPushButton, QVBoxLayout
+
+from engine import model_store
+from engine.downloads import format_bytes
+from engine.embedded import DESCRIPTION, EMBEDDED, resolve_model
+from engine.vocab_check import Compatibility
+
+from .threads import start_worker, stop_and_wait
+
+log = logging.getLogger(__name__)
+
+
+class CompatibilityWorker(QObject):
+    checked = Signal(int, object)  # generation, {draft spec: Compatibility}
+
+    def __init__(self, generation: int, target: str, drafts: list[str]):
+        super().__init__()
+        self.generation, self.target, self.drafts = generation, target, drafts
+        self._stop = threading.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    @Slot()
+    def run(self) -> None:
+        try:
+            paths = {spec: resolve_model(spec) for spec in self.drafts}
+            found = model_store.check_drafts(resolve_model(self.target), paths.values(), self._stop.is_set)
+            results = {spec: found[path] for spec, path in paths.items() if path in found}
+        except Exception as exc:  # noqa: BLE001 - report as a reason, never crash the dialog
+            log.exception("compatibility check")
+            results = {spec: Compatibility(False, f"could not be checked: {exc}") for spec in self.drafts}
+        self.checked.emit(self.generation, results)
+        QThread.currentThread().quit()
+
+
+class ModelPicker(QGroupBox):
+    """Target and draft combos; apply_button is enabled once the drafts for this target are checked."""
+
+    compatibilityChecked = Signal()
+
+    def __init__(self, current_target: str, current_draft: str | None, parent=None):
+        super().__init__("Use these models", parent)
+        self._current_target = current_target
+        self._current_draft = current_draft
+        self.installed: list[model_store.InstalledModel] = []
+        self._check: tuple[QThread, CompatibilityWorker] | None = None
+        self._compat: dict[str, Compatibility] = {}
+        self._compat_target: str | None = None
+        self._compat_generation = 0  # bumps whenever the target or the candidates change
+
+        self.target_combo = QComboBox()
+        self.target_combo.currentIndexChanged.connect(self._target_changed)
+        self.draft_combo = QComboBox()
+        self.draft_model = QStandardItemModel(self.draft_combo)
+        self.draft_combo.setModel(self.draft_model)
+        self.draft_combo.activated.connect(self._draft_picked)
+        self.draft_note = QLabel("")
+        self.draft_note.setWordWrap(True)
+        self.apply_button = QPushButton("Use these models")
+        self.apply_button.setDefault(True)
+        self.close_button = QPushButton("Close")
+        form = QFormLayout()
+        form.addRow("Target", self.target_combo)
+        form.addRow("Draft", self.draft_combo)
+        form.addRow("", self.draft_note)
+        buttons = QHBoxLayout()
+        buttons.addStretch(1)
+        buttons.addWidget(self.apply_button)
+        buttons.addWidget(self.close_button)
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addLayout(buttons)
+
+    def target(self) -> str:
+        return self.target_combo.currentData() or EMBEDDED
+
+    def draft(self) -> str | None:
+        return self.draft_combo.currentData()
+
+    def prefer_draft(self, spec: str) -> None:
+        """Preselect this draft once its compatibility is confirmed (a pair just downloaded)."""
+        self._current_draft = spec
+
+    def show_models(self, installed: list[model_store.InstalledModel], select: str | None = None) -> None:
+        """Offer these installed models (and the embedded one); keep the target unless told another."""
+        self.installed = installed
+        keep = select or self.target_combo.currentData() or self._current_target
+        self.target_combo.blockSignals(True)
+        self.target_combo.clear()
+        self.target_combo.addItem("Embedded demo model (SmolLM2 135M Instruct)", EMBEDDED)
+        self.target_combo.setItemData(0, DESCRIPTION, Qt.ToolTipRole)
+        for model in installed:
+            self.target_combo.addItem(f"{model.name} ({format_bytes(model.size_bytes)})", str(model.path))
+        if self.target_combo.findData(keep) < 0:
+            self.target_combo.addItem(f"{Path(keep).name} (current)", keep)  # e.g. chosen in Settings
+        self.target_combo.setCurrentIndex(max(self.target_combo.findData(keep), 0))
+        self.target_combo.blockSignals(False)
+        self._target_changed()
+
+    def _draft_candidates(self, target: str) -> list[str]:
+        candidates = [EMBEDDED] + [str(m.path) for m in self.installed]
+        if self._current_draft and self._current_draft not in candidates:
+            candidates.append(self._current_draft)
+        return [c for c in candidates if c != target]
+
+    def _target_changed(self) -> None:
+        target = self.target_combo.currentData()
+        if target is None:
+            return
+        self._compat, self._compat_target = {}, target
+        self._compat_generation += 1
+        self._fill_drafts(checking=True)
+        self._start_check()
+        self.apply_button.setEnabled(self._check is None)
+
+    def _draft_picked(self) -> None:
+        self._current_draft = self.draft_combo.currentData()  # kept across target changes if still usable
+
+    def _fill_drafts(self, checking: bool = False) -> None:
+        previous = self._current_draft
+        self.draft_model.clear()
+        self.draft_model.appendRow(_item("None (no draft model)", None))
+        unusable = []
+        for spec in self._draft_candidates(self._compat_target or EMBEDDED):
+            result = self._compat.get(spec)
+            name = "embedded demo model" if spec == EMBEDDED else Path(spec).name
+            if result is None:
+                continue
+            if result.ok:
+                self.draft_model.appendRow(_item(name, spec))
+            else:
+                unusable.append(f"{name}: {result.reason}")
+                self.draft_model.appendRow(_item(f"{name} (not usable: {result.reason})", spec, enabled=False))
+        index = self.draft_combo.findData(previous) if previous else 0
+        usable = index >= 0 and bool(self.draft_model.item(index).isEnabled())
+        self.draft_combo.setCurrentIndex(index if usable else 0)
+        if checking:
+            self.draft_note.setText("Checking which drafts can serve this target…")
+        elif unusable:
+            self.draft_note.setText("Not usable with this target (llama.cpp's vocabulary rules):\n"
+                                    + "\n".join(unusable))
+        else:
+            self.draft_note.setText("")
+
+    def _start_check(self) -> None:
+        if self._check is not None:
+            self._check[1].stop()  # its answer is out of date; _check_done starts the next check
+            return
+        target = self._compat_target
+        worker = CompatibilityWorker(self._compat_generation, target, self._draft_candidates(target))
+        worker.checked.connect(self._check_done)
+        self._check = start_worker(worker, self)
+
+    @Slot(int, object)
+    def _check_done(self, generation: int, results: dict) -> None:
+        thread, _ = self._check
+        thread.wait()
+        self._check = None
+        if generation != self._compat_generation:
+            self._start_check()
+            return
+        self._compat = results
+        self._fill_drafts()
+        self.apply_button.setEnabled(True)
+        self.compatibilityChecked.emit()
+
+    def stop(self) -> None:
+        """The window is closing: stop a check in progress and wait for its thread."""
+        stop_and_wait(self._check)
+
+
+def _item(text: str, data, enabled: bool = True) -> QStandardItem:
+    item = QStandardItem(text)
+    item.setData(data, Qt.UserRole)
+    item.setToolTip(text)
+    item.setEnabled(enabled)
+    return item

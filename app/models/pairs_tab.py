@@ -1,0 +1,193 @@
+"""The "Get a pair" tab: the catalog's model pairs, what each holds, and downloading one (target and
+draft as one job) with a progress bar per file, cancel and resume."""
+from __future__ import annotations
+
+import html
+
+from PySide6.QtCore import Qt, QThread, Signal, Slot
+from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
+
+from engine import model_store
+from engine.catalog import CatalogPair
+from engine.downloads import Progress, format_bytes, partial_bytes
+
+from .download_worker import DownloadWorker
+from .tables import make_table, selected_key, set_row
+from .threads import start_worker, stop_and_wait
+
+BAR_STEPS = 1000
+
+
+class PairsTab(QWidget):
+    downloadFinished = Signal(list)  # local paths: target, draft
+    downloadEnded = Signal(str)  # cancelled or failed, with the message shown
+
+    def __init__(self, catalog: list[CatalogPair], catalog_error: str = "", parent=None):
+        super().__init__(parent)
+        self.catalog = catalog
+        self._download: tuple[QThread, DownloadWorker] | None = None
+        self._download_pair: CatalogPair | None = None
+        self.table = make_table(["Pair", "Download size", "Status"])
+        self.table.itemSelectionChanged.connect(self._pair_selected)
+        self.details = QLabel(catalog_error or "Choose a pair to see what it contains.")
+        self.details.setWordWrap(True)
+        self.details.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.download_button = QPushButton("Download pair")
+        self.download_button.setToolTip("Downloads the target and its draft. Closing this window stops the "
+                                        "download; it resumes where it stopped.")
+        self.download_button.clicked.connect(self.start_download)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.clicked.connect(self.cancel_download)
+        self.target_bar, self.draft_bar = QProgressBar(), QProgressBar()
+        self.target_bar_label, self.draft_bar_label = QLabel("Target"), QLabel("Draft")
+        self.status_label = QLabel("")
+        self.status_label.setWordWrap(True)
+        self.status_label.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.download_button)
+        buttons.addWidget(self.cancel_button)
+        buttons.addStretch(1)
+        bars = QFormLayout()
+        bars.addRow(self.target_bar_label, self.target_bar)
+        bars.addRow(self.draft_bar_label, self.draft_bar)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.table, 1)
+        layout.addWidget(self.details)
+        layout.addLayout(buttons)
+        layout.addLayout(bars)
+        layout.addWidget(self.status_label)
+
+    @property
+    def downloading(self) -> bool:
+        return self._download is not None
+
+    def refresh(self) -> None:
+        """Redraw each pair's status (installed, partly downloaded, not downloaded) and the buttons."""
+        selected = self.selected_pair()
+        self.table.setRowCount(len(self.catalog))
+        for row, pair in enumerate(self.catalog):
+            name = pair.name if pair.verified else f"{pair.name} (file names not verified)"
+            set_row(self.table, row, [name, f"about {format_bytes(pair.size_bytes)}", self._pair_status(pair)],
+                    data=pair.id, tooltip=pair.note)
+            if selected is not None and pair.id == selected.id:
+                self.table.selectRow(row)
+        self._update_buttons()
+
+    def _pair_status(self, pair: CatalogPair) -> str:
+        state = model_store.pair_state(pair)
+        if state == "installed":
+            return "Installed"
+        if state == "partial":
+            done = sum(partial_bytes(r) for r in model_store.catalog_requests(pair))
+            return f"Partly downloaded ({format_bytes(done)} so far)" if done else "Partly downloaded"
+        return "Not downloaded"
+
+    def selected_pair(self) -> CatalogPair | None:
+        pair_id = selected_key(self.table)
+        return next((p for p in self.catalog if p.id == pair_id), None) if pair_id is not None else None
+
+    def _pair_selected(self) -> None:
+        pair = self.selected_pair()
+        if pair is not None:
+            e = html.escape
+            files = "<br>".join(f"{role}: {e(f.repo_id)} / {e(f.filename)} ({e(f.quantization)}, about "
+                                f"{format_bytes(f.size_bytes)})" for role, f in (("Target", pair.target),
+                                                                               ("Draft", pair.draft)))
+            verified = "" if pair.verified else "<br><i>These file names were not verified.</i>"
+            self.details.setText(f"<b>{e(pair.name)}</b> — {e(pair.family)}, chat format: "
+                                 f"{e(pair.chat_template)}<br>{e(pair.note)}<br>{files}{verified}")
+            self.target_bar_label.setText(f"Target: {pair.target.filename}")
+            self.draft_bar_label.setText(f"Draft: {pair.draft.filename}")
+        self._update_buttons()
+
+    # --- the download -------------------------------------------------------------------------
+    def start_download(self) -> None:
+        pair = self.selected_pair()
+        if pair is None or self._download is not None:
+            return
+        self._download_pair = pair
+        for bar in (self.target_bar, self.draft_bar):
+            bar.setRange(0, BAR_STEPS)
+            bar.setValue(0)
+        worker = DownloadWorker(model_store.catalog_requests(pair))
+        worker.progress.connect(self._download_progress)
+        worker.finished.connect(self._download_finished)
+        worker.failed.connect(self._download_failed)  # bound methods: delivered on the GUI thread
+        worker.stopped.connect(self._download_stopped)
+        self.show_status(f"Asking the hub about {pair.name}…")
+        self._download = start_worker(worker, self)
+        self._update_buttons()
+
+    def cancel_download(self) -> None:
+        if self._download is not None:
+            self._download[1].stop()
+            self.show_status("Stopping…")
+            self.cancel_button.setEnabled(False)
+
+    def stop(self) -> None:
+        """The window is closing: stop the download, keeping what arrived, and wait for its thread."""
+        stop_and_wait(self._download)
+
+    @Slot(object)
+    def _download_progress(self, p: Progress) -> None:
+        bars = (self.target_bar, self.draft_bar)
+        if p.phase != "checking":  # files arrive in order once the hub has been asked about all of them
+            for bar in bars[:p.file_index]:
+                bar.setValue(BAR_STEPS)
+            if p.file_total:
+                bars[min(p.file_index, 1)].setValue(int(BAR_STEPS * p.file_done / p.file_total))
+        total = format_bytes(p.total_bytes) if p.total_bytes else "?"
+        if p.phase == "checking":
+            text = f"Asking the hub about {p.filename}…"
+        elif p.phase == "verifying":
+            text = f"Checking the sha256 of {p.filename}…"
+        elif p.phase == "done":
+            text = "Done."
+        else:
+            text = f"Downloading {p.filename}: {format_bytes(p.done_bytes)} of {total}"
+            if p.speed_bps:
+                text += f" · {format_bytes(p.speed_bps)}/s"
+            if p.eta_s is not None:
+                text += f" · {p.eta_text} left"
+        self.show_status(text)
+
+    @Slot(list)
+    def _download_finished(self, paths: list) -> None:
+        self._end_download()
+        for bar in (self.target_bar, self.draft_bar):
+            bar.setValue(BAR_STEPS)
+        self.show_status(f"Installed {self._download_pair.name}. It is selected below: press "
+                         "“Use these models” to chat with it.")
+        self.downloadFinished.emit(paths)
+
+    @Slot(str)
+    def _download_failed(self, message: str) -> None:
+        self._download_ended(message, error=True)
+
+    @Slot(str)
+    def _download_stopped(self, message: str) -> None:
+        self._download_ended(message, error=False)
+
+    def _download_ended(self, message: str, error: bool) -> None:
+        self._end_download()
+        self.show_status(message, error=error)
+        self.downloadEnded.emit(message)
+
+    def _end_download(self) -> None:
+        thread, _ = self._download
+        thread.wait()
+        self._download = None
+
+    def _update_buttons(self) -> None:
+        downloading = self._download is not None
+        pair = self.selected_pair()
+        self.download_button.setEnabled(pair is not None and not downloading)
+        if pair is not None and not downloading:
+            state = model_store.pair_state(pair)
+            self.download_button.setText({"installed": "Check for updates", "partial": "Resume"}.get(
+                state, "Download pair"))
+        self.cancel_button.setEnabled(downloading)
+
+    def show_status(self, text: str, error: bool = False) -> None:
+        self.status_label.setStyleSheet("color: #b00020;" if error else "")
+        self.status_label.setText(text)

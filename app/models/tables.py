@@ -1,0 +1,33 @@
+"""The read-only, one-row-at-a-time tables of the Models dialog: each row carries its key in column 0."""
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem
+
+
+def make_table(headers: list[str]) -> QTableWidget:
+    table = QTableWidget(0, len(headers))
+    table.setHorizontalHeaderLabels(headers)
+    table.setSelectionBehavior(QAbstractItemView.SelectRows)
+    table.setSelectionMode(QAbstractItemView.SingleSelection)
+    table.setEditTriggers(QAbstractItemView.NoEditTriggers)
+    table.verticalHeader().setVisible(False)
+    header = table.horizontalHeader()
+    header.setSectionResizeMode(QHeaderView.ResizeToContents)
+    header.setSectionResizeMode(0, QHeaderView.Stretch)
+    return table
+
+
+def set_row(table: QTableWidget, row: int, cells: list[str], data: str, tooltip: str) -> None:
+    for column, text in enumerate(cells):
+        item = QTableWidgetItem(text)
+        item.setToolTip(tooltip)
+        if column == 0:
+            item.setData(Qt.UserRole, data)
+        table.setItem(row, column, item)
+
+
+def selected_key(table: QTableWidget):
+    """The key of the selected row, or None."""
+    rows = table.selectionModel().selectedRows() if table.selectionModel() else []
+    return table.item(rows[0].row(), 0).data(Qt.UserRole) if rows else None
