@@ -1,147 +1,30 @@
 """The speculation lab window: run plain vs speculative decoding at rising concurrency on this
 machine, watch the chart fill in, read the advice, and apply it to the chat.
 
-The run happens on a QThread (LabWorker) through engine.lab.run_lab, the same code as the CLI;
-the GUI only sends a config and receives signals. Cancel is a threading.Event the engine checks
-every step.
+Its parts live in app/lab/: the experiment form (form.py), the runner that measures on its own
+thread through engine.lab.run_lab, the same code as the CLI (runner.py), the charts (chart.py) and
+the results table (results_table.py). This module lays them out, starts and cancels runs, and turns
+results into advice; it also saves and loads results documents.
 """
 from __future__ import annotations
 
 import json
-import logging
-import threading
-import time
 from pathlib import Path
 
-from PySide6.QtCharts import QChart, QChartView, QLineSeries, QLogValueAxis, QValueAxis
-from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
-from PySide6.QtGui import QColor, QPainter, QPen
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QFormLayout, QGridLayout, QGroupBox,
-                               QHBoxLayout, QLabel, QLineEdit, QMessageBox, QProgressBar, QPushButton, QSpinBox,
-                               QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
+from PySide6.QtCore import Qt, Signal, Slot
+from PySide6.QtWidgets import (QFileDialog, QGridLayout, QGroupBox, QHBoxLayout, QLabel, QMessageBox, QProgressBar,
+                               QPushButton, QVBoxLayout, QWidget)
 
-from engine.errors import EngineError, GenerationCancelled
-from engine.lab import LabConfig, LabProgress, run_lab
-from engine.lab_report import METHOD_COLOURS, METHOD_WORDS, crossover, with_analysis
-from engine.paths import resources_dir
+from engine.errors import EngineError
+from engine.lab import LabConfig, LabProgress
+from engine.lab_report import METHOD_WORDS, crossover, with_analysis
 
-log = logging.getLogger(__name__)
+from .lab.chart import LabChart
+from .lab.form import CUSTOM, LEVELS, PROMPT_SETS, LabForm
+from .lab.results_table import NA, ResultsTable
+from .lab.runner import PROGRESS_EVERY_S, LabRunner, LabWorker
 
-PROMPT_SETS = {"grounded": "Grounded and editing tasks", "open": "Open-ended chat"}
-CUSTOM = "custom"
-LEVELS = (1, 2, 4, 8, 16)
-PROGRESS_EVERY_S = 0.1  # at most ten progress signals a second
-NA = "n/a"
-
-
-class LabWorker(QObject):
-    """Runs one lab at a time on its own thread. Signals carry plain data only."""
-
-    progress = Signal(object)  # LabProgress
-    cellDone = Signal(object)  # a cell dict
-    finished = Signal(object)  # the results document, analysed
-    failed = Signal(str)
-    cancelled = Signal()
-
-    @Slot(object, object)
-    def run(self, config: LabConfig, cancel: threading.Event) -> None:
-        last = 0.0
-
-        def on_progress(p: LabProgress) -> None:
-            nonlocal last
-            now = time.monotonic()
-            if now - last >= PROGRESS_EVERY_S or p.generated >= p.expected:
-                last = now
-                self.progress.emit(p)
-
-        try:
-            results = run_lab(config, on_progress, self.cellDone.emit, cancel)
-        except GenerationCancelled:
-            self.cancelled.emit()
-        except (EngineError, OSError, ValueError) as exc:
-            self.failed.emit(str(exc))
-        except Exception as exc:  # noqa: BLE001 — a bug must reach the user, not kill the thread
-            log.exception("lab run")
-            self.failed.emit(f"The lab stopped with an unexpected error: {exc}")
-        else:
-            self.finished.emit(with_analysis(results))
-
-
-class LabChart(QChartView):
-    """One measure vs concurrency (log2 axis), a line per method, points added as cells finish."""
-
-    def __init__(self, title: str, unit: str, key: str, parent=None):
-        super().__init__(parent)
-        self.key = key
-        self.chart_ = QChart()
-        self.chart_.setTitle(title)
-        self.chart_.legend().setAlignment(Qt.AlignBottom)
-        self.x_axis = QLogValueAxis()
-        self.x_axis.setBase(2)
-        self.x_axis.setLabelFormat("%d")
-        self.x_axis.setTitleText("concurrent sequences")
-        self.y_axis = QValueAxis()
-        self.y_axis.setTitleText(unit)
-        self.chart_.addAxis(self.x_axis, Qt.AlignBottom)
-        self.chart_.addAxis(self.y_axis, Qt.AlignLeft)
-        self.setChart(self.chart_)
-        self.setRenderHint(QPainter.Antialiasing)
-        self.setMinimumSize(360, 260)
-        self.series: dict[str, QLineSeries] = {}
-        self._marker: QLineSeries | None = None
-        self.clear()
-
-    def clear(self) -> None:
-        self.chart_.removeAllSeries()
-        self.series.clear()
-        self._marker = None
-        self.x_axis.setRange(1, 8)
-        self.y_axis.setRange(0, 1)
-
-    def add(self, cell: dict) -> None:
-        value = cell.get(self.key)
-        if value is None:
-            return
-        method = cell["method"]
-        series = self.series.get(method)
-        if series is None:
-            series = self.series[method] = QLineSeries()
-            series.setName(METHOD_WORDS.get(method, method))
-            series.setPointsVisible(True)
-            series.setColor(QColor(METHOD_COLOURS.get(method, "#000000")))
-            self.chart_.addSeries(series)
-            series.attachAxis(self.x_axis)
-            series.attachAxis(self.y_axis)
-        series.append(cell["concurrency"], value)
-        self._rescale()
-
-    def mark(self, at: float, label: str) -> None:
-        """A dashed vertical line where speculation stops paying."""
-        self._marker = QLineSeries()
-        self._marker.setName(label)
-        pen = QPen(QColor("#888888"))
-        pen.setStyle(Qt.DashLine)
-        self._marker.setPen(pen)
-        top = self.y_axis.max()
-        self._marker.append(at, 0)
-        self._marker.append(at, top)
-        self.chart_.addSeries(self._marker)
-        self._marker.attachAxis(self.x_axis)
-        self._marker.attachAxis(self.y_axis)
-
-    def _rescale(self) -> None:
-        points = [p for s in self.series.values() for p in s.points()]
-        xs, ys = [p.x() for p in points], [p.y() for p in points]
-        self.x_axis.setRange(min(xs + [1]), max(xs + [2]))
-        self.y_axis.setRange(0, max(ys) * 1.15 if ys and max(ys) > 0 else 1)
-
-    def points(self, method: str) -> list[tuple[float, float]]:
-        series = self.series.get(method)
-        return [(p.x(), p.y()) for p in series.points()] if series else []
-
-
-def _fmt(value, fmt: str) -> str:
-    return NA if value is None else format(value, fmt)
+__all__ = ["CUSTOM", "LEVELS", "NA", "PROGRESS_EVERY_S", "PROMPT_SETS", "LabChart", "LabWindow", "LabWorker"]
 
 
 class LabWindow(QWidget):
@@ -151,7 +34,6 @@ class LabWindow(QWidget):
     runFinished = Signal(object)  # the results document
     runCancelled = Signal()
     runFailed = Signal(str)
-    _start = Signal(object, object)  # to the worker: config, cancel event
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -159,85 +41,24 @@ class LabWindow(QWidget):
         self.setWindowFlag(Qt.Window)
         self.results: dict | None = None
         self.recommendation: dict | None = None
-        self._cancel: threading.Event | None = None
         self._build()
-        self._thread = QThread(self)
-        self._worker = LabWorker()
-        self._worker.moveToThread(self._thread)
-        self._start.connect(self._worker.run)
-        self._worker.progress.connect(self._on_progress)
-        self._worker.cellDone.connect(self._on_cell)
-        self._worker.finished.connect(self._on_finished)
-        self._worker.failed.connect(self._on_failed)
-        self._worker.cancelled.connect(self._on_cancelled)
+        self.runner = LabRunner(self)
+        self.runner.progress.connect(self._on_progress)
+        self.runner.cellDone.connect(self._on_cell)
+        self.runner.finished.connect(self._on_finished)
+        self.runner.failed.connect(self._on_failed)
+        self.runner.cancelled.connect(self._on_cancelled)
         self._set_running(False)
 
     # --- layout -------------------------------------------------------------------------------
     def _build(self) -> None:
-        form = QFormLayout()
-        self.model_edit = QLineEdit("embedded")
-        self.model_edit.setToolTip("A GGUF file, 'embedded' for the built-in SmolLM2 135M Instruct, or "
-                                   "'embedded-gemma' for the built-in Gemma 3 270M base model.")
-        form.addRow("Target model", self._with_browse(self.model_edit))
-        self.draft_edit = QLineEdit()
-        self.draft_edit.setPlaceholderText("none (needed for the draft-model method)")
-        self.draft_edit.textChanged.connect(self._draft_changed)
-        form.addRow("Draft model", self._with_browse(self.draft_edit))
-
-        self.method_boxes = {}
-        methods = QHBoxLayout()
-        for method in ("none", "lookup", "draft"):
-            box = QCheckBox(METHOD_WORDS[method])
-            box.setChecked(method != "draft")
-            self.method_boxes[method] = box
-            methods.addWidget(box)
-        self.method_boxes["none"].setEnabled(False)  # the baseline every speed-up is measured against
-        self.method_boxes["none"].setToolTip("Plain decoding is always run: it is the baseline.")
-        form.addRow("Methods", methods)
-
-        self.level_boxes = {}
-        levels = QHBoxLayout()
-        for level in LEVELS:
-            box = QCheckBox(str(level))
-            box.setChecked(level <= 8)
-            self.level_boxes[level] = box
-            levels.addWidget(box)
-        form.addRow("Concurrency", levels)
-
-        self.prompt_combo = QComboBox()
-        for key, label in PROMPT_SETS.items():
-            self.prompt_combo.addItem(label, key)
-        self.prompt_combo.addItem("Custom file…", CUSTOM)
-        self.prompt_file = QLineEdit()
-        self.prompt_file.setPlaceholderText("JSON lines of {\"id\", \"prompt\"}")
-        self.prompt_file.setVisible(False)
-        self.prompt_combo.currentIndexChanged.connect(
-            lambda: self.prompt_file.setVisible(self.prompt_combo.currentData() == CUSTOM))
-        prompts = QVBoxLayout()
-        prompts.addWidget(self.prompt_combo)
-        prompts.addWidget(self.prompt_file)
-        form.addRow("Prompts", prompts)
-
-        self.max_tokens = QSpinBox(minimum=4, maximum=2048, value=128)
-        self.max_draft = QSpinBox(minimum=1, maximum=64, value=8)
-        self.adaptive = QCheckBox("adaptive (as in the chat)")
-        self.adaptive.setChecked(True)
-        self.adaptive.setToolTip("On: measured acceptance and step times pick each step's draft lengths.\n"
-                                 "Off: every sequence always drafts up to the maximum — speculation itself.")
-        self.threads = QSpinBox(minimum=0, maximum=256, value=0)
-        self.threads.setSpecialValueText("auto")
-        self.repeats = QSpinBox(minimum=1, maximum=20, value=1)
-        self.repeats.setToolTip("Runs per cell, methods alternating; the fastest is kept.\n"
-                                "Raise it when other programs keep the machine busy.")
-        form.addRow("Tokens per request", self.max_tokens)
-        drafting = QHBoxLayout()
-        drafting.addWidget(self.max_draft)
-        drafting.addWidget(self.adaptive)
-        form.addRow("Max draft tokens", drafting)
-        form.addRow("Threads", self.threads)
-        form.addRow("Repeats", self.repeats)
-        setup = QGroupBox("Experiment")
-        setup.setLayout(form)
+        self.form = f = LabForm()
+        # The form's fields under the window's own names, as callers and tests have always used them.
+        self.model_edit, self.draft_edit, self.method_boxes, self.level_boxes = \
+            f.model_edit, f.draft_edit, f.method_boxes, f.level_boxes
+        self.prompt_combo, self.prompt_file, self.max_tokens, self.max_draft = \
+            f.prompt_combo, f.prompt_file, f.max_tokens, f.max_draft
+        self.adaptive, self.threads, self.repeats = f.adaptive, f.threads, f.repeats
 
         self.run_button = QPushButton("Run")
         self.run_button.clicked.connect(self.start_run)
@@ -259,13 +80,7 @@ class LabWindow(QWidget):
         charts = QHBoxLayout()
         charts.addWidget(self.rate_chart)
         charts.addWidget(self.itl_chart)
-
-        self.table = QTableWidget(0, 8)
-        self.table.setHorizontalHeaderLabels(["method", "concurrency", "aggregate tok/s", "per-request tok/s",
-                                              "ITL p50 / p95 ms", "end-to-end p50 / p95 s", "acceptance",
-                                              "utilisation / memory"])
-        self.table.verticalHeader().setVisible(False)
-        self.table.setEditTriggers(QTableWidget.NoEditTriggers)
+        self.table = ResultsTable()
 
         self.advice = QLabel("")
         self.advice.setWordWrap(True)
@@ -279,7 +94,7 @@ class LabWindow(QWidget):
         advice_layout.addWidget(self.apply_button, alignment=Qt.AlignRight)
 
         left = QVBoxLayout()
-        left.addWidget(setup)
+        left.addWidget(self.form)
         left.addLayout(buttons)
         left.addWidget(self.progress)
         left.addWidget(self.status)
@@ -292,40 +107,10 @@ class LabWindow(QWidget):
         grid.setColumnStretch(1, 1)
         self.resize(1200, 760)
 
-    def _with_browse(self, edit: QLineEdit) -> QHBoxLayout:
-        row = QHBoxLayout()
-        row.addWidget(edit, 1)
-        browse = QPushButton("Browse…")
-        browse.clicked.connect(lambda: self._browse_gguf(edit))
-        row.addWidget(browse)
-        return row
-
-    def _browse_gguf(self, edit: QLineEdit) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Choose a GGUF model", "", "GGUF models (*.gguf)")
-        if path:
-            edit.setText(path)
-
-    def _draft_changed(self, text: str) -> None:
-        box = self.method_boxes["draft"]
-        box.setEnabled(bool(text.strip()))
-        if not text.strip():
-            box.setChecked(False)
-
     # --- running ------------------------------------------------------------------------------
     def config(self) -> LabConfig:
         """The experiment as chosen; raises InvalidSettingError (an EngineError) when it cannot run."""
-        key = self.prompt_combo.currentData()
-        prompts = self.prompt_file.text().strip() if key == CUSTOM else str(resources_dir() / "prompts" / f"{key}.jsonl")
-        if not prompts:
-            from engine.errors import InvalidSettingError
-            raise InvalidSettingError("Choose a prompts file.")
-        return LabConfig(
-            prompts=prompts, model=self.model_edit.text().strip() or "embedded",
-            draft=self.draft_edit.text().strip() or None,
-            methods=tuple(m for m, box in self.method_boxes.items() if box.isChecked()),
-            concurrency=tuple(level for level, box in self.level_boxes.items() if box.isChecked()),
-            max_tokens=self.max_tokens.value(), max_draft=self.max_draft.value(), adaptive=self.adaptive.isChecked(),
-            threads=self.threads.value() or None, repeats=self.repeats.value())
+        return self.form.config()
 
     def start_run(self) -> None:
         try:
@@ -334,24 +119,21 @@ class LabWindow(QWidget):
             QMessageBox.warning(self, "Speculation lab", str(exc))
             return
         self._clear()
-        self._cancel = threading.Event()
+        self.runner.start(config)
         self._set_running(True)
         self.status.setText("Loading the model…")
-        if not self._thread.isRunning():  # started per run, stopped when the window closes
-            self._thread.start()
-        self._start.emit(config, self._cancel)
 
     def cancel_run(self) -> None:
-        if self._cancel is not None:
-            self._cancel.set()
+        if self.runner.cancel():
             self.status.setText("Cancelling…")
 
     @property
     def running(self) -> bool:
-        return self._cancel is not None
+        return self.runner.running
 
     def _set_running(self, running: bool) -> None:
-        for w in (self.run_button, self.load_button, self.model_edit, self.draft_edit):
+        self.form.set_running(running)
+        for w in (self.run_button, self.load_button):
             w.setEnabled(not running)
         self.cancel_button.setEnabled(running)
         self.save_button.setEnabled(not running and self.results is not None)
@@ -375,11 +157,10 @@ class LabWindow(QWidget):
     def _on_cell(self, cell: dict) -> None:
         self.rate_chart.add(cell)
         self.itl_chart.add(cell)
-        self._add_row(cell)
+        self.table.add_cell(cell)
 
     @Slot(object)
     def _on_finished(self, results: dict) -> None:
-        self._cancel = None
         self.progress.setValue(100)
         self.show_results(results, live=True)
         self.status.setText(f"Done: {len(results['cells'])} cells measured.")
@@ -388,14 +169,12 @@ class LabWindow(QWidget):
 
     @Slot(str)
     def _on_failed(self, message: str) -> None:
-        self._cancel = None
         self._set_running(False)
         self.status.setText(f"The run failed: {message}")
         self.runFailed.emit(message)
 
     @Slot()
     def _on_cancelled(self) -> None:
-        self._cancel = None
         self._set_running(False)
         self.status.setText("Cancelled: nothing was kept from the unfinished run.")
         self.runCancelled.emit()
@@ -421,23 +200,6 @@ class LabWindow(QWidget):
         self.advice.setText("\n".join(advice["lines"]) + f"\n\nRecommended for the chat: {shown}.")
         self.apply_button.setEnabled(True)
         self._set_running(False)
-
-    def _add_row(self, c: dict) -> None:
-        util, mem = c.get("utilisation") or {}, c.get("memory") or {}
-        util_text = f"{util.get('kind', '?')} {_fmt(util.get('percent'), '.0f')}%"
-        mem_text = f"{mem.get('kind', '?')} {_fmt(mem.get('bytes') and mem['bytes'] / 2**30, '.2f')} GiB"
-        acc = c.get("acceptance_rate")
-        values = [METHOD_WORDS.get(c["method"], c["method"]), str(c["concurrency"]),
-                  _fmt(c.get("aggregate_tokens_per_s"), ".1f"), _fmt(c.get("per_request_tokens_per_s"), ".1f"),
-                  f"{_fmt(c.get('itl_p50_ms'), '.1f')} / {_fmt(c.get('itl_p95_ms'), '.1f')}",
-                  f"{_fmt(c.get('e2e_p50_s'), '.2f')} / {_fmt(c.get('e2e_p95_s'), '.2f')}",
-                  NA if acc is None else f"{acc:.0%} (mean length {c['mean_acceptance_length']:.2f})",
-                  f"{util_text} · {mem_text}"]
-        row = self.table.rowCount()
-        self.table.insertRow(row)
-        for col, text in enumerate(values):
-            self.table.setItem(row, col, QTableWidgetItem(text))
-        self.table.resizeColumnsToContents()
 
     def save_results(self, path: str | Path) -> None:
         if self.results is None:
@@ -485,5 +247,4 @@ class LabWindow(QWidget):
 
     def shutdown(self) -> None:
         self.cancel_run()
-        self._thread.quit()  # after the run in progress notices the cancel, within a step
-        self._thread.wait()
+        self.runner.shutdown()

@@ -1,0 +1,79 @@
+"""One lab measure against concurrency (a log2 axis), a line per method, points added as cells finish."""
+from __future__ import annotations
+
+from PySide6.QtCharts import QChart, QChartView, QLineSeries, QLogValueAxis, QValueAxis
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor, QPainter, QPen
+
+from engine.lab_report import METHOD_COLOURS, METHOD_WORDS
+
+
+class LabChart(QChartView):
+    def __init__(self, title: str, unit: str, key: str, parent=None):
+        super().__init__(parent)
+        self.key = key
+        self.chart_ = QChart()
+        self.chart_.setTitle(title)
+        self.chart_.legend().setAlignment(Qt.AlignBottom)
+        self.x_axis = QLogValueAxis()
+        self.x_axis.setBase(2)
+        self.x_axis.setLabelFormat("%d")
+        self.x_axis.setTitleText("concurrent sequences")
+        self.y_axis = QValueAxis()
+        self.y_axis.setTitleText(unit)
+        self.chart_.addAxis(self.x_axis, Qt.AlignBottom)
+        self.chart_.addAxis(self.y_axis, Qt.AlignLeft)
+        self.setChart(self.chart_)
+        self.setRenderHint(QPainter.Antialiasing)
+        self.setMinimumSize(360, 260)
+        self.series: dict[str, QLineSeries] = {}
+        self._marker: QLineSeries | None = None
+        self.clear()
+
+    def clear(self) -> None:
+        self.chart_.removeAllSeries()
+        self.series.clear()
+        self._marker = None
+        self.x_axis.setRange(1, 8)
+        self.y_axis.setRange(0, 1)
+
+    def add(self, cell: dict) -> None:
+        value = cell.get(self.key)
+        if value is None:
+            return
+        method = cell["method"]
+        series = self.series.get(method)
+        if series is None:
+            series = self.series[method] = QLineSeries()
+            series.setName(METHOD_WORDS.get(method, method))
+            series.setPointsVisible(True)
+            series.setColor(QColor(METHOD_COLOURS.get(method, "#000000")))
+            self.chart_.addSeries(series)
+            series.attachAxis(self.x_axis)
+            series.attachAxis(self.y_axis)
+        series.append(cell["concurrency"], value)
+        self._rescale()
+
+    def mark(self, at: float, label: str) -> None:
+        """A dashed vertical line where speculation stops paying."""
+        self._marker = QLineSeries()
+        self._marker.setName(label)
+        pen = QPen(QColor("#888888"))
+        pen.setStyle(Qt.DashLine)
+        self._marker.setPen(pen)
+        top = self.y_axis.max()
+        self._marker.append(at, 0)
+        self._marker.append(at, top)
+        self.chart_.addSeries(self._marker)
+        self._marker.attachAxis(self.x_axis)
+        self._marker.attachAxis(self.y_axis)
+
+    def _rescale(self) -> None:
+        points = [p for s in self.series.values() for p in s.points()]
+        xs, ys = [p.x() for p in points], [p.y() for p in points]
+        self.x_axis.setRange(min(xs + [1]), max(xs + [2]))
+        self.y_axis.setRange(0, max(ys) * 1.15 if ys and max(ys) > 0 else 1)
+
+    def points(self, method: str) -> list[tuple[float, float]]:
+        series = self.series.get(method)
+        return [(p.x(), p.y()) for p in series.points()] if series else []

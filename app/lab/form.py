@@ -1,0 +1,120 @@
+"""The lab's "Experiment" form: models, methods, concurrency levels, prompts and run options, and
+the LabConfig they make."""
+from __future__ import annotations
+
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLineEdit,
+                               QPushButton, QSpinBox, QVBoxLayout)
+
+from engine.errors import InvalidSettingError
+from engine.lab import LabConfig
+from engine.lab_report import METHOD_WORDS
+from engine.paths import resources_dir
+
+PROMPT_SETS = {"grounded": "Grounded and editing tasks", "open": "Open-ended chat"}
+CUSTOM = "custom"
+LEVELS = (1, 2, 4, 8, 16)
+
+
+class LabForm(QGroupBox):
+    def __init__(self, parent=None):
+        super().__init__("Experiment", parent)
+        form = QFormLayout(self)
+        self.model_edit = QLineEdit("embedded")
+        self.model_edit.setToolTip("A GGUF file, 'embedded' for the built-in SmolLM2 135M Instruct, or "
+                                   "'embedded-gemma' for the built-in Gemma 3 270M base model.")
+        form.addRow("Target model", self._with_browse(self.model_edit))
+        self.draft_edit = QLineEdit()
+        self.draft_edit.setPlaceholderText("none (needed for the draft-model method)")
+        self.draft_edit.textChanged.connect(self._draft_changed)
+        form.addRow("Draft model", self._with_browse(self.draft_edit))
+
+        self.method_boxes = {}
+        methods = QHBoxLayout()
+        for method in ("none", "lookup", "draft"):
+            box = QCheckBox(METHOD_WORDS[method])
+            box.setChecked(method != "draft")
+            self.method_boxes[method] = box
+            methods.addWidget(box)
+        self.method_boxes["none"].setEnabled(False)  # the baseline every speed-up is measured against
+        self.method_boxes["none"].setToolTip("Plain decoding is always run: it is the baseline.")
+        form.addRow("Methods", methods)
+
+        self.level_boxes = {}
+        levels = QHBoxLayout()
+        for level in LEVELS:
+            box = QCheckBox(str(level))
+            box.setChecked(level <= 8)
+            self.level_boxes[level] = box
+            levels.addWidget(box)
+        form.addRow("Concurrency", levels)
+
+        self.prompt_combo = QComboBox()
+        for key, label in PROMPT_SETS.items():
+            self.prompt_combo.addItem(label, key)
+        self.prompt_combo.addItem("Custom file…", CUSTOM)
+        self.prompt_file = QLineEdit()
+        self.prompt_file.setPlaceholderText("JSON lines of {\"id\", \"prompt\"}")
+        self.prompt_file.setVisible(False)
+        self.prompt_combo.currentIndexChanged.connect(
+            lambda: self.prompt_file.setVisible(self.prompt_combo.currentData() == CUSTOM))
+        prompts = QVBoxLayout()
+        prompts.addWidget(self.prompt_combo)
+        prompts.addWidget(self.prompt_file)
+        form.addRow("Prompts", prompts)
+
+        self.max_tokens = QSpinBox(minimum=4, maximum=2048, value=128)
+        self.max_draft = QSpinBox(minimum=1, maximum=64, value=8)
+        self.adaptive = QCheckBox("adaptive (as in the chat)")
+        self.adaptive.setChecked(True)
+        self.adaptive.setToolTip("On: measured acceptance and step times pick each step's draft lengths.\n"
+                                 "Off: every sequence always drafts up to the maximum — speculation itself.")
+        self.threads = QSpinBox(minimum=0, maximum=256, value=0)
+        self.threads.setSpecialValueText("auto")
+        self.repeats = QSpinBox(minimum=1, maximum=20, value=1)
+        self.repeats.setToolTip("Runs per cell, methods alternating; the fastest is kept.\n"
+                                "Raise it when other programs keep the machine busy.")
+        form.addRow("Tokens per request", self.max_tokens)
+        drafting = QHBoxLayout()
+        drafting.addWidget(self.max_draft)
+        drafting.addWidget(self.adaptive)
+        form.addRow("Max draft tokens", drafting)
+        form.addRow("Threads", self.threads)
+        form.addRow("Repeats", self.repeats)
+
+    def _with_browse(self, edit: QLineEdit) -> QHBoxLayout:
+        row = QHBoxLayout()
+        row.addWidget(edit, 1)
+        browse = QPushButton("Browse…")
+        browse.clicked.connect(lambda: self._browse_gguf(edit))
+        row.addWidget(browse)
+        return row
+
+    def _browse_gguf(self, edit: QLineEdit) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Choose a GGUF model", "", "GGUF models (*.gguf)")
+        if path:
+            edit.setText(path)
+
+    def _draft_changed(self, text: str) -> None:
+        box = self.method_boxes["draft"]
+        box.setEnabled(bool(text.strip()))
+        if not text.strip():
+            box.setChecked(False)
+
+    def set_running(self, running: bool) -> None:
+        """The models cannot change under a run; the rest is read only when a run starts."""
+        for w in (self.model_edit, self.draft_edit):
+            w.setEnabled(not running)
+
+    def config(self) -> LabConfig:
+        """The experiment as chosen; raises InvalidSettingError (an EngineError) when it cannot run."""
+        key = self.prompt_combo.currentData()
+        prompts = self.prompt_file.text().strip() if key == CUSTOM else str(resources_dir() / "prompts" / f"{key}.jsonl")
+        if not prompts:
+            raise InvalidSettingError("Choose a prompts file.")
+        return LabConfig(
+            prompts=prompts, model=self.model_edit.text().strip() or "embedded",
+            draft=self.draft_edit.text().strip() or None,
+            methods=tuple(m for m, box in self.method_boxes.items() if box.isChecked()),
+            concurrency=tuple(level for level, box in self.level_boxes.items() if box.isChecked()),
+            max_tokens=self.max_tokens.value(), max_draft=self.max_draft.value(), adaptive=self.adaptive.isChecked(),
+            threads=self.threads.value() or None, repeats=self.repeats.value())
