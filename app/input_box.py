@@ -1,13 +1,17 @@
-"""The message box: Enter sends, Shift+Enter starts a new line, Escape cancels an edit."""
+"""The message box: Enter sends, Shift+Enter starts a new line, Escape cancels an edit; files dropped
+on it are handed on to be attached (see attachments.py), not pasted in as their paths."""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QPlainTextEdit
 
+from .attachments import local_files
+
 
 class ChatInput(QPlainTextEdit):
     sendRequested = Signal()
     cancelRequested = Signal()
+    filesDropped = Signal(list)  # local paths
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -29,6 +33,26 @@ class ChatInput(QPlainTextEdit):
             self.cancelRequested.emit()
             return
         super().keyPressEvent(event)
+
+    def dragEnterEvent(self, event) -> None:
+        if local_files(event.mimeData()):
+            event.acceptProposedAction()
+        else:
+            super().dragEnterEvent(event)
+
+    def dragMoveEvent(self, event) -> None:
+        if local_files(event.mimeData()):
+            event.acceptProposedAction()
+        else:
+            super().dragMoveEvent(event)
+
+    def dropEvent(self, event) -> None:
+        files = local_files(event.mimeData())
+        if files:
+            event.acceptProposedAction()
+            self.filesDropped.emit(files)
+        else:
+            super().dropEvent(event)
 
     def _fit(self) -> None:
         """Grow with the text, from one line up to about eight."""

@@ -1,5 +1,6 @@
 """Message text → a QTextDocument: Qt's own markdown, code shaded, and optionally the characters
-that came from accepted drafts highlighted on top of the rendered markdown.
+that came from accepted drafts highlighted on top of the rendered markdown. Fenced code blocks are
+rendered on their own (see `code_fence`, `highlight_code`): syntax colours from Pygments.
 
 Markdown rendering drops syntax (`**`, list numbers, fences), so the rendered characters are
 matched back to the source with `align`, a forward-only search that keeps highlighting right
@@ -9,8 +10,12 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Callable
 
-from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor, QTextDocument, QTextFormat
+from PySide6.QtGui import QColor, QFont, QFontDatabase, QTextCharFormat, QTextCursor, QTextDocument, QTextFormat
 
 DRAFT_COLOR = QColor(255, 196, 0, 90)  # amber, translucent: readable on light and dark themes
 CODE_COLOR = QColor(127, 127, 127, 40)
@@ -81,15 +86,25 @@ def split_blocks(source: str) -> list[tuple[int, int]]:
     streams only its last chunk changes, so only that chunk is rendered again.
     """
     cuts = [0]
-    in_fence = in_list = blank_before = False
+    in_fence = in_list = blank_before = after_fence = top_fence = False
     pos = 0
     for line in source.splitlines(keepends=True):
         stripped = line.strip()
         item = bool(_LIST_ITEM.match(line))
-        if not in_fence and blank_before and stripped and not line[0].isspace() and not (item and in_list):
+        fence = stripped.startswith(("```", "~~~")) and len(line) - len(line.lstrip(" ")) < 4
+        top = bool(stripped) and not line[0].isspace()
+        # A top-level code block is a chunk of its own (it gets a copy button), even without blank lines.
+        if not in_fence and top and pos > cuts[-1] and (
+                (blank_before and not (item and in_list)) or (fence and not in_list) or after_fence):
             cuts.append(pos)
-        if stripped.startswith(("```", "~~~")) and len(line) - len(line.lstrip(" ")) < 4:
+        if stripped:
+            after_fence = False
+        if fence:
             in_fence = not in_fence
+            if in_fence:
+                top_fence = top and not in_list
+            else:
+                after_fence = top_fence
         if stripped and not in_fence:
             in_list = item or (in_list and line[0].isspace())  # items and their indented continuations
         blank_before = not stripped
@@ -174,3 +189,146 @@ def _code_ranges(doc: QTextDocument) -> tuple[list[int], list[tuple[int, int]]]:
                 it += 1
         block = block.next()
     return blocks, runs
+
+
+# --- fenced code blocks -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CodeFence:
+    language: str  # as written after the opening fence ("" when none)
+    code: str  # exactly the code: what the copy button puts on the clipboard
+    code_start: int  # where the code starts in the chunk (for the draft spans)
+    closed: bool  # the closing fence has arrived
+
+
+_FENCE_OPEN = re.compile(r" {0,3}(?P<fence>`{3,}|~{3,})(?P<info>[^\n]*)(?:\n|$)")
+HIGHLIGHT_LIMIT = 30_000  # characters; a longer block stays plain, so applying colours never stalls the window
+
+
+def code_fence(chunk: str) -> CodeFence | None:
+    """The code of a chunk that is one fenced code block (blank lines after it allowed), else None."""
+    m = _FENCE_OPEN.match(chunk)
+    if not m or (m["fence"][0] == "`" and "`" in m["info"]):
+        return None
+    fence, start = m["fence"], m.end()
+    language = (m["info"].split() or [""])[0].strip("{}.")
+    close = re.compile(rf"^ {{0,3}}{re.escape(fence[0])}{{{len(fence)},}}[ \t]*$", re.M).search(chunk, start)
+    if close is None:
+        return CodeFence(language, chunk[start:], start, False)
+    if chunk[close.end():].strip():
+        return None  # text after the block: not a code chunk of its own
+    return CodeFence(language, chunk[start:close.start()].removesuffix("\n"), start, True)
+
+
+# Signs of common languages, for fences that name none (Pygments' own guess mistakes most short code).
+_HINTS = {
+    "python": r"^\s*(def \w+\(|class \w+[(:]|import \w+|from [\w.]+ import |elif |print\(|if __name__)",
+    "javascript": r"\bfunction\b|^\s*(const|let|var) \w+ =|console\.log|=> *[{(]|\brequire\(",
+    "typescript": r"^\s*(interface|type) \w+ *[={]|: (string|number|boolean)\b",
+    "c": r"^#include\s*[<\"]|\bint main\(|\bprintf\(",
+    "cpp": r"\bstd::|^#include\s*<(iostream|vector|string)>|\btemplate\s*<",
+    "java": r"\bpublic (static )?(class|void|final)\b|System\.out\.",
+    "rust": r"\bfn \w+\(|\blet mut\b|\w+!\(|\bimpl\b|-> *(Self|Result|Option)",
+    "go": r"^package \w+|\bfunc \w+\(|\bfmt\.\w+\(|:= ",
+    "bash": r"^#!.*\b(ba|z)?sh\b|^\s*(\$ )?(sudo|apt|apt-get|pip|cd|echo|export|npm|git|ls|mkdir|curl) ",
+    "sql": r"(?i)^\s*(select|insert into|update|delete from|create table|with) ",
+    "html": r"^\s*<(!doctype|html|head|body|div|span|p|a|ul|li|table|script)\b",
+    "css": r"^\s*[.#]?[\w-]+\s*\{\s*$|^\s*[\w-]+:\s*[^;]+;\s*$",
+    "json": r"^\s*[\[{]\s*$|^\s*\"[^\"]+\"\s*:",
+    "yaml": r"^\w[\w-]*:\s*(\S.*)?$|^\s*- \w+:",
+}
+_HINT_RES = {name: re.compile(rx, re.M) for name, rx in _HINTS.items()}
+
+
+def guess_language(code: str) -> str:
+    """The language whose signs are in the most lines of code, or "" when none shows any."""
+    sample = code[:4000]
+    scores = {name: len(rx.findall(sample)) for name, rx in _HINT_RES.items()}
+    best = max(scores, key=scores.get)
+    return best if scores[best] else ""
+
+
+@lru_cache(maxsize=64)
+def _lexer(language: str):
+    from pygments.lexers import get_lexer_by_name
+    from pygments.util import ClassNotFound
+
+    try:  # keep the text exactly as it is: no stripped or added newlines
+        return get_lexer_by_name(language.lower(), stripnl=False, ensurenl=False)
+    except ClassNotFound:
+        return None
+
+
+@lru_cache(maxsize=4)
+def _style(dark: bool):
+    from pygments.styles import get_style_by_name
+
+    return get_style_by_name("monokai" if dark else "default")
+
+
+@lru_cache(maxsize=512)
+def _token_format(ttype, dark: bool) -> QTextCharFormat:
+    spec = _style(dark).style_for_token(ttype)
+    fmt = QTextCharFormat()
+    if spec["color"]:
+        fmt.setForeground(QColor("#" + spec["color"]))
+    if spec["bold"]:
+        fmt.setFontWeight(QFont.Weight.Bold)
+    if spec["italic"]:
+        fmt.setFontItalic(True)
+    return fmt
+
+
+@lru_cache(maxsize=128)  # a conversation opened again, or a widget made again, costs nothing
+def code_tokens(code: str, language: str) -> list[tuple[str, object]] | None:
+    """(text, token type) runs of code in language (guessed when "" or unknown); None when it cannot be
+    coloured (no language fits, too long, or the lexer would change the text)."""
+    lexer = (_lexer(language) if language else None) or _lexer(guess_language(code) or "text")
+    if lexer is None or len(code) > HIGHLIGHT_LIMIT or lexer.name == "Text only":
+        return None
+    runs: list[tuple[str, object]] = []
+    for ttype, value in lexer.get_tokens(code):
+        if runs and runs[-1][1] is ttype:
+            runs[-1] = (runs[-1][0] + value, ttype)
+        elif value:
+            runs.append((value, ttype))
+    return runs if "".join(text for text, _ in runs) == code else None
+
+
+def render_code(doc: QTextDocument, code: str, runs: list[tuple[str, object]] | None = None,
+                spans: list[list[int]] | None = None, dark: bool = False) -> None:
+    """Fill doc with code in a fixed-pitch font, coloured by runs (from code_tokens; None: plain, as
+    while it streams); spans (offsets into code) get the draft highlight."""
+    doc.clear()
+    doc.setDefaultFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+    cursor = QTextCursor(doc)
+    cursor.beginEditBlock()
+    if runs is None:
+        cursor.insertText(code)
+    else:
+        for text, ttype in runs:
+            cursor.insertText(text, _token_format(ttype, dark))
+    if spans:
+        fmt = QTextCharFormat()
+        fmt.setBackground(DRAFT_COLOR)
+        for start, end in spans:
+            start, end = max(start, 0), min(end, len(code))
+            if start < end:
+                cursor.setPosition(start)
+                cursor.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
+                cursor.mergeCharFormat(fmt)
+    cursor.endEditBlock()
+
+
+_lexing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="highlight")
+
+
+def lex_in_background(code: str, language: str, deliver: Callable[[object], None]) -> None:
+    """Run code_tokens on a background thread and call deliver(runs) there. Pygments is pure Python and
+    takes tens of ms on a long block: never on the GUI thread. Pass a signal's emit as deliver, so the
+    runs arrive on the GUI thread (a queued connection)."""
+    def done(future) -> None:
+        try:
+            deliver(future.result())
+        except Exception:  # noqa: BLE001 - the widget went away, or the lexer failed: the code stays plain
+            pass
+    _lexing.submit(code_tokens, code, language).add_done_callback(done)

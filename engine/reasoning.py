@@ -56,3 +56,21 @@ def split_thinking(text: str) -> tuple[str | None, str, bool]:
 def without_thinking(text: str) -> str:
     """The answer alone: what a previous assistant turn contributes to the next prompt."""
     return split_thinking(text)[1]
+
+
+class ThoughtClock:
+    """Times a thought while its response streams: from the response's first text (where the thought
+    begins) to the arrival of the closing tag. Fed the whole text so far, with the time it arrived."""
+
+    def __init__(self, seconds: float | None = None):
+        self.began: float | None = None
+        self.seconds = seconds  # known already: a continued answer keeps its thought's time
+
+    def update(self, text: str, now: float) -> float | None:
+        if self.seconds is None and text:
+            if self.began is None:
+                self.began = now
+            span = find_thinking(text)
+            if span is not None and span.closed:
+                self.seconds = round(now - self.began, 2)
+        return self.seconds

@@ -66,7 +66,7 @@ def test_split_blocks_keeps_fences_and_lists_whole():
 
 
 def test_streaming_rerenders_only_the_last_chunk(qtbot):
-    from app.message_view import MessageBody
+    from app.message_text import MessageBody
 
     body = MessageBody()
     qtbot.addWidget(body)
@@ -82,3 +82,162 @@ def test_streaming_rerenders_only_the_last_chunk(qtbot):
     assert "bold" in body.toPlainText() and "**" not in body.toPlainText()
     body.set_content("Short now", [], False)  # regenerated: extra chunks go
     assert len(body.chunks) == 1 and body.toPlainText() == "Short now"
+
+
+# --- code blocks and thoughts, in the real window -------------------------------------------------
+import re  # noqa: E402
+import time  # noqa: E402
+from dataclasses import replace  # noqa: E402
+
+from PySide6.QtCore import Qt  # noqa: E402
+from PySide6.QtWidgets import QApplication  # noqa: E402
+
+CODE = 'def greet(name):\n    return f"Hello, {name}!"\n\n\nprint(greet("world"))  # say hi'
+ANSWER = f"Here is the function:\n\n```python\n{CODE}\n```\nCall it with any name.\n\n```\nfor i in range(3):\n    print(i)\n```"
+THOUGHT_ANSWER = "<think>\nSix sevens: 6, 12, 18, 24, 30, 36, 42.\n</think>\n\n6 × 7 = **42**."
+
+
+def store_conversation(*messages):
+    """A conversation saved before the window opens: (role, content, stats) per message."""
+    from app.store import ConversationStore, Message, default_path
+
+    store = ConversationStore(default_path())
+    cid = store.create_conversation("Saved")
+    for role, content, stats in messages:
+        store.add_message(cid, Message(None, role, content, stats=stats))
+    store.close()
+
+
+def colours(doc: QTextDocument) -> set[str]:
+    return set(re.findall(r'<span style="[^"]*color:(#[0-9a-fA-F]{6})', doc.toHtml()))
+
+
+def test_code_blocks_are_highlighted_and_copy_puts_exactly_the_code_on_the_clipboard(make_window, qtbot,
+                                                                                       quick_settings):
+    store_conversation(("user", "Write a greeting function.", None),
+                       ("assistant", ANSWER, {"tokens_per_s": 50.0, "generated": 40}))
+    window = make_window(quick_settings)
+    answer = window.view.widget_for(1).text.answer
+    named, guessed = answer.code_blocks()
+    qtbot.waitUntil(lambda: named.highlighted and guessed.highlighted, timeout=10_000)
+    assert named.language.text() == "python" and guessed.language.text() == "code"
+    assert len(colours(named.text.document())) >= 3  # keywords, strings, comments... in their own colours
+    assert len(colours(guessed.text.document())) >= 2  # no language named: guessed (Python) from the code
+    assert named.text.document().toPlainText() == CODE
+    assert "Call it with any name." in answer.toPlainText()  # the text between the blocks is markdown still
+
+    QApplication.clipboard().clear()
+    qtbot.mouseClick(named.copy_button, Qt.MouseButton.LeftButton)
+    assert QApplication.clipboard().text() == CODE  # exactly the code: no fences, no language, no extra newline
+    assert named.copy_button.text() == "Copied"
+    qtbot.mouseClick(guessed.copy_button, Qt.MouseButton.LeftButton)
+    assert QApplication.clipboard().text() == "for i in range(3):\n    print(i)"
+
+
+def test_a_streaming_code_block_is_coloured_only_once_it_is_complete(qtbot):
+    from app.message_text import MessageBody
+
+    body = MessageBody()
+    qtbot.addWidget(body)
+    source = f"Intro.\n```python\n{CODE}"
+    body.set_content(source, [], False, final=False)  # the closing fence has not arrived
+    block = body.code_blocks()[0]
+    qtbot.wait(300)
+    assert not block.highlighted and not colours(block.text.document())
+    assert block.code == CODE and block.text.document().toPlainText() == CODE  # shown plain meanwhile
+    body.set_content(source + "\n```\n", [], False, final=False)
+    assert body.code_blocks()[0] is block  # the same widget, not a new one per update
+    qtbot.waitUntil(lambda: block.highlighted, timeout=10_000)
+    assert colours(block.text.document())
+
+
+def test_a_thought_is_folded_and_left_out_of_the_next_prompt(make_window, qtbot, wait_response, quick_settings):
+    store_conversation(("user", "What is 6 times 7?", None),
+                       ("assistant", THOUGHT_ANSWER, {"tokens_per_s": 50.0, "thought_s": 3.24}))
+    window = make_window(quick_settings)
+    shown = window.view.widget_for(1).text
+    fold = shown.thought
+    assert fold.isVisible() and fold.toggle.text() == "Thought for 3.2 s"  # measured when it was written, saved
+    assert not fold.body.isVisible()  # folded
+    assert shown.toPlainText() == "6 × 7 = 42." and "Six sevens" not in shown.toPlainText()
+    qtbot.mouseClick(fold.toggle, Qt.MouseButton.LeftButton)
+    assert fold.body.isVisible() and fold.body.toPlainText() == "Six sevens: 6, 12, 18, 24, 30, 36, 42."
+    qtbot.mouseClick(fold.toggle, Qt.MouseButton.LeftButton)
+    assert not fold.body.isVisible()
+
+    window.session.send("And 6 times 8?")
+    sent = window.session.request.messages
+    assert [m["role"] for m in sent] == ["user", "assistant", "user"]
+    assert sent[1]["content"] == "6 × 7 = **42**."  # the answer alone, as the model's own template would send it
+    assert not any("<think>" in m["content"] or "Six sevens" in m["content"] for m in sent)
+    assert wait_response(window).status == "done"
+
+
+def test_a_live_thought_shows_thinking_then_its_measured_time_which_is_saved(make_window, qtbot, wait_response,
+                                                                             quick_settings):
+    from engine.generate import Delta
+
+    window = make_window(replace(quick_settings, max_tokens=8))
+    decoder = window.engine.worker.decoder
+    real = decoder.generate
+
+    def thinks_first(*args, **kwargs):  # the embedded model does not reason: a thought is put before its answer
+        time.sleep(0.1)  # as prompt processing would
+        yield Delta(tokens=[], segments=[("<think>\nThe user says hello", False)])
+        time.sleep(0.8)
+        yield Delta(tokens=[], segments=[(", so I greet them.\n</think>\n\n", False)])
+        yield from real(*args, **kwargs)
+    decoder.generate = thinks_first
+    labels = []
+    window.session.model.dataChanged.connect(
+        lambda *_: labels.append(window.view.widget_for(window.session.model.rowCount() - 1).text.thought.toggle.text()))
+    window.session.send("Hello!")
+    reply = wait_response(window)
+    decoder.generate = real
+    assert "Thinking…" in labels
+    assert 0.6 <= reply.stats["thought_s"] < 5, reply.stats  # from the first text to the closing tag
+    assert labels[-1] == f"Thought for {reply.stats['thought_s']:.1f} s"
+    from app.store import ConversationStore, default_path
+
+    store = ConversationStore(default_path())
+    try:
+        saved = store.messages(window.session.conversation_id)[-1]
+    finally:
+        store.close()
+    assert saved.stats["thought_s"] == reply.stats["thought_s"]  # kept with the stats: it survives a restart
+
+
+def test_streaming_a_long_code_block_never_stalls_the_window(make_window, qtbot, wait_response, quick_settings):
+    """A 2 ms timer on the GUI thread while a 400-line code block streams in and is then coloured."""
+    from PySide6.QtCore import QTimer
+
+    from engine.generate import Delta
+
+    lines = [f"    total += values[{i}] * {i}  # step {i}" for i in range(400)]
+    text = ("Here it is:\n\n```python\ndef total(values):\n    total = 0\n" + "\n".join(lines)
+            + "\n    return total\n```\n\nThat is all.")
+    window = make_window(quick_settings)
+
+    def streams_code(*_args, **_kwargs):  # the answer's text is fixed so that it holds a long code block
+        for i in range(0, len(text), 60):
+            time.sleep(0.004)
+            yield Delta(tokens=[], segments=[(text[i:i + 60], False)])
+    window.engine.worker.decoder.generate = streams_code
+    gaps, last = [], [time.perf_counter()]
+
+    def tick():
+        now = time.perf_counter()
+        gaps.append(now - last[0])
+        last[0] = now
+    probe = QTimer(interval=2)
+    probe.timeout.connect(tick)
+    probe.start()
+    window.session.send("Write it out in full.")
+    reply = wait_response(window)
+    block = window.view.widget_for(1).text.answer.code_blocks()[0]
+    qtbot.waitUntil(lambda: block.highlighted, timeout=10_000)
+    qtbot.wait(100)
+    probe.stop()
+    assert reply.content == text and block.code.count("\n") == 402
+    worst = max(gaps[1:])
+    assert worst < 0.050, f"the GUI thread was blocked for {worst * 1000:.0f} ms"

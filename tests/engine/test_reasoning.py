@@ -26,3 +26,16 @@ def test_text_without_a_think_block_is_all_answer():
         assert split_thinking(text) == (None, text, True)
         assert find_thinking(text) is None
         assert without_thinking(text) == text
+
+
+def test_thought_clock_runs_from_the_first_text_to_the_closing_tag():
+    from engine.reasoning import ThoughtClock
+
+    clock = ThoughtClock()
+    assert clock.update("", 9.0) is None  # nothing arrived yet
+    assert clock.update("<think>Hmm", 10.0) is None
+    assert clock.update("<think>Hmm, so 4.", 11.5) is None
+    assert clock.update("<think>Hmm, so 4.</think>4", 13.25) == 3.25
+    assert clock.update("<think>Hmm, so 4.</think>4 it is.", 20.0) == 3.25  # kept once measured
+    assert ThoughtClock().update("No thought here.", 1.0) is None
+    assert ThoughtClock(seconds=2.0).update("<think>a</think>b", 5.0) == 2.0

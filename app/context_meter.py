@@ -1,0 +1,265 @@
+"""How much of the model's context the conversation takes, shown under the message box as
+"1,234 / 4,096 tokens", with a warning before the oldest messages would be left out.
+
+Counting uses the loaded model's own tokenizer and chat format (engine.chat_format), so the figure is
+the prompt the model would get. The model itself lives on the engine thread, which is busy for as long
+as an answer streams; so a vocabulary-only copy (no weights, a few MB) is loaded on a thread of its
+own, and the GUI thread only sends it work and gets results back as signals. Typing is debounced.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from PySide6.QtCore import QCoreApplication, QObject, QThread, QTimer, Signal, Slot
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
+
+from engine.chat_format import ChatFormatter
+from engine.errors import ContextOverflowError
+from engine.runtime import LoadSettings, Model
+
+log = logging.getLogger(__name__)
+
+DEBOUNCE_MS = 300
+NEARLY_FULL = 0.85  # of what a prompt may take: from here on the meter says how much is left
+
+
+def answer_reserve(max_tokens: int, n_ctx: int) -> int:
+    """Tokens the prompt must leave for the answer: what app/worker.py's generate keeps."""
+    return min(max_tokens, max(n_ctx // 2, 1))
+
+
+@dataclass(frozen=True)
+class Measure:
+    tokens: int  # the whole conversation (and the message being written), as the model's prompt
+    n_ctx: int
+    budget: int  # what a prompt may take: the context less the answer's reserve
+    drafted: bool  # the last message is the one being written
+    trimmed: int = 0  # oldest messages sending it would leave out
+    overflow: bool = False  # even the newest message alone does not fit
+
+
+class Tokenizer:
+    """A model's vocabulary and chat format, without its weights. Used only on the counter's thread."""
+
+    def __init__(self, path: str, n_ctx: int):
+        self.model = Model(path, LoadSettings(n_gpu_layers=0), vocab_only=True)
+        self.model.n_ctx = n_ctx  # a vocabulary-only load has no context; the formatter trims to the real one
+        self.formatter = ChatFormatter(self.model)
+
+    def count_text(self, text: str) -> int:
+        return len(self.model.tokenize(text, add_bos=False, special=False))
+
+    def measure(self, messages: Sequence[dict], reserve: int) -> Measure:
+        tokens = len(self.formatter.render(messages)[1])
+        n_ctx = self.model.n_ctx
+        drafted = bool(messages) and messages[-1]["role"] == "user"
+        trimmed, overflow = 0, False
+        if drafted and tokens > n_ctx - reserve:
+            try:
+                trimmed = self.formatter.prompt(messages, reserve).trimmed  # what sending it would do
+            except ContextOverflowError:
+                overflow = True
+        return Measure(tokens, n_ctx, n_ctx - reserve, drafted, trimmed, overflow)
+
+    def close(self) -> None:
+        self.model.close()
+
+
+class _CounterWorker(QObject):
+    loaded = Signal(int, object)  # generation, error text (None: ready)
+    done = Signal(int, object)  # job id, result (None: skipped; an exception: failed)
+
+    def __init__(self):
+        super().__init__()
+        self.tokenizer: Tokenizer | None = None
+        self.newest: dict[str, int] = {}  # key → the newest job for it; older ones are skipped
+
+    @Slot(int, str, int)
+    def load(self, generation: int, path: str, n_ctx: int) -> None:
+        self._close()
+        error = None
+        if path:
+            try:
+                self.tokenizer = Tokenizer(path, n_ctx)
+            except Exception as exc:  # noqa: BLE001 - the meter is optional; the chat must go on without it
+                log.warning("no tokenizer for the context meter: %s", exc)
+                error = str(exc)
+        self.loaded.emit(generation, error)
+
+    @Slot(int, object, object)
+    def run(self, job: int, key, work) -> None:
+        if self.tokenizer is None or (key is not None and self.newest.get(key, job) != job):
+            self.done.emit(job, None)
+            return
+        try:
+            result = work(self.tokenizer)
+        except Exception as exc:  # noqa: BLE001 - e.g. a template that rejects the conversation
+            result = exc
+        self.done.emit(job, result)
+
+    @Slot()
+    def close(self) -> None:
+        self._close()
+        QThread.currentThread().quit()
+
+    def _close(self) -> None:
+        if self.tokenizer is not None:
+            self.tokenizer.close()
+        self.tokenizer = None
+
+
+class TokenCounter(QObject):
+    """GUI-side handle of the counting thread: submit(work, callback) runs work(tokenizer) there and
+    calls callback(result) back on the GUI thread."""
+    readyChanged = Signal()
+    _load = Signal(int, str, int)
+    _run = Signal(int, object, object)
+    _close = Signal()
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        self.thread = QThread()
+        self.thread.setObjectName("token counter")
+        self.worker = _CounterWorker()
+        self.worker.moveToThread(self.thread)
+        self._load.connect(self.worker.load)
+        self._run.connect(self.worker.run)
+        self._close.connect(self.worker.close)
+        self.worker.loaded.connect(self._loaded)
+        self.worker.done.connect(self._done)
+        self.available = False  # a tokenizer for the loaded model is in place
+        self.n_ctx: int | None = None
+        self.path: str | None = None
+        self._generation = 0
+        self._jobs = itertools.count(1)
+        self._callbacks: dict[int, Callable] = {}
+        app = QCoreApplication.instance()
+        if app is not None:
+            app.aboutToQuit.connect(self.shutdown)
+        self.thread.start()
+
+    def load(self, path: str, n_ctx: int) -> None:
+        """Count for this model (its file and the context it was loaded with) from now on."""
+        if (path, n_ctx) == (self.path, self.n_ctx) and self.available:
+            return
+        self._generation += 1
+        self.path, self.n_ctx, self.available = path, n_ctx, False
+        self._load.emit(self._generation, path, n_ctx)
+        self.readyChanged.emit()
+
+    def unload(self) -> None:
+        self._generation += 1
+        self.path, self.n_ctx, self.available = None, None, False
+        self._load.emit(self._generation, "", 0)
+        self.readyChanged.emit()
+
+    def submit(self, work: Callable[[Tokenizer], object], callback: Callable[[object], None],
+               key: str | None = None) -> None:
+        """Run work(tokenizer) on the counter's thread; callback(result) follows on this one, unless it failed
+        or a newer job with the same key came first (then it is skipped: only the latest count matters)."""
+        job = next(self._jobs)
+        self._callbacks[job] = callback
+        if key is not None:
+            self.worker.newest[key] = job
+        self._run.emit(job, key, work)
+
+    def _loaded(self, generation: int, error) -> None:
+        if generation == self._generation:
+            self.available = error is None and self.path is not None
+            self.readyChanged.emit()
+
+    def _done(self, job: int, result) -> None:
+        callback = self._callbacks.pop(job, None)
+        if isinstance(result, Exception):
+            log.warning("token count failed: %s", result)
+        elif result is not None and callback is not None:
+            callback(result)
+
+    def shutdown(self, timeout_ms: int = 10_000) -> bool:
+        if not self.thread.isRunning():
+            return True
+        self._close.emit()
+        return self.thread.wait(timeout_ms)
+
+
+class ContextMeter(QWidget):
+    """"1,234 / 4,096 tokens" for the conversation and the message being written, and a warning when
+    sending it would leave the oldest messages out of what the model sees (they stay saved).
+
+    source() gives the messages as they would be sent, the message being written last (if any), and the
+    answer's max tokens; schedule() counts again a moment later (call it on every change)."""
+    measured = Signal(object)  # Measure
+
+    def __init__(self, counter: TokenCounter, source: Callable[[], tuple[list[dict], int]], parent=None):
+        super().__init__(parent)
+        self.counter = counter
+        self.source = source
+        self.measure: Measure | None = None
+        row = QHBoxLayout(self)
+        row.setContentsMargins(2, 0, 0, 0)
+        self.count = QLabel()
+        self.warning = QLabel()
+        self.warning.setWordWrap(True)
+        self.warning.hide()
+        row.addWidget(self.count)
+        row.addWidget(self.warning, 1)
+        self._timer = QTimer(self, singleShot=True, interval=DEBOUNCE_MS)
+        self._timer.timeout.connect(self.count_now)
+        counter.readyChanged.connect(self.schedule)
+        self._show_state()
+
+    def schedule(self) -> None:
+        self._timer.start()
+
+    def message_budget(self) -> int | None:
+        """Tokens one message may take (the context less the answer's reserve), None with no model."""
+        if self.counter.n_ctx is None:
+            return None
+        return self.counter.n_ctx - answer_reserve(self.source()[1], self.counter.n_ctx)
+
+    def count_now(self) -> None:
+        self._timer.stop()
+        if not self.counter.available:
+            self._show_state()
+            return
+        messages, max_tokens = self.source()
+        reserve = answer_reserve(max_tokens, self.counter.n_ctx)
+        self.counter.submit(lambda t: t.measure(messages, reserve), self._show, key="meter")
+
+    def _show_state(self) -> None:
+        self.measure = None
+        self.count.setText("" if self.counter.n_ctx is None else f"… / {self.counter.n_ctx:,} tokens")
+        self.warning.hide()
+
+    def _show(self, m: Measure) -> None:
+        self.measure = m
+        self.count.setText(f"{m.tokens:,} / {m.n_ctx:,} tokens")
+        self.count.setToolTip(f"The conversation{' and your message' if m.drafted else ''} take {m.tokens:,} tokens "
+                              f"of the model's {m.n_ctx:,}-token context; {m.n_ctx - m.budget:,} are kept for the "
+                              "answer.")
+        text, level = warning_text(m)
+        self.warning.setText(text)
+        self.warning.setStyleSheet("color: #c62828;" if level == "warning" else "")
+        self.warning.setVisible(bool(text))
+        self.measured.emit(m)
+
+
+def warning_text(m: Measure) -> tuple[str, str]:
+    """(text, "warning" | "info") for a measure; ("", "") when there is room."""
+    if m.overflow:
+        return ("This message does not fit the context even on its own: shorten it (or its files), lower "
+                "'Max response tokens', or raise the context size in Settings.", "warning")
+    if m.trimmed:
+        s = "s" if m.trimmed != 1 else ""
+        return (f"Sending this leaves the {m.trimmed} oldest message{s} out of what the model sees (they stay "
+                "saved here).", "warning")
+    if m.tokens > m.budget:
+        return ("The context is full: the next message will leave the oldest messages out of what the model "
+                "sees.", "warning")
+    if m.tokens >= NEARLY_FULL * m.budget:
+        return (f"Nearly full: {m.budget - m.tokens:,} tokens left before the oldest messages are left out.",
+                "info")
+    return "", ""
