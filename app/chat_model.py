@@ -1,4 +1,9 @@
-"""The messages of the open conversation, as a Qt list model. The single source the view reads."""
+"""The messages of the open conversation, as a Qt list model. The single source the view reads.
+
+A conversation is a tree (edits and regenerations are siblings of what they replace, see store.py);
+the model holds the branch shown, and for each of its messages the ids of its siblings, so the view
+can show "2 / 3" and step to the others.
+"""
 from __future__ import annotations
 
 from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, Qt
@@ -6,6 +11,16 @@ from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelInde
 from .store import Message
 
 MessageRole = Qt.ItemDataRole.UserRole + 1  # the Message object itself
+BranchRole = Qt.ItemDataRole.UserRole + 2  # (position, count) among its siblings, from 1: the "2 / 3"
+CONTINUABLE = ("stopped", "interrupted")  # besides a "done" answer cut at the length limit
+
+
+def continuable(message: Message) -> bool:
+    """An answer that was cut short (by the length limit, by you, or by the app closing) and can go on."""
+    if message.role != "assistant" or not message.content:
+        return False
+    return message.status in CONTINUABLE or (
+        message.status == "done" and (message.stats or {}).get("finish_reason") == "length")
 
 
 def add_segments(message: Message, segments: list[tuple[str, bool]]) -> None:
@@ -30,6 +45,7 @@ class ChatModel(QAbstractListModel):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.items: list[Message] = []
+        self.siblings: list[list[int]] = []  # per row: ids of the messages that answer the same parent
 
     # --- Qt model interface -------------------------------------------------------------------
     def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:
@@ -43,18 +59,40 @@ class ChatModel(QAbstractListModel):
             return item.content
         if role == MessageRole:
             return item
+        if role == BranchRole:
+            return self.branch(index.row())
         return None
 
     # --- changes ------------------------------------------------------------------------------
-    def set_messages(self, messages: list[Message]) -> None:
+    def set_messages(self, messages: list[Message], siblings: list[list[int]] | None = None) -> None:
         self.beginResetModel()
         self.items = list(messages)
+        self.siblings = list(siblings) if siblings is not None else [[m.id] for m in messages]
         self.endResetModel()
 
-    def append(self, message: Message) -> int:
+    def show_path(self, messages: list[Message], siblings: list[list[int]]) -> None:
+        """Show another branch of the same conversation: rows it shares with the one shown stay (their
+        widgets too), the rest are removed and inserted."""
+        keep = 0
+        while (keep < min(len(self.items), len(messages)) and self.items[keep].id is not None
+               and self.items[keep].id == messages[keep].id):
+            keep += 1
+        self.remove_from(keep)
+        for row in range(keep):
+            if self.siblings[row] != siblings[row]:
+                self.siblings[row] = list(siblings[row])
+                self.changed(row)
+        if keep < len(messages):
+            self.beginInsertRows(QModelIndex(), keep, len(messages) - 1)
+            self.items += messages[keep:]
+            self.siblings += [list(s) for s in siblings[keep:]]
+            self.endInsertRows()
+
+    def append(self, message: Message, siblings: list[int] | None = None) -> int:
         row = len(self.items)
         self.beginInsertRows(QModelIndex(), row, row)
         self.items.append(message)
+        self.siblings.append(list(siblings) if siblings is not None else [message.id])
         self.endInsertRows()
         return row
 
@@ -65,6 +103,7 @@ class ChatModel(QAbstractListModel):
         self.beginRemoveRows(QModelIndex(), row, len(self.items) - 1)
         removed = self.items[row:]
         del self.items[row:]
+        del self.siblings[row:]
         self.endRemoveRows()
         return removed
 
@@ -85,3 +124,15 @@ class ChatModel(QAbstractListModel):
             if item is message:
                 return i
         return -1
+
+    # --- branches -----------------------------------------------------------------------------
+    def branch(self, row: int) -> tuple[int, int]:
+        """(position, count) of the message in row among its siblings, counting from 1."""
+        ids, own = self.siblings[row], self.items[row].id
+        return (ids.index(own) + 1 if own in ids else 1), max(len(ids), 1)
+
+    def sibling(self, row: int, step: int) -> int | None:
+        """The id of the sibling step places after (or, negative, before) the message in row, if any."""
+        position, count = self.branch(row)
+        target = position - 1 + step
+        return self.siblings[row][target] if 0 <= target < count and count == len(self.siblings[row]) else None

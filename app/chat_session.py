@@ -1,4 +1,5 @@
-"""One open conversation and the response being written: send, stop, regenerate, edit-and-resend.
+"""One open conversation and the response being written: send, stop, regenerate, edit-and-resend,
+continue, and switching between the branches that regenerating and editing leave.
 
 Connects the ChatModel (what is shown), the store (what is saved) and the engine client. A
 streaming response is saved at least every SAVE_EVERY_S, so a crash loses at most that much.
@@ -10,7 +11,7 @@ from typing import Callable
 
 from PySide6.QtCore import QObject, Signal
 
-from .chat_model import ChatModel, add_segments
+from .chat_model import ChatModel, add_segments, continuable
 from .presets import Preset, PresetBook
 from .settings import AppSettings
 from .store import ConversationStore, Message
@@ -66,11 +67,21 @@ class ChatSession(QObject):
     def open(self, conversation_id: int | None) -> None:
         self.conversation_id = conversation_id
         self.new_chat_settings = {}
-        messages = self.store.messages(conversation_id) if conversation_id is not None else []
-        if self.streaming is not None and conversation_id == self.streaming_conversation:
+        self.model.set_messages(*self._path())
+
+    def _path(self) -> tuple[list[Message], list[list[int]]]:
+        """The open conversation's branch shown, and each message's siblings (see ChatModel)."""
+        if self.conversation_id is None:
+            return [], []
+        tree = self.store.tree(self.conversation_id)
+        messages = tree.path()
+        if self.streaming is not None and self.conversation_id == self.streaming_conversation:
             # Show the live response object, not a saved copy of it, so it keeps streaming in view.
             messages = [self.streaming if m.id == self.streaming.id else m for m in messages]
-        self.model.set_messages(messages)
+        return messages, [tree.siblings(m) for m in messages]
+
+    def _show_path(self) -> None:
+        self.model.show_path(*self._path())
 
     def new_conversation(self) -> None:
         """An empty chat; it is saved when its first message is sent."""
@@ -93,38 +104,63 @@ class ChatSession(QObject):
             self.conversation_id = self.store.create_conversation(title_from(text))
             self.store.set_conversation_settings(self.conversation_id,
                                                  {"preset": self.presets().default, **self.new_chat_settings})
+        self._ask(text, self.model.items[-1].id if self.model.items else None)
+        return True
+
+    def _ask(self, text: str, parent: int | None) -> None:
         user = Message(id=None, role="user", content=text)
-        self.store.add_message(self.conversation_id, user)
-        self.model.append(user)
+        self.store.add_message(self.conversation_id, user, parent=parent)
+        self._show_path()
         self.conversationsChanged.emit(self.conversation_id)
-        self._respond()
+        self._respond(user.id)
+
+    def regenerate(self, message: Message | None = None) -> bool:
+        """Write this response (by default the last) again, as a new branch beside it: it stays."""
+        items = self.model.items
+        message = message if message is not None else (items[-1] if items else None)
+        if (self.busy or message is None or message.role != "assistant" or message.parent_id is None
+                or self.model.row_of(message) < 0):
+            return False
+        self._respond(message.parent_id)
         return True
 
-    def regenerate(self) -> bool:
-        """Write the last response again."""
-        items = self.model.items
-        if self.busy or not items or items[-1].role != "assistant":
+    def resend_edited(self, text: str, message: Message | None = None) -> bool:
+        """Send text in place of this user message (by default the last) and answer it: a new branch from
+        there, beside the old one, which stays."""
+        text = storable(text).strip()
+        if message is None:
+            message = next((m for m in reversed(self.model.items) if m.role == "user"), None)
+        if self.busy or message is None or message.role != "user" or not text or self.model.row_of(message) < 0:
             return False
-        self._remove_from(len(items) - 1)
-        self._respond()
+        self._ask(text, message.parent_id)
         return True
 
-    def resend_edited(self, text: str) -> bool:
-        """Replace the last user message (and the response to it) with text, and answer again."""
+    def continue_answer(self, message: Message | None = None) -> bool:
+        """Write more of the last answer, cut short by the length limit or a stop, into the same message."""
         items = self.model.items
-        last_user = max((i for i, m in enumerate(items) if m.role == "user"), default=-1)
-        if self.busy or last_user < 0 or not text.strip():
+        message = message if message is not None else (items[-1] if items else None)
+        if self.busy or not items or message is not items[-1] or not continuable(message):
             return False
-        self._remove_from(last_user)
-        return self.send(text)
+        message.status, message.notice = "streaming", ""
+        self.store.update_message(message)
+        self.streaming, self.streaming_conversation = message, self.conversation_id
+        self._changed()
+        self._generate(items, continue_last=True)
+        return True
+
+    def switch_branch(self, message: Message, step: int) -> bool:
+        """Show the sibling `step` places after (negative: before) this message, and the branch below it."""
+        row = self.model.row_of(message)
+        sibling = self.model.sibling(row, step) if row >= 0 else None
+        if sibling is None:
+            return False
+        self.store.set_active(sibling)
+        self._show_path()
+        return True
 
     def stop(self) -> None:
         if self.request is not None:
             self.request.cancel.set()
-
-    def _remove_from(self, row: int) -> None:
-        removed = self.model.remove_from(row)
-        self.store.delete_messages([m.id for m in removed if m.id is not None])
 
     # --- this conversation's system prompt and sampling ----------------------------------------
     def conversation_settings(self) -> dict:
@@ -143,19 +179,23 @@ class ChatSession(QObject):
         """What the open chat's next response uses: its preset, with the chat's own values over it."""
         return self.presets().effective(self.conversation_settings())
 
-    def _respond(self) -> None:
+    def _respond(self, parent: int) -> None:
+        """A new answer to the message `parent`, shown and written."""
+        reply = Message(id=None, role="assistant", status="streaming", model=self.model_name)
+        self.store.add_message(self.conversation_id, reply, parent=parent)
+        self.streaming, self.streaming_conversation = reply, self.conversation_id
+        self._show_path()
+        self._generate(self.model.items[:-1])
+
+    def _generate(self, messages: list[Message], continue_last: bool = False) -> None:
         settings = self.chat_settings()  # this chat's own: another chat's never leak in
-        history = [{"role": m.role, "content": m.content} for m in self.model.items
-                   if m.content and m.status != "error"]
+        history = [{"role": m.role, "content": m.content} for m in messages if m.content and m.status != "error"]
         if settings.system_prompt.strip():
             history.insert(0, {"role": "system", "content": settings.system_prompt.strip()})
-        reply = Message(id=None, role="assistant", status="streaming", model=self.model_name)
-        self.store.add_message(self.conversation_id, reply)
-        self.model.append(reply)
-        self.streaming, self.streaming_conversation = reply, self.conversation_id
         self._saved_at = time.monotonic()
         self.request = self.engine.generate(GenerationRequest(messages=history, sampling=settings.sampling(),
-                                                              max_tokens=settings.max_tokens))
+                                                              max_tokens=settings.max_tokens,
+                                                              continue_last=continue_last))
         self.busyChanged.emit(True)
 
     # --- engine signals -----------------------------------------------------------------------

@@ -49,6 +49,7 @@ class MainWindow(QMainWindow):
         self.model_info: dict | None = None
         self.loading = False
         self.editing = False
+        self.edited = None  # the message being edited: its new text is sent as a branch beside it
         self._lab = None
         self._compare = None
         self._models_dialog = None
@@ -65,7 +66,8 @@ class MainWindow(QMainWindow):
         self.send_button = QPushButton("Send")
         self.send_button.setDefault(True)
         self.send_button.setMinimumWidth(90)
-        self.edit_label = QLabel("Editing your last message: Enter resends it, Esc cancels.")
+        self.edit_label = QLabel("Editing a message: Enter sends it as a new branch (the old one is kept), "
+                                 "Esc cancels.")
         self.input.setToolTip("Enter sends, Shift+Enter starts a new line, Esc stops a response being written.")
         self.edit_label.hide()
         self.color_toggle = QCheckBox("Colour accepted draft tokens")
@@ -118,7 +120,9 @@ class MainWindow(QMainWindow):
         self.input.cancelRequested.connect(self.escape)
         self.send_button.clicked.connect(self.send_or_stop)
         self.view.editRequested.connect(self.start_edit)
-        self.view.regenerateRequested.connect(lambda _m: self.session.regenerate())
+        self.view.regenerateRequested.connect(self.session.regenerate)
+        self.view.continueRequested.connect(self.session.continue_answer)
+        self.view.branchRequested.connect(self.session.switch_branch)
         self.color_toggle.toggled.connect(self._set_color_drafts)
         self.sparkline_toggle.toggled.connect(self._set_sparkline)
         self.panel.conversationSelected.connect(self.open_conversation)
@@ -165,6 +169,9 @@ class MainWindow(QMainWindow):
         self._action(file_menu, "&New chat", self.new_chat, QKeySequence.StandardKey.New)
         self._action(file_menu, "Chat &settings…", self.chat_settings_button.open_dialog)
         file_menu.addSeparator()
+        self._action(file_menu, "&Export conversation…", self.export_conversation)
+        self._action(file_menu, "&Import conversation…", self.import_conversation)
+        file_menu.addSeparator()
         self._action(file_menu, "&Quit", self.close, QKeySequence.StandardKey.Quit)
         model_menu = self.menuBar().addMenu("&Model")
         self._action(model_menu, "&Models…", self.open_models_dialog)
@@ -199,7 +206,7 @@ class MainWindow(QMainWindow):
         text = self.input.toPlainText()
         if not text.strip():
             return
-        sent = self.session.resend_edited(text) if self.editing else self.session.send(text)
+        sent = self.session.resend_edited(text, self.edited) if self.editing else self.session.send(text)
         if sent:
             self.input.clear()
             self.cancel_edit()
@@ -214,14 +221,14 @@ class MainWindow(QMainWindow):
     def start_edit(self, message) -> None:
         if self.session.busy:
             return
-        self.editing = True
+        self.editing, self.edited = True, message
         self.input.setPlainText(message.content)
         self.input.setFocus()
         self.edit_label.show()
 
     def cancel_edit(self) -> None:
         if self.editing:
-            self.editing = False
+            self.editing, self.edited = False, None
             self.edit_label.hide()
 
     def new_chat(self) -> None:
@@ -274,6 +281,64 @@ class MainWindow(QMainWindow):
     def _set_sparkline(self, on: bool) -> None:
         self.view.set_show_sparkline(on)
         self._store_settings(self.settings.merged({"show_sparkline": on}))
+
+    # --- export and import --------------------------------------------------------------------
+    def export_conversation(self, path: str | Path | None = None) -> bool:
+        """The open conversation to a file: .json holds every branch, anything else is Markdown. Without
+        a path, asks for one."""
+        from PySide6.QtWidgets import QFileDialog
+
+        from .conversation_io import export_json, export_markdown, suggested_file_name
+
+        cid = self.session.conversation_id
+        if cid is None:
+            self.statusBar().showMessage("Open a conversation to export it.", 4000)
+            return False
+        if path is None:
+            markdown, everything = "Markdown, the branch shown (*.md)", "JSON, every branch (*.json)"
+            start = str(Path.home() / suggested_file_name(self.store.conversation(cid).title, ".md"))
+            path, chosen = QFileDialog.getSaveFileName(self, "Export conversation", start,
+                                                       f"{markdown};;{everything}")
+            if not path:
+                return False
+            if not Path(path).suffix:
+                path += ".json" if chosen == everything else ".md"
+        path = Path(path)
+        try:
+            (export_json if path.suffix.lower() == ".json" else export_markdown)(self.store, cid, path)
+        except OSError as exc:
+            self.notices.show_notice(f"The conversation could not be written to {path}: {exc.strerror or exc}.",
+                                     "error", key="export")
+            return False
+        self.statusBar().showMessage(f"Exported to {path}", 6000)
+        return True
+
+    def import_conversation(self, path: str | Path | None = None) -> int | None:
+        """A JSON export as a new conversation, opened; its id, or None if refused. Without a path, asks."""
+        import sqlite3
+
+        from PySide6.QtWidgets import QFileDialog
+
+        from .conversation_io import ConversationFileError, import_json
+
+        if path is None:
+            path, _ = QFileDialog.getOpenFileName(self, "Import conversation", str(Path.home()),
+                                                  "SpecChat conversation (*.json);;All files (*)")
+            if not path:
+                return None
+        try:
+            cid = import_json(self.store, Path(path))
+        except ConversationFileError as exc:
+            self.notices.show_notice(str(exc), "error", key="import")
+            return None
+        except sqlite3.Error as exc:
+            self.notices.show_notice(f"The conversation could not be saved ({exc}); nothing was imported.",
+                                     "error", key="import")
+            return None
+        self.notices.clear("import")
+        self.panel.reload(cid)
+        self.open_conversation(cid)
+        return cid
 
     # --- models and settings ------------------------------------------------------------------
     def _skip_model_that_crashed(self) -> bool:

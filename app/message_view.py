@@ -12,7 +12,7 @@ from PySide6.QtGui import QGuiApplication, QPalette
 from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPushButton, QScrollArea, QSizePolicy, QTextBrowser,
                                QToolButton, QVBoxLayout, QWidget)
 
-from .chat_model import ChatModel
+from .chat_model import ChatModel, continuable
 from .render import render, spans_within, split_blocks
 from .stats_view import StatsBar
 from .store import Message
@@ -96,9 +96,35 @@ class MessageBody(QWidget):
         return "\n".join(c.toPlainText() for c in self.chunks)
 
 
+class BranchSwitcher(QWidget):
+    """‹ 2 / 3 ›: which of a message's versions (regenerated answers, edited questions) is shown."""
+    stepped = Signal(int)  # -1: the one before, +1: the one after
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.setSpacing(0)
+        self.previous = QToolButton(text="‹", toolTip="Show the previous version", autoRaise=True)
+        self.position = QLabel()
+        self.next = QToolButton(text="›", toolTip="Show the next version", autoRaise=True)
+        self.previous.clicked.connect(lambda: self.stepped.emit(-1))
+        self.next.clicked.connect(lambda: self.stepped.emit(1))
+        for w in (self.previous, self.position, self.next):
+            row.addWidget(w)
+
+    def set_position(self, position: int, count: int) -> None:
+        self.position.setText(f"{position} / {count}")
+        self.previous.setEnabled(position > 1)
+        self.next.setEnabled(position < count)
+        self.setVisible(count > 1)
+
+
 class MessageWidget(QFrame):
     editRequested = Signal(object)  # Message
     regenerateRequested = Signal(object)
+    continueRequested = Signal(object)
+    branchRequested = Signal(object, int)  # Message, step to the sibling shown instead
 
     def __init__(self, message: Message, parent=None):
         super().__init__(parent)
@@ -122,12 +148,18 @@ class MessageWidget(QFrame):
         header.addWidget(self.who)
         header.addWidget(self.status)
         header.addStretch(1)
+        self.branches = BranchSwitcher()
+        self.branches.stepped.connect(lambda step: self.branchRequested.emit(self.message, step))
+        self.branches.hide()
+        header.addWidget(self.branches)
         self.copy_button = self._tool("Copy", "Copy this message as markdown", self._copy)
         self.edit_button = self._tool("Edit", "Edit this message and send it again",
                                       lambda: self.editRequested.emit(self.message))
         self.regenerate_button = self._tool("Regenerate", "Write this response again",
                                             lambda: self.regenerateRequested.emit(self.message))
-        for b in (self.edit_button, self.regenerate_button, self.copy_button):
+        self.continue_button = self._tool("Continue", "Write more of this answer",
+                                          lambda: self.continueRequested.emit(self.message))
+        for b in (self.edit_button, self.regenerate_button, self.continue_button, self.copy_button):
             header.addWidget(b)
         layout.addLayout(header)
 
@@ -142,6 +174,7 @@ class MessageWidget(QFrame):
             layout.addWidget(self.stats)
         self.edit_button.hide()
         self.regenerate_button.hide()
+        self.continue_button.hide()
 
     def _tool(self, text: str, tip: str, slot) -> QToolButton:
         b = QToolButton()
@@ -176,6 +209,8 @@ class MessageWidget(QFrame):
 class ChatView(QScrollArea):
     editRequested = Signal(object)  # Message
     regenerateRequested = Signal(object)
+    continueRequested = Signal(object)
+    branchRequested = Signal(object, int)  # Message, step
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -254,12 +289,18 @@ class ChatView(QScrollArea):
             w = self.widget_for(row)
             if w is not None:
                 w.refresh(self.color_drafts, self.show_sparkline)
+                w.branches.set_position(*self.model.branch(row))
+        if not self.busy:
+            self._update_actions()  # a status change can make an answer one to continue
 
     def _add_widget(self, row: int) -> None:
         message = self.model.message(row)
         w = MessageWidget(message)
         w.editRequested.connect(self.editRequested)
         w.regenerateRequested.connect(self.regenerateRequested)
+        w.continueRequested.connect(self.continueRequested)
+        w.branchRequested.connect(self.branchRequested)
+        w.branches.set_position(*self.model.branch(row))
         index = row - self.first_row
         self.widgets.insert(index, w)
         self.column.insertWidget(1 + index, w)  # after the "earlier" button
@@ -280,14 +321,13 @@ class ChatView(QScrollArea):
         self._update_actions()
 
     def _update_actions(self) -> None:
-        items = self.model.items if self.model else []
-        last_user = max((i for i, m in enumerate(items) if m.role == "user"), default=-1)
-        last = len(items) - 1
+        # Any question can be edited and any answer written again: each makes a branch, the old one stays.
+        last = (self.model.rowCount() if self.model else 0) - 1
         for offset, w in enumerate(self.widgets):
-            row = self.first_row + offset
-            w.edit_button.setVisible(not self.busy and row == last_user)
-            w.regenerate_button.setVisible(not self.busy and row == last and w.message.role == "assistant"
-                                           and last_user >= 0)
+            m = w.message
+            w.edit_button.setVisible(not self.busy and m.role == "user")
+            w.regenerate_button.setVisible(not self.busy and m.role == "assistant" and m.parent_id is not None)
+            w.continue_button.setVisible(not self.busy and self.first_row + offset == last and continuable(m))
 
     # --- options ------------------------------------------------------------------------------
     def widget_for(self, row: int) -> MessageWidget | None:

@@ -50,6 +50,7 @@ _SCHEMA_V1 = (
 )""",
     "CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id)",
 )
+_TREE_COLUMNS = {"conversations": ("active_root",), "messages": ("parent_id", "active_child")}  # version 3
 _COLUMNS = {"conversations": ("id", "title", "created_at", "updated_at"),
             "messages": ("id", "conversation_id", "role", "content", "status", "model", "stats", "draft_spans",
                          "notice", "created_at")}
@@ -411,7 +412,8 @@ def _salvage(source_path: Path, store: ConversationStore) -> tuple[int, int]:
         for table, columns in _COLUMNS.items():
             names = ", ".join(columns)
             insert = f"INSERT INTO {table} ({names}) VALUES ({', '.join('?' * len(columns))})"
-            read = names + (", parent_id" if table == "messages" and has_tree else "")
+            tree_columns = _TREE_COLUMNS[table] if has_tree else ()
+            read = ", ".join(columns + tree_columns)
             ids = _readable_ids(source, table)
             copied = 0
             for row_id in ids:
@@ -425,8 +427,11 @@ def _salvage(source_path: Path, store: ConversationStore) -> tuple[int, int]:
                                          (row[1], now, now))
                     store.db.execute(insert, row[:len(columns)])
                     copied += 1
+                    tree = dict(zip(tree_columns, row[len(columns):]))
                     if table == "messages":
-                        parents[row_id] = row[len(columns)] if has_tree else _END
+                        parents[row_id] = tree.get("parent_id", _END)
+                    if tree_columns and row[-1] is not None:  # the branch chosen (one that is gone is ignored)
+                        store.db.execute(f"UPDATE {table} SET {tree_columns[-1]}=? WHERE id=?", (row[-1], row_id))
                 except sqlite3.Error:
                     pass  # it sits on a damaged page, or its values no longer make sense
             counts[table] = copied, len(ids)

@@ -47,6 +47,7 @@ class GenerationRequest:
     cancel: threading.Event = field(default_factory=threading.Event)
     id: int = field(default_factory=itertools.count(1).__next__)
     plain: bool = False  # this request only, no speculation (the Compare view's baseline)
+    continue_last: bool = False  # messages end with an answer cut short: write more of it
 
 
 def snapshot(stats) -> dict:
@@ -190,7 +191,7 @@ class EngineWorker(QObject):
         pending: list[tuple[str, bool]] = []
         try:
             reserve = min(request.max_tokens, max(decoder.target.n_ctx // 2, 1))
-            prompt = self.formatter.prompt(request.messages, reserve)
+            prompt = self.formatter.prompt(request.messages, reserve, continue_last=request.continue_last)
             for text in prompt.notices:
                 self.notice.emit(text)
             last_emit = time.perf_counter()

@@ -101,11 +101,20 @@ class ChatFormatter:
     def uses_template(self) -> bool:
         return self._jinja is not None
 
-    def render(self, messages: Sequence[dict]) -> tuple[str, list[int], tuple[str, ...]]:
-        """Prompt text, tokens and stop strings for these messages, untrimmed."""
+    def render(self, messages: Sequence[dict], continue_last: bool = False) -> tuple[str, list[int], tuple[str, ...]]:
+        """Prompt text, tokens and stop strings for these messages, untrimmed.
+
+        continue_last: the last message is an answer cut short, to be continued: the prompt is the one that
+        asked for it (the messages before it, up to the assistant's turn opening) with its text after it."""
         check_messages(messages)
+        partial = ""
+        if continue_last:
+            if not messages or messages[-1]["role"] != "assistant":
+                raise EngineError("There is no answer to continue.")
+            messages, partial = messages[:-1], messages[-1]["content"]
         if self._jinja is None:
-            text = fallback_prompt(messages)
+            # The answer began right after "Assistant:", its leading space included.
+            text = fallback_prompt(messages) + (partial if partial[:1].isspace() or not partial else " " + partial)
             return text, self.model.tokenize(text, add_bos=self.model.adds_bos, special=False), FALLBACK_STOPS
         # Control-token text inside a message is hidden behind markers while the template renders, so
         # whatever the template does with the content (trim, split, drop), only its own text can hold
@@ -118,12 +127,14 @@ class ChatFormatter:
             result = self._jinja(messages=safe)
         except Exception as exc:  # templates raise for e.g. roles they do not support
             raise EngineError(f"The model's chat template rejected this conversation: {exc}") from exc
-        tokens = self._tokenize(result.prompt, hidden)
+        # A continued answer's text follows the template's generation prompt, hidden as message text is.
+        rendered = result.prompt + hidden.hide(partial, self._control_texts(partial))
+        tokens = self._tokenize(rendered, hidden)
         # The template writes BOS itself when it wants one (llama-cpp-python tokenizes with add_bos=False);
         # a template that forgets it, for a model that needs one, still gets exactly one.
         if self.model.adds_bos and (not tokens or tokens[0] != self.model.bos):
             tokens.insert(0, self.model.bos)
-        return hidden.restore(result.prompt), tokens, self._stops
+        return hidden.restore(rendered), tokens, self._stops
 
     def _tokenize(self, rendered: str, hidden: "_Hidden") -> list[int]:
         """Tokens of rendered template text: its control-token text as control tokens, the rest, with the
@@ -159,27 +170,33 @@ class ChatFormatter:
     def _attr(self, token: int) -> int:
         return token_attr(self.model, token)
 
-    def prompt(self, messages: Sequence[dict], reserve: int) -> ChatPrompt:
-        """Tokens for messages, leaving out the oldest turns until `reserve` tokens remain for the answer."""
+    def prompt(self, messages: Sequence[dict], reserve: int, continue_last: bool = False) -> ChatPrompt:
+        """Tokens for messages, leaving out the oldest turns until `reserve` tokens remain for the answer.
+        continue_last: the last message is an answer to continue (see render)."""
         messages = list(messages)
         system = [m for m in messages[:1] if m["role"] == "system"]
         turns = messages[len(system):]
-        if not turns or turns[-1]["role"] != "user":
+        if continue_last and (not turns or turns[-1]["role"] != "assistant"):
+            raise EngineError("There is no answer to continue.")
+        if not turns or (turns[-1]["role"] != "user" and not continue_last):
             raise EngineError("There is no user message to answer.")
         budget = self.model.n_ctx - reserve
         # Kept parts start at a user turn; fewer turns never need more tokens, so search the start.
         starts = [i for i, m in enumerate(turns) if m["role"] == "user"]
+        if not starts:
+            raise EngineError("There is no user message to answer.")
         lo, hi, best = 0, len(starts) - 1, None
         while lo <= hi:
             mid = (lo + hi) // 2
-            rendered = self.render(system + turns[starts[mid]:])
+            rendered = self.render(system + turns[starts[mid]:], continue_last)
             if len(rendered[1]) <= budget:
                 best, hi = (starts[mid], rendered), mid - 1
             else:
                 lo = mid + 1
         if best is None:
             raise ContextOverflowError(
-                f"Your message is {len(rendered[1])} tokens with the system prompt, and the {self.model.n_ctx}-token "
+                f"{'Your message and the answer so far are' if continue_last else 'Your message is'} "
+                f"{len(rendered[1])} tokens with the system prompt, and the {self.model.n_ctx}-token "
                 f"context must keep {reserve} tokens for the answer. Shorten the message, lower "
                 "'Max response tokens', or raise the context size in Settings."
             )

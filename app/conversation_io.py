@@ -1,0 +1,282 @@
+"""A conversation to a file and back: Markdown to read, JSON to keep or move.
+
+Markdown holds the branch shown: the title, each turn under its role, and each answer's stats line.
+JSON holds everything: every branch (each message names its parent and the child shown below it),
+stats, draft spans, statuses, model names and the conversation's own settings, under a format name
+and version. import_json reads only that JSON, checks all of it first, and adds the conversation in
+one transaction: a bad file is refused with a message that says why, and nothing is added.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import time
+from pathlib import Path
+
+from .settings import FIELDS, check_field, write_json_atomic
+from .stats_view import stat_items
+from .store import STATUSES, ConversationStore, Message
+
+FORMAT = "specchat-conversation"
+VERSION = 1
+MAX_FILE_BYTES = 64 * 1024 * 1024
+MAX_MESSAGES = 100_000
+MAX_TEXT_CHARS = 4_000_000  # one message's text
+MAX_NAME_CHARS = 1_000  # a title, a model name, a notice
+ROLES = ("system", "user", "assistant")
+ROLE_HEADERS = {"user": "You", "assistant": "Assistant", "system": "System"}
+
+# The shapes of a response's stats (app.worker.snapshot), as the stats line reads them.
+STATS_NUMBERS = {"prompt_tokens", "reused_prompt_tokens", "generated", "drafted", "accepted", "verify_steps",
+                 "speculative_steps", "ttft_s", "decode_s", "draft_s", "prefill_s", "draft_length", "memory_bytes",
+                 "tokens_per_s", "acceptance_rate", "mean_acceptance_length", "draft_time_share",
+                 "trimmed_messages"}
+STATS_TEXTS = {"method", "backend", "finish_reason", "memory_kind", "memory_label"}
+STATS_FLAGS = {"speculation_paused"}
+STATS_NUMBER_LISTS = {"per_position_drafted", "per_position_accepted", "per_position_acceptance"}
+STATS_PAIR_LISTS = {"rate_history"}
+
+
+class ConversationFileError(ValueError):
+    """A file that cannot be imported; the message says why, for a person."""
+
+
+# --- export -----------------------------------------------------------------------------------
+def conversation_data(store: ConversationStore, conversation_id: int) -> dict:
+    """The whole conversation as plain data, in the JSON export's shape. Message ids are numbered
+    from 1 in the order written, so a parent always comes before its children."""
+    conversation = store.conversation(conversation_id)
+    if conversation is None:
+        raise KeyError(f"no conversation {conversation_id}")
+    tree = store.tree(conversation_id)
+    number = {mid: n for n, mid in enumerate(sorted(tree.messages), 1)}
+    messages = []
+    for mid in sorted(tree.messages):
+        m = tree.messages[mid]
+        shown = tree.active_child(mid)
+        messages.append({"id": number[mid], "parent": number.get(m.parent_id), "role": m.role,
+                         "content": m.content, "status": m.status, "model": m.model, "stats": m.stats,
+                         "draft_spans": m.draft_spans, "notice": m.notice,
+                         "active_child": number[shown] if shown is not None else None})
+    root = tree.active_child(None)
+    return {"format": FORMAT, "version": VERSION, "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "title": conversation.title, "settings": store.conversation_settings(conversation_id),
+            "active_root": number[root] if root is not None else None, "messages": messages}
+
+
+def export_json(store: ConversationStore, conversation_id: int, path: Path | str) -> None:
+    """Every branch, stats and settings, as JSON (written atomically). Raises OSError."""
+    write_json_atomic(Path(path), conversation_data(store, conversation_id))
+
+
+def markdown(store: ConversationStore, conversation_id: int) -> str:
+    conversation = store.conversation(conversation_id)
+    if conversation is None:
+        raise KeyError(f"no conversation {conversation_id}")
+    tree = store.tree(conversation_id)
+    path = tree.path()
+    parts = [f"# {conversation.title}\n"]
+    note = f"Exported from SpecChat on {time.strftime('%Y-%m-%d %H:%M')}."
+    if len(path) < len(tree.messages):
+        note += " This is the branch that was shown; the JSON export holds every version of every message."
+    parts.append(f"*{note}*\n")
+    for m in path:
+        header = ROLE_HEADERS.get(m.role, m.role)
+        if m.role == "assistant" and m.model:
+            header += f" · {m.model}"
+        parts.append(f"## {header}\n")
+        parts.append((m.content.strip() or "*(no text)*") + "\n")
+        if m.status not in ("done", "stopped"):
+            parts.append(f"*({m.status})*\n")
+        if m.notice:
+            parts.append(f"*{m.notice}*\n")
+        if m.role == "assistant" and m.stats:
+            parts.append("*" + "  ·  ".join(text for _, text, _ in stat_items(m.stats)) + "*\n")
+    return "\n".join(parts)
+
+
+def export_markdown(store: ConversationStore, conversation_id: int, path: Path | str) -> None:
+    """The branch shown, readable: title, each turn under its role, each answer's stats. Raises OSError."""
+    _write_text_atomic(Path(path), markdown(store, conversation_id))
+
+
+def suggested_file_name(title: str, suffix: str) -> str:
+    """A file name from a conversation's title, safe on every system."""
+    name = re.sub(r'[\\/:*?"<>|\x00-\x1f]+', " ", title).strip(" .") or "conversation"
+    return " ".join(name.split())[:80] + suffix
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8", errors="replace")
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
+
+
+# --- import -----------------------------------------------------------------------------------
+def import_json(store: ConversationStore, path: Path | str) -> int:
+    """Add the conversation in a JSON export as a new one; its id. Raises ConversationFileError (the file
+    is refused and nothing is added) or sqlite3.Error (it could not be saved; nothing is added either)."""
+    data = read_conversation_file(Path(path))
+    with store.transaction():
+        cid = store.create_conversation(data["title"].strip() or "Imported chat")
+        store.set_conversation_settings(cid, data["settings"])
+        new_id: dict[int, int] = {}
+        for m in data["messages"]:
+            message = Message(id=None, role=m["role"], content=m["content"],
+                              status="interrupted" if m["status"] == "streaming" else m["status"],
+                              model=m["model"], stats=m["stats"], draft_spans=m["draft_spans"], notice=m["notice"])
+            parent = new_id[m["parent"]] if m["parent"] is not None else None
+            new_id[m["id"]] = store.add_message(cid, message, parent=parent)
+        for m in data["messages"]:
+            if m["active_child"] is not None:
+                store.set_active(new_id[m["active_child"]])
+        if data["active_root"] is not None:
+            store.set_active(new_id[data["active_root"]])
+    return cid
+
+
+def read_conversation_file(path: Path) -> dict:
+    """The checked contents of a JSON export (missing optional fields filled in)."""
+    name = path.name
+    try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise ConversationFileError(f"{name} is {size / 2**20:.0f} MB; a conversation file can be at most "
+                                        f"{MAX_FILE_BYTES // 2**20} MB, so it was not imported.")
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConversationFileError(f"{name} could not be read: {exc.strerror or exc}.") from exc
+    try:
+        data = json.loads(raw.decode("utf-8-sig"))
+    except UnicodeDecodeError as exc:
+        raise ConversationFileError(f"{name} is not a text file in UTF-8, so it is not a SpecChat conversation "
+                                    "export.") from exc
+    except json.JSONDecodeError as exc:
+        raise ConversationFileError(f"{name} is not valid JSON ({exc.msg} at line {exc.lineno}, column "
+                                    f"{exc.colno}), so it was not imported.") from exc
+    except RecursionError as exc:
+        raise ConversationFileError(f"{name} is nested too deeply to be a SpecChat conversation export.") from exc
+    try:
+        return check_conversation(data)
+    except ConversationFileError as exc:
+        raise ConversationFileError(f"{name} was not imported: {exc}") from None
+
+
+def check_conversation(data) -> dict:
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ConversationFileError("it is not a SpecChat conversation export (a JSON file made by File → Export "
+                                    "conversation…).")
+    version = data.get("version")
+    if not _is_int(version) or version < 1:
+        raise ConversationFileError(f"its format version {version!r} is not one SpecChat knows.")
+    if version > VERSION:
+        raise ConversationFileError(f"it was exported by a newer SpecChat (format version {version}; this one "
+                                    f"reads version {VERSION}). Update SpecChat to import it.")
+    title = data.get("title", "")
+    _need(isinstance(title, str) and len(title) <= MAX_NAME_CHARS,
+          f"its title must be text of at most {MAX_NAME_CHARS} characters")
+    settings = data.get("settings")
+    settings = {} if settings is None else settings
+    _check_settings(settings)
+    messages = data.get("messages")
+    _need(isinstance(messages, list), "it has no list of messages")
+    _need(len(messages) <= MAX_MESSAGES, f"it has {len(messages)} messages; at most {MAX_MESSAGES} can be imported")
+    children: dict[int | None, set[int]] = {None: set()}
+    checked = []
+    for n, m in enumerate(messages, 1):
+        checked.append(_check_message(m, n, children))
+    for m in checked:
+        choice = m["active_child"]
+        _need(choice is None or choice in children[m["id"]],
+              f"message {m['id']} shows message {choice} below it, which does not answer it")
+    root = data.get("active_root")
+    _need(root is None or (_is_int(root) and root in children[None]),
+          f"the first message shown ({root!r}) is not one of the first messages")
+    return {"title": title, "settings": settings, "messages": checked, "active_root": root}
+
+
+def _check_message(m, n: int, children: dict[int | None, set[int]]) -> dict:
+    _need(isinstance(m, dict), f"message {n} is not an object")
+    mid, parent = m.get("id"), m.get("parent")
+    where = f"message {n} (id {mid!r})"
+    _need(_is_int(mid) and mid not in children, f"{where} needs an id (a whole number) no other message has")
+    # A parent listed before its child: so the messages always form a tree, never a loop.
+    _need(parent is None or (_is_int(parent) and parent in children),
+          f"{where} answers message {parent!r}, which does not come before it")
+    role, content = m.get("role"), m.get("content")
+    _need(role in ROLES, f"{where} has the role {role!r}; it must be one of {', '.join(ROLES)}")
+    _need(isinstance(content, str) and len(content) <= MAX_TEXT_CHARS,
+          f"{where} needs its content as text of at most {MAX_TEXT_CHARS} characters")
+    status = m.get("status", "done")
+    _need(status in STATUSES, f"{where} has the status {status!r}; it must be one of {', '.join(STATUSES)}")
+    model, notice = m.get("model", ""), m.get("notice", "")
+    _need(isinstance(model, str) and len(model) <= MAX_NAME_CHARS, f"{where}: its model name must be short text")
+    _need(isinstance(notice, str) and len(notice) <= MAX_TEXT_CHARS, f"{where}: its notice must be text")
+    stats = m.get("stats")
+    _need(stats is None or isinstance(stats, dict), f"{where}: its stats must be an object")
+    if stats:
+        _check_stats(stats, where)
+    spans = m.get("draft_spans") or []
+    _need(isinstance(spans, list) and all(
+        isinstance(s, list) and len(s) == 2 and all(_is_int(x) for x in s) and 0 <= s[0] < s[1] <= len(content)
+        for s in spans), f"{where}: its draft spans must be [start, end] pairs within its text")
+    choice = m.get("active_child")
+    _need(choice is None or _is_int(choice), f"{where}: the message shown below it must be an id")
+    children[mid] = set()
+    children[parent].add(mid)
+    return {"id": mid, "parent": parent, "role": role, "content": content, "status": status, "model": model,
+            "stats": stats, "draft_spans": [list(s) for s in spans], "notice": notice, "active_child": choice}
+
+
+def _check_stats(stats: dict, where: str) -> None:
+    for key, value in stats.items():
+        if key in STATS_NUMBERS:
+            ok = value is None or _is_number(value)
+        elif key in STATS_TEXTS:
+            ok = value is None or isinstance(value, str)
+        elif key in STATS_FLAGS:
+            ok = isinstance(value, bool)
+        elif key in STATS_NUMBER_LISTS:
+            ok = isinstance(value, list) and all(_is_number(x) for x in value)
+        elif key in STATS_PAIR_LISTS:
+            ok = isinstance(value, list) and all(isinstance(p, list) and len(p) == 2 and all(map(_is_number, p))
+                                                 for p in value)
+        else:  # a figure this version does not show: kept as it is, if it is plain
+            ok = value is None or isinstance(value, (str, bool)) or _is_number(value)
+        _need(ok, f"{where}: its stats figure {key!r} has the value {str(value)[:60]!r}, which is not "
+                  "one of that figure's kind")
+
+
+def _check_settings(settings) -> None:
+    _need(isinstance(settings, dict), "its settings must be an object")
+    for key, value in settings.items():
+        if key in FIELDS:
+            try:
+                check_field(key, value)
+            except ValueError as exc:
+                raise ConversationFileError(f"its setting {exc}") from None
+        else:
+            _need(value is None or isinstance(value, (str, bool)) or _is_number(value),
+                  f"its setting {key!r} must be plain text, a number or on/off")
+
+
+def _need(ok: bool, problem: str) -> None:
+    if not ok:
+        raise ConversationFileError(problem + ".")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
