@@ -133,6 +133,8 @@ class ChatModel(QAbstractListModel):
 
     def sibling(self, row: int, step: int) -> int | None:
         """The id of the sibling step places after (or, negative, before) the message in row, if any."""
-        position, count = self.branch(row)
-        target = position - 1 + step
-        return self.siblings[row][target] if 0 <= target < count and count == len(self.siblings[row]) else None
+        ids, own = self.siblings[row], self.items[row].id
+        if own not in ids:
+            return None
+        target = ids.index(own) + step
+        return ids[target] if 0 <= target < len(ids) else None
