@@ -227,4 +227,5 @@ def test_the_window_exports_and_imports_a_real_conversation(make_window, qtbot, 
     (tmp_path / "bad.json").write_text('{"format": "specchat-conversation", "version": 1, "messages": 3}')
     assert window.import_conversation(tmp_path / "bad.json") is None
     assert len(window.panel.model.rows) == 2 and window.session.conversation_id == new
-    assert any("bad.json was not imported: it has no list of messages." in n.label.text() for n in window.notices.notices)
+    shown = [n.label.text() for n in window.notices.notices]
+    assert any("bad.json was not imported: it has no list of messages." in text for text in shown)
