@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from PySide6.QtCore import QEvent, QObject, Signal
-from PySide6.QtGui import QFontDatabase
-from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFrame, QGridLayout, QHBoxLayout, QPlainTextEdit, QToolButton,
-                               QVBoxLayout, QWidget)
+from PySide6.QtCore import QEvent, QObject, QPointF, QRectF, Qt, Signal
+from PySide6.QtGui import QColor, QFontDatabase, QIcon, QPainter, QPainterPath, QPen, QPixmap
+from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFrame, QGridLayout, QHBoxLayout, QPlainTextEdit, QStyle,
+                               QToolButton, QVBoxLayout, QWidget)
 
 MAX_FILE_BYTES = 8 << 20  # beyond any context SpecChat runs; a bigger file is not even read
 BYTES_PER_TOKEN_BOUND = 8  # no tokenizer packs text denser than this on average: the bound with no model loaded
@@ -155,6 +155,33 @@ class FileDrops(QObject):
         return False
 
 
+def paperclip_icon(color: QColor) -> QIcon:
+    """A paperclip, drawn (an emoji needs a font that many systems lack)."""
+    icon = QIcon()
+    for size in (16, 24, 32, 48):
+        pixmap = QPixmap(size, size)
+        pixmap.fill(Qt.GlobalColor.transparent)
+        p = QPainter(pixmap)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing)
+        p.scale(size / 24, size / 24)
+        p.translate(12, 12)
+        p.rotate(40)
+        p.translate(-12, -12)
+        path = QPainterPath(QPointF(10.5, 7))  # the inner leg, then round and out, three legs in all
+        path.lineTo(10.5, 16.5)
+        path.arcTo(QRectF(10.5, 14.5, 4, 4), 180, 180)
+        path.lineTo(14.5, 5.5)
+        path.arcTo(QRectF(6.5, 1.5, 8, 8), 0, 180)
+        path.lineTo(6.5, 18)
+        path.arcTo(QRectF(6.5, 14, 10, 8), 180, 180)
+        path.lineTo(16.5, 9)
+        p.setPen(QPen(color, 1.6, Qt.PenStyle.SolidLine, Qt.PenCapStyle.RoundCap))
+        p.drawPath(path)
+        p.end()
+        icon.addPixmap(pixmap)
+    return icon
+
+
 # --- chips ----------------------------------------------------------------------------------------
 class AttachmentChip(QFrame):
     """A file as a small box: its name and size, to view it and (before sending) ✕ to remove it."""
@@ -169,7 +196,9 @@ class AttachmentChip(QFrame):
         row.setSpacing(2)
         self.view_button = QToolButton()
         self.view_button.setAutoRaise(True)
-        self.view_button.setText(f"📄 {attachment.name}  ·  {human_size(attachment.size)}")
+        self.view_button.setIcon(self.style().standardIcon(QStyle.StandardPixmap.SP_FileIcon))
+        self.view_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.view_button.setText(f"{attachment.name}  ·  {human_size(attachment.size)}")
         self.view_button.setToolTip(f"Show {attachment.name}")
         self.view_button.clicked.connect(self.show_file)
         row.addWidget(self.view_button)

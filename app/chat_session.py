@@ -11,6 +11,8 @@ from typing import Callable
 
 from PySide6.QtCore import QObject, Signal
 
+from engine.reasoning import ThoughtClock, without_thinking
+
 from .chat_model import ChatModel, add_segments, continuable
 from .presets import Preset, PresetBook
 from .settings import AppSettings
@@ -54,6 +56,7 @@ class ChatSession(QObject):
         self.streaming_conversation: int | None = None
         self.request: GenerationRequest | None = None
         self._saved_at = 0.0
+        self._thought = ThoughtClock()  # times the streaming response's <think> block
         w = engine.worker
         w.progress.connect(self._progress)
         w.finished.connect(self._finished)
@@ -187,11 +190,24 @@ class ChatSession(QObject):
         self._show_path()
         self._generate(self.model.items[:-1])
 
-    def _generate(self, messages: list[Message], continue_last: bool = False) -> None:
-        settings = self.chat_settings()  # this chat's own: another chat's never leak in
-        history = [{"role": m.role, "content": m.content} for m in messages if m.content and m.status != "error"]
+    def prompt_history(self, messages: list[Message], continue_last: bool = False) -> list[dict]:
+        """What the model is sent for these messages: the chat's system prompt, then each message; an earlier
+        answer goes without its thought (<think>…</think>), as reasoning models' own templates send it."""
+        settings = self.chat_settings()
+        history = []
+        for i, m in enumerate(messages):
+            whole = m.role != "assistant" or (continue_last and i == len(messages) - 1)
+            content = m.content if whole else without_thinking(m.content)
+            if content and m.status != "error":
+                history.append({"role": m.role, "content": content})
         if settings.system_prompt.strip():
             history.insert(0, {"role": "system", "content": settings.system_prompt.strip()})
+        return history
+
+    def _generate(self, messages: list[Message], continue_last: bool = False) -> None:
+        settings = self.chat_settings()  # this chat's own: another chat's never leak in
+        history = self.prompt_history(messages, continue_last)
+        self._thought = ThoughtClock((self.streaming.stats or {}).get("thought_s") if self.streaming else None)
         self._saved_at = time.monotonic()
         self.request = self.engine.generate(GenerationRequest(messages=history, sampling=settings.sampling(),
                                                               max_tokens=settings.max_tokens,
@@ -206,7 +222,7 @@ class ChatSession(QObject):
         if not self._mine(rid) or self.streaming is None:
             return
         add_segments(self.streaming, segments)
-        self.streaming.stats = stats
+        self.streaming.stats = self._with_thought(stats)
         self.streaming.model = self.streaming.model or self.model_name  # sent while the model was loading
         self._changed()
         if time.monotonic() - self._saved_at >= SAVE_EVERY_S:
@@ -216,7 +232,7 @@ class ChatSession(QObject):
         if not self._mine(rid):
             return
         if self.streaming is not None:
-            self.streaming.stats = stats
+            self.streaming.stats = self._with_thought(stats)
             self.streaming.status = "stopped" if stats.get("finish_reason") == "cancelled" else "done"
             if not self.streaming.content and self.streaming.status == "done":
                 self.streaming.notice = "The model ended its answer without writing anything."
@@ -229,10 +245,15 @@ class ChatSession(QObject):
         if self.streaming is not None:
             self.streaming.status = "error"
             self.streaming.notice = message
-            self.streaming.stats = stats or self.streaming.stats
+            self.streaming.stats = self._with_thought(stats) if stats else self.streaming.stats
         self._end()
         self.noticeRaised.emit(message, "error")
         self.responseFailed.emit(message)
+
+    def _with_thought(self, stats: dict) -> dict:
+        """stats with the measured length of the response's thought, kept with them (so it is saved)."""
+        seconds = self._thought.update(self.streaming.content, time.monotonic())
+        return stats if seconds is None else {**stats, "thought_s": seconds}
 
     def _end(self) -> None:
         self._changed()

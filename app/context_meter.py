@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, QTimer, Signal, Slot
+from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
 
 from engine.chat_format import ChatFormatter
@@ -179,6 +180,7 @@ class TokenCounter(QObject):
             callback(result)
 
     def shutdown(self, timeout_ms: int = 10_000) -> bool:
+        self.available = False  # nothing more is counted (the window is closing: its store is closed too)
         if not self.thread.isRunning():
             return True
         self._close.emit()
@@ -201,6 +203,7 @@ class ContextMeter(QWidget):
         row = QHBoxLayout(self)
         row.setContentsMargins(2, 0, 0, 0)
         self.count = QLabel()
+        self.count.setForegroundRole(QPalette.ColorRole.PlaceholderText)  # a figure to glance at, not to read
         self.warning = QLabel()
         self.warning.setWordWrap(True)
         self.warning.hide()

@@ -6,14 +6,16 @@ from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QCoreApplication, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence, QPalette
-from PySide6.QtWidgets import (QCheckBox, QHBoxLayout, QLabel, QMainWindow, QMessageBox, QProgressBar, QPushButton,
-                               QSplitter, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QCheckBox, QFileDialog, QHBoxLayout, QLabel, QMainWindow, QMessageBox, QProgressBar,
+                               QPushButton, QSplitter, QToolButton, QVBoxLayout, QWidget)
 
 from engine.embedded import EMBEDDED
 from engine.errors import InvalidSettingError
 
-from .chat_session import ChatSession
+from .attachments import AttachmentTray, FileDrops, compose, paperclip_icon, split_attachments
+from .chat_session import ChatSession, storable
 from .chat_settings_panel import ChatSettingsButton
+from .context_meter import ContextMeter, TokenCounter
 from .conversation_list import ConversationPanel
 from .input_box import ChatInput
 from .message_view import ChatView
@@ -63,6 +65,13 @@ class MainWindow(QMainWindow):
         self.view.set_color_drafts(settings.color_drafts)
         self.view.set_show_sparkline(settings.show_sparkline)
         self.input = ChatInput()
+        self.counter = TokenCounter(self)  # the loaded model's tokenizer, on a thread of its own
+        self.meter = ContextMeter(self.counter, self._prompt_so_far)
+        self.tray = AttachmentTray(self.counter, self.meter.message_budget)  # files to go with the next message
+        self.attach_button = QToolButton(text="Attach", autoRaise=True,
+                                         icon=paperclip_icon(self.palette().color(QPalette.ColorRole.ButtonText)),
+                                         toolTip="Attach text files (code, Markdown, CSV, logs): their text goes into "
+                                                 "your message. You can also drop files on the window.")
         self.send_button = QPushButton("Send")
         self.send_button.setDefault(True)
         self.send_button.setMinimumWidth(90)
@@ -87,6 +96,7 @@ class MainWindow(QMainWindow):
         options.addWidget(self.color_toggle)
         options.addWidget(self.sparkline_toggle)
         entry = QHBoxLayout()
+        entry.addWidget(self.attach_button, 0, Qt.AlignmentFlag.AlignBottom)
         entry.addWidget(self.input, 1)
         entry.addWidget(self.send_button, 0, Qt.AlignmentFlag.AlignBottom)
         right = QWidget()
@@ -96,7 +106,9 @@ class MainWindow(QMainWindow):
         column.addWidget(self.view, 1)
         column.addWidget(self.empty_hint, 1)
         column.addLayout(options)
+        column.addWidget(self.tray)
         column.addLayout(entry)
+        column.addWidget(self.meter)
         self.splitter = QSplitter()
         self.splitter.addWidget(self.panel)
         self.splitter.addWidget(right)
@@ -118,6 +130,14 @@ class MainWindow(QMainWindow):
         # --- wiring ---
         self.input.sendRequested.connect(self.send_message)  # Enter never stops a response: only Stop/Esc do
         self.input.cancelRequested.connect(self.escape)
+        self.attach_button.clicked.connect(self.choose_files)
+        self.input.filesDropped.connect(self.tray.add_files)
+        self._drops = FileDrops(self, self.tray.add_files)  # files dropped anywhere on the window
+        self.tray.refused.connect(lambda text: self.notices.show_notice(text, "warning"))
+        for changed in (self.input.textChanged, self.tray.changed, self.session.model.modelReset,
+                        self.session.model.rowsInserted, self.session.model.rowsRemoved,
+                        self.session.responseFinished):
+            changed.connect(lambda *_: self.meter.schedule())  # counted again a moment after the last change
         self.send_button.clicked.connect(self.send_or_stop)
         self.view.editRequested.connect(self.start_edit)
         self.view.regenerateRequested.connect(self.session.regenerate)
@@ -203,13 +223,32 @@ class MainWindow(QMainWindow):
         if self.session.busy:
             self.statusBar().showMessage("A response is being written: wait for it, or press Esc to stop it.", 4000)
             return
-        text = self.input.toPlainText()
+        text = compose(self.input.toPlainText(), self.tray.attachments)
         if not text.strip():
             return
         sent = self.session.resend_edited(text, self.edited) if self.editing else self.session.send(text)
         if sent:
             self.input.clear()
+            self.tray.clear()
             self.cancel_edit()
+
+    def choose_files(self) -> None:
+        paths, _ = QFileDialog.getOpenFileNames(self, "Attach text files", "",
+                                                "Text files (*.txt *.md *.csv *.log *.json *.py *.js *.ts *.c *.h "
+                                                "*.cpp *.rs *.go *.java *.html *.css *.yaml *.yml *.toml *.ini *.sh "
+                                                "*.sql *.xml);;All files (*)")
+        self.tray.add_files(paths)
+
+    def _prompt_so_far(self) -> tuple[list[dict], int]:
+        """The messages the next send would give the model (for the context meter), and its max tokens."""
+        items = self.session.model.items
+        if self.editing and self.edited is not None and self.session.model.row_of(self.edited) >= 0:
+            items = items[:self.session.model.row_of(self.edited)]  # the edited message replaces what follows
+        messages = self.session.prompt_history(items)
+        draft = storable(compose(self.input.toPlainText(), self.tray.attachments)).strip()
+        if draft:
+            messages.append({"role": "user", "content": draft})
+        return messages, self.session.chat_settings().max_tokens
 
     def escape(self) -> None:
         """Esc: stop the response being written, or leave editing."""
@@ -222,7 +261,9 @@ class MainWindow(QMainWindow):
         if self.session.busy:
             return
         self.editing, self.edited = True, message
-        self.input.setPlainText(message.content)
+        text, files = split_attachments(message.content)
+        self.input.setPlainText(text)
+        self.tray.set_files(files)
         self.input.setFocus()
         self.edit_label.show()
 
@@ -399,12 +440,14 @@ class MainWindow(QMainWindow):
         fmt = "chat template" if info["chat_template"] else "plain transcript format (no chat template)"
         self.model_label.setText(f"{info['name']}  ·  {info['backend']}  ·  {info['n_ctx']} ctx  ·  {fmt}")
         self.model_label.setToolTip(info["path"])
+        self.counter.load(info["path"], info["n_ctx"])  # the context meter counts in this model's tokens
         self._speculation_applied(info)
         self.modelLoaded.emit(info)
 
     def _load_failed(self, message: str) -> None:
         self.loading = False
         self.model_info = None
+        self.counter.unload()
         self.progress.hide()
         self.model_label.setText("No model loaded")
         self.spec_label.setText("")
@@ -538,6 +581,7 @@ class MainWindow(QMainWindow):
         self.session.stop()
         if not self.engine.shutdown():
             log.warning("the engine thread did not stop in time")
+        self.counter.shutdown()
         QCoreApplication.sendPostedEvents()  # the last tokens and the final stats, if they arrived
         self.session.close()
         try:

@@ -200,13 +200,12 @@ class ThoughtFold(QWidget):
         column = QVBoxLayout(self)
         column.setContentsMargins(0, 0, 0, 0)
         column.setSpacing(2)
-        self.toggle = QToolButton()
-        self.toggle.setCheckable(True)
+        self.toggle = QToolButton()  # not checkable: a pressed-in look would read as a control left on
         self.toggle.setAutoRaise(True)
         self.toggle.setArrowType(Qt.ArrowType.RightArrow)
         self.toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
         self.toggle.setToolTip("Show or hide the model's reasoning")
-        self.toggle.toggled.connect(self._toggled)
+        self.toggle.clicked.connect(lambda: self._toggled(not self.opened))
         column.addWidget(self.toggle, 0, Qt.AlignmentFlag.AlignLeft)
         self.body = MessageBody()
         palette = self.body.palette()  # the thought reads dimmer than the answer
@@ -216,17 +215,20 @@ class ThoughtFold(QWidget):
         self.body.hide()
         column.addWidget(self.body)
         self.thought = ""
+        self.opened = False
+        self._final = True
 
     def set_thought(self, thought: str, label: str, final: bool) -> None:
         self.toggle.setText(label)
         self.thought, self._final = thought, final
-        if self.toggle.isChecked():  # a folded thought is not rendered at all: streaming it costs nothing
+        if self.opened:  # a folded thought is not rendered at all: streaming it costs nothing
             self.body.set_content(thought, None, False, True, final)
 
     def _toggled(self, open_: bool) -> None:
+        self.opened = open_
         self.toggle.setArrowType(Qt.ArrowType.DownArrow if open_ else Qt.ArrowType.RightArrow)
         if open_:
-            self.body.set_content(self.thought, None, False, True, getattr(self, "_final", True))
+            self.body.set_content(self.thought, None, False, True, self._final)
         self.body.setVisible(open_)
 
 

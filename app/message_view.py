@@ -1,7 +1,7 @@
 """The message list: a view over ChatModel that shows each message as rendered markdown with its
 actions and, for responses, the live stats line.
 
-Each message is a column of rendered chunks (see MessageBody), so streaming stays cheap. Only
+Each message is a column of rendered chunks (see message_text.py), so streaming stays cheap. Only
 the newest PAGE messages get widgets at first ("Show earlier messages" adds more), so a long
 conversation opens fast and scrolls smoothly.
 """
@@ -9,91 +9,18 @@ from __future__ import annotations
 
 from PySide6.QtCore import QModelIndex, Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QPalette
-from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPushButton, QScrollArea, QSizePolicy, QTextBrowser,
-                               QToolButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QScrollArea, QToolButton, QVBoxLayout, QWidget
+
+from engine.reasoning import without_thinking
 
 from .chat_model import ChatModel, continuable
-from .render import render, spans_within, split_blocks
+from .message_text import ResponseText, UserText
 from .stats_view import StatsBar
 from .store import Message
 
 PAGE = 24
 STATUS_TEXT = {"streaming": "writing…", "stopped": "stopped", "error": "failed",
                "interrupted": "interrupted: the app closed while this was being written"}
-
-
-class MessageText(QTextBrowser):
-    """Read-only rendered markdown that is exactly as tall as its text; the outer view scrolls."""
-
-    def __init__(self, parent=None):
-        super().__init__(parent)
-        self.setReadOnly(True)
-        self.setOpenExternalLinks(True)
-        self.setFrameShape(QFrame.Shape.NoFrame)
-        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
-        palette = self.palette()  # see-through, so the message's own background shows (a palette is far
-        palette.setColor(QPalette.ColorRole.Base, Qt.GlobalColor.transparent)  # cheaper than a stylesheet)
-        self.setPalette(palette)
-        self.viewport().setAutoFillBackground(False)
-        self.document().setDocumentMargin(2)
-        self.setFixedHeight(24)
-
-    def set_content(self, source: str, spans, color_drafts: bool, markdown: bool = True) -> None:
-        render(self.document(), source, spans, color_drafts, markdown)
-        self._fit()
-
-    def _fit(self) -> None:
-        doc = self.document()
-        doc.setTextWidth(max(self.viewport().width(), 50))
-        height = int(doc.size().height() + 0.999) + self.frameWidth() * 2
-        if height != self.height():
-            self.setFixedHeight(height)
-
-    def resizeEvent(self, event) -> None:
-        super().resizeEvent(event)
-        self._fit()
-
-    def wheelEvent(self, event) -> None:
-        event.ignore()  # let the conversation scroll, not this block
-
-
-class MessageBody(QWidget):
-    """A message as a column of chunks (paragraphs, lists, code blocks), each rendered on its own.
-
-    Re-rendering is skipped for chunks whose text and highlight did not change, so a streaming
-    response costs only its last chunk per update, however long it grows.
-    """
-
-    def __init__(self, parent=None):
-        super().__init__(parent)
-        self.column = QVBoxLayout(self)
-        self.column.setContentsMargins(0, 0, 0, 0)
-        self.column.setSpacing(6)
-        self.chunks: list[MessageText] = []
-        self.keys: list[tuple] = []
-
-    def set_content(self, source: str, spans, color_drafts: bool, markdown: bool = True) -> None:
-        pieces = split_blocks(source) if markdown else [(0, len(source))]
-        for i, (start, end) in enumerate(pieces or [(0, 0)]):
-            part_spans = spans_within(spans or [], start, end) if color_drafts else []
-            key = (source[start:end], markdown, color_drafts, str(part_spans))
-            if i == len(self.chunks):
-                self.chunks.append(MessageText())
-                self.keys.append(None)
-                self.column.addWidget(self.chunks[i])
-            if self.keys[i] != key:
-                self.chunks[i].set_content(source[start:end], part_spans, color_drafts, markdown)
-                self.chunks[i].setVisible(bool(source[start:end].strip()) or len(pieces) == 1)
-                self.keys[i] = key
-        for extra in self.chunks[max(len(pieces), 1):]:
-            extra.deleteLater()
-        del self.chunks[max(len(pieces), 1):]
-        del self.keys[max(len(pieces), 1):]
-
-    def toPlainText(self) -> str:
-        return "\n".join(c.toPlainText() for c in self.chunks)
 
 
 class BranchSwitcher(QWidget):
@@ -163,7 +90,7 @@ class MessageWidget(QFrame):
             header.addWidget(b)
         layout.addLayout(header)
 
-        self.text = MessageBody()
+        self.text = ResponseText() if message.role == "assistant" else UserText()  # see message_text.py
         layout.addWidget(self.text)
         self.notice = QLabel()
         self.notice.setWordWrap(True)
@@ -185,18 +112,13 @@ class MessageWidget(QFrame):
         return b
 
     def _copy(self) -> None:
-        QGuiApplication.clipboard().setText(self.message.content.strip())
+        QGuiApplication.clipboard().setText(without_thinking(self.message.content).strip())  # not the thought
 
     def refresh(self, color_drafts: bool, show_sparkline: bool) -> None:
         m = self.message
         self.who.setText("You" if m.role == "user" else (m.model or "Assistant"))
         self.status.setText(STATUS_TEXT.get(m.status, ""))
-        if m.role == "assistant" and not m.content and m.status == "streaming":
-            self.text.set_content("…", None, False, markdown=False)
-        else:
-            # The user's own words are shown as typed; responses are rendered as markdown.
-            self.text.set_content(m.content, m.draft_spans, color_drafts and m.role == "assistant",
-                                  markdown=m.role == "assistant")
+        self.text.set_message(m, color_drafts)  # the user's words as typed; responses as markdown
         self.notice.setText(m.notice)
         self.notice.setVisible(bool(m.notice))
         error = m.status == "error"

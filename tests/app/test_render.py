@@ -164,6 +164,8 @@ def test_a_thought_is_folded_and_left_out_of_the_next_prompt(make_window, qtbot,
     assert fold.body.isVisible() and fold.body.toPlainText() == "Six sevens: 6, 12, 18, 24, 30, 36, 42."
     qtbot.mouseClick(fold.toggle, Qt.MouseButton.LeftButton)
     assert not fold.body.isVisible()
+    window.view.widget_for(1).copy_button.click()
+    assert QApplication.clipboard().text() == "6 × 7 = **42**."  # the message's Copy: the answer, not the thought
 
     window.session.send("And 6 times 8?")
     sent = window.session.request.messages
