@@ -215,7 +215,13 @@ class ContextMeter(QWidget):
         self._show_state()
 
     def schedule(self) -> None:
-        self._timer.start()
+        if self.source is not None:
+            self._timer.start()
+
+    def stop(self) -> None:
+        """The window is closing (its store too): count nothing more."""
+        self._timer.stop()
+        self.source = None
 
     def message_budget(self) -> int | None:
         """Tokens one message may take (the context less the answer's reserve), None with no model."""
@@ -225,6 +231,8 @@ class ContextMeter(QWidget):
 
     def count_now(self) -> None:
         self._timer.stop()
+        if self.source is None:
+            return
         if not self.counter.available:
             self._show_state()
             return

@@ -594,5 +594,6 @@ class MainWindow(QMainWindow):
             if window is not None:
                 window.close()
         self._list_refresh.stop()
+        self.meter.stop()  # a count scheduled by the last events would read the closed store
         self.store.close()
         super().closeEvent(event)
