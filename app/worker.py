@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
 
 from engine.chat_format import ChatFormatter
+from engine.embedded import DISPLAY_NAMES
 from engine.errors import EngineError
 from engine.generate import SpeculativeDecoder
 from engine.load_marker import LoadMarker
@@ -159,7 +160,8 @@ class EngineWorker(QObject):
 
     def _model_info(self) -> dict:
         t = self.decoder.target
-        return {"name": t.name, "path": str(t.path), "backend": t.backend, "n_ctx": t.n_ctx,
+        name = DISPLAY_NAMES.get(self.settings.model, t.name) if self.settings else t.name
+        return {"name": name, "path": str(t.path), "backend": t.backend, "n_ctx": t.n_ctx,
                 "chat_template": self.formatter.uses_template}
 
     def _close_draft(self) -> None:

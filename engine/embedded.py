@@ -23,6 +23,8 @@ from .paths import cache_dir
 
 EMBEDDED = "embedded"
 EMBEDDED_GEMMA = "embedded-gemma"
+# What the window calls them: the files' own general.name ("Smollm2 135M 8k Lc100K Mix1 Ep2") is a training tag.
+DISPLAY_NAMES = {EMBEDDED: "SmolLM2 135M Instruct (built in)", EMBEDDED_GEMMA: "Gemma 3 270M base (built in)"}
 DESCRIPTION = ("SmolLM2 135M Instruct (Q4_1): a tiny built-in assistant that answers simple questions and "
                "makes mistakes.")
 GEMMA_DESCRIPTION = "Gemma 3 270M base (Q4_K_M): a small demo model that completes text; it is not an assistant."
