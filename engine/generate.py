@@ -142,6 +142,13 @@ class SpeculativeDecoder:
             budget = max_tokens - stats.generated
             if len(new_tokens) >= budget:
                 new_tokens, from_draft, finish = new_tokens[:budget], from_draft[:budget], finish or "length"
+            shown, hit_stop = [], False
+            for i, (tok, drafted) in enumerate(zip(new_tokens, from_draft)):  # token by token, to stop exactly
+                released, hit_stop = stopper.push([(text.push(target.piece(tok)), drafted)])
+                shown += released
+                if hit_stop:  # tokens accepted past a stop string are neither shown nor counted
+                    new_tokens, from_draft, finish = new_tokens[:i + 1], from_draft[:i + 1], "stop"
+                    break
             history += new_tokens
             stats.generated += len(new_tokens)
             now = time.perf_counter()
@@ -150,10 +157,6 @@ class SpeculativeDecoder:
                 stats.memory, memory_read_at = read_memory(target.backend), now
             if stats.decode_tokens_per_s:
                 stats.rate_history.append((now - started, stats.decode_tokens_per_s))
-            segments = [(text.push(target.piece(t)), d) for t, d in zip(new_tokens, from_draft)]
-            shown, hit_stop = stopper.push(segments)
-            if hit_stop:
-                finish = "stop"
             if finish:
                 shown += stopper.flush() if not hit_stop else []
                 tail = text.flush()

@@ -44,7 +44,7 @@ def test_a_copied_passage_gives_the_same_answer_with_measured_figures_on_both_si
 
     assert plain["method"] == "none" and plain["drafted"] == 0  # the plain run really was plain
     assert spec["method"] == "lookup" and spec["drafted"] > 0 and spec["accepted"] > 0
-    assert plain["generated"] >= 10 and spec["generated"] >= 10
+    assert plain["generated"] >= 10 and spec["generated"] == plain["generated"]  # the same answer, counted alike
     for pane, stats in ((compare.plain_pane, plain), (compare.spec_pane, spec)):
         assert stats["tokens_per_s"] > 0 and stats["ttft_s"] > 0
         assert pane.speed.text() == f"{stats['tokens_per_s']:.1f} tok/s"

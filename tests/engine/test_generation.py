@@ -153,3 +153,22 @@ def test_kv_prefix_is_reused_across_turns(target):
     follow_up = prompt + out + target.tokenize(" And then?", add_bos=False)
     list(decoder.generate(follow_up, GREEDY, max_tokens=5))
     assert decoder.stats.reused_prompt_tokens >= len(prompt) + len(out) - 1
+
+
+def test_tokens_past_a_stop_string_are_not_counted(target):
+    """A verify step can accept draft tokens beyond a stop string; they are neither shown nor counted, so
+    tokens and tok/s describe the same answer with and without speculation."""
+    passage = ("The lighthouse at Point Arden was built in 1871 from granite quarried on the island itself. "
+               "For ninety years its keepers climbed one hundred and twelve steps every evening.\n\n")
+    prompt = target.tokenize(passage + "Copy the text above exactly:\n\n" + passage)
+    runs = {}
+    for name, proposer, speculation in (
+            ("plain", None, None),
+            ("lookup", LookupProposer(), SpeculationConfig(max_draft=16, adaptive=False))):
+        decoder = SpeculativeDecoder(target, proposer, speculation)
+        text = "".join(d.text for d in decoder.generate(prompt, GREEDY, max_tokens=80, stop=("twelve",)))
+        runs[name] = (text, decoder.stats.generated, decoder.stats.finish_reason, decoder.stats.accepted)
+    assert runs["plain"][2] == runs["lookup"][2] == "stop"
+    assert runs["lookup"][3] > 0  # the lookup run really drafted past the stop's position
+    assert runs["plain"][0] == runs["lookup"][0] and "twelve" not in runs["plain"][0]
+    assert runs["plain"][1] == runs["lookup"][1]
