@@ -6,8 +6,6 @@ a presets file there is one preset, "Default", made from the app settings' value
 """
 from __future__ import annotations
 
-import shutil
-import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -180,7 +178,7 @@ def load_presets(settings: AppSettings, path: Path | None = None) -> tuple[Prese
         reset += [f"{name}: {k.replace('_', ' ')}" for k in PRESET_KEYS if k in item and k not in values]
         presets.append(Preset.from_settings(name, settings).with_values(values))
     if skipped or reset:  # the next save drops what was not usable: keep the file as it was
-        kept = _keep_copy(path)
+        kept = set_aside(path, "invalid", copy=True)
         if skipped:
             notices.append(f"{skipped} preset(s) without a usable, distinct name were left out.")
         if reset:
@@ -192,10 +190,3 @@ def load_presets(settings: AppSettings, path: Path | None = None) -> tuple[Prese
     return PresetBook(presets, raw.get("default"), path), notices
 
 
-def _keep_copy(path: Path) -> Path | None:
-    copy = path.with_name(f"{path.stem}.invalid-{time.strftime('%Y%m%d-%H%M%S')}{path.suffix}")
-    try:
-        shutil.copyfile(path, copy)
-        return copy
-    except OSError:
-        return None

@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import time
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -180,11 +181,15 @@ def write_json_atomic(path: Path, data) -> None:
         raise
 
 
-def set_aside(path: Path) -> Path | None:
-    """Move an unreadable file out of the way, keeping it (name.corrupt-TIME.json); its new path, or None."""
-    target = path.with_name(f"{path.stem}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}{path.suffix}")
+def set_aside(path: Path, label: str = "corrupt", copy: bool = False) -> Path | None:
+    """Keep a file that could not be used beside it, as name.<label>-TIME.json: moved out of the way, or
+    with copy=True copied (the original stays, to be rewritten). Its new path, or None."""
+    target = path.with_name(f"{path.stem}.{label}-{time.strftime('%Y%m%d-%H%M%S')}{path.suffix}")
     try:
-        os.replace(path, target)
+        if copy:
+            shutil.copyfile(path, target)
+        else:
+            os.replace(path, target)
         return target
     except OSError:
         return None

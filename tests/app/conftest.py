@@ -6,6 +6,8 @@ text (long copies and counts), its 262k vocabulary and its lack of a chat templa
 model ask for it with model=EMBEDDED."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from engine.embedded import EMBEDDED_GEMMA, embedded_gemma_path
@@ -70,3 +72,36 @@ def wait_response(qtbot):
         qtbot.waitUntil(lambda: not window.session.busy, timeout=timeout)
         return window.session.model.items[-1]
     return wait
+
+
+class StallProbe:
+    """A 2 ms timer on the GUI thread: the longest gap between its ticks is the worst stall."""
+
+    def __init__(self):
+        from PySide6.QtCore import QTimer
+
+        self.gaps: list[float] = []
+        self._last = time.perf_counter()
+        self._timer = QTimer(interval=2)
+        self._timer.timeout.connect(self._tick)
+
+    def _tick(self) -> None:
+        now = time.perf_counter()
+        self.gaps.append(now - self._last)
+        self._last = now
+
+    def start(self) -> None:
+        self._last = time.perf_counter()
+        self._timer.start()
+
+    def stop(self) -> float:
+        """Stop, and return the worst gap in seconds (the first tick's wait for the timer is left out)."""
+        self._timer.stop()
+        return max(self.gaps[1:])
+
+
+@pytest.fixture
+def stall_probe():
+    probe = StallProbe()
+    yield probe
+    probe._timer.stop()
