@@ -17,7 +17,7 @@ from PySide6.QtCore import QCoreApplication, QObject, QThread, QTimer, Signal, S
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
 
-from engine.chat_format import ChatFormatter
+from engine.chat_format import ChatFormatter, answer_reserve
 from engine.errors import ContextOverflowError
 from engine.runtime import LoadSettings, Model
 
@@ -25,11 +25,6 @@ log = logging.getLogger(__name__)
 
 DEBOUNCE_MS = 300
 NEARLY_FULL = 0.85  # of what a prompt may take: from here on the meter says how much is left
-
-
-def answer_reserve(max_tokens: int, n_ctx: int) -> int:
-    """Tokens the prompt must leave for the answer: what app/worker.py's generate keeps."""
-    return min(max_tokens, max(n_ctx // 2, 1))
 
 
 @dataclass(frozen=True)

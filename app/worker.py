@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
 
-from engine.chat_format import ChatFormatter
+from engine.chat_format import ChatFormatter, answer_reserve
 from engine.embedded import DISPLAY_NAMES
 from engine.errors import EngineError
 from engine.generate import SpeculativeDecoder
@@ -192,7 +192,7 @@ class EngineWorker(QObject):
             return
         pending: list[tuple[str, bool]] = []
         try:
-            reserve = min(request.max_tokens, max(decoder.target.n_ctx // 2, 1))
+            reserve = answer_reserve(request.max_tokens, decoder.target.n_ctx)
             prompt = self.formatter.prompt(request.messages, reserve, continue_last=request.continue_last)
             for text in prompt.notices:
                 self.notice.emit(text)

@@ -64,6 +64,11 @@ class ChatPrompt:
     notices: list[str] = field(default_factory=list)
 
 
+def answer_reserve(max_tokens: int, n_ctx: int) -> int:
+    """Tokens a prompt must leave free for the answer: max_tokens, but never more than half the context."""
+    return min(max_tokens, max(n_ctx // 2, 1))
+
+
 def fallback_prompt(messages: Sequence[dict]) -> str:
     """The transcript format for models without a chat template (see the module docstring)."""
     system = next((m["content"].strip() for m in messages if m["role"] == "system"), "")
