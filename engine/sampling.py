@@ -59,7 +59,9 @@ class Candidates:
         """Row as a dense vector of at least vocab_size entries (a draft's vocab may be a little larger)."""
         size = max(vocab_size, int(self.ids[row].max()) + 1)
         out = torch.zeros(size, dtype=self.probs.dtype, device=self.probs.device)
-        return out.scatter_(0, self.ids[row], self.probs[row])
+        # Added, not written: a padded row repeats token id 0 with probability 0, and a plain scatter
+        # would let that padding overwrite token 0's real probability (so the residual over-weights it).
+        return out.scatter_add_(0, self.ids[row], self.probs[row])
 
     def sample(self, row: int, generator: torch.Generator) -> int:
         j = torch.multinomial(self.probs[row], 1, generator=generator)
