@@ -41,9 +41,10 @@ def stat_items(stats: dict) -> list[tuple[str, str, str]]:
              "(1.00 means no gain from speculation)."),
         ]
     items += [
-        ("method", METHOD_NAMES.get(method, method) + (" (paused: not paying off)" if stats.get("speculation_paused")
-                                                       else ""),
-         "Speculation method for this response. Adaptive mode pauses drafting while it would be slower."),
+        ("method", METHOD_NAMES.get(method, method)
+         + (" (paused: plain decoding predicted faster)" if stats.get("speculation_paused") else ""),
+         "Speculation method for this response. Adaptive mode drafts only while that is predicted faster, "
+         "predicted from the step times measured on this machine and the acceptance seen so far."),
         ("memory", memory, "Memory in use: VRAM when a GPU runs the model and can be read, else this "
                            "process's RAM."),
         ("backend", stats.get("backend") or NA, "The llama.cpp backend running the model."),

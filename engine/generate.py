@@ -185,9 +185,11 @@ class SpeculativeDecoder:
 
             # --- one step: draft, verify in one batch, keep a prefix plus one target token -------
             room = min(max_tokens - stats.generated - 1, target.n_ctx - len(history), target.n_batch - 1)
-            k = min(policy.choose(), max(room, 0)) if speculating else 0
-            stats.draft_length = k
-            stats.speculation_paused = speculating and self.speculation.adaptive and k == 0
+            chosen = policy.choose() if speculating else 0
+            k = min(chosen, max(room, 0))
+            stats.policy_draft_length, stats.draft_length = chosen, k
+            # Paused only when the policy predicted plain decoding faster, not when the room ran out.
+            stats.speculation_paused = speculating and self.speculation.adaptive and chosen == 0
             proposal_tokens, q = [], None
             if k >= self.speculation.min_draft:
                 t = time.perf_counter()

@@ -21,8 +21,9 @@ class GenerationStats:
     decode_s: float = 0.0  # from the first token to the last
     draft_s: float = 0.0  # spent proposing
     prefill_s: float = 0.0
-    draft_length: int = 0  # what the policy chose for the latest step
-    speculation_paused: bool = False  # adaptive mode found plain decoding faster for now
+    policy_draft_length: int = 0  # what the policy chose for the latest step
+    draft_length: int = 0  # that, capped by the room left (tokens to go, context, batch)
+    speculation_paused: bool = False  # the adaptive policy predicted plain decoding faster (not a cap)
     per_position_drafted: list[int] = field(default_factory=list)
     per_position_accepted: list[int] = field(default_factory=list)
     rate_history: list[tuple[float, float]] = field(default_factory=list)  # (seconds, tokens/s)

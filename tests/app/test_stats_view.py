@@ -33,6 +33,14 @@ def test_no_speculation_hides_acceptance_and_paused_is_said():
     assert "paused" in texts({"method": "lookup", "speculation_paused": True})["method"]
 
 
+def test_paused_is_worded_as_the_prediction_it_is():
+    paused = {key: (text, tip) for key, text, tip in stat_items({"method": "lookup", "speculation_paused": True})}
+    text, tip = paused["method"]
+    assert text == "prompt lookup (paused: plain decoding predicted faster)"
+    assert "predicted from the step times measured on this machine" in tip
+    assert "paused" not in texts({"method": "lookup", "speculation_paused": False})["method"]
+
+
 def test_stats_bar_shows_text_and_sparkline(qtbot):
     bar = StatsBar()
     qtbot.addWidget(bar)

@@ -1,0 +1,55 @@
+"""'Speculation paused' says the adaptive policy predicted plain decoding faster. It must never be
+said because an answer's last tokens left no room to draft (the token budget caps the draft length)."""
+import pytest
+
+from engine.bench import read_prompts
+from engine.draft_policy import DraftLengthPolicy, SpeculationConfig
+from engine.generate import SpeculativeDecoder
+from engine.paths import resources_dir
+from engine.proposers.lookup import LookupProposer
+from engine.sampling import SamplingParams
+
+GREEDY = SamplingParams(temperature=0.0)
+
+
+def copying_prompt() -> str:
+    items = read_prompts(resources_dir() / "prompts" / "grounded.jsonl")
+    return next(p["prompt"] for p in items if p["id"] == "copy-passage")
+
+
+def pin_step_costs(monkeypatch, one_row_s: float, extra_row_s: float) -> None:
+    """The policy sees these step times instead of live ones, so its choice does not depend on what
+    else the machine runs; the acceptance it reacts to is the real model's."""
+    record_step = DraftLengthPolicy.record_step
+    monkeypatch.setattr(DraftLengthPolicy, "record_step",
+                        lambda self, rows, seconds: record_step(self, rows, one_row_s + extra_row_s * (rows - 1)))
+
+
+def answer(decoder: SpeculativeDecoder, prompt: list[int], max_tokens: int) -> list[tuple[bool, int]]:
+    """(paused, the policy's draft length) as the stats panel sees them after each delta (the first
+    delta is the prompt's own token, before any step chose a length)."""
+    trace = []
+    for _ in decoder.generate(prompt, GREEDY, max_tokens=max_tokens, ignore_eos=True):
+        trace.append((decoder.stats.speculation_paused, decoder.stats.policy_draft_length))
+    return trace
+
+
+def test_the_token_budget_capping_the_last_drafts_is_not_reported_as_paused(target, monkeypatch):
+    pin_step_costs(monkeypatch, one_row_s=0.010, extra_row_s=0.0005)  # verified rows nearly free: drafting pays
+    decoder = SpeculativeDecoder(target, LookupProposer(), SpeculationConfig(max_draft=8, adaptive=True))
+    prompt = target.tokenize(copying_prompt())
+    answer(decoder, prompt, 32)  # the policy learns that drafting pays on this copying text
+    assert decoder.stats.speculative_steps > 0
+    for budget in (2, 3, 5):  # 2: the only step has room for no draft at all
+        trace = answer(decoder, prompt, budget)
+        assert decoder.stats.generated == budget
+        assert not decoder.stats.speculation_paused, (budget, trace)
+        assert all(paused == (chosen == 0) for paused, chosen in trace[1:]), (budget, trace)
+
+
+def test_the_policy_choosing_plain_decoding_is_reported_as_paused(target, monkeypatch):
+    pin_step_costs(monkeypatch, one_row_s=0.010, extra_row_s=0.010)  # every verified row costs a whole step
+    decoder = SpeculativeDecoder(target, LookupProposer(), SpeculationConfig(max_draft=8, adaptive=True))
+    trace = answer(decoder, target.tokenize(copying_prompt()), 24)
+    assert decoder.stats.speculation_paused and decoder.stats.policy_draft_length == 0, trace
+    assert all(paused == (chosen == 0) for paused, chosen in trace[1:]), trace
