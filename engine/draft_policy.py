@@ -27,6 +27,10 @@ OPTIMISTIC_ROW_COST = 0.1
 # measured at once.
 ROW_COST_EXPONENT = 0.5
 PROBE_EVERY = 24  # steps between probes of a costly proposer while speculation is off
+# Speculative steps between plain ones while a costly proposer drafts. A draft model may draft every
+# step (it never stops on its own at p_min 0), and without a measured plain step the policy could only
+# guess what it is judged against; the step time also drifts with the context and the machine's load.
+PLAIN_PROBE_EVERY = 32
 
 
 @dataclass
@@ -65,6 +69,8 @@ class DraftLengthPolicy:
         self._step_time: dict[int, _Ema] = {}  # rows verified -> seconds
         self._draft_time = _Ema()  # seconds per drafted token
         self._steps_since_speculation = 0
+        self._steps_since_plain = 0
+        self.measuring_plain = False  # the last choice was 0 to measure a plain step, not because it wins
         self.last_choice = config.max_draft
 
     # --- measurements -------------------------------------------------------------------------
@@ -76,6 +82,7 @@ class DraftLengthPolicy:
     def record_step(self, rows: int, seconds: float) -> None:
         self._step_time.setdefault(rows, _Ema()).add(seconds)
         self._steps_since_speculation = 0 if rows > 1 else self._steps_since_speculation + 1
+        self._steps_since_plain = 0 if rows == 1 else self._steps_since_plain + 1
 
     def record_draft(self, tokens: int, seconds: float) -> None:
         if tokens:
@@ -106,6 +113,9 @@ class DraftLengthPolicy:
             out.append(total)
         return out
 
+    def measured(self, rows: int) -> bool:
+        return rows in self._step_time
+
     def step_seconds(self, rows: int) -> float | None:
         """Target step time for `rows` rows: measured, interpolated between measured sizes, or guessed."""
         known = sorted((r, e.mean) for r, e in self._step_time.items() if e.mean is not None)
@@ -135,6 +145,7 @@ class DraftLengthPolicy:
     def choose(self) -> int:
         """Draft tokens to verify next step (0: decode plainly)."""
         cfg = self.config
+        self.measuring_plain = False
         if not cfg.adaptive or cfg.max_draft == 0:
             self.last_choice = cfg.max_draft
             return cfg.max_draft
@@ -144,6 +155,10 @@ class DraftLengthPolicy:
             # shadow meanwhile. A costly one (a draft model someone chose) starts drafting.
             self.last_choice = cfg.max_draft if self.costly else 0
             return self.last_choice
+        if self.costly and (not self.measured(1) or self._steps_since_plain >= PLAIN_PROBE_EVERY):
+            self.measuring_plain = True
+            self.last_choice = 0
+            return 0
         expected = self.expected_tokens()
         best_k, best_rate = 0, MIN_GAIN * expected[0] / plain
         for k in range(cfg.min_draft, cfg.max_draft + 1):

@@ -116,7 +116,6 @@ class SpeculativeDecoder:
         target.set_interrupt(cancel.is_set)
         try:
             logits = self._prefill(prompt, cancel)
-            proposer.begin(prompt, sampling, self.device, seed)
         except GenerationCancelled:
             target.set_interrupt(None)
             stats.finish_reason = "cancelled"
@@ -125,6 +124,7 @@ class SpeculativeDecoder:
         stats.prefill_s = time.perf_counter() - started
 
         history = list(prompt)
+        proposer_begun = False
         shadow: list[int] = []  # a free proposal scored against what the target produced instead
         shadow_hits = 0
         memory_read_at = 0.0
@@ -183,13 +183,20 @@ class SpeculativeDecoder:
                 self._cached = history[:-1] if history else []
                 return
 
+            if not proposer_begun:  # only now, so the first token never waits for a draft model's prefill
+                t = time.perf_counter()
+                proposer.begin(prompt, sampling, self.device, seed)
+                stats.draft_s += time.perf_counter() - t
+                proposer_begun = True
+
             # --- one step: draft, verify in one batch, keep a prefix plus one target token -------
             room = min(max_tokens - stats.generated - 1, target.n_ctx - len(history), target.n_batch - 1)
             chosen = policy.choose() if speculating else 0
             k = min(chosen, max(room, 0))
             stats.policy_draft_length, stats.draft_length = chosen, k
             # Paused only when the policy predicted plain decoding faster, not when the room ran out.
-            stats.speculation_paused = speculating and self.speculation.adaptive and chosen == 0
+            stats.speculation_paused = (speculating and self.speculation.adaptive and chosen == 0
+                                        and not policy.measuring_plain)  # a plain step taken to measure it
             proposal_tokens, q = [], None
             if k >= self.speculation.min_draft:
                 t = time.perf_counter()
