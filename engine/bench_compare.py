@@ -1,9 +1,12 @@
 """Side-by-side speed check on one machine, interleaved per prompt so drift hits all methods alike.
 
-python -m engine.bench_compare --model embedded --prompts resources/prompts/grounded.jsonl --max-tokens 200
+python -m engine.bench_compare --model embedded --prompts resources/prompts/grounded.jsonl --max-tokens 200 [--ignore-eos]
 
 Methods: llama-cpp-python's own create_completion (the reference), and this engine's none / lookup
-(/ draft with --draft). Prints decode tokens/s per prompt and the median ratio against each baseline.
+(/ draft with --draft), all greedy on the same prompt tokens. Both sides count sampled tokens (not
+stream chunks, which can merge tokens) and follow one end-token rule: both stop at the first end
+token, or with --ignore-eos both go on to --max-tokens. Prints what was compared, decode tokens/s per
+prompt and the median ratio against each baseline.
 """
 from __future__ import annotations
 
@@ -13,7 +16,8 @@ import statistics
 import sys
 import time
 
-from llama_cpp import Llama
+import numpy as np
+from llama_cpp import Llama, LogitsProcessorList, StoppingCriteriaList
 
 from .bench import read_prompts
 from .embedded import resolve_model
@@ -21,26 +25,51 @@ from .loader import DecoderSettings, build_decoder
 from .sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0)
+REFERENCE = "llama-cpp-python"
 
 
-def reference_rate(llm: Llama, prompt: str, max_tokens: int) -> float:
-    """create_completion's decode speed, counted as llama.cpp's server does (after the first token)."""
-    first = last = None
-    n = 0
-    for _ in llm.create_completion(prompt, max_tokens=max_tokens, temperature=0.0, top_k=1, stream=True):
-        last = time.perf_counter()
-        first = first or last
-        n += 1
-    return (n - 1) / (last - first) if n > 1 else 0.0
+def reference_run(llm: Llama, prompt: list[int], max_tokens: int, end_tokens: list[int] | None) -> tuple[float, dict]:
+    """create_completion's decode speed, counted as llama.cpp's server does (after the first token).
+    end_tokens: masked so that it goes on past them (it has no ignore-EOS switch); None: it stops at them."""
+    sampled_at: list[float] = []
+
+    def note_token(_ids, _logits) -> bool:  # called once per sampled token (and once more at the end)
+        sampled_at.append(time.perf_counter())
+        return False
+
+    def mask_end_tokens(_ids, logits: np.ndarray) -> np.ndarray:
+        logits[end_tokens] = -np.inf
+        return logits
+
+    out = llm.create_completion(prompt, max_tokens=max_tokens, temperature=0.0, top_k=1,
+                                stopping_criteria=StoppingCriteriaList([note_token]),
+                                logits_processor=LogitsProcessorList([mask_end_tokens]) if end_tokens else None)
+    n = out["usage"]["completion_tokens"]  # tokens it kept: an end token that stopped it is not one
+    times = sampled_at[:n]
+    rate = (n - 1) / (times[-1] - times[0]) if n > 1 and times[-1] > times[0] else 0.0
+    return rate, {"generated": n, "finish_reason": out["choices"][0]["finish_reason"]}
 
 
-def engine_rate(decoder, prompt: str, max_tokens: int, ignore_eos: bool) -> tuple[float, dict]:
-    tokens = decoder.target.tokenize(prompt)
-    for _ in decoder.generate(tokens, GREEDY, max_tokens=max_tokens, ignore_eos=ignore_eos):
+def engine_rate(decoder, prompt: list[int], max_tokens: int, ignore_eos: bool) -> tuple[float, dict]:
+    for _ in decoder.generate(prompt, GREEDY, max_tokens=max_tokens, ignore_eos=ignore_eos):
         pass
     s = decoder.stats
-    return s.decode_tokens_per_s or 0.0, {"generated": s.generated, "acceptance": s.acceptance_rate,
-                                          "mean_len": s.mean_acceptance_length}
+    return s.decode_tokens_per_s or 0.0, {"generated": s.generated, "finish_reason": s.finish_reason,
+                                          "acceptance": s.acceptance_rate, "mean_len": s.mean_acceptance_length}
+
+
+def median_ratio(rows: list[dict], method: str, baseline: str) -> float | None:
+    """Median of method / baseline over the prompt runs where the baseline decoded (≥ 2 tokens)."""
+    ratios = [r[method] / r[baseline] for r in rows if r[baseline] > 0]
+    return statistics.median(ratios) if ratios else None
+
+
+def what_was_compared(methods: list[str], max_tokens: int, ignore_eos: bool) -> str:
+    eos = ("end tokens ignored on both sides (create_completion's are masked by a logits processor, its only "
+           "way to go on past them)" if ignore_eos else "both stop at the first end token")
+    return (f"Compared: llama-cpp-python's create_completion (not streamed) and SpecChat's loop "
+            f"({', '.join(methods)}), greedy, the same prompt tokens, up to {max_tokens} tokens; both count sampled "
+            f"tokens, decode tokens/s = (tokens - 1) / time from the first token to the last; {eos}.")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,26 +90,28 @@ def main(argv: list[str] | None = None) -> int:
     methods = ["none", "lookup"] + (["draft"] if args.draft else [])
     decoders = {m: build_decoder(DecoderSettings(model=args.model, draft=args.draft, method=m, threads=args.threads,
                                                  max_draft=args.max_draft)) for m in methods}
+    target = decoders["none"].target
+    end_tokens = [t for t in range(target.n_vocab) if target.is_end(t)] if args.ignore_eos else None
+    compared = what_was_compared(methods, args.max_tokens, args.ignore_eos)
+    print(compared)
     rows = []
     for _ in range(args.repeats):
         for item in prompts:
-            row = {"id": item["id"], "llama-cpp-python": reference_rate(llm, item["prompt"], args.max_tokens)}
+            tokens = target.tokenize(item["prompt"])  # one tokenization, so both sides decode the same prompt
+            row = {"id": item["id"]}
+            row[REFERENCE], row[REFERENCE + "_detail"] = reference_run(llm, tokens, args.max_tokens, end_tokens)
             for m, decoder in decoders.items():
-                row[m], row[m + "_detail"] = engine_rate(decoder, item["prompt"], args.max_tokens, args.ignore_eos)
+                row[m], row[m + "_detail"] = engine_rate(decoder, tokens, args.max_tokens, args.ignore_eos)
             rows.append(row)
             print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()
                               if not k.endswith("_detail")}), file=sys.stderr)
-    ratios = {
-        "none / llama-cpp-python": statistics.median(r["none"] / r["llama-cpp-python"] for r in rows),
-        "lookup / none": statistics.median(r["lookup"] / r["none"] for r in rows),
-    }
-    if args.draft:
-        ratios["draft / none"] = statistics.median(r["draft"] / r["none"] for r in rows)
+    ratios = {f"none / {REFERENCE}": median_ratio(rows, "none", REFERENCE),
+              **{f"{m} / none": median_ratio(rows, m, "none") for m in methods[1:]}}
     for name, value in ratios.items():
-        print(f"{name}: {value:.2f}x (median over {len(rows)} prompt runs)")
+        print(f"{name}: " + ("n/a" if value is None else f"{value:.2f}x") + f" (median over {len(rows)} prompt runs)")
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"rows": rows, "ratios": ratios}, f, indent=1)
+            json.dump({"compared": compared, "rows": rows, "ratios": ratios}, f, indent=1)
     return 0
 
 

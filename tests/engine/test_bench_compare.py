@@ -1,0 +1,40 @@
+"""engine.bench_compare compares like with like: llama-cpp-python's create_completion and SpecChat's
+loop count tokens the same way and follow the same end-token rule, and the output says so."""
+import json
+
+from engine.bench_compare import main
+
+# SmolLM2 answers this in a few tokens and then writes its end token (greedy: "The answer is: 4").
+PROMPT = "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
+MAX_TOKENS = 12
+
+
+def compare(tmp_path, *flags: str) -> dict:
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "sum", "prompt": PROMPT}) + "\n")
+    out = tmp_path / "out.json"
+    assert main(["--model", "embedded", "--prompts", str(prompts), "--max-tokens", str(MAX_TOKENS),
+                 "--threads", "2", "--out", str(out), *flags]) == 0
+    return json.loads(out.read_text())
+
+
+def generated(row: dict) -> dict[str, int]:
+    return {side: row[side + "_detail"]["generated"] for side in ("llama-cpp-python", "none", "lookup")}
+
+
+def test_with_ignore_eos_both_sides_decode_exactly_max_tokens(tmp_path, capsys):
+    result = compare(tmp_path, "--ignore-eos")
+    (row,) = result["rows"]
+    assert generated(row) == {"llama-cpp-python": MAX_TOKENS, "none": MAX_TOKENS, "lookup": MAX_TOKENS}
+    assert "end tokens ignored on both sides" in result["compared"]
+    assert result["compared"] in capsys.readouterr().out
+
+
+def test_without_it_both_sides_stop_at_the_end_token(tmp_path):
+    result = compare(tmp_path)
+    (row,) = result["rows"]
+    counts = generated(row)
+    assert counts["llama-cpp-python"] < MAX_TOKENS and row["llama-cpp-python_detail"]["finish_reason"] == "stop"
+    assert row["none_detail"]["finish_reason"] == "stop" == row["lookup_detail"]["finish_reason"]
+    assert len(set(counts.values())) == 1, counts  # the same greedy answer, counted alike
+    assert "both stop at the first end token" in result["compared"]
