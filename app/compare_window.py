@@ -150,7 +150,7 @@ class RunPane(QGroupBox):
         if self.kind == SPECULATIVE:
             parts += [items.get("acceptance", "accepted n/a"), items.get("mean_length", "n/a tok/step")]
             if self.stats.get("speculation_paused"):
-                parts.append("drafting paused (not paying off)")
+                parts.append("drafting paused (plain decoding predicted faster)")
         if items.get("finish"):
             parts.append(items["finish"])
         self.figures.setText("  ·  ".join(parts))
