@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from .draft_policy import PROBE_EVERY, DraftLengthPolicy, SpeculationConfig
+from .draft_policy import PLAIN_PROBE_EVERY, PROBE_EVERY, DraftLengthPolicy, SpeculationConfig
 from .errors import EngineError, GenerationCancelled, InvalidSettingError
 from .proposers.base import NoProposer, Proposal, Proposer
 from .proposers.draft_model import check_draft, stack_candidates
@@ -119,6 +119,19 @@ class BatchResult:
         return sum(len(r.tokens) for r in self.runs)
 
 
+VERIFY, DRAFT = 0, 1  # the random streams a request samples from
+
+
+def stream_seed(seed: int, index: int, role: int) -> int:
+    """The seed of one random stream: request `index` of a batch run with `seed`, for its verifier or its
+    draft. Mixed (splitmix64 over a counter), so no two requests or roles share a stream, as seed + index
+    for the verifier and + 1 for the draft did (request i's draft drew request i+1's verifier's numbers)."""
+    x = (seed + (2 * index + role + 1) * 0x9E3779B97F4A7C15) % 2**64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) % 2**64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) % 2**64
+    return (x ^ (x >> 31)) % (2**63 - 1)
+
+
 # --- drafters: proposals for many sequences at once ---------------------------------------------
 class SequenceDrafter:
     """A stateless proposer (none, prompt lookup) asked once per sequence."""
@@ -144,7 +157,7 @@ class _DraftSlot:
     cached: list[int]
     sampling: SamplingParams
     device: torch.device
-    seed: int  # its own stream, still reproducible
+    seed: int  # the draft's own stream (stream_seed), still reproducible
     generator: torch.Generator
 
 
@@ -168,7 +181,7 @@ class BatchedDraftModel:
         self.model.forget_from(0, slot)
         # The prompt in one prefill, as the target processes it, so draft == target gives equal logits.
         self.model.prefill(prompt, 0, seq_id=slot)
-        self._slots[slot] = _DraftSlot(list(prompt), sampling, device, seed + 1, make_generator(seed + 1, device))
+        self._slots[slot] = _DraftSlot(list(prompt), sampling, device, seed, make_generator(seed, device))
 
     def finish(self, slot: int) -> None:
         self.model.forget_from(0, slot)
@@ -276,6 +289,7 @@ class BatchDraftPlanner:
         self._steps = DraftLengthPolicy(config, costly_proposer)
         self._draft_per_token: float | None = None
         self._steps_without_drafts = 0
+        self._steps_with_drafts = 0
 
     def reset(self, slot: int) -> None:
         self._acceptance[slot] = DraftLengthPolicy(self.config, self.costly)
@@ -283,6 +297,7 @@ class BatchDraftPlanner:
     def record_step(self, rows: int, drafted_rows: int, seconds: float) -> None:
         self._steps.record_step(rows, seconds)
         self._steps_without_drafts = 0 if drafted_rows else self._steps_without_drafts + 1
+        self._steps_with_drafts = self._steps_with_drafts + 1 if drafted_rows else 0
 
     def record_acceptance(self, slot: int, drafted: int, accepted: int) -> None:
         self._acceptance[slot].record_acceptance(drafted, accepted)
@@ -301,6 +316,8 @@ class BatchDraftPlanner:
             # Nothing measured yet: as in the chat, a free proposer starts plain and earns drafts in
             # the shadow; a costly one (a draft model someone chose) starts drafting.
             return [min(cfg.max_draft, c) if self.costly else 0 for c in caps]
+        if self.costly and (not self._steps.measured(len(slots)) or self._steps_with_drafts >= PLAIN_PROBE_EVERY):
+            return [0] * len(caps)  # measure the draft-free step that drafting is judged against
         expected = [self._acceptance[s].expected_tokens() for s in slots]
         draft_cost = (self._draft_per_token or 0.0) if self.costly else 0.0
         lengths = allocate_draft_rows(expected, caps, len(slots), self._steps.step_seconds, draft_cost)
@@ -349,6 +366,7 @@ class BatchDecoder:
         runs: list[RequestRun | None] = [None] * len(requests)
         totals = BatchTotals()
         started = time.perf_counter()
+        seed = request_seed(sampling)  # reproducible with a seed; each request gets streams of its own
         target.forget_all()
 
         def report() -> None:
@@ -388,18 +406,34 @@ class BatchDecoder:
             if reason:
                 finish(seq, reason)
 
+        def fits(prompt: list[int]) -> bool:
+            """Room in the shared cache for the prompt and one row for every sequence's next step."""
+            return not active or len(prompt) + len(active) + 1 <= self._free_cells(active)
+
         try:
             while queue or active:
                 if cancel.is_set():
                     raise GenerationCancelled("stopped by the user")
-                while queue and free_slots:  # admit: prefill into a free sequence id
+                while queue and free_slots and fits(queue[-1][1].prompt):  # admit: prefill into a free id
                     index, request = queue.pop()
-                    seq, first = self._admit(index, request, free_slots.pop(), sampling, totals, planner)
+                    seq, first = self._admit(request, free_slots.pop(), sampling, stream_seed(seed, index, VERIFY),
+                                             totals, planner)
                     runs[index] = seq.run
                     active.append(seq)
                     now = time.perf_counter()
                     seq.run.stats.ttft_s = now - seq.run.admitted_at
                     emit(seq, [first], now)  # the first token obeys the same end/budget rules
+                    if seq in active:  # only now, so the first token never waits for a draft model's prefill
+                        t = time.perf_counter()
+                        self.drafter.start(seq.run.slot, request.prompt, sampling, self.device,
+                                           stream_seed(seed, index, DRAFT))
+                        spent = time.perf_counter() - t
+                        seq.run.stats.draft_s += spent
+                        totals.draft_s += spent
+                # Every sequence needs a cell for its next token. When they do not all fit, the one holding
+                # the most of the cache ends, as a lone sequence ends when it fills the context.
+                while active and self._free_cells(active) < len(active):
+                    finish(max(active, key=lambda s: len(s.history)), "context")
                 if active:
                     self._step(active, planner, totals, speculating, max_tokens, emit)
                 report()
@@ -410,16 +444,16 @@ class BatchDecoder:
         return BatchResult([r for r in runs if r is not None], totals, started, time.perf_counter())
 
     # --- one request joins ---------------------------------------------------------------------
-    def _admit(self, index: int, request: BatchRequest, slot: int, sampling: SamplingParams,
-               totals: BatchTotals, planner: BatchDraftPlanner) -> tuple[_Sequence, int]:
-        """Prefill a request into its sequence id; returns the sequence and its first token."""
+    def _admit(self, request: BatchRequest, slot: int, sampling: SamplingParams, seed: int, totals: BatchTotals,
+               planner: BatchDraftPlanner) -> tuple[_Sequence, int]:
+        """Prefill a request into its sequence id; returns the sequence and its first token (the drafter
+        starts after it is out). seed: the verifier's stream."""
         target = self.target
         if not request.prompt:
             raise InvalidSettingError(f"request {request.id}: the prompt is empty")
         if len(request.prompt) >= target.n_ctx:
             raise EngineError(f"request {request.id}: a {len(request.prompt)}-token prompt does not fit "
                               f"the {target.n_ctx}-token context")
-        seed = request_seed(sampling) + index  # reproducible with a seed, yet no two requests alike
         stats = GenerationStats(method=self.drafter.name, backend=target.backend, prompt_tokens=len(request.prompt))
         run = RequestRun(request.id, slot, [], stats, admitted_at=time.perf_counter())
         target.forget_from(0, slot)
@@ -428,19 +462,24 @@ class BatchDecoder:
         first = verifier.verify(logits, [], None, position=len(request.prompt)).next_token
         stats.prefill_s = time.perf_counter() - run.admitted_at
         totals.prefill_s += stats.prefill_s
-        self.drafter.start(slot, request.prompt, sampling, self.device, seed)
         planner.reset(slot)
         return _Sequence(run, list(request.prompt), verifier), first
+
+    def _free_cells(self, active: list[_Sequence]) -> int:
+        """Cells left in the target's KV cache, which every sequence shares (kv_unified: n_ctx in all).
+        A sequence holds its history but the last token (the KV convention)."""
+        return self.target.n_ctx - sum(len(s.history) - 1 for s in active)
 
     # --- one step for every active sequence ----------------------------------------------------
     def _step(self, active: list[_Sequence], planner: BatchDraftPlanner, totals: BatchTotals, speculating: bool,
               max_tokens: int, emit) -> None:
         target, cfg = self.target, self.speculation
         row_budget = (target.n_batch - len(active)) // len(active)  # every sequence's drafts fit one batch
+        cell_budget = (self._free_cells(active) - len(active)) // len(active)  # ... and the shared cache
         proposals: list[Proposal] = [Proposal() for _ in active]
         if speculating:
-            caps = [max(0, min(cfg.max_draft, row_budget, max_tokens - s.run.stats.generated - 1,
-                               target.n_ctx - len(s.history))) for s in active]
+            caps = [max(0, min(cfg.max_draft, row_budget, cell_budget, max_tokens - s.run.stats.generated - 1))
+                    for s in active]
             lengths = planner.plan([s.run.slot for s in active], caps)
             wants = [(i, s, k) for i, (s, k) in enumerate(zip(active, lengths)) if k >= cfg.min_draft]
             if wants:

@@ -1,12 +1,14 @@
 """Batched multi-sequence decoding with the real embedded model: lossless per sequence, and each
 sequence's KV cache rolled back on its own."""
+import time
+
 import llama_cpp as L
 import numpy as np
 import pytest
 
-from engine.batch_decode import (BatchDecoder, BatchedDraftModel, BatchRequest, SequenceDrafter,
+from engine.batch_decode import (BatchDecoder, BatchDraftPlanner, BatchedDraftModel, BatchRequest, SequenceDrafter,
                                  allocate_draft_rows)
-from engine.draft_policy import SpeculationConfig
+from engine.draft_policy import PLAIN_PROBE_EVERY, SpeculationConfig
 from engine.proposers.lookup import LookupProposer
 from engine.runtime import LoadSettings, Model
 from engine.sampling import SamplingParams
@@ -35,6 +37,14 @@ PROMPTS = {
     "numbers": "Numbers: one, two, three, four, five, six, seven, eight.\nOnce more: one, two,",
     "story": "Once upon a time, in a village at the edge of a great forest,",
 }
+
+
+@pytest.fixture(scope="module")
+def batch_draft(model_path):
+    """draft = target: a second copy of the same file."""
+    model = Model(model_path, LoadSettings(n_ctx=2048, threads=2, n_seq_max=SLOTS))
+    yield model
+    model.close()
 
 
 @pytest.fixture(scope="module")
@@ -195,3 +205,110 @@ def test_draft_rows_go_where_they_pay():
     assert allocate_draft_rows([likely, unlikely], [3, 3], 2, flat)[0] == 3
     assert allocate_draft_rows([likely, unlikely], [3, 3], 2, flat)[1] >= 1
     assert allocate_draft_rows([likely, likely], [3, 1], 2, flat) == [3, 1]  # caps hold
+
+
+def test_a_costly_drafter_that_always_drafts_still_measures_draft_free_steps():
+    """A batched draft model at p_min 0 drafts whenever it is asked, so the draft-free step that drafting
+    is judged against is never measured unless the planner takes one now and then. Here drafting pays
+    (verified rows nearly free, every draft kept): the plain steps are measurements, and drafting
+    resumes after each."""
+    planner = BatchDraftPlanner(SpeculationConfig(max_draft=4), costly_proposer=True)
+    slots = [0, 1]
+    for slot in slots:
+        planner.reset(slot)
+    plans = []
+    for _ in range(2 * PLAIN_PROBE_EVERY + 4):
+        lengths = planner.plan(slots, [4, 4])
+        plans.append(lengths)
+        drafted = sum(lengths)
+        planner.record_step(len(slots) + drafted, drafted, 0.010 + 0.0005 * drafted)
+        planner.record_draft(drafted, 0.001 * drafted)
+        for slot, k in zip(slots, lengths):
+            if k:
+                planner.record_acceptance(slot, k, k)
+    plain = [i for i, lengths in enumerate(plans) if not any(lengths)]
+    assert plain and plain[0] == 1, plans  # right after the first drafting step
+    assert len(plain) == 3 and all(b - a <= PLAIN_PROBE_EVERY + 1 for a, b in zip(plain, plain[1:])), plain
+    assert all(lengths == [4, 4] for i, lengths in enumerate(plans) if i not in plain), plans
+
+
+def test_a_requests_first_token_does_not_wait_for_the_draft_models_prompt(batch_target, batch_draft, requests,
+                                                                          monkeypatch):
+    """The first token comes from the target's prefill alone (TTFT); the draft processes the prompt after
+    it, and that time still counts as drafting."""
+    prefills = []  # (sequence id, started, seconds) of each prefill in the draft
+    real_prefill = batch_draft.prefill
+
+    def watched_prefill(tokens, start_pos=0, seq_id=0, **kwargs):
+        t = time.perf_counter()
+        out = real_prefill(tokens, start_pos, seq_id=seq_id, **kwargs)
+        prefills.append((seq_id, t, time.perf_counter() - t))
+        return out
+
+    monkeypatch.setattr(batch_draft, "prefill", watched_prefill)
+    decoder = BatchDecoder(batch_target, BatchedDraftModel(batch_draft, batch_target, p_min=0.0),
+                           SpeculationConfig(max_draft=2, adaptive=False))
+    result = decoder.run(requests[:2], 2, GREEDY, max_tokens=4, ignore_eos=True)
+    for run in result.runs:
+        started = [t for slot, t, _ in prefills if slot == run.slot]
+        assert started and started[0] > run.first_token_at, (run.request_id, prefills, run.deliveries)
+        assert run.stats.drafted > 0
+    assert result.totals.draft_s >= sum(seconds for _, _, seconds in prefills)
+
+
+def test_requests_in_one_batch_draw_from_random_streams_of_their_own(batch_target, batch_draft, monkeypatch):
+    """Each request's verifier and draft sample with seeds no other request or role shares (seed + index
+    gave request i's draft the seed of request i+1's verifier), and identical prompts sampled together
+    still come out differently, reproducibly for one seed."""
+    import engine.batch_decode as batch_decode
+    from engine.verifier import Verifier
+
+    verifier_seeds, draft_seeds = [], []
+
+    class RecordingVerifier(Verifier):
+        def __init__(self, params, device, seed):
+            super().__init__(params, device, seed)
+            verifier_seeds.append(seed)
+
+    class RecordingDraft(BatchedDraftModel):
+        def start(self, slot, *args):
+            super().start(slot, *args)
+            draft_seeds.append(self._slots[slot].seed)
+
+    monkeypatch.setattr(batch_decode, "Verifier", RecordingVerifier)
+    prompt = batch_target.tokenize(PROMPTS["kyoto"])
+    same = [BatchRequest(f"kyoto#{i}", prompt) for i in range(3)]
+    sampling = SamplingParams(temperature=1.0, top_k=40, top_p=1.0, min_p=0.0, seed=5)
+    outputs = []
+    for _ in range(2):
+        decoder = BatchDecoder(batch_target, RecordingDraft(batch_draft, batch_target, p_min=0.0),
+                               SpeculationConfig(max_draft=2, adaptive=False))
+        result = decoder.run(same, 3, sampling, max_tokens=10, ignore_eos=True)
+        outputs.append([tuple(r.tokens) for r in result.runs])
+    assert len(verifier_seeds) == len(draft_seeds) == 6
+    assert len(set(verifier_seeds[:3] + draft_seeds[:3])) == 6, (verifier_seeds, draft_seeds)
+    assert len(set(outputs[0])) == 3, outputs[0]  # the same prompt, three different samples
+    assert outputs[1] == outputs[0]  # and the seed reproduces them
+
+
+@pytest.fixture(scope="module")
+def small_context(model_path):
+    model = Model(model_path, LoadSettings(n_ctx=256, threads=2, n_seq_max=SLOTS))
+    yield model
+    model.close()
+
+
+def test_sequences_that_outgrow_the_shared_context_end_cleanly(small_context, requests):
+    """All sequences share one KV cache of n_ctx cells (kv_unified). Three at a time, each allowed more
+    than a third of it: when the next step would not fit, a sequence ends with 'context' and keeps its
+    tokens, the rest carry on and complete, and no decode fails."""
+    target = small_context
+    decoder = KvCheckingDecoder(target, SequenceDrafter(LookupProposer()),
+                                SpeculationConfig(max_draft=4, adaptive=False))
+    result = decoder.run(requests, concurrency=3, sampling=GREEDY, max_tokens=120, ignore_eos=True)
+    reasons = [r.stats.finish_reason for r in result.runs]
+    assert "context" in reasons and "length" in reasons and set(reasons) <= {"context", "length"}, reasons
+    for request, run in zip(requests, result.runs):
+        assert len(run.tokens) == 120 if run.stats.finish_reason == "length" else run.tokens  # kept, if cut
+        assert len(request.prompt) + len(run.tokens) <= target.n_ctx
+        assert_self_consistent(target, request.prompt, run.tokens, run.request_id)
