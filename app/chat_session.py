@@ -53,6 +53,7 @@ class ChatSession(QObject):
         self.conversation_id: int | None = None
         self.model_name = ""
         self.streaming: Message | None = None  # the response being written (maybe in another conversation)
+        self._before_continue: tuple | None = None  # (status, stats) of an answer being continued
         self.streaming_conversation: int | None = None
         self.request: GenerationRequest | None = None
         self._saved_at = 0.0
@@ -144,6 +145,7 @@ class ChatSession(QObject):
         message = message if message is not None else (items[-1] if items else None)
         if self.busy or not items or message is not items[-1] or not continuable(message):
             return False
+        self._before_continue = (message.status, message.stats)  # put back if the continuation fails
         message.status, message.notice = "streaming", ""
         self.store.update_message(message)
         self.streaming, self.streaming_conversation = message, self.conversation_id
@@ -197,11 +199,11 @@ class ChatSession(QObject):
         history = []
         for i, m in enumerate(messages):
             whole = m.role != "assistant" or (continue_last and i == len(messages) - 1)
-            content = m.content if whole else without_thinking(m.content)
+            content = storable(m.content if whole else without_thinking(m.content))  # (imported text too)
             if content and m.status != "error":
                 history.append({"role": m.role, "content": content})
         if settings.system_prompt.strip():
-            history.insert(0, {"role": "system", "content": settings.system_prompt.strip()})
+            history.insert(0, {"role": "system", "content": storable(settings.system_prompt.strip())})
         return history
 
     def _generate(self, messages: list[Message], continue_last: bool = False) -> None:
@@ -242,7 +244,11 @@ class ChatSession(QObject):
     def _failed(self, rid: int, message: str, stats) -> None:
         if not self._mine(rid):
             return
-        if self.streaming is not None:
+        if self.streaming is not None and self._before_continue is not None:
+            # A failed continuation leaves the answer as it was (it can be continued again), with the reason.
+            self.streaming.status, self.streaming.stats = self._before_continue
+            self.streaming.notice = message
+        elif self.streaming is not None:
             self.streaming.status = "error"
             self.streaming.notice = message
             self.streaming.stats = self._with_thought(stats) if stats else self.streaming.stats
@@ -256,6 +262,7 @@ class ChatSession(QObject):
         return stats if seconds is None else {**stats, "thought_s": seconds}
 
     def _end(self) -> None:
+        self._before_continue = None
         self._changed()
         self._save()
         if self.streaming_conversation is not None and self.streaming is not None:

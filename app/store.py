@@ -435,11 +435,23 @@ def _salvage(source_path: Path, store: ConversationStore) -> tuple[int, int]:
                 except sqlite3.Error:
                     pass  # it sits on a damaged page, or its values no longer make sense
             counts[table] = copied, len(ids)
+        if _has_column(source, "conversations", "settings"):  # schema version 2: each chat's own settings
+            _copy_settings(source, store.db)
         _relink(store.db, parents)
     finally:
         store.db.execute("COMMIT")
         source.close()
     return counts["messages"]
+
+
+def _copy_settings(source: sqlite3.Connection, db: sqlite3.Connection) -> None:
+    for cid in _readable_ids(source, "conversations"):
+        try:
+            row = source.execute("SELECT settings FROM conversations WHERE id=?", (cid,)).fetchone()
+            if row and row[0] is not None:
+                db.execute("UPDATE conversations SET settings=? WHERE id=?", (row[0], cid))
+        except sqlite3.Error:
+            pass  # on a damaged page: that chat follows the default preset
 
 
 def _relink(db: sqlite3.Connection, parents: dict[int, object]) -> None:

@@ -87,3 +87,25 @@ def test_pasted_text_with_a_lone_surrogate_is_answered_and_saved(make_window, wa
     assert reply.status == "done" and reply.content
     saved = window.store.messages(window.session.conversation_id)
     assert saved[0].content == "Broken paste: \ufffd end. Pairs stay: \U0001F600"
+
+
+def test_a_failed_continue_leaves_the_answer_as_it_was(make_window, wait_response, quick_settings, dirs, qtbot):
+    window = make_window(replace(quick_settings, max_tokens=6))
+    window.session.send("Count: 1, 2, 3, 4,")
+    reply = wait_response(window)
+    assert reply.stats["finish_reason"] == "length"
+    before = (reply.status, reply.content, reply.stats)
+    with qtbot.waitSignal(window.modelFailed, timeout=30_000):
+        window.apply_settings(replace(window.settings, model=str(dirs / "gone.gguf")))
+    assert window.session.continue_answer()
+    qtbot.waitUntil(lambda: not window.session.busy, timeout=30_000)
+    assert (reply.status, reply.content, reply.stats) == before  # still an answer, still continuable
+    assert "No model is loaded" in reply.notice
+    assert window.session.prompt_history(window.session.model.items)[-1]["content"] == reply.content
+
+
+def test_a_lone_surrogate_in_a_chat_system_prompt_is_answered(make_window, wait_response, quick_settings):
+    window = make_window(quick_settings)
+    window.session.set_conversation_settings({"system_prompt": "Be brief \ud83d."})  # half an emoji, pasted
+    assert window.session.send("Hello")
+    assert wait_response(window).status == "done"

@@ -129,6 +129,7 @@ def test_a_damaged_page_is_noticed_at_open_kept_aside_and_the_rest_salvaged(dirs
     for c in range(5):
         cid = store.create_conversation(f"Chat {c}")
         ids.append(cid)
+        store.set_conversation_settings(cid, {"preset": "Precise", "temperature": 0.1 * c})
         for i in range(60):
             store.add_message(cid, Message(None, "user", f"message {c}.{i} " + "words " * 40))
     store.close()
@@ -145,6 +146,8 @@ def test_a_damaged_page_is_noticed_at_open_kept_aside_and_the_rest_salvaged(dirs
     saved = sum(len(store.messages(cid)) for cid in ids)  # every conversation reads without an error
     assert 250 < saved < 300 if btree == "messages" else saved == 300  # all but those on the damaged page
     assert f"{saved} of 300 messages were recovered" in notices[0]
+    assert [store.conversation_settings(cid) for cid in ids] == [  # each chat keeps its own settings
+        {"preset": "Precise", "temperature": 0.1 * c} for c in range(5)]
 
 
 def test_a_database_from_a_newer_version_is_left_untouched(dirs):
