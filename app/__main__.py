@@ -121,7 +121,8 @@ def _come_forward(window, request: dict) -> None:
     text = request.get("send")
     if isinstance(text, str) and text.strip():
         if window.session.busy:
-            window.input.setPlainText(text)  # a response is being written: the message waits in the box
+            typed = window.input.toPlainText().rstrip()  # a response is being written: the message waits
+            window.input.setPlainText(f"{typed}\n\n{text}" if typed else text)  # beside what was typed
         else:
             window.new_chat()
             window.session.send(text)

@@ -6,6 +6,7 @@ the chat's own choice is kept when the dialog is accepted.
 """
 from __future__ import annotations
 
+from PySide6.QtCore import Signal
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QGridLayout, QHBoxLayout, QInputDialog,
                                QLabel, QLineEdit, QMessageBox, QPlainTextEdit, QPushButton, QVBoxLayout)
@@ -33,6 +34,8 @@ def preset_summary(session: ChatSession) -> tuple[str, str]:
 class ChatSettingsButton(QPushButton):
     """Shows the open chat's preset; opens its settings."""
 
+    changed = Signal()  # the dialog closed: the chat's settings may differ (the context meter counts again)
+
     def __init__(self, session: ChatSession, parent=None):
         super().__init__(parent)
         self.session = session
@@ -53,6 +56,7 @@ class ChatSettingsButton(QPushButton):
 
     def _closed(self, _result: int) -> None:
         self.refresh()
+        self.changed.emit()
         if self.dialog is not None:
             self.dialog.deleteLater()
             self.dialog = None

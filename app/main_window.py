@@ -147,7 +147,8 @@ class MainWindow(QMainWindow):
         self.sparkline_toggle.toggled.connect(self._set_sparkline)
         self.panel.conversationSelected.connect(self.open_conversation)
         self.panel.newRequested.connect(self.new_chat)
-        self.panel.deleted.connect(self.session.forget)
+        self.panel.deleted.connect(self._conversation_deleted)
+        self.chat_settings_button.changed.connect(self.meter.schedule)
         self.session.busyChanged.connect(self._busy_changed)
         self.session.noticeRaised.connect(lambda text, level: self.notices.show_notice(text, level))
         self.session.conversationsChanged.connect(self._conversations_changed)
@@ -287,6 +288,15 @@ class MainWindow(QMainWindow):
         self.chat_settings_button.refresh()
         self._update_title()
 
+    def _conversation_deleted(self, conversation_id: int) -> None:
+        was_open = self.session.conversation_id == conversation_id
+        self.session.forget(conversation_id)
+        if was_open:  # nothing of it may linger: an edit in progress, its preset, its title, its files
+            self.cancel_edit()
+            self.tray.clear()
+            self.chat_settings_button.refresh()
+            self._update_title()
+
     def _update_title(self) -> None:
         cid = self.session.conversation_id
         conv = self.store.conversation(cid) if cid is not None else None
@@ -327,7 +337,6 @@ class MainWindow(QMainWindow):
     def export_conversation(self, path: str | Path | None = None) -> bool:
         """The open conversation to a file: .json holds every branch, anything else is Markdown. Without
         a path, asks for one."""
-        from PySide6.QtWidgets import QFileDialog
 
         from .conversation_io import export_json, export_markdown, suggested_file_name
 
@@ -358,7 +367,6 @@ class MainWindow(QMainWindow):
         """A JSON export as a new conversation, opened; its id, or None if refused. Without a path, asks."""
         import sqlite3
 
-        from PySide6.QtWidgets import QFileDialog
 
         from .conversation_io import ConversationFileError, import_json
 
@@ -578,6 +586,9 @@ class MainWindow(QMainWindow):
 
     # --- closing ------------------------------------------------------------------------------
     def closeEvent(self, event) -> None:
+        for window in (self._lab, self._models_dialog, self._compare):  # a Compare run is cancelled too
+            if window is not None:
+                window.close()
         self.session.stop()
         if not self.engine.shutdown():
             log.warning("the engine thread did not stop in time")
@@ -590,9 +601,6 @@ class MainWindow(QMainWindow):
                 "splitter_state": bytes(self.splitter.saveState().toBase64()).decode()}))
         except Exception:  # noqa: BLE001 - closing must never fail
             log.exception("saving the window layout")
-        for window in (self._lab, self._models_dialog, self._compare):
-            if window is not None:
-                window.close()
         self._list_refresh.stop()
         self.meter.stop()  # a count scheduled by the last events would read the closed store
         self.store.close()

@@ -291,9 +291,6 @@ class ConversationStore:
             (message.content, message.status, message.model, _dump(message.stats), _dump(message.draft_spans),
              message.notice, message.id))
 
-    def delete_messages(self, ids: list[int]) -> None:
-        self.db.executemany("DELETE FROM messages WHERE id=?", [(i,) for i in ids])
-
     def close(self) -> None:
         self.db.close()
 

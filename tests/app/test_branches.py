@@ -243,3 +243,18 @@ def test_salvage_keeps_the_tree_and_links_a_file_without_one_as_chains(dirs, tmp
     fresh = ConversationStore(tmp_path / "fresh.sqlite3")
     assert _salvage(tmp_path / "v2.sqlite3", fresh) == (3, 3)
     assert [m.content for m in fresh.messages(7)] == ["q", "a", "q2"]
+
+
+def test_deleting_the_open_chat_while_editing_leaves_nothing_behind(make_window, wait_response, quick_settings):
+    window = make_window(quick_settings)
+    window.session.send("First question")
+    wait_response(window)
+    window.start_edit(window.session.model.items[0])
+    assert window.editing
+    window.panel.delete(window.session.conversation_id, confirm=False)
+    assert not window.editing and not window.edit_label.isVisible()
+    assert window.windowTitle() == "SpecChat"
+    window.input.setPlainText("A new question")
+    window.send_message()  # Enter works again: a new chat, not an edit of a message that is gone
+    assert wait_response(window).status == "done"
+    assert [m.content for m in window.session.model.items][0] == "A new question"

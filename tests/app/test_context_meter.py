@@ -76,3 +76,16 @@ def test_warning_texts_for_each_state():
     assert warning_text(replace(room, tokens=950, drafted=False))[0].startswith("The context is full")
     assert "the 1 oldest message out" in warning_text(replace(room, tokens=950, trimmed=1))[0]
     assert "does not fit the context even on its own" in warning_text(replace(room, tokens=2000, overflow=True))[0]
+
+
+def test_meter_counts_again_when_the_chat_settings_change(make_window, qtbot, quick_settings):
+    store_conversation(("user", "Name three rivers in Europe.", None),
+                       ("assistant", "The Danube, the Rhine and the Loire.", {"tokens_per_s": 30.0}))
+    window = make_window(quick_settings)
+    wait_measured(qtbot, window, formatter_count(window))
+    dialog = window.chat_settings_button.open_dialog()
+    dialog.system_prompt.setPlainText("You are a geography teacher who answers in full sentences.")
+    dialog.accept()
+    with_prompt = formatter_count(window)  # the system prompt now goes first
+    wait_measured(qtbot, window, with_prompt)
+    assert window.meter.count.text().startswith(f"{with_prompt:,} /")
