@@ -16,6 +16,7 @@ refused with a message, and so are files too large for the model's context.
 """
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,8 @@ from PySide6.QtGui import QColor, QFontDatabase, QIcon, QPainter, QPainterPath, 
 from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFrame, QGridLayout, QHBoxLayout, QPlainTextEdit, QStyle,
                                QToolButton, QVBoxLayout, QWidget)
 
+log = logging.getLogger(__name__)
+
 MAX_FILE_BYTES = 8 << 20  # beyond any context SpecChat runs; a bigger file is not even read
 BYTES_PER_TOKEN_BOUND = 8  # no tokenizer packs text denser than this on average: the bound with no model loaded
 BINARY_SUFFIXES = frozenset(
@@ -35,6 +38,7 @@ BINARY_SUFFIXES = frozenset(
     ".sqlite .sqlite3 .db .woff .woff2 .ttf .otf .iso .dmg .wasm".split())
 _HEADER = re.compile(r"File: (?P<name>[^\n]+)\n(?P<fence>`{3,})[^\n`]*\n")
 _BLOCK_START = re.compile(r"(?:^|\n\n)(?=File: )")
+
 
 
 class AttachmentRefused(Exception):
@@ -268,6 +272,15 @@ class AttachmentRow(QWidget):
         self.setVisible(bool(attachments))
 
 
+def _count(counter, text: str):
+    """The tokens of text, or -1 when counting failed (the safe byte bound decides then)."""
+    try:
+        return counter.count_text(text)
+    except Exception:  # noqa: BLE001 - a file must never vanish without a word
+        log.exception("counting an attached file's tokens")
+        return -1
+
+
 class AttachmentTray(AttachmentRow):
     """The files to go with the message being written. add_files checks each one first: a refused file
     is reported through `refused`, with the reason, and nothing else changes."""
@@ -281,6 +294,7 @@ class AttachmentTray(AttachmentRow):
         self.counter = counter
         self.budget = budget
         self.attachments: list[Attachment] = []
+        self.pending = 0  # files still being counted: the message waits for them
         self.removed.connect(self.remove)
 
     def add_files(self, paths: list[str]) -> None:
@@ -295,7 +309,8 @@ class AttachmentTray(AttachmentRow):
                 self._add(attachment)
             elif self.counter is not None and self.counter.available:
                 block = attachment.block()
-                self.counter.submit(lambda f, block=block: f.count_text(block),
+                self.pending += 1
+                self.counter.submit(lambda f, block=block: _count(f, block),
                                     lambda tokens, a=attachment, b=budget: self._sized(a, tokens, b))
             elif attachment.size > budget * BYTES_PER_TOKEN_BOUND:
                 self.refused.emit(self._too_large(attachment, f"{human_size(attachment.size)}", budget))
@@ -303,8 +318,11 @@ class AttachmentTray(AttachmentRow):
                 self._add(attachment)
 
     def _sized(self, attachment: Attachment, tokens, budget: int) -> None:
-        if isinstance(tokens, int) and tokens > budget:
+        self.pending -= 1
+        if tokens > budget:
             self.refused.emit(self._too_large(attachment, f"{tokens:,} tokens", budget))
+        elif tokens < 0 and attachment.size > budget * BYTES_PER_TOKEN_BOUND:
+            self.refused.emit(self._too_large(attachment, f"{human_size(attachment.size)}", budget))  # uncounted
         else:
             self._add(attachment)
 

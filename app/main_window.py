@@ -224,6 +224,9 @@ class MainWindow(QMainWindow):
         if self.session.busy:
             self.statusBar().showMessage("A response is being written: wait for it, or press Esc to stop it.", 4000)
             return
+        if self.tray.pending:
+            self.statusBar().showMessage("An attached file is still being checked: send again in a moment.", 4000)
+            return
         text = compose(self.input.toPlainText(), self.tray.attachments)
         if not text.strip():
             return

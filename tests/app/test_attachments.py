@@ -128,3 +128,19 @@ def test_with_no_model_loaded_a_byte_bound_refuses_what_cannot_fit(qtbot, dirs):
     tray.add_files([str(big), str(small)])
     assert len(refused) == 1 and "big.txt is too large" in refused[0] and "9.0 KB" in refused[0]
     assert [a.name for a in tray.attachments] == ["small.txt"]
+
+
+def test_send_waits_for_a_file_still_being_checked(make_window, qtbot, wait_response, quick_settings, dirs):
+    notes = dirs / "notes.md"
+    notes.write_text("# Notes\n\n- one\n- two\n", encoding="utf-8")
+    window = make_window(quick_settings)
+    qtbot.waitUntil(lambda: window.counter.available, timeout=30_000)  # files are counted in the model's tokens
+    window.tray.add_files([str(notes)])  # on the meter's thread: the answer comes back as an event
+    window.input.setPlainText("Summarise the notes.")
+    window.send_message()  # before the count is back: nothing is sent without the file
+    assert window.session.model.items == [] and window.input.toPlainText() == "Summarise the notes."
+    assert "still being checked" in window.statusBar().currentMessage()
+    qtbot.waitUntil(lambda: len(window.tray.attachments) == 1, timeout=30_000)
+    window.send_message()
+    wait_response(window)
+    assert "File: notes.md" in window.session.model.items[0].content
