@@ -81,6 +81,8 @@ class SpeculativeDecoder:
         try:
             logits = target.prefill(prompt[keep:], keep, should_stop=cancel.is_set)
         except GenerationCancelled:
+            if not target.can_roll_back:  # a half-read prompt cannot be cut back to where it began
+                keep, self._cached = 0, []
             target.forget_from(keep)
             raise
         self._cached = list(prompt)
@@ -124,6 +126,7 @@ class SpeculativeDecoder:
         stats.prefill_s = time.perf_counter() - started
 
         history = list(prompt)
+        decoded = len(history)  # positions the target's cache holds
         proposer_begun = False
         shadow: list[int] = []  # a free proposal scored against what the target produced instead
         shadow_hits = 0
@@ -180,7 +183,7 @@ class SpeculativeDecoder:
                 target.set_interrupt(None)
                 stats.finish_reason = finish
                 stats.memory = read_memory(target.backend)
-                self._cached = history[:-1] if history else []
+                self._cached = history[:decoded]  # exactly what the cache holds (a recurrent state must match)
                 return
 
             if not proposer_begun:  # only now, so the first token never waits for a draft model's prefill
@@ -215,11 +218,13 @@ class SpeculativeDecoder:
                 logits = target.decode([history[-1], *proposal_tokens], pos, len(proposal_tokens) + 1)
             except GenerationCancelled:  # Stop arrived mid-verify: drop the half-processed batch
                 target.forget_from(pos)
+                decoded = pos
                 new_tokens, from_draft = [], []
                 continue
             verdict = verifier.verify(logits, proposal_tokens, q, position=len(history))
             policy.record_step(len(proposal_tokens) + 1, time.perf_counter() - t)
-            target.forget_from(pos + 1 + verdict.accepted)
+            decoded = pos + 1 + verdict.accepted  # the last token kept is decoded by the next step
+            target.forget_from(decoded)
             stats.verify_steps += 1
             if proposal_tokens:
                 stats.speculative_steps += 1

@@ -65,8 +65,9 @@ def _kv(key: str, value: int | str) -> bytes:
     return struct.pack("<Q", len(name)) + name + payload
 
 
-def write_tiny_mamba(path: Path) -> Path:
-    """A one-layer Mamba with random weights: a real recurrent model llama.cpp loads and runs."""
+def write_tiny_mamba(path: Path, eos: int = 2) -> Path:
+    """A one-layer Mamba with random weights: a real recurrent model llama.cpp loads and runs.
+    eos: its end-of-text token (pick one it writes, for answers that end on their own)."""
     tokens = default_tokens()
     n_vocab, n_embd, d_inner, d_state, d_conv, dt_rank = len(tokens), 16, 32, 4, 4, 2
     writer = gguf.GGUFWriter(str(path), "mamba")
@@ -90,7 +91,7 @@ def write_tiny_mamba(path: Path) -> Path:
     writer.add_token_types(types)
     writer.add_unk_token_id(0)
     writer.add_bos_token_id(1)
-    writer.add_eos_token_id(2)
+    writer.add_eos_token_id(eos)
     rng = np.random.default_rng(0)
     shapes = {  # llama.cpp's (ne0, ne1) order; numpy wants them reversed
         "token_embd.weight": (n_embd, n_vocab), "output_norm.weight": (n_embd,),

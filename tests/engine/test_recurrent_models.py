@@ -66,3 +66,36 @@ def test_the_loader_says_why_there_is_no_speculation(mamba):
 
 def test_gemma_can_roll_back(target):
     assert target.can_roll_back
+
+
+class StopAfter:
+    """A cancel flag that reads as set from its n-th look on (prefill looks once per chunk)."""
+
+    def __init__(self, looks: int):
+        self.looks = looks
+
+    def is_set(self) -> bool:
+        self.looks -= 1
+        return self.looks < 0
+
+
+def test_the_turn_after_an_answer_that_ended_on_its_own(tmp_path):
+    # 138 is a token this model writes: as its end token, answers end by themselves.
+    model = Model(write_tiny_mamba(tmp_path / "eos-mamba.gguf", eos=138), LoadSettings(n_ctx=256, threads=1))
+    decoder = SpeculativeDecoder(model)
+    answer = run(decoder, PROMPT)
+    assert decoder.stats.finish_reason == "stop"
+    follow_up = PROMPT + answer + [40, 41, 42]
+    assert run(decoder, follow_up, 6) == run(SpeculativeDecoder(model), follow_up, 6)
+    model.close()
+
+
+def test_stop_during_a_long_prompt_cancels_cleanly(tmp_path):
+    model = Model(write_tiny_mamba(tmp_path / "mamba.gguf"), LoadSettings(n_ctx=256, n_batch=32, threads=1))
+    decoder = SpeculativeDecoder(model)
+    prompt = [1] + [3 + i % 290 for i in range(120)]  # four prefill chunks of 32
+    run(decoder, prompt[:20], 1)  # the cache holds its start: the long prompt is read on from there
+    assert list(decoder.generate(prompt, GREEDY, max_tokens=4, cancel=StopAfter(1))) == []
+    assert decoder.stats.finish_reason == "cancelled"
+    assert run(decoder, prompt, 6) == run(SpeculativeDecoder(model), prompt, 6)
+    model.close()
