@@ -22,6 +22,7 @@ from llama_cpp import Llama, LogitsProcessorList, StoppingCriteriaList
 from .bench import read_prompts
 from .embedded import resolve_model
 from .loader import DecoderSettings, build_decoder
+from .model_check import check_model_file
 from .sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -86,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     prompts = read_prompts(args.prompts)
     path = resolve_model(args.model)
+    check_model_file(path)  # Llama() below loads it in this process, where a damaged file would abort it
     llm = Llama(str(path), n_threads=args.threads, n_threads_batch=args.threads, n_ctx=4096, verbose=False)
     methods = ["none", "lookup"] + (["draft"] if args.draft else [])
     decoders = {m: build_decoder(DecoderSettings(model=args.model, draft=args.draft, method=m, threads=args.threads,

@@ -154,6 +154,7 @@ class DraftLengthPolicy:
             # Nothing measured yet. A free proposer starts plain: its proposals are scored in the
             # shadow meanwhile. A costly one (a draft model someone chose) starts drafting.
             self.last_choice = cfg.max_draft if self.costly else 0
+            self.measuring_plain = not self.costly  # a plain step to measure, not a prediction
             return self.last_choice
         if self.costly and (not self.measured(1) or self._steps_since_plain >= PLAIN_PROBE_EVERY):
             self.measuring_plain = True

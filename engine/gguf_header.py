@@ -163,6 +163,8 @@ def metadata_problem(meta: dict, name: str) -> str | None:
     if isinstance(tokens, list):
         seen: dict[bytes, int] = {}
         for i, token in enumerate(tokens):
+            if not token:
+                continue  # llama.cpp renames empty tokens [EMPTY_i]: several of them are fine
             first = seen.setdefault(token, i)
             if first != i:
                 return (f"{name} has the token {token.decode('utf-8', 'replace')!r} twice in its vocabulary "

@@ -134,6 +134,9 @@ def run_lab(config: LabConfig, on_progress: Callable[[LabProgress], None] | None
                                       "Lower the concurrency or max tokens.")
         if "draft" in config.methods:
             draft = Model(resolve_model(config.draft), load)
+            if load.n_ctx > draft.n_ctx:  # its cache follows every sequence too
+                raise InvalidSettingError(f"The draft model holds {draft.n_ctx} tokens; {slots} sequences need "
+                                          f"{load.n_ctx}. Lower the concurrency or max tokens.")
         if set(config.methods) - {"none"}:
             require_rollback(target, draft)
         sampling = SamplingParams(temperature=config.temperature, seed=config.seed)

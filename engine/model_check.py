@@ -26,6 +26,7 @@ CHECK_TIMEOUT_S = 300.0
 VERDICTS_FILE = "model-checks.json"
 FROZEN_FLAG = "--check-model-file"  # how a PyInstaller bundle runs the child (packaging/specchat_launcher.py)
 _verdicts_lock = threading.Lock()
+_CRASH_SIGNALS = {signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE}
 _LAST_WORDS = re.compile(r"(GGML_ASSERT\(.*?\) failed|[^/\s]*error[^:]*:.*)", re.IGNORECASE)
 
 
@@ -42,7 +43,7 @@ def check_model_file(path: str | Path, vocab_only: bool = False) -> None:
         verdict = _check_in_child(path, vocab_only)
         if verdict.pop("final", True):
             with _verdicts_lock:
-                verdicts = {k: v for k, v in _read_verdicts().items() if os.path.exists(k.split("|")[0])}
+                verdicts = {k: v for k, v in _read_verdicts().items() if os.path.exists(k.rsplit("|", 6)[0])}
                 verdicts[key] = verdict  # (verdicts of files that are gone are dropped on the way)
                 _write_verdicts(verdicts)
     if not verdict.get("ok"):
@@ -54,7 +55,9 @@ def _key(path: Path, vocab_only: bool) -> str:
 
     stat = path.stat()
     kind = "vocab" if vocab_only else "model"
-    return f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{llama_cpp.__version__}|{kind}"
+    # inode and ctime too: a copy that keeps size and mtime (cp -p, rsync -t) is still a new file
+    changed = f"{stat.st_size}|{stat.st_mtime_ns}|{stat.st_ino}|{stat.st_ctime_ns}"
+    return f"{path.resolve()}|{changed}|{llama_cpp.__version__}|{kind}"
 
 
 def _check_in_child(path: Path, vocab_only: bool) -> dict:
@@ -74,7 +77,10 @@ def _check_in_child(path: Path, vocab_only: bool) -> dict:
             return json.loads(lines[-1])
         except ValueError:
             pass
-    return {"ok": False, "reason": _crash_reason(name, done.returncode, done.stderr)}
+    # Only a crash says something about the file; a kill (out of memory, logout) or a failure of the
+    # child's own Python is not remembered, so the file is checked again next time.
+    crashed = -done.returncode in _CRASH_SIGNALS
+    return {"ok": False, "final": crashed, "reason": _crash_reason(name, done.returncode, done.stderr)}
 
 
 def _crash_reason(name: str, returncode: int, stderr: str) -> str:
@@ -118,6 +124,7 @@ def _load_problem(path: Path, vocab_only: bool) -> str | None:
     mparams = L.llama_model_default_params()
     mparams.n_gpu_layers = 0
     mparams.vocab_only = vocab_only
+    mparams.use_extra_bufts = False  # no repacked copy of the weights: the check stays within the file's mmap
     model = L.llama_model_load_from_file(str(path).encode(), mparams)
     if not model:
         return (f"llama.cpp could not load {path.name}: the file may be damaged, or its architecture is newer "

@@ -3,6 +3,7 @@ are refused with a reason, as target, as draft and in the vocabulary-only load; 
 once, in a child process. Loads run in subprocesses here, so an abort fails a test, not the run."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -147,3 +148,41 @@ def test_a_small_context_with_a_longer_prompt_decodes(model_path):
     assert [r[0] for r in rows] == ["1", "100", "255"]
     for requested, n_ctx, n_batch, produced in rows:
         assert int(n_batch) <= max(int(requested), 1) and int(n_ctx) >= 256 and produced == "8"
+
+
+def test_empty_tokens_are_not_duplicates_but_repeated_text_is():
+    meta = {"general.architecture": b"llama", "llama.block_count": 2, "tokenizer.ggml.tokens": [b"a", b"", b"b", b""]}
+    assert metadata_problem(meta, "m.gguf") is None  # llama.cpp names empty tokens [EMPTY_i]
+    meta["tokenizer.ggml.tokens"] = [b"a", b"", b"a"]
+    assert "'a' twice" in metadata_problem(meta, "m.gguf")
+
+
+def test_a_copy_that_keeps_size_and_mtime_is_checked_again(tmp_path, monkeypatch, damaged):
+    monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path / "cache"))
+    children = []
+    real = model_check._check_in_child
+    monkeypatch.setattr(model_check, "_check_in_child", lambda *args: children.append(args) or real(*args))
+    first = tmp_path / "model.gguf"
+    shutil.copy2(damaged["bogus-rope"], first)
+    with pytest.raises(ModelFileError):
+        model_check.check_model_file(first)
+    replacement = tmp_path / "replacement.gguf"
+    shutil.copy2(first, replacement)  # same size and mtime (cp -p), another file
+    os.replace(replacement, first)
+    with pytest.raises(ModelFileError):
+        model_check.check_model_file(first)
+    assert len(children) == 2
+
+
+@pytest.mark.parametrize("how, remembered", [("SIGABRT", True), ("SIGKILL", False)])
+def test_only_a_crash_is_remembered_against_a_file(tmp_path, monkeypatch, model_path, how, remembered):
+    """A child killed from outside (out of memory, logout) says nothing about the file: checked again next time."""
+    monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path / "cache"))
+    dies = f"import os, signal; os.kill(os.getpid(), signal.{how})"
+    monkeypatch.setattr(model_check, "_child_command", lambda path, vocab_only: [sys.executable, "-c", dies])
+    path = tmp_path / "model.gguf"
+    shutil.copyfile(model_path, path)
+    with pytest.raises(ModelFileError, match=how):
+        model_check.check_model_file(path)
+    verdicts = tmp_path / "cache" / model_check.VERDICTS_FILE
+    assert verdicts.exists() == remembered

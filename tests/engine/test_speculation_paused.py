@@ -52,4 +52,13 @@ def test_the_policy_choosing_plain_decoding_is_reported_as_paused(target, monkey
     decoder = SpeculativeDecoder(target, LookupProposer(), SpeculationConfig(max_draft=8, adaptive=True))
     trace = answer(decoder, target.tokenize(copying_prompt()), 24)
     assert decoder.stats.speculation_paused and decoder.stats.policy_draft_length == 0, trace
-    assert all(paused == (chosen == 0) for paused, chosen in trace[1:]), trace
+    assert trace[1] == (False, 0), trace  # the first step measures plain decoding: no prediction yet
+    assert all(paused == (chosen == 0) for paused, chosen in trace[2:]), trace
+
+
+def test_the_first_plain_step_of_a_fresh_decoder_is_not_called_a_prediction(target):
+    """Nothing is measured yet, so lookup starts with a plain step to measure: that is not 'paused'."""
+    decoder = SpeculativeDecoder(target, LookupProposer())
+    list(decoder.generate(target.tokenize("One two three one two three one two"), SamplingParams(temperature=0),
+                          max_tokens=2))
+    assert decoder.stats.policy_draft_length == 0 and not decoder.stats.speculation_paused
