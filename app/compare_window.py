@@ -298,7 +298,7 @@ class CompareWindow(QWidget):
         chat = self.chat_settings()
         messages = [{"role": "user", "content": prompt}]
         if chat.system_prompt.strip():
-            messages.insert(0, {"role": "system", "content": chat.system_prompt.strip()})
+            messages.insert(0, {"role": "system", "content": storable(chat.system_prompt.strip())})
         self._greedy = self.greedy.isChecked()
         sampling = chat.sampling()
         self._sampling = replace(sampling, temperature=0.0) if self._greedy else sampling

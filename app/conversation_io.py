@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import time
 from pathlib import Path
+
+from engine.paths import write_text_atomic
 
 from .settings import FIELDS, check_field, write_json_atomic
 from .stats_view import stat_items
@@ -99,26 +100,13 @@ def markdown(store: ConversationStore, conversation_id: int) -> str:
 
 def export_markdown(store: ConversationStore, conversation_id: int, path: Path | str) -> None:
     """The branch shown, readable: title, each turn under its role, each answer's stats. Raises OSError."""
-    _write_text_atomic(Path(path), markdown(store, conversation_id))
+    write_text_atomic(Path(path), markdown(store, conversation_id))
 
 
 def suggested_file_name(title: str, suffix: str) -> str:
     """A file name from a conversation's title, safe on every system."""
     name = re.sub(r'[\\/:*?"<>|\x00-\x1f]+', " ", title).strip(" .") or "conversation"
     return " ".join(name.split())[:80] + suffix
-
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8", errors="replace")
-        os.replace(tmp, path)
-    except OSError:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise
 
 
 # --- import -----------------------------------------------------------------------------------

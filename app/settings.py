@@ -4,7 +4,6 @@ No Qt here: the dialog edits an AppSettings, this module validates, loads and sa
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -15,7 +14,7 @@ from pathlib import Path
 
 from engine.errors import InvalidSettingError
 from engine.loader import DecoderSettings
-from engine.paths import config_dir, unwritable_reason
+from engine.paths import config_dir, write_text_atomic, unwritable_reason
 from engine.sampling import SamplingParams
 
 FILE_NAME = "settings.json"
@@ -171,14 +170,7 @@ def write_json_atomic(path: Path, data) -> None:
     text = json.dumps(data, indent=2, ensure_ascii=False)
     # A lone surrogate (half an emoji, as a paste can give) has no UTF-8 form: a \u escape keeps it exactly.
     text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink()  # a full disk must not leave a half file behind either
-        raise
+    write_text_atomic(path, text)
 
 
 def set_aside(path: Path, label: str = "corrupt", copy: bool = False) -> Path | None:

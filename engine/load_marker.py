@@ -12,7 +12,7 @@ import os
 import time
 from pathlib import Path
 
-from .paths import data_dir
+from .paths import data_dir, write_text_atomic
 
 FILE_NAME = "loading.json"
 log = logging.getLogger(__name__)
@@ -30,9 +30,7 @@ class LoadMarker:
         """About to load `model` as `role` ("target" or "draft") in this process."""
         note = {"role": role, "model": str(model), "pid": os.getpid(), "started": time.time()}
         try:
-            temp = self.path.with_name(self.path.name + ".tmp")
-            temp.write_text(json.dumps(note), encoding="utf-8")
-            os.replace(temp, self.path)
+            write_text_atomic(self.path, json.dumps(note))
         except OSError as exc:  # a read-only data folder: loading goes on, unguarded
             log.warning("could not write the loading marker %s: %s", self.path, exc)
 

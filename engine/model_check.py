@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .errors import ModelFileError
 from .gguf_header import metadata_problem, read_gguf_header, read_gguf_metadata
-from .paths import cache_dir
+from .paths import cache_dir, write_text_atomic
 
 CHECK_TIMEOUT_S = 300.0
 VERDICTS_FILE = "model-checks.json"
@@ -155,13 +155,10 @@ def _read_verdicts() -> dict:
 
 
 def _write_verdicts(verdicts: dict) -> None:
-    target = _verdicts_path()
-    temp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     try:
-        temp.write_text(json.dumps(verdicts, indent=1), encoding="utf-8")
-        os.replace(temp, target)
+        write_text_atomic(_verdicts_path(), json.dumps(verdicts, indent=1))
     except OSError:  # a read-only cache only means checking again next time
-        temp.unlink(missing_ok=True)
+        pass
 
 
 if __name__ == "__main__":

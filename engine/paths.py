@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import tempfile
 from pathlib import Path
 
@@ -59,3 +60,15 @@ def icon_path(size: int | None = 256) -> Path:
     """The app icon: resources/icons/specchat-<size>.png (sizes in ICON_SIZES), or the SVG for None."""
     name = "specchat.svg" if size is None else f"specchat-{size}.png"
     return resources_dir() / "icons" / name
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """text in path, through a temporary file beside it, so a crash or a full disk leaves the old file or
+    the new one, never half of one. Raises OSError (the temporary file is gone then too)."""
+    temp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")  # writers never share one
+    try:
+        temp.write_text(text, encoding="utf-8", errors="replace")
+        os.replace(temp, path)
+    except OSError:
+        temp.unlink(missing_ok=True)
+        raise

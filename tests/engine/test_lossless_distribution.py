@@ -1,6 +1,5 @@
 """Rejection sampling keeps the target's distribution exactly, with a draft model's q rows of different
 widths stacked (padded) together and top-p-only filtering, checked by a chi-square test on many draws."""
-import math
 
 import torch
 

@@ -1,6 +1,5 @@
 """'Speculation paused' says the adaptive policy predicted plain decoding faster. It must never be
 said because an answer's last tokens left no room to draft (the token budget caps the draft length)."""
-import pytest
 
 from engine.bench import read_prompts
 from engine.draft_policy import DraftLengthPolicy, SpeculationConfig
