@@ -12,6 +12,8 @@ from engine.paths import resources_dir
 from engine.proposers.lookup import LookupProposer
 from engine.sampling import SamplingParams
 
+from step_costs import step_seconds
+
 GREEDY = SamplingParams(temperature=0.0)
 TOKENS = 48
 
@@ -54,22 +56,13 @@ def paused_from(trace: list[Snapshot]) -> int | None:
 # sees these instead of live timings, so its decisions do not depend on what else the machine runs;
 # the acceptance it reacts to is the real model's.
 STEP_COST = {1: 1.0, 2: 2.0, 3: 2.1, 5: 3.5, 9: 5.1, 17: 6.6, 33: 10.3}
-ONE_ROW_S = 0.0137
-
-
-def pinned_step_seconds(rows: int) -> float:
-    known = sorted(STEP_COST.items())
-    for (r0, c0), (r1, c1) in zip(known, known[1:]):
-        if rows <= r1:
-            return ONE_ROW_S * (c0 + (c1 - c0) * (rows - r0) / (r1 - r0))
-    return ONE_ROW_S * known[-1][1]
 
 
 @pytest.fixture
 def adaptive_lookup(target, monkeypatch):
     record_step = DraftLengthPolicy.record_step
     monkeypatch.setattr(DraftLengthPolicy, "record_step",
-                        lambda self, rows, seconds: record_step(self, rows, pinned_step_seconds(rows)))
+                        lambda self, rows, seconds: record_step(self, rows, step_seconds(STEP_COST, rows)))
     return SpeculativeDecoder(target, LookupProposer(), SpeculationConfig(max_draft=8, adaptive=True))
 
 

@@ -11,6 +11,8 @@ from engine.proposers.draft_model import DraftModelProposer
 from engine.runtime import LoadSettings, Model
 from engine.sampling import SamplingParams
 
+from step_costs import ONE_ROW_S, step_seconds
+
 GREEDY = SamplingParams(temperature=0.0)
 PROMPT = "The best way to spend three days in Kyoto is"
 
@@ -18,15 +20,6 @@ PROMPT = "The best way to spend three days in Kyoto is"
 # (engine/draft_policy.py). A multi-row step costs more than the square-root law the policy guesses
 # with, so a plain step guessed from long verifies alone looks dearer than it is.
 STEP_COST = {1: 1.0, 2: 2.1, 3: 3.6, 13: 7.4, 17: 9.1}
-ONE_ROW_S = 0.0137
-
-
-def pinned_step_seconds(rows: int) -> float:
-    known = sorted(STEP_COST.items())
-    for (r0, c0), (r1, c1) in zip(known, known[1:]):
-        if rows <= r1:
-            return ONE_ROW_S * (c0 + (c1 - c0) * (rows - r0) / (r1 - r0))
-    return ONE_ROW_S * known[-1][1]
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +39,7 @@ def test_a_draft_that_never_stops_is_switched_off_when_it_cannot_pay(target, dra
     2.2x a real one) and drafting looks worth it for ever."""
     record_step = DraftLengthPolicy.record_step
     monkeypatch.setattr(DraftLengthPolicy, "record_step",
-                        lambda self, rows, seconds: record_step(self, rows, pinned_step_seconds(rows)))
+                        lambda self, rows, seconds: record_step(self, rows, step_seconds(STEP_COST, rows)))
     record_draft = DraftLengthPolicy.record_draft
     monkeypatch.setattr(DraftLengthPolicy, "record_draft",
                         lambda self, tokens, seconds: record_draft(self, tokens, ONE_ROW_S * tokens))

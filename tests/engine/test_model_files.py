@@ -110,11 +110,18 @@ def test_header_checks_name_the_damage(damaged, model_path):
     assert "'Ing' twice" in problem and "ids " in problem
 
 
-def test_a_verdict_is_remembered_until_the_file_changes(tmp_path, monkeypatch, damaged):
+@pytest.fixture
+def child_checks(tmp_path, monkeypatch):
+    """Verdicts in a cache of this test's own; the list of the checks that really started a child."""
     monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path / "cache"))
     children = []
     real = model_check._check_in_child
     monkeypatch.setattr(model_check, "_check_in_child", lambda *args: children.append(args) or real(*args))
+    return children
+
+
+def test_a_verdict_is_remembered_until_the_file_changes(tmp_path, damaged, child_checks):
+    children = child_checks
     path = tmp_path / "model.gguf"
     path.write_bytes(damaged["bogus-rope"].read_bytes())
     for _ in range(2):
@@ -157,11 +164,8 @@ def test_empty_tokens_are_not_duplicates_but_repeated_text_is():
     assert "'a' twice" in metadata_problem(meta, "m.gguf")
 
 
-def test_a_copy_that_keeps_size_and_mtime_is_checked_again(tmp_path, monkeypatch, damaged):
-    monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path / "cache"))
-    children = []
-    real = model_check._check_in_child
-    monkeypatch.setattr(model_check, "_check_in_child", lambda *args: children.append(args) or real(*args))
+def test_a_copy_that_keeps_size_and_mtime_is_checked_again(tmp_path, damaged, child_checks):
+    children = child_checks
     first = tmp_path / "model.gguf"
     shutil.copy2(damaged["bogus-rope"], first)
     with pytest.raises(ModelFileError):

@@ -1,0 +1,15 @@
+"""Pinned target step times for tests of the draft policy: its decisions then follow the real model's
+acceptance, not what else the shared machine is running."""
+from __future__ import annotations
+
+ONE_ROW_S = 0.0137  # one 1-row step of Gemma 3 270M on this 2-core CPU
+
+
+def step_seconds(cost: dict[int, float], rows: int) -> float:
+    """Seconds for a step verifying `rows`, from costs per row count (multiples of a 1-row step),
+    interpolated linearly between the row counts given, flat beyond the last."""
+    known = sorted(cost.items())
+    for (r0, c0), (r1, c1) in zip(known, known[1:]):
+        if rows <= r1:
+            return ONE_ROW_S * (c0 + (c1 - c0) * (rows - r0) / (r1 - r0))
+    return ONE_ROW_S * known[-1][1]
