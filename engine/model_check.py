@@ -38,7 +38,10 @@ def check_model_file(path: str | Path, vocab_only: bool = False) -> None:
     read_gguf_header(path)  # missing, not GGUF, truncated: said at once, without a child
     key = _key(path, vocab_only)
     with _verdicts_lock:
-        verdict = _read_verdicts().get(key)
+        known = _read_verdicts()
+    verdict = known.get(key)
+    if verdict is None and vocab_only and known.get(_key(path, False), {}).get("ok"):
+        verdict = {"ok": True}  # a full load passed, so reading the vocabulary alone does too
     if verdict is None:
         verdict = _check_in_child(path, vocab_only)
         if verdict.pop("final", True):

@@ -190,3 +190,11 @@ def test_only_a_crash_is_remembered_against_a_file(tmp_path, monkeypatch, model_
         model_check.check_model_file(path)
     verdicts = tmp_path / "cache" / model_check.VERDICTS_FILE
     assert verdicts.exists() == remembered
+
+
+def test_a_file_whose_full_load_passed_needs_no_second_child_for_its_vocabulary(tmp_path, model_path, child_checks):
+    path = tmp_path / "model.gguf"
+    shutil.copyfile(model_path, path)
+    model_check.check_model_file(path)  # the target's load
+    model_check.check_model_file(path, vocab_only=True)  # the context meter's or the draft picker's
+    assert [vocab_only for _, vocab_only in child_checks] == [False]
