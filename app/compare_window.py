@@ -19,7 +19,7 @@ from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (QCheckBox, QGroupBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QSpinBox,
                                QTextEdit, QVBoxLayout, QWidget)
 
-from engine.sampling import SamplingParams
+from engine.decoding.sampling import SamplingParams
 
 from .chat_session import storable
 from .presets import Preset

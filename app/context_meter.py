@@ -19,7 +19,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
 
 from engine.chat_format import ChatFormatter, answer_reserve
 from engine.errors import ContextOverflowError
-from engine.runtime import LoadSettings, Model
+from engine.decoding.runtime import LoadSettings, Model
 
 log = logging.getLogger(__name__)
 

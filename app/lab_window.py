@@ -2,7 +2,7 @@
 machine, watch the chart fill in, read the advice, and apply it to the chat.
 
 Its parts live in app/lab/: the experiment form (form.py), the runner that measures on its own
-thread through engine.lab.run_lab, the same code as the CLI (runner.py), the charts (chart.py) and
+thread through engine.measure.lab.run_lab, the same code as the CLI (runner.py), the charts (chart.py) and
 the results table (results_table.py). This module lays them out, starts and cancels runs, and turns
 results into advice; it also saves and loads results documents.
 """
@@ -16,8 +16,8 @@ from PySide6.QtWidgets import (QFileDialog, QGridLayout, QGroupBox, QHBoxLayout,
                                QPushButton, QVBoxLayout, QWidget)
 
 from engine.errors import EngineError
-from engine.lab import LabConfig, LabProgress
-from engine.lab_report import METHOD_WORDS, crossover, with_analysis
+from engine.measure.lab import LabConfig, LabProgress
+from engine.measure.lab_report import METHOD_WORDS, crossover, with_analysis
 
 from .lab.chart import LabChart
 from .lab.form import CUSTOM, LEVELS, PROMPT_SETS, LabForm

@@ -9,7 +9,7 @@ from PySide6.QtGui import QAction, QKeySequence, QPalette
 from PySide6.QtWidgets import (QCheckBox, QFileDialog, QHBoxLayout, QLabel, QMainWindow, QMessageBox, QProgressBar,
                                QPushButton, QSplitter, QToolButton, QVBoxLayout, QWidget)
 
-from engine.embedded import EMBEDDED
+from engine.modelfiles.embedded import EMBEDDED
 from engine.errors import InvalidSettingError
 
 from .attachments import AttachmentTray, FileDrops, compose, paperclip_icon, split_attachments

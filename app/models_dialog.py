@@ -14,9 +14,9 @@ from __future__ import annotations
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QDialog, QTabWidget, QVBoxLayout
 
-from engine import model_store
-from engine.catalog import CatalogPair, load_catalog
-from engine.embedded import EMBEDDED
+from engine.modelfiles import model_store
+from engine.modelfiles.catalog import CatalogPair, load_catalog
+from engine.modelfiles.embedded import EMBEDDED
 from engine.errors import EngineError
 
 from .models.download_worker import DownloadWorker

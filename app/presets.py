@@ -11,7 +11,7 @@ from pathlib import Path
 
 from engine.errors import InvalidSettingError
 from engine.paths import config_dir
-from engine.sampling import SamplingParams
+from engine.decoding.sampling import SamplingParams
 
 from .settings import AppSettings, check_field, read_json_object, set_aside, write_json_atomic
 

@@ -13,9 +13,9 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from engine.errors import InvalidSettingError
-from engine.loader import DecoderSettings
+from engine.decoding.loader import DecoderSettings
 from engine.paths import config_dir, write_text_atomic, unwritable_reason
-from engine.sampling import SamplingParams
+from engine.decoding.sampling import SamplingParams
 
 FILE_NAME = "settings.json"
 METHOD_LABELS = {"draft": "Draft model", "lookup": "Prompt lookup", "none": "Off"}

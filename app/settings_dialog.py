@@ -14,7 +14,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, 
                                QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QPushButton, QScrollArea,
                                QSpinBox, QVBoxLayout, QWidget)
 
-from engine.embedded import DESCRIPTION, EMBEDDED, EMBEDDED_GEMMA
+from engine.modelfiles.embedded import DESCRIPTION, EMBEDDED, EMBEDDED_GEMMA
 from engine.errors import InvalidSettingError
 
 from .settings import METHOD_LABELS, AppSettings

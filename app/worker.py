@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
 
 from engine.chat_format import ChatFormatter, answer_reserve
-from engine.embedded import DISPLAY_NAMES
+from engine.modelfiles.embedded import DISPLAY_NAMES
 from engine.errors import EngineError
-from engine.generate import SpeculativeDecoder
-from engine.load_marker import LoadMarker
-from engine.loader import DecoderSettings, load_draft, load_target, make_proposer
-from engine.proposers.base import NoProposer
-from engine.sampling import SamplingParams
+from engine.decoding.generate import SpeculativeDecoder
+from engine.modelfiles.load_marker import LoadMarker
+from engine.decoding.loader import DecoderSettings, load_draft, load_target, make_proposer
+from engine.decoding.proposers.base import NoProposer
+from engine.decoding.sampling import SamplingParams
 
 log = logging.getLogger(__name__)
 

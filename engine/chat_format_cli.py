@@ -38,8 +38,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def load_vocab(spec: str):
     """The model's vocabulary and template only (no weights). The one place the CLI loads a file."""
-    from .embedded import resolve_model
-    from .runtime import LoadSettings, Model
+    from .modelfiles.embedded import resolve_model
+    from .decoding.runtime import LoadSettings, Model
 
     return Model(resolve_model(spec), LoadSettings(n_gpu_layers=0), vocab_only=True)
 

@@ -5,7 +5,7 @@ as `specchat --check-model-file FILE [--vocab-only]`, handled here before Qt or 
 import sys
 
 if __name__ == "__main__":
-    from engine.model_check import FROZEN_FLAG, child_main
+    from engine.modelfiles.model_check import FROZEN_FLAG, child_main
 
     if len(sys.argv) >= 3 and sys.argv[1] == FROZEN_FLAG:
         sys.exit(child_main(sys.argv[2:]))

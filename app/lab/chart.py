@@ -5,7 +5,7 @@ from PySide6.QtCharts import QChart, QChartView, QLineSeries, QLogValueAxis, QVa
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QPainter, QPen
 
-from engine.lab_report import METHOD_COLOURS, METHOD_WORDS
+from engine.measure.lab_report import METHOD_COLOURS, METHOD_WORDS
 
 
 class LabChart(QChartView):

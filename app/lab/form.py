@@ -6,8 +6,8 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QFormLayout, Q
                                QPushButton, QSpinBox, QVBoxLayout)
 
 from engine.errors import InvalidSettingError
-from engine.lab import LabConfig
-from engine.lab_report import METHOD_WORDS
+from engine.measure.lab import LabConfig
+from engine.measure.lab_report import METHOD_WORDS
 from engine.paths import resources_dir
 
 PROMPT_SETS = {"grounded": "Grounded and editing tasks", "open": "Open-ended chat"}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QTableWidget, QTableWidgetItem
 
-from engine.lab_report import METHOD_WORDS
+from engine.measure.lab_report import METHOD_WORDS
 
 NA = "n/a"
 HEADERS = ["method", "concurrency", "aggregate tok/s", "per-request tok/s", "ITL p50 / p95 ms",

@@ -1,4 +1,4 @@
-"""Runs one lab at a time on its own QThread through engine.lab.run_lab, the same code as the CLI.
+"""Runs one lab at a time on its own QThread through engine.measure.lab.run_lab, the same code as the CLI.
 The window only starts, cancels and listens: every signal carries plain data. Cancel is a
 threading.Event the engine checks every step."""
 from __future__ import annotations
@@ -10,8 +10,8 @@ import time
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from engine.errors import EngineError, GenerationCancelled
-from engine.lab import LabConfig, LabProgress, run_lab
-from engine.lab_report import with_analysis
+from engine.measure.lab import LabConfig, LabProgress, run_lab
+from engine.measure.lab_report import with_analysis
 
 log = logging.getLogger(__name__)
 

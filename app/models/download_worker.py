@@ -1,18 +1,18 @@
-"""The download job runner: one engine.downloads.DownloadJob on a worker thread, reporting by signals."""
+"""The download job runner: one engine.modelfiles.downloads.DownloadJob on a worker thread, reporting by signals."""
 from __future__ import annotations
 
 import logging
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from engine.downloads import DownloadCancelled, DownloadJob, FileRequest
+from engine.modelfiles.downloads import DownloadCancelled, DownloadJob, FileRequest
 from engine.errors import EngineError
 
 log = logging.getLogger(__name__)
 
 
 class DownloadWorker(QObject):
-    progress = Signal(object)  # engine.downloads.Progress
+    progress = Signal(object)  # engine.modelfiles.downloads.Progress
     finished = Signal(list)  # local paths
     failed = Signal(str)
     stopped = Signal(str)

@@ -7,8 +7,8 @@ from pathlib import Path
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QMessageBox, QPushButton, QVBoxLayout, QWidget
 
-from engine import model_store
-from engine.downloads import format_bytes
+from engine.modelfiles import model_store
+from engine.modelfiles.downloads import format_bytes
 from engine.errors import EngineError
 
 from .tables import make_table, selected_key, set_row

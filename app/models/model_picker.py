@@ -11,10 +11,10 @@ from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 from PySide6.QtGui import QStandardItem, QStandardItemModel
 from PySide6.QtWidgets import QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QPushButton, QVBoxLayout
 
-from engine import model_store
-from engine.downloads import format_bytes
-from engine.embedded import DESCRIPTION, EMBEDDED, resolve_model
-from engine.vocab_check import Compatibility
+from engine.modelfiles import model_store
+from engine.modelfiles.downloads import format_bytes
+from engine.modelfiles.embedded import DESCRIPTION, EMBEDDED, resolve_model
+from engine.modelfiles.vocab_check import Compatibility
 
 from .threads import start_worker, stop_and_wait
 

@@ -7,9 +7,9 @@ import html
 from PySide6.QtCore import Qt, QThread, Signal, Slot
 from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
-from engine import model_store
-from engine.catalog import CatalogPair
-from engine.downloads import Progress, format_bytes, partial_bytes
+from engine.modelfiles import model_store
+from engine.modelfiles.catalog import CatalogPair
+from engine.modelfiles.downloads import Progress, format_bytes, partial_bytes
 
 from .download_worker import DownloadWorker
 from .tables import make_table, selected_key, set_row

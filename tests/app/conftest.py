@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from engine.embedded import EMBEDDED_GEMMA, embedded_gemma_path
+from engine.modelfiles.embedded import EMBEDDED_GEMMA, embedded_gemma_path
 
 # Greedy copying of a passage: long enough to stop mid-way, and prompt lookup has real material.
 PASSAGE = ("Passage: The lighthouse at Point Arden was built in 1871 from granite quarried on the island itself. "

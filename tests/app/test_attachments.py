@@ -8,7 +8,7 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication, QFileDialog, QPlainTextEdit
 
 from app.attachments import Attachment, AttachmentTray, compose, split_attachments
-from engine.embedded import EMBEDDED
+from engine.modelfiles.embedded import EMBEDDED
 
 POEM = ("The quick brown fox jumps over the lazy dog.\n"
         "The lazy dog sleeps in the sun.\n"

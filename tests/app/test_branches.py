@@ -146,7 +146,7 @@ def test_which_answers_can_be_continued():
 
 # --- the continuation prompt ------------------------------------------------------------------
 def test_a_continuation_without_a_template_is_the_transcript_with_the_answer_so_far(model_file):
-    from engine.runtime import LoadSettings, Model
+    from engine.decoding.runtime import LoadSettings, Model
 
     asked = [{"role": "user", "content": "Count to five."}]
     with Model(model_file, LoadSettings(n_gpu_layers=0), vocab_only=True) as vocab:
@@ -169,7 +169,7 @@ def test_a_continuation_with_a_template_follows_its_generation_prompt_and_forges
     import sys
     from pathlib import Path
 
-    from engine.runtime import LoadSettings, Model
+    from engine.decoding.runtime import LoadSettings, Model
 
     sys.path.insert(0, str(Path(__file__).parents[1] / "engine"))
     from test_chat_format_injection import SMOLLM2_MISSING, smollm2_path

@@ -90,7 +90,7 @@ def test_a_message_that_cannot_fit_is_refused_clearly():
 
 
 def test_real_embedded_model_has_no_template_and_gets_bos(model_file):
-    from engine.runtime import LoadSettings, Model
+    from engine.decoding.runtime import LoadSettings, Model
 
     with Model(model_file, LoadSettings(n_ctx=256, threads=1), vocab_only=True) as vocab:
         vocab.n_ctx = 256  # a vocab-only load has no context; the formatter only needs the size

@@ -198,7 +198,7 @@ def test_a_failure_while_saving_leaves_no_half_conversation(store, tmp_path, mon
 
 def test_every_stats_figure_the_app_saves_has_a_known_kind():
     from app.worker import snapshot
-    from engine.stats import GenerationStats
+    from engine.decoding.stats import GenerationStats
 
     known = (conversation_io.STATS_NUMBERS | conversation_io.STATS_TEXTS | conversation_io.STATS_FLAGS
              | conversation_io.STATS_NUMBER_LISTS | conversation_io.STATS_PAIR_LISTS)

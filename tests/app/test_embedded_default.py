@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from app.main_window import EMBEDDED_NOTICE
 from app.settings import AppSettings
-from engine.embedded import EMBEDDED, EMBEDDED_GEMMA
+from engine.modelfiles.embedded import EMBEDDED, EMBEDDED_GEMMA
 
 
 def test_default_settings_answer_a_simple_question_with_the_embedded_instruct_model(make_window, wait_response):

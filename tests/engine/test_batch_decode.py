@@ -6,12 +6,12 @@ import llama_cpp as L
 import numpy as np
 import pytest
 
-from engine.batch_decode import (BatchDecoder, BatchDraftPlanner, BatchedDraftModel, BatchRequest, SequenceDrafter,
+from engine.decoding.batch_decode import (BatchDecoder, BatchDraftPlanner, BatchedDraftModel, BatchRequest, SequenceDrafter,
                                  allocate_draft_rows)
-from engine.draft_policy import PLAIN_PROBE_EVERY, SpeculationConfig
-from engine.proposers.lookup import LookupProposer
-from engine.runtime import LoadSettings, Model
-from engine.sampling import SamplingParams
+from engine.decoding.draft_policy import PLAIN_PROBE_EVERY, SpeculationConfig
+from engine.decoding.proposers.lookup import LookupProposer
+from engine.decoding.runtime import LoadSettings, Model
+from engine.decoding.sampling import SamplingParams
 
 SLOTS = 4
 CHECK_SEQ = SLOTS - 1  # a sequence id the decoder is not given, for reference logits
@@ -111,8 +111,8 @@ def test_batched_lookup_is_lossless_and_rolls_back_each_sequence(batch_target, r
 
 def test_the_check_catches_a_verifier_that_keeps_wrong_drafts(batch_target, requests, monkeypatch):
     """The self-consistency check has teeth: keep every lookup draft unverified and it fails."""
-    import engine.batch_decode as batch_decode
-    from engine.verifier import Verdict, Verifier
+    import engine.decoding.batch_decode as batch_decode
+    from engine.decoding.verifier import Verdict, Verifier
 
     class Credulous(Verifier):
         def verify(self, target_logits, drafts, draft_probs, position):
@@ -260,8 +260,8 @@ def test_requests_in_one_batch_draw_from_random_streams_of_their_own(batch_targe
     """Each request's verifier and draft sample with seeds no other request or role shares (seed + index
     gave request i's draft the seed of request i+1's verifier), and identical prompts sampled together
     still come out differently, reproducibly for one seed."""
-    import engine.batch_decode as batch_decode
-    from engine.verifier import Verifier
+    import engine.decoding.batch_decode as batch_decode
+    from engine.decoding.verifier import Verifier
 
     verifier_seeds, draft_seeds = [], []
 

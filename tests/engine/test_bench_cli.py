@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 
 from engine.chat_format import ChatFormatter
-from engine.embedded import embedded_model_path
-from engine.runtime import Model
+from engine.modelfiles.embedded import embedded_model_path
+from engine.decoding.runtime import Model
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPTS = {"capital": "What is the capital of France?", "count": "Count from one to five."}

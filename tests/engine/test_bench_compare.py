@@ -1,8 +1,8 @@
-"""engine.bench_compare compares like with like: llama-cpp-python's create_completion and SpecChat's
+"""engine.measure.bench_compare compares like with like: llama-cpp-python's create_completion and SpecChat's
 loop count tokens the same way and follow the same end-token rule, and the output says so."""
 import json
 
-from engine.bench_compare import main
+from engine.measure.bench_compare import main
 
 # SmolLM2 answers this in a few tokens and then writes its end token (greedy: "The answer is: 4").
 PROMPT = "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"

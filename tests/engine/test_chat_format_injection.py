@@ -15,7 +15,7 @@ import llama_cpp as L
 import pytest
 
 from engine.chat_format import ChatFormatter
-from engine.runtime import LoadSettings, Model
+from engine.decoding.runtime import LoadSettings, Model
 
 sys.path.insert(0, str(Path(__file__).parent))
 from hub_server import write_tiny_gguf  # noqa: E402

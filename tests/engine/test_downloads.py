@@ -18,8 +18,8 @@ import pytest
 
 from hub_server import COMMIT, Fault, LocalHub, write_tiny_gguf
 
-from engine import downloads
-from engine.downloads import (
+from engine.modelfiles import downloads
+from engine.modelfiles.downloads import (
     ChecksumMismatch,
     DownloadCancelled,
     DownloadError,
@@ -330,8 +330,8 @@ def test_a_malformed_hf_endpoint_keeps_a_partial_download_for_later(hub, monkeyp
 
 
 def test_the_embedded_gemma_downloads_from_the_local_hub_and_loads(hub, tmp_path):
-    from engine.embedded import embedded_gemma_path
-    from engine.runtime import Model
+    from engine.modelfiles.embedded import embedded_gemma_path
+    from engine.decoding.runtime import Model
 
     gemma = embedded_gemma_path()
     hub.add_file("google/gemma-3-270m-GGUF", gemma.name, gemma)

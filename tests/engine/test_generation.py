@@ -6,13 +6,13 @@ import time
 import numpy as np
 import pytest
 
-from engine.draft_policy import SpeculationConfig
-from engine.generate import SpeculativeDecoder
+from engine.decoding.draft_policy import SpeculationConfig
+from engine.decoding.generate import SpeculativeDecoder
 from engine.paths import resources_dir
-from engine.proposers.draft_model import DraftModelProposer
-from engine.proposers.lookup import LookupProposer
-from engine.runtime import LoadSettings, Model
-from engine.sampling import SamplingParams
+from engine.decoding.proposers.draft_model import DraftModelProposer
+from engine.decoding.proposers.lookup import LookupProposer
+from engine.decoding.runtime import LoadSettings, Model
+from engine.decoding.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0)
 # llama.cpp's CPU kernels switch to a repacked GEMM for batches of 4+ rows, whose logits differ from

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import lab
-from engine.lab_report import advise, crossover
+from engine.measure import lab
+from engine.measure.lab_report import advise, crossover
 
 ROOT = Path(__file__).resolve().parents[2]
 CELL_FIELDS = {"aggregate_tokens_per_s", "per_request_tokens_per_s", "itl_p50_ms", "itl_p95_ms", "e2e_p50_s",

@@ -1,6 +1,6 @@
 import numpy as np
 
-from engine.proposers.lookup import LookupProposer, find_lookup_draft
+from engine.decoding.proposers.lookup import LookupProposer, find_lookup_draft
 
 
 def h(*tokens):

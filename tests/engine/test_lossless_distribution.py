@@ -3,9 +3,9 @@ widths stacked (padded) together and top-p-only filtering, checked by a chi-squa
 
 import torch
 
-from engine.proposers.draft_model import stack_candidates
-from engine.sampling import SamplingParams, filter_logits
-from engine.verifier import Verifier
+from engine.decoding.proposers.draft_model import stack_candidates
+from engine.decoding.sampling import SamplingParams, filter_logits
+from engine.decoding.verifier import Verifier
 
 VOCAB = 4096
 TOP_P_ONLY = SamplingParams(temperature=1.0, top_k=0, top_p=0.9, min_p=0.0, seed=1)

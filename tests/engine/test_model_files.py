@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from engine import model_check
+from engine.modelfiles import model_check
 from engine.errors import ModelFileError
-from engine.gguf_header import metadata_problem, read_gguf_metadata
+from engine.modelfiles.gguf_header import metadata_problem, read_gguf_metadata
 
 from damaged_models import with_added_key, with_duplicate_token, with_number
 
@@ -67,8 +67,8 @@ def test_damaged_files_are_refused_as_target_draft_and_vocabulary(damaged, model
     done = run_python(f"""
         import json
         from engine.errors import EngineError
-        from engine.loader import DecoderSettings, load_draft, load_target
-        from engine.runtime import LoadSettings, Model
+        from engine.decoding.loader import DecoderSettings, load_draft, load_target
+        from engine.decoding.runtime import LoadSettings, Model
         results = {{}}
         target = Model({str(model_path)!r}, LoadSettings(n_ctx=256, threads=1))
         for name, path in {paths!r}.items():
@@ -138,10 +138,10 @@ def test_a_verdict_is_remembered_until_the_file_changes(tmp_path, damaged, child
 def test_a_small_context_with_a_longer_prompt_decodes(model_path):
     """llama.cpp lowers its batch to a small context; prefill chunks follow, instead of aborting."""
     done = run_python(f"""
-        from engine.generate import SpeculativeDecoder
-        from engine.proposers.lookup import LookupProposer
-        from engine.runtime import LoadSettings, Model
-        from engine.sampling import SamplingParams
+        from engine.decoding.generate import SpeculativeDecoder
+        from engine.decoding.proposers.lookup import LookupProposer
+        from engine.decoding.runtime import LoadSettings, Model
+        from engine.decoding.sampling import SamplingParams
         for n_ctx in (1, 100, 255):
             model = Model({str(model_path)!r}, LoadSettings(n_ctx=n_ctx, threads=2))
             prompt = model.tokenize("one two three four five six seven eight nine ten " * 15)[:200]

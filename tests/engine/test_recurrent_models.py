@@ -2,13 +2,13 @@
 cut back part-way: they decode without speculation, say why, and reuse their cache only forwards."""
 import pytest
 
-from engine.draft_policy import SpeculationConfig
+from engine.decoding.draft_policy import SpeculationConfig
 from engine.errors import EngineError, SpeculationUnavailable
-from engine.generate import SpeculativeDecoder
-from engine.loader import DecoderSettings, build_decoder, make_proposer
-from engine.proposers.lookup import LookupProposer
-from engine.runtime import LoadSettings, Model
-from engine.sampling import SamplingParams
+from engine.decoding.generate import SpeculativeDecoder
+from engine.decoding.loader import DecoderSettings, build_decoder, make_proposer
+from engine.decoding.proposers.lookup import LookupProposer
+from engine.decoding.runtime import LoadSettings, Model
+from engine.decoding.sampling import SamplingParams
 
 from damaged_models import write_tiny_mamba
 

@@ -3,11 +3,11 @@ import struct
 
 import pytest
 
-from engine.draft_policy import DraftLengthPolicy, SpeculationConfig
+from engine.decoding.draft_policy import DraftLengthPolicy, SpeculationConfig
 from engine.errors import InvalidSettingError, ModelFileError
-from engine.gguf_header import read_gguf_header
-from engine.stop_strings import StopMatcher
-from engine.text_stream import TextStream
+from engine.modelfiles.gguf_header import read_gguf_header
+from engine.decoding.stop_strings import StopMatcher
+from engine.decoding.text_stream import TextStream
 
 
 def test_text_stream_never_splits_a_character():

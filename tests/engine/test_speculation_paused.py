@@ -1,12 +1,12 @@
 """'Speculation paused' says the adaptive policy predicted plain decoding faster. It must never be
 said because an answer's last tokens left no room to draft (the token budget caps the draft length)."""
 
-from engine.bench import read_prompts
-from engine.draft_policy import DraftLengthPolicy, SpeculationConfig
-from engine.generate import SpeculativeDecoder
+from engine.measure.bench import read_prompts
+from engine.decoding.draft_policy import DraftLengthPolicy, SpeculationConfig
+from engine.decoding.generate import SpeculativeDecoder
 from engine.paths import resources_dir
-from engine.proposers.lookup import LookupProposer
-from engine.sampling import SamplingParams
+from engine.decoding.proposers.lookup import LookupProposer
+from engine.decoding.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0)
 

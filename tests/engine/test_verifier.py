@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from engine.errors import InvalidSettingError
-from engine.sampling import SamplingParams, filter_logits, make_generator
-from engine.verifier import Verdict, Verifier, verify_greedy
+from engine.decoding.sampling import SamplingParams, filter_logits, make_generator
+from engine.decoding.verifier import Verdict, Verifier, verify_greedy
 
 CHI2_999 = {2: 13.82, 3: 16.27, 4: 18.47, 5: 20.52}  # chi-square 0.999 quantiles by degrees of freedom
 TARGET = np.array([[2.0, 1.5, 0.5, 0.0, -1.0, -3.0], [0.0, 1.0, 2.0, 0.5, 0.0, 0.0]], dtype=np.float32)

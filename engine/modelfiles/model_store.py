@@ -1,9 +1,9 @@
 """Installed models and the pairs they make.
 
-Two kinds of installed model: files downloaded into the models folder (engine.downloads), and GGUF
+Two kinds of installed model: files downloaded into the models folder (engine.modelfiles.downloads), and GGUF
 files elsewhere on disk that the user added; those are only remembered (in local_models.json in
 the data dir), never copied or deleted. Whether a draft can serve a target is llama.cpp's
-vocabulary check (engine.vocab_check) on vocab-only loads, cached per file version.
+vocabulary check (engine.modelfiles.vocab_check) on vocab-only loads, cached per file version.
 """
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ from .downloads import (
     read_source_record,
     source_record_path,
 )
-from .errors import ModelFileError
+from ..errors import ModelFileError
 from .gguf_header import read_gguf_header
-from .paths import data_dir
+from ..paths import data_dir
 from .vocab_check import Compatibility
 
 REGISTRY_FILE = "local_models.json"
@@ -142,7 +142,7 @@ def check_drafts(target: str | Path, drafts: Iterable[str | Path],
             results[draft] = cached
     if not missing:
         return results
-    from .runtime import Model  # llama.cpp loads only when a check is needed
+    from ..decoding.runtime import Model  # llama.cpp loads only when a check is needed
     from .vocab_check import check_compatible
 
     try:
@@ -192,7 +192,7 @@ def _cache_put(target: Path, draft: Path, result: Compatibility) -> None:
 
 
 def _vocab(model_class, path: Path):
-    from .runtime import LoadSettings
+    from ..decoding.runtime import LoadSettings
 
     return model_class(path, LoadSettings(n_gpu_layers=0), vocab_only=True)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import InvalidSettingError
+from ..errors import InvalidSettingError
 
 FORGET = 0.95  # per observation: ~20 recent ones dominate
 MIN_GAIN = 1.1  # speculate only when predicted 10% faster: a near-even bet loses to estimation noise

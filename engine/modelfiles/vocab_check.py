@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import llama_cpp as L
 
-from .errors import VocabMismatchError
+from ..errors import VocabMismatchError
 
 MAX_SIZE_DIFFERENCE = 128
 FIRST_CHECKED_TOKEN = 5

@@ -11,7 +11,7 @@ from typing import Sequence
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ..errors import InvalidSettingError
+from ...errors import InvalidSettingError
 from .base import Proposal
 
 

@@ -16,9 +16,9 @@ from typing import Callable, Sequence
 import llama_cpp as L
 import numpy as np
 
-from .errors import ContextOverflowError, EngineError, GenerationCancelled, ModelFileError
-from .model_check import check_model_file
-from .hardware import backend_name, physical_cores
+from ..errors import ContextOverflowError, EngineError, GenerationCancelled, ModelFileError
+from ..modelfiles.model_check import check_model_file
+from ..hardware import backend_name, physical_cores
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ import numpy as np
 import torch
 
 from .draft_policy import DraftLengthPolicy, SpeculationConfig
-from .errors import ContextOverflowError, GenerationCancelled, InvalidSettingError
-from .hardware import read_memory
+from ..errors import ContextOverflowError, GenerationCancelled, InvalidSettingError
+from ..hardware import read_memory
 from .proposers.base import NoProposer, Proposer
 from .runtime import Model, common_prefix
 from .sampling import SamplingParams, pick_device, request_seed

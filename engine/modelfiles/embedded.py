@@ -18,8 +18,8 @@ import os
 import sys
 from pathlib import Path
 
-from .errors import ModelFileError
-from .paths import cache_dir
+from ..errors import ModelFileError
+from ..paths import cache_dir
 
 EMBEDDED = "embedded"
 EMBEDDED_GEMMA = "embedded-gemma"

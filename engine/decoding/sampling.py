@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import InvalidSettingError
+from ..errors import InvalidSettingError
 
 
 @dataclass(frozen=True)

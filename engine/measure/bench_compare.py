@@ -1,6 +1,6 @@
 """Side-by-side speed check on one machine, interleaved per prompt so drift hits all methods alike.
 
-python -m engine.bench_compare --model embedded --prompts resources/prompts/grounded.jsonl --max-tokens 200 [--ignore-eos]
+python -m engine.measure.bench_compare --model embedded --prompts resources/prompts/grounded.jsonl --max-tokens 200 [--ignore-eos]
 
 Methods: llama-cpp-python's own create_completion (the reference), and this engine's none / lookup
 (/ draft with --draft), all greedy on the same prompt tokens. Both sides count sampled tokens (not
@@ -20,10 +20,10 @@ import numpy as np
 from llama_cpp import Llama, LogitsProcessorList, StoppingCriteriaList
 
 from .bench import read_prompts
-from .embedded import resolve_model
-from .loader import DecoderSettings, build_decoder
-from .model_check import check_model_file
-from .sampling import SamplingParams
+from ..modelfiles.embedded import resolve_model
+from ..decoding.loader import DecoderSettings, build_decoder
+from ..modelfiles.model_check import check_model_file
+from ..decoding.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0)
 REFERENCE = "llama-cpp-python"
@@ -74,7 +74,7 @@ def what_was_compared(methods: list[str], max_tokens: int, ignore_eos: bool) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m engine.bench_compare")
+    ap = argparse.ArgumentParser(prog="python -m engine.measure.bench_compare")
     ap.add_argument("--model", default="embedded")
     ap.add_argument("--draft")
     ap.add_argument("--prompts", required=True)

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from .draft_policy import PLAIN_PROBE_EVERY, PROBE_EVERY, DraftLengthPolicy, SpeculationConfig
-from .errors import EngineError, GenerationCancelled, InvalidSettingError
+from ..errors import EngineError, GenerationCancelled, InvalidSettingError
 from .proposers.base import NoProposer, Proposal, Proposer
 from .proposers.draft_model import check_draft, stack_candidates
 from .runtime import Model, common_prefix

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import psutil
 
-from .batch_decode import BatchResult
-from .hardware import read_memory
+from ..decoding.batch_decode import BatchResult
+from ..hardware import read_memory
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ check foresees every case. So each new or changed file is first loaded by a chil
 child dies, the file is refused with the child's last words and the app lives on. Verdicts are
 remembered by path, size, mtime and llama.cpp version, so each file is checked once.
 
-    python -m engine.model_check FILE [--vocab-only]     the child's side: prints one JSON verdict line
+    python -m engine.modelfiles.model_check FILE [--vocab-only]     the child's side: prints one JSON verdict line
 """
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ import sys
 import threading
 from pathlib import Path
 
-from .errors import ModelFileError
+from ..errors import ModelFileError
 from .gguf_header import metadata_problem, read_gguf_header, read_gguf_metadata
-from .paths import cache_dir, write_text_atomic
+from ..paths import cache_dir, write_text_atomic
 
 CHECK_TIMEOUT_S = 300.0
 VERDICTS_FILE = "model-checks.json"
@@ -103,7 +103,7 @@ def _child_command(path: Path, vocab_only: bool) -> list[str]:
     args = [str(path), *(["--vocab-only"] if vocab_only else [])]
     if getattr(sys, "frozen", False):
         return [sys.executable, FROZEN_FLAG, *args]
-    return [sys.executable, "-m", "engine.model_check", *args]
+    return [sys.executable, "-m", "engine.modelfiles.model_check", *args]
 
 
 def child_main(argv: list[str]) -> int:

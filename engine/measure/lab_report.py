@@ -2,7 +2,7 @@
 words, the markdown summary and the plot. Pure functions of the results document, so the window,
 the CLI and a saved file all give the same answer.
 
-python -m engine.lab_report DIR [DIR ...] --out PLOT.png   (one plot of several runs, a row each)
+python -m engine.measure.lab_report DIR [DIR ...] --out PLOT.png   (one plot of several runs, a row each)
 """
 from __future__ import annotations
 
@@ -321,7 +321,7 @@ def write_plot(runs: list[tuple[str, dict]], path: str | Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m engine.lab_report", description="Plot several lab runs together.")
+    ap = argparse.ArgumentParser(prog="python -m engine.measure.lab_report", description="Plot several lab runs together.")
     ap.add_argument("dirs", nargs="+", help="folders written by python -m engine.lab")
     ap.add_argument("--out", required=True, help="the PNG to write")
     args = ap.parse_args(argv)

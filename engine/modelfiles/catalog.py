@@ -9,8 +9,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import EngineError
-from .paths import resources_dir
+from ..errors import EngineError
+from ..paths import resources_dir
 
 CATALOG_FILE = "catalog.json"
 

@@ -11,10 +11,10 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..errors import InvalidSettingError
+from ...errors import InvalidSettingError
 from ..runtime import Model, common_prefix
 from ..sampling import Candidates, SamplingParams, filter_logits, make_generator, position_seed
-from ..vocab_check import require_compatible
+from ...modelfiles.vocab_check import require_compatible
 from .base import Proposal
 
 

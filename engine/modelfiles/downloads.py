@@ -82,9 +82,9 @@ try:  # huggingface_hub 2.x ships its HTTP client as httpx2
 except ImportError:  # pragma: no cover - older huggingface_hub
     import httpx as _http
 
-from .errors import EngineError, ModelFileError
+from ..errors import EngineError, ModelFileError
 from .gguf_header import GGUF_MAGIC, read_gguf_header
-from .paths import data_dir, write_text_atomic
+from ..paths import data_dir, write_text_atomic
 
 # huggingface_hub hands over 10 MiB at a time; smaller pieces give steady progress on slow links
 # and let a cancel take effect within a fraction of a second.

@@ -5,8 +5,8 @@ import logging
 from dataclasses import dataclass
 
 from .draft_policy import SpeculationConfig
-from .embedded import resolve_model
-from .errors import InvalidSettingError, SpeculationUnavailable
+from ..modelfiles.embedded import resolve_model
+from ..errors import InvalidSettingError, SpeculationUnavailable
 from .generate import SpeculativeDecoder
 from .proposers.base import NoProposer
 from .proposers.draft_model import DraftModelProposer

@@ -12,7 +12,7 @@ import os
 import time
 from pathlib import Path
 
-from .paths import data_dir, write_text_atomic
+from ..paths import data_dir, write_text_atomic
 
 FILE_NAME = "loading.json"
 log = logging.getLogger(__name__)

@@ -1,0 +1,1 @@
+"""Decoding: the model runtime, the step loop, verification, proposers, the cost model."""

@@ -1,0 +1,1 @@
+"""Measuring: bench, the concurrency lab, their metrics and reports."""

@@ -1,0 +1,167 @@
+"""Command line for models: download from the hub, list what is installed, check a pair.
+
+    python -m engine.models download REPO_ID FILENAME [--revision REV]
+        Progress goes to stderr; the last line on stdout is the local path (exit 0).
+        Any failure: a message on stderr and a non-zero exit. Run it again to resume.
+    python -m engine.models download-pair PAIR_ID     both files of a catalog pair
+    python -m engine.models list                      installed models and ready pairs
+    python -m engine.models catalog                   the curated pairs
+    python -m engine.models check TARGET DRAFT        can DRAFT draft for TARGET? (paths or 'embedded')
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from .catalog import find_pair, load_catalog
+from .downloads import (
+    DownloadCancelled,
+    DownloadJob,
+    FileRequest,
+    HubUnreachable,
+    Progress,
+    format_bytes,
+    installed_path,
+    models_dir,
+    partial_bytes,
+)
+from ..errors import EngineError
+
+EXIT_FAILED = 1
+EXIT_INTERRUPTED = 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except KeyboardInterrupt:
+        print("\nStopped. What arrived is kept: run the same command again to resume.", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except DownloadCancelled as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except EngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m engine.models", description="SpecChat models.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    download = commands.add_parser("download", help="download one GGUF file from a Hugging Face repo")
+    download.add_argument("repo_id", metavar="REPO_ID", help="owner/name, e.g. Qwen/Qwen3-0.6B-GGUF")
+    download.add_argument("filename", metavar="FILENAME", help="file in the repo, e.g. Qwen3-0.6B-Q8_0.gguf")
+    download.add_argument("--revision", default="main", help="branch, tag or commit (default: main)")
+    download.set_defaults(run=_download)
+    pair = commands.add_parser("download-pair", help="download a catalog pair (target and draft)")
+    pair.add_argument("pair_id", metavar="PAIR_ID")
+    pair.set_defaults(run=_download_pair)
+    commands.add_parser("list", help="installed models and ready pairs").set_defaults(run=_list)
+    commands.add_parser("catalog", help="the curated pairs").set_defaults(run=_catalog)
+    check = commands.add_parser("check", help="can DRAFT draft for TARGET?")
+    check.add_argument("target", metavar="TARGET")
+    check.add_argument("draft", metavar="DRAFT")
+    check.set_defaults(run=_check)
+    return parser
+
+
+def _download(args) -> int:
+    request = FileRequest(args.repo_id, args.filename, args.revision)
+    try:
+        [path] = DownloadJob([request], _ProgressPrinter()).run()
+    except HubUnreachable as exc:
+        path = installed_path(request)
+        if path is None:
+            raise
+        # Offline but already downloaded: the file is usable, it just could not be checked for updates.
+        print(f"warning: {exc} Using the copy downloaded earlier.", file=sys.stderr)
+    print(path)
+    return 0
+
+
+def _download_pair(args) -> int:
+    pair = find_pair(args.pair_id)
+    requests = [FileRequest(f.repo_id, f.filename, f.revision) for f in pair.files]
+    paths = DownloadJob(requests, _ProgressPrinter()).run()
+    print(f"target: {paths[0]}")
+    print(f"draft:  {paths[1]}")
+    return 0
+
+
+def _list(args) -> int:
+    from .model_store import installed_pairs, list_models
+
+    models = list_models()
+    print(f"Installed models ({len(models)}), downloads in {models_dir()}:")
+    for model in models:
+        where = model.repo_id or "added from disk"
+        print(f"  {model.name:50} {format_bytes(model.size_bytes):>10}  {where}\n    {model.path}")
+    if not models:
+        print("  none yet: try `python -m engine.models download-pair qwen2.5-7b-instruct`")
+    pairs = installed_pairs()
+    print(f"\nReady pairs ({len(pairs)}):")
+    for ready in pairs:
+        print(f"  {ready.pair.id}: {ready.pair.name}\n    target {ready.target}\n    draft  {ready.draft}")
+    partial = [(pair, f) for pair in load_catalog() for f in pair.files
+               if partial_bytes(FileRequest(f.repo_id, f.filename, f.revision))]
+    if partial:
+        print("\nUnfinished downloads (run download-pair again to resume):")
+        for pair, f in partial:
+            done = partial_bytes(FileRequest(f.repo_id, f.filename, f.revision))
+            print(f"  {pair.id}: {f.filename} {format_bytes(done)} of about {format_bytes(f.size_bytes)}")
+    return 0
+
+
+def _catalog(args) -> int:
+    for pair in load_catalog():
+        mark = "" if pair.verified else "  (names not verified)"
+        print(f"{pair.id}: {pair.name}, about {format_bytes(pair.size_bytes)}{mark}")
+        for role, f in (("target", pair.target), ("draft", pair.draft)):
+            print(f"  {role:6} {f.repo_id} {f.filename} ({f.quantization})")
+        print(f"  {pair.note}")
+    return 0
+
+
+def _check(args) -> int:
+    from .embedded import resolve_model
+    from .model_store import check_pair
+
+    target, draft = resolve_model(args.target), resolve_model(args.draft)
+    result = check_pair(target, draft)
+    if result.ok:
+        print(f"compatible: {Path(draft).name} can draft for {Path(target).name}")
+        return 0
+    print(f"not compatible: {result.reason}")
+    return EXIT_FAILED
+
+
+class _ProgressPrinter:
+    """One updating line on a terminal; a line every 10% when stderr is a file or a pipe."""
+
+    def __init__(self):
+        self._tty = sys.stderr.isatty()
+        self._last_step = -1
+        self._last_line = 0.0
+
+    def __call__(self, p: Progress) -> None:
+        if p.phase == "checking":
+            return
+        total = format_bytes(p.total_bytes) if p.total_bytes else "?"
+        line = f"[{p.file_index + 1}/{p.file_count}] {p.filename}: {p.phase} {format_bytes(p.done_bytes)} of {total}"
+        if p.phase == "downloading" and p.speed_bps:
+            eta = f", {p.eta_text} left" if p.eta_s is not None else ""
+            line += f" at {format_bytes(p.speed_bps)}/s{eta}"
+        if self._tty:
+            print(f"\r{line:100.100}", end="" if p.phase != "done" else "\n", file=sys.stderr, flush=True)
+            return
+        step = int((p.fraction or 0) * 10)
+        if step != self._last_step or p.phase in ("verifying", "done") or time.monotonic() - self._last_line > 30:
+            self._last_step, self._last_line = step, time.monotonic()
+            print(line, file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
