@@ -32,7 +32,7 @@ class AppSettings:
     # speculation
     speculation: bool = True
     method: str = "lookup"  # "draft" | "lookup" | "none"
-    max_draft: int = 16
+    max_draft: int = 32
     min_draft: int = 1
     p_min: float = 0.75  # draft confidence cutoff
     adaptive: bool = True

@@ -1,5 +1,5 @@
-"""The decode loop: prefill, then { draft ≤ k → verify [last, d1..dk] in one batch → keep a prefix
-plus one target token → roll the KV cache back } until a stop. One straight line, per DESIGN.md."""
+"""The chat's decode loop: prefill (reusing the KV cache the last answer left), then the one batched
+step (step.py) with a single sequence until a stop, streaming text as it is produced."""
 from __future__ import annotations
 
 import threading
@@ -10,18 +10,20 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
-from .draft_policy import DraftLengthPolicy, SpeculationConfig
 from ..errors import ContextOverflowError, GenerationCancelled, InvalidSettingError
 from ..hardware import read_memory
+from .cost_model import SpeculationConfig
 from .proposers.base import NoProposer, Proposer
 from .runtime import Model, common_prefix
 from .sampling import SamplingParams, pick_device, request_seed
 from .stats import GenerationStats
+from .step import SequenceState, StepLoop
 from .stop_strings import StopMatcher
 from .text_stream import TextStream
 from .verifier import Verifier
 
 MEMORY_EVERY_S = 0.5  # memory readings cost a syscall (or an NVML call): not every step
+CHAT_SLOT = 0  # the chat's one sequence
 
 
 @dataclass
@@ -43,23 +45,29 @@ class SpeculativeDecoder:
     def __init__(self, target: Model, proposer: Proposer | None = None,
                  speculation: SpeculationConfig | None = None, device: torch.device | None = None):
         self.target = target
-        self.proposer = proposer or NoProposer()
-        self.speculation = speculation or SpeculationConfig()
         self.device = device or pick_device()
         self.stats = GenerationStats()
         self._cached: list[int] = []  # tokens whose KV is in the target's cache, in order
         self._prompt_logits: tuple[tuple[int, ...], np.ndarray] | None = None  # the last prompt's own logits
-        self._policy = self._new_policy()
+        self.set_speculation(proposer, speculation or SpeculationConfig())
 
     def set_speculation(self, proposer: Proposer | None, speculation: SpeculationConfig) -> None:
-        """Change how the next response speculates, keeping the loaded models and the KV cache."""
-        self.proposer = proposer or NoProposer()
-        self.speculation = speculation
-        self._policy = self._new_policy()
+        """Change how the next response speculates, keeping the loaded models and the KV cache.
+        The planner is kept across responses: step costs are the machine's, acceptance follows the chat."""
+        costs = self.loop.planner.steps if hasattr(self, "loop") else None
+        self.loop = StepLoop(self.target, proposer, speculation, self.device, step_costs=costs)
 
-    def _new_policy(self) -> DraftLengthPolicy:
-        # Kept across responses: step costs are the machine's, acceptance follows the conversation.
-        return DraftLengthPolicy(self.speculation, costly_proposer=not self.proposer.free)
+    @property
+    def proposer(self) -> Proposer:
+        return self.loop.proposer
+
+    @proposer.setter
+    def proposer(self, proposer: Proposer) -> None:
+        self.loop.proposer = proposer
+
+    @property
+    def speculation(self) -> SpeculationConfig:
+        return self.loop.speculation
 
     def _prefill(self, prompt: Sequence[int], cancel: threading.Event) -> np.ndarray:
         """Logits after the prompt, decoding only what the KV cache lacks."""
@@ -97,23 +105,19 @@ class SpeculativeDecoder:
             raise InvalidSettingError("The prompt is empty.")
         if not (isinstance(max_tokens, int) and max_tokens >= 1):
             raise InvalidSettingError(f"max_tokens must be a whole number ≥ 1, got {max_tokens!r}")
-        target, proposer = self.target, self.proposer
-        if not target.can_roll_back:
-            proposer = NoProposer()  # a rejected guess could not be undone (loader.require_rollback says so)
+        target, loop = self.target, self.loop
         if len(prompt) >= target.n_ctx:
             raise ContextOverflowError(
                 f"The prompt is {len(prompt)} tokens; the context holds {target.n_ctx}, and room is needed "
                 "for the answer. Shorten it or raise the context size in Settings."
             )
         cancel = cancel or threading.Event()
-        stats = self.stats = GenerationStats(method=proposer.name, backend=target.backend,
-                                             prompt_tokens=len(prompt))
+        method = loop.proposer.name if loop.speculating else NoProposer.name
+        stats = self.stats = GenerationStats(method=method, backend=target.backend, prompt_tokens=len(prompt))
         started = time.perf_counter()
         seed = request_seed(sampling)
         verifier = Verifier(sampling, self.device, seed)
-        policy = self._policy
-        policy.begin_request()
-        speculating = not isinstance(proposer, NoProposer) and self.speculation.max_draft > 0
+        loop.planner.begin_request()
         text, stopper = TextStream(), StopMatcher(stop)
         target.set_interrupt(cancel.is_set)
         try:
@@ -125,15 +129,15 @@ class SpeculativeDecoder:
         first = verifier.verify(logits, [], None, position=len(prompt)).next_token
         stats.prefill_s = time.perf_counter() - started
 
-        history = list(prompt)
-        decoded = len(history)  # positions the target's cache holds
+        seq = SequenceState(CHAT_SLOT, list(prompt), verifier, stats)
+        seq.history.append(first)
+        decoded = len(prompt)  # positions the target's cache holds
         proposer_begun = False
-        shadow: list[int] = []  # a free proposal scored against what the target produced instead
-        shadow_hits = 0
         memory_read_at = 0.0
         new_tokens, from_draft = [first], [False]
         first_token_at = time.perf_counter()
         stats.ttft_s = first_token_at - started
+        answer_start = len(prompt)
 
         while True:
             # --- emit what the last step produced, and see whether we are done -------------------
@@ -152,8 +156,8 @@ class SpeculativeDecoder:
                 if hit_stop:  # tokens accepted past a stop string are neither shown nor counted
                     new_tokens, from_draft, finish = new_tokens[:i + 1], from_draft[:i + 1], "stop"
                     break
-            history += new_tokens
             stats.generated += len(new_tokens)
+            history = seq.history[:answer_start + stats.generated]  # what was really produced, cut as above
             now = time.perf_counter()
             stats.decode_s = now - first_token_at
             if now - memory_read_at > MEMORY_EVERY_S:
@@ -171,65 +175,27 @@ class SpeculativeDecoder:
                 finish = "cancelled"
             if finish is None and len(history) >= target.n_ctx:
                 finish = "context"
-            for tok in new_tokens:  # score a shadow proposal slot by slot, as the real tokens arrive
-                if not shadow:
-                    break
-                hit = shadow[shadow_hits] == tok
-                policy.record_slot(shadow_hits, hit)
-                shadow_hits += 1
-                if not hit or shadow_hits == len(shadow):
-                    shadow, shadow_hits = [], 0
             if finish:
                 target.set_interrupt(None)
                 stats.finish_reason = finish
                 stats.memory = read_memory(target.backend)
-                self._cached = history[:decoded]  # exactly what the cache holds (a recurrent state must match)
+                keep = min(decoded, len(history))
+                if keep < decoded:  # drafts kept past an end or a stop: their KV goes too
+                    target.forget_from(keep)
+                self._cached = history[:keep]  # exactly what the cache holds (a recurrent state must match)
+                loop.proposer.finish(CHAT_SLOT, history)
                 return
 
-            if not proposer_begun:  # only now, so the first token never waits for a draft model's prefill
-                t = time.perf_counter()
-                proposer.begin(prompt, sampling, self.device, seed)
-                stats.draft_s += time.perf_counter() - t
+            if not proposer_begun:  # only now, so the first token never waits for the proposer
+                loop.proposer.start(CHAT_SLOT, prompt, sampling, self.device, seed)
                 proposer_begun = True
-
-            # --- one step: draft, verify in one batch, keep a prefix plus one target token -------
-            room = min(max_tokens - stats.generated - 1, target.n_ctx - len(history), target.n_batch - 1)
-            chosen = policy.choose() if speculating else 0
-            k = min(chosen, max(room, 0))
-            stats.policy_draft_length, stats.draft_length = chosen, k
-            # Paused only when the policy predicted plain decoding faster, not when the room ran out.
-            stats.speculation_paused = (speculating and self.speculation.adaptive and chosen == 0
-                                        and not policy.measuring_plain)  # a plain step taken to measure it
-            proposal_tokens, q = [], None
-            if k >= self.speculation.min_draft:
-                t = time.perf_counter()
-                proposal = proposer.propose(history, k)
-                spent = time.perf_counter() - t
-                stats.draft_s += spent
-                policy.record_draft(len(proposal.tokens), spent)
-                if len(proposal.tokens) >= self.speculation.min_draft:
-                    proposal_tokens, q = proposal.tokens, proposal.probs
-            elif speculating and proposer.free and not shadow:
-                shadow = proposer.propose(history, self.speculation.max_draft).tokens
-
-            pos = len(history) - 1
-            t = time.perf_counter()
+            seq.history = history
             try:
-                logits = target.decode([history[-1], *proposal_tokens], pos, len(proposal_tokens) + 1)
-            except GenerationCancelled:  # Stop arrived mid-verify: drop the half-processed batch
-                target.forget_from(pos)
-                decoded = pos
+                outcome = loop.step([seq], [max_tokens - stats.generated])[0]
+            except GenerationCancelled:  # Stop arrived mid-verify: the cache is as before the step
+                decoded = len(seq.history) - 1
                 new_tokens, from_draft = [], []
                 continue
-            verdict = verifier.verify(logits, proposal_tokens, q, position=len(history))
-            policy.record_step(len(proposal_tokens) + 1, time.perf_counter() - t)
-            decoded = pos + 1 + verdict.accepted  # the last token kept is decoded by the next step
-            target.forget_from(decoded)
-            stats.verify_steps += 1
-            if proposal_tokens:
-                stats.speculative_steps += 1
-                stats.record_verdict(len(proposal_tokens), verdict.accepted)
-                policy.record_acceptance(len(proposal_tokens), verdict.accepted)
-                proposer.feedback(len(proposal_tokens), verdict.accepted)
-            new_tokens = [*proposal_tokens[:verdict.accepted], verdict.next_token]
-            from_draft = [True] * verdict.accepted + [False]
+            decoded = len(seq.history) - 1  # the last token kept is decoded by the next step
+            new_tokens = outcome.tokens
+            from_draft = [True] * outcome.accepted + [False]

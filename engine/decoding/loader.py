@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from .draft_policy import SpeculationConfig
+from .cost_model import SpeculationConfig
 from ..modelfiles.embedded import resolve_model
 from ..errors import InvalidSettingError, SpeculationUnavailable
 from .generate import SpeculativeDecoder
@@ -22,12 +22,13 @@ class DecoderSettings:
     model: str = "embedded"
     draft: str | None = None
     method: str = "lookup"
-    max_draft: int = 16
+    max_draft: int = 32
     min_draft: int = 1
     adaptive: bool = True
     p_min: float = 0.75
     min_ngram: int = 1
-    max_ngram: int = 4
+    max_ngram: int = 16
+    remember_requests: bool = True  # lookup also searches earlier answers (off where prompts repeat: bench)
     n_ctx: int = 4096
     n_gpu_layers: int = -1
     threads: int | None = None
@@ -73,7 +74,7 @@ def make_proposer(settings: DecoderSettings, target: Model, draft: Model | None)
     if settings.method != "none":
         require_rollback(target, draft)
     if settings.method == "lookup":
-        return LookupProposer(settings.min_ngram, settings.max_ngram)
+        return LookupProposer(settings.min_ngram, settings.max_ngram, settings.remember_requests)
     if settings.method == "draft":
         if draft is None:
             raise InvalidSettingError("The draft method needs a draft model.")

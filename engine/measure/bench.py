@@ -45,8 +45,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--model", required=True, help="a GGUF path, or 'embedded'")
     ap.add_argument("--draft", help="draft GGUF path, or 'embedded' (for --method draft)")
     ap.add_argument("--method", choices=METHODS, required=True)
-    ap.add_argument("--max-draft", type=int, default=16)
+    ap.add_argument("--max-draft", type=int, default=32)
     ap.add_argument("--no-adaptive", action="store_true", help="always draft --max-draft tokens")
+    ap.add_argument("--remember", action="store_true",
+                    help="lookup also searches the answers to earlier prompts of the run, as the chat does "
+                         "with earlier conversations (off by default: --repeats would copy its own answers)")
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--top-k", type=int, default=SamplingParams.top_k, help="0 turns it off")
     ap.add_argument("--top-p", type=float, default=SamplingParams.top_p, help="1 turns it off")
@@ -70,7 +73,8 @@ def run(args: argparse.Namespace) -> dict:
     if not 1 <= args.repeats <= MAX_REPEATS:
         raise InvalidSettingError(f"repeats must be 1..{MAX_REPEATS}, got {args.repeats}")
     settings = DecoderSettings(model=args.model, draft=args.draft, method=args.method, max_draft=args.max_draft,
-                               adaptive=not args.no_adaptive, threads=args.threads, n_ctx=args.ctx)
+                               adaptive=not args.no_adaptive, threads=args.threads, n_ctx=args.ctx,
+                               remember_requests=args.remember)
     sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
                               seed=args.seed)
     prompts = read_prompts(args.prompts)

@@ -25,14 +25,15 @@ from typing import Callable
 import llama_cpp
 import torch
 
-from ..decoding.batch_decode import BatchDecoder, BatchedDraftModel, BatchProgress, BatchRequest, SequenceDrafter
+from ..decoding.batch_decode import BatchDecoder, BatchProgress, BatchRequest
 from .bench import read_prompts
-from ..decoding.draft_policy import SpeculationConfig
+from ..decoding.cost_model import SpeculationConfig
 from ..modelfiles.embedded import resolve_model
 from ..errors import EngineError, InvalidSettingError
 from .lab_metrics import UtilisationMeter, memory_figure, summarise_cell
 from ..decoding.loader import METHODS, require_rollback
 from ..decoding.proposers.base import NoProposer
+from ..decoding.proposers.draft_model import DraftModelProposer
 from ..decoding.proposers.lookup import LookupProposer
 from ..decoding.runtime import LoadSettings, Model
 from ..decoding.sampling import SamplingParams
@@ -105,10 +106,11 @@ def context_size(longest_prompt: int, config: LabConfig) -> int:
 
 def _drafter(method: str, target: Model, draft: Model | None):
     if method == "lookup":
-        return SequenceDrafter(LookupProposer())
+        # Requests repeat the same prompts: earlier answers would be copied, which a user never sees.
+        return LookupProposer(remember_requests=False)
     if method == "draft":
-        return BatchedDraftModel(draft, target)
-    return SequenceDrafter(NoProposer())
+        return DraftModelProposer(draft, target)
+    return NoProposer()
 
 
 def run_lab(config: LabConfig, on_progress: Callable[[LabProgress], None] | None = None,

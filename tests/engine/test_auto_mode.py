@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import pytest
 
 from engine.measure.bench import read_prompts
-from engine.decoding.draft_policy import DraftLengthPolicy, SpeculationConfig
+from engine.decoding.cost_model import DraftLengthPolicy, SpeculationConfig
 from engine.decoding.generate import SpeculativeDecoder
 from engine.paths import resources_dir
 from engine.decoding.proposers.lookup import LookupProposer

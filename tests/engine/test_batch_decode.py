@@ -8,7 +8,7 @@ import pytest
 
 from engine.decoding.batch_decode import (BatchDecoder, BatchDraftPlanner, BatchedDraftModel, BatchRequest, SequenceDrafter,
                                  allocate_draft_rows)
-from engine.decoding.draft_policy import PLAIN_PROBE_EVERY, SpeculationConfig
+from engine.decoding.cost_model import PLAIN_PROBE_EVERY, SpeculationConfig
 from engine.decoding.proposers.lookup import LookupProposer
 from engine.decoding.runtime import LoadSettings, Model
 from engine.decoding.sampling import SamplingParams

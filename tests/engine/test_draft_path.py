@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from engine.decoding.draft_policy import DraftLengthPolicy, SpeculationConfig
+from engine.decoding.cost_model import DraftLengthPolicy, SpeculationConfig
 from engine.decoding.generate import SpeculativeDecoder
 from engine.decoding.proposers.draft_model import DraftModelProposer
 from engine.decoding.runtime import LoadSettings, Model

@@ -6,7 +6,7 @@ import time
 import numpy as np
 import pytest
 
-from engine.decoding.draft_policy import SpeculationConfig
+from engine.decoding.cost_model import SpeculationConfig
 from engine.decoding.generate import SpeculativeDecoder
 from engine.paths import resources_dir
 from engine.decoding.proposers.draft_model import DraftModelProposer
@@ -86,8 +86,10 @@ def test_draft_equal_to_target_is_accepted_almost_always(target, draft_model, te
 
 def test_same_seed_gives_the_same_sampled_output(target):
     """Bit-exact repeats need a fixed draft length: adaptive lengths follow live timings, and llama.cpp's
-    logits depend slightly on the verify batch's size (see LOGIT_TOLERANCE)."""
-    decoder = SpeculativeDecoder(target, LookupProposer(), SpeculationConfig(max_draft=6, adaptive=False))
+    logits depend slightly on the verify batch's size (see LOGIT_TOLERANCE), and the same drafts: lookup
+    here does not search earlier answers, which the second run would find."""
+    decoder = SpeculativeDecoder(target, LookupProposer(remember_requests=False),
+                                 SpeculationConfig(max_draft=6, adaptive=False))
     sampling = SamplingParams(temperature=0.9, seed=42)
     runs = [generate(decoder, grounded_prompt(4), sampling=sampling, max_tokens=30, ignore_eos=True)[1]
             for _ in range(2)]

@@ -2,7 +2,7 @@
 cut back part-way: they decode without speculation, say why, and reuse their cache only forwards."""
 import pytest
 
-from engine.decoding.draft_policy import SpeculationConfig
+from engine.decoding.cost_model import SpeculationConfig
 from engine.errors import EngineError, SpeculationUnavailable
 from engine.decoding.generate import SpeculativeDecoder
 from engine.decoding.loader import DecoderSettings, build_decoder, make_proposer

@@ -3,7 +3,7 @@ import struct
 
 import pytest
 
-from engine.decoding.draft_policy import DraftLengthPolicy, SpeculationConfig
+from engine.decoding.cost_model import DraftLengthPolicy, SpeculationConfig
 from engine.errors import InvalidSettingError, ModelFileError
 from engine.modelfiles.gguf_header import read_gguf_header
 from engine.decoding.stop_strings import StopMatcher

@@ -2,7 +2,7 @@
 said because an answer's last tokens left no room to draft (the token budget caps the draft length)."""
 
 from engine.measure.bench import read_prompts
-from engine.decoding.draft_policy import DraftLengthPolicy, SpeculationConfig
+from engine.decoding.cost_model import DraftLengthPolicy, SpeculationConfig
 from engine.decoding.generate import SpeculativeDecoder
 from engine.paths import resources_dir
 from engine.decoding.proposers.lookup import LookupProposer

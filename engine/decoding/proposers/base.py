@@ -1,4 +1,5 @@
-"""The interface every proposer follows (the lifecycle of llama.cpp's common/speculative.h)."""
+"""The interface every proposer follows (the lifecycle of llama.cpp's common/speculative.h), for any
+number of sequences at once: the chat asks for one, the lab and the server for many."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -13,6 +14,11 @@ from ..sampling import Candidates, SamplingParams
 class Proposal:
     tokens: list[int] = field(default_factory=list)
     probs: Candidates | None = None  # q for each token; None means point-mass drafts (lookup)
+    match_length: int = 0  # lookup: how many tokens of the history's end matched where the draft was found
+
+
+# (sequence id, its history: prompt + everything generated, most tokens wanted)
+Want = tuple[int, Sequence[int], int]
 
 
 class Proposer(Protocol):
@@ -20,14 +26,15 @@ class Proposer(Protocol):
     # True when proposing costs next to nothing, so proposals can be scored while speculation is off.
     free: bool
 
-    def begin(self, prompt: Sequence[int], sampling: SamplingParams, device: torch.device, seed: int) -> None:
-        """A new request starts from this prompt, sampled with these settings and this seed."""
+    def start(self, slot: int, prompt: Sequence[int], sampling: SamplingParams, device: torch.device,
+              seed: int) -> None:
+        """Sequence `slot` starts a request from this prompt, sampled with these settings and seed."""
 
-    def propose(self, history: Sequence[int], max_tokens: int) -> Proposal:
-        """Draft up to max_tokens tokens to follow history (prompt + everything generated)."""
+    def propose(self, wants: list[Want]) -> list[Proposal]:
+        """One proposal per want, in order."""
 
-    def feedback(self, drafted: int, accepted: int) -> None:
-        """How many of the last proposal's tokens the target verified and kept."""
+    def finish(self, slot: int, history: Sequence[int]) -> None:
+        """Sequence `slot` ended with this history (prompt + answer)."""
 
 
 class NoProposer:
@@ -36,11 +43,12 @@ class NoProposer:
     name = "none"
     free = True
 
-    def begin(self, prompt: Sequence[int], sampling: SamplingParams, device: torch.device, seed: int) -> None:
+    def start(self, slot: int, prompt: Sequence[int], sampling: SamplingParams, device: torch.device,
+              seed: int) -> None:
         pass
 
-    def propose(self, history: Sequence[int], max_tokens: int) -> Proposal:
-        return Proposal()
+    def propose(self, wants: list[Want]) -> list[Proposal]:
+        return [Proposal() for _ in wants]
 
-    def feedback(self, drafted: int, accepted: int) -> None:
+    def finish(self, slot: int, history: Sequence[int]) -> None:
         pass

@@ -1,21 +1,24 @@
 """A smaller GGUF model of the same vocabulary drafts tokens, keeping q for the verifier.
 
-Its own context and KV cache follow the conversation lazily: each proposal first decodes whatever
-the target accepted since the last one (the cache is cut back to the common prefix), then drafts
-one token at a time, stopping early when its confidence falls below p_min (llama.cpp's rule).
+It drafts for every sequence together: each draft position is one batched decode over the sequences
+still drafting. Its KV cache follows each sequence lazily: a proposal first decodes whatever the
+target kept since the last one (the cache is cut back to the common prefix; the first proposal of a
+request decodes its whole prompt, so a draft the planner never calls costs nothing), then drafts one
+token at a time, stopping a sequence when its confidence falls below p_min (llama.cpp's rule).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
 import torch
 
 from ...errors import InvalidSettingError
+from ...modelfiles.vocab_check import require_compatible
 from ..runtime import Model, common_prefix
 from ..sampling import Candidates, SamplingParams, filter_logits, make_generator, position_seed
-from ...modelfiles.vocab_check import require_compatible
-from .base import Proposal
+from .base import Proposal, Want
 
 
 def stack_candidates(rows: list[Candidates]) -> Candidates:
@@ -33,6 +36,15 @@ def check_draft(draft: Model, target: Model, p_min: float) -> None:
     require_compatible(target, draft)
 
 
+@dataclass
+class _DraftSlot:
+    sampling: SamplingParams
+    device: torch.device
+    seed: int  # the draft's own stream, still reproducible
+    generator: torch.Generator
+    cached: list[int] = field(default_factory=list)  # tokens in the draft's KV cache for this sequence
+
+
 class DraftModelProposer:
     name = "draft"
     free = False
@@ -41,60 +53,83 @@ class DraftModelProposer:
         check_draft(draft, target, p_min)
         self.model = draft
         self.p_min = p_min
-        self._cached: list[int] = []  # tokens in the draft's KV cache
-        self._sampling = SamplingParams(temperature=0.0)
-        self._device = torch.device("cpu")
-        self._generator: torch.Generator | None = None
-        self._seed = 0
+        self._slots: dict[int, _DraftSlot] = {}
 
-    def begin(self, prompt: Sequence[int], sampling: SamplingParams, device: torch.device, seed: int) -> None:
-        self._sampling = sampling
-        self._device = device
-        self._seed = seed + 1  # its own stream, still reproducible
-        self._generator = make_generator(self._seed, device)
-        # Process the prompt as the target does (one prefill), so draft == target gives equal logits.
-        self._sync(prompt)
+    def start(self, slot: int, prompt: Sequence[int], sampling: SamplingParams, device: torch.device,
+              seed: int) -> None:
+        old = self._slots.get(slot)
+        state = _DraftSlot(sampling, device, seed, make_generator(seed, device))
+        if old is not None:  # the chat's next turn: its cache still holds the conversation so far
+            state.cached = old.cached
+        else:
+            self.model.forget_from(0, slot)
+        self._slots[slot] = state
 
-    def _sync(self, tokens: Sequence[int]) -> np.ndarray:
-        """Bring the draft's KV cache to `tokens`, decoding only what it lacks; logits of the last one."""
-        keep = min(common_prefix(self._cached, tokens), len(tokens) - 1)
-        self.model.forget_from(keep)
-        self._cached = list(tokens)
-        return self.model.prefill(tokens[keep:], keep)
+    def finish(self, slot: int, history: Sequence[int]) -> None:
+        pass  # the cache stays: a next request on this sequence (a chat's next turn) reuses its prefix
 
-    def propose(self, history: Sequence[int], max_tokens: int) -> Proposal:
-        if max_tokens <= 0:
-            return Proposal()
-        model = self.model
-        room = model.n_ctx - len(history)
-        max_tokens = min(max_tokens, room)
-        if max_tokens <= 0:
-            return Proposal()
-        logits = self._sync(history)
-        drafts: list[int] = []
-        q_rows: list[Candidates] = []
-        greedy = self._sampling.greedy
-        while True:
-            row = logits[0]
-            if greedy:
-                token = int(row.argmax())
-                confidence = 1.0 / float(np.exp(row - row[token]).sum())
-            else:
-                q = filter_logits(torch.from_numpy(row).to(self._device).view(1, -1), self._sampling)
-                confidence = float(q.probs[0].max())
-                self._generator.manual_seed(position_seed(self._seed, len(history) + len(drafts)))
-                token = q.sample(0, self._generator)
-            if confidence < self.p_min:
-                break
-            drafts.append(token)
-            if not greedy:
-                q_rows.append(q)
-            if len(drafts) == max_tokens:
-                break
-            logits = model.decode([token], len(self._cached), 1)
-            self._cached.append(token)
-        probs = stack_candidates(q_rows) if q_rows else None
-        return Proposal(tokens=drafts, probs=probs)
+    def forget(self, slot: int) -> None:
+        self.model.forget_from(0, slot)
+        self._slots.pop(slot, None)
 
-    def feedback(self, drafted: int, accepted: int) -> None:
-        pass
+    def propose(self, wants: list[Want]) -> list[Proposal]:
+        room = self.model.n_ctx
+        rows: list[tuple[int, int, int, bool]] = []  # (token, position, slot, wants logits)
+        wants = [(slot, history, max(0, min(k, room - len(history)))) for slot, history, k in wants]
+        for slot, history, k in wants:
+            if k <= 0:
+                continue
+            state = self._slots[slot]
+            keep = min(common_prefix(state.cached, history), len(history) - 1)
+            self.model.forget_from(keep, slot)
+            state.cached = list(history)
+            new = history[keep:]
+            rows += [(t, keep + j, slot, j == len(new) - 1) for j, t in enumerate(new)]
+        picks = self._decode_and_pick(rows)
+        drafts: dict[int, list[int]] = {slot: [] for slot, _, _ in wants}
+        q_rows: dict[int, list[Candidates]] = {slot: [] for slot, _, _ in wants}
+        live = [(slot, k) for slot, _, k in wants if k > 0]
+        while live:
+            rows, still = [], []
+            for slot, k in live:
+                token, confidence, q = picks[slot]
+                if confidence < self.p_min:
+                    continue
+                drafts[slot].append(token)
+                if q is not None:
+                    q_rows[slot].append(q)
+                if len(drafts[slot]) == k:
+                    continue
+                state = self._slots[slot]
+                rows.append((token, len(state.cached), slot, True))
+                state.cached.append(token)
+                still.append((slot, k))
+            live = still
+            if rows:
+                picks = self._decode_and_pick(rows)
+        return [Proposal(tokens=drafts[slot], probs=stack_candidates(q_rows[slot]) if q_rows[slot] else None)
+                for slot, _, _ in wants]
+
+    def _decode_and_pick(self, rows: list[tuple[int, int, int, bool]]) -> dict[int, tuple[int, float, Candidates | None]]:
+        """Decode rows (in n_batch chunks); pick each sequence's next draft token from its logits row."""
+        picks = {}
+        n_batch = self.model.n_batch
+        for begin in range(0, len(rows), n_batch):
+            chunk = rows[begin:begin + n_batch]
+            tokens, positions, slots, want = zip(*chunk)
+            logits = self.model.decode_multi(tokens, positions, slots, want)
+            wanted = [slot for slot, w in zip(slots, want) if w]
+            for i, slot in enumerate(wanted):
+                state = self._slots[slot]
+                picks[slot] = self._pick(state, logits[i], position=len(state.cached))
+        return picks
+
+    @staticmethod
+    def _pick(state: _DraftSlot, row: np.ndarray, position: int) -> tuple[int, float, Candidates | None]:
+        """The draft token for sequence index `position`, its confidence, and q when sampling."""
+        if state.sampling.greedy:
+            token = int(row.argmax())
+            return token, 1.0 / float(np.exp(row - row[token]).sum()), None
+        q = filter_logits(torch.from_numpy(row).to(state.device).view(1, -1), state.sampling)
+        state.generator.manual_seed(position_seed(state.seed, position))
+        return q.sample(0, state.generator), float(q.probs[0].max()), q

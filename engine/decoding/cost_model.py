@@ -1,0 +1,302 @@
+"""The one cost model: how long a target step takes for a number of verified rows, how often drafts
+are accepted, and so how many draft rows each sequence should verify next. The chat (one sequence),
+the lab and the server (many) all plan their steps with DraftPlanner.
+
+A step that verifies k drafts yields E(k) = 1 + sum_j prod_{i<=j} a_i tokens, where a_i is the measured
+acceptance at draft slot i given the slots before it were kept. Acceptance is kept per *feature* of a
+proposal, not per slot alone: for prompt lookup the length of the matched n-gram and whether this
+source has been continuing well (a 12-token match that has been copying is almost always right; a
+1-token match rarely is), for a draft model just the slot. Step times are medians of recent steps by
+row count, so an outlier (a busy core, a page fault) does not steer the plan. Plain decoding (k = 0) is
+always a candidate and wins whenever speculation is not predicted to pay by MIN_GAIN.
+"""
+from __future__ import annotations
+
+import heapq
+import statistics
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable, Hashable
+
+from ..errors import InvalidSettingError
+
+MAX_DRAFT_LIMIT = 64
+
+
+@dataclass
+class SpeculationConfig:
+    max_draft: int = 32
+    min_draft: int = 1  # shorter proposals are not worth a verify row: decode plainly instead
+    adaptive: bool = True
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.max_draft, int) and 0 <= self.max_draft <= MAX_DRAFT_LIMIT):
+            raise InvalidSettingError(f"max draft tokens must be 0..{MAX_DRAFT_LIMIT}, got {self.max_draft!r}")
+        if not (isinstance(self.min_draft, int) and 1 <= self.min_draft <= max(1, self.max_draft)):
+            raise InvalidSettingError(f"min draft tokens must be 1..max draft, got {self.min_draft!r}")
+
+
+# --- step times ---------------------------------------------------------------------------------
+WINDOW = 9  # recent observations whose median is an estimate
+# The curve's shape (a step of r rows costs shape(r) one-row steps) is the machine's and the model's;
+# its scale moves with the context length and with whatever else the machine runs. Both are medians of
+# recent steps, so one outlier steers nothing, and a row count not used for a while is rescaled, not stale.
+# Before any measurement of a size beyond the largest known: the cheaper of the last measured slope and
+# a power law r^0.5 (measured on this 2-core CPU, Gemma 3 270M: 2 rows 2.1x, 8 rows 3.8x, 16 rows 5.1x,
+# 32 rows 9.1x one row; SmolLM2 135M: 2 rows 2.1x, 16 rows 7.5x). calibrate() measures the curve up front.
+ROW_COST_EXPONENT = 0.5
+OPTIMISTIC_ROW_COST = 0.1  # before any multi-row step: each extra row ~10% of a step (a GPU's figure)
+CONTENDED = 1.6  # the scale this much above the quietest seen: another process is using the cores
+CALIBRATION_REPEATS = 1  # the sizes the planner then uses are re-measured at every step anyway
+CALIBRATION_EVERY_SIZE = 17  # rows timed one by one; beyond, every 8th size (and the largest)
+CALIBRATION_STRIDE = 8
+
+
+def calibration_sizes(max_rows: int) -> list[int]:
+    """Rows to time up front. The curve is not smooth (Gemma 3 Q4_K on this 2-core CPU verifies 16 rows
+    for 5.2 one-row steps but 15 rows for 7.2), so every size up to 17, then every 8th, then max_rows."""
+    sizes = list(range(1, min(max_rows, CALIBRATION_EVERY_SIZE) + 1))
+    sizes += range(3 * CALIBRATION_STRIDE, max_rows + 1, CALIBRATION_STRIDE)
+    if sizes[-1] < max_rows:
+        sizes.append(max_rows)
+    return sizes
+
+
+class StepCosts:
+    """Seconds of one target step by rows verified (all sequences' rows together)."""
+
+    def __init__(self) -> None:
+        self._shape: dict[int, deque[float]] = {1: deque([1.0], maxlen=1)}
+        self._scale: deque[float] = deque(maxlen=WINDOW)  # recent steps' seconds per one-row step
+        self._quietest: float | None = None
+
+    def record(self, rows: int, seconds: float) -> None:
+        shape = self._shape_of(rows)
+        scale = self.scale
+        if scale is not None and rows > 1:
+            self._shape.setdefault(rows, deque(maxlen=WINDOW)).append(seconds / scale)
+        self._scale.append(seconds / (shape if scale is not None else rows ** ROW_COST_EXPONENT))
+        now = self.scale
+        if len(self._scale) >= 3 and (self._quietest is None or now < self._quietest):
+            self._quietest = now
+
+    def calibrated(self, timings: dict[int, float]) -> None:
+        """Take a measured curve: seconds by rows, with rows = 1 among them."""
+        one = timings[1]
+        for rows, seconds in timings.items():
+            if rows > 1:
+                self._shape[rows] = deque([seconds / one], maxlen=WINDOW)
+        self._scale.extend([one] * 3)
+        self._quietest = one
+
+    @property
+    def scale(self) -> float | None:
+        return statistics.median(self._scale) if self._scale else None
+
+    def measured(self, rows: int) -> bool:
+        return self.scale is not None and (rows == 1 or rows in self._shape)
+
+    @property
+    def contended(self) -> bool:
+        """Steps are much slower than this machine managed before."""
+        now = self.scale
+        return bool(now and self._quietest and now > CONTENDED * self._quietest)
+
+    def seconds(self, rows: int) -> float | None:
+        scale = self.scale
+        return None if scale is None else scale * self._shape_of(rows)
+
+    def _shape_of(self, rows: int) -> float:
+        """A step of `rows` rows in one-row steps: measured, interpolated, or extrapolated."""
+        known = sorted((r, statistics.median(v)) for r, v in self._shape.items())
+        for (r0, c0), (r1, c1) in zip(known, known[1:]):
+            if r0 <= rows <= r1:
+                return c0 + (c1 - c0) * (rows - r0) / (r1 - r0)
+        r_top, c_top = known[-1]
+        if len(known) == 1:
+            return 1 + OPTIMISTIC_ROW_COST * (rows - 1)
+        r_prev, c_prev = known[-2]
+        linear = c_top + max(c_top - c_prev, 0.0) * (rows - r_top) / (r_top - r_prev)
+        return min(linear, c_top * (rows / r_top) ** ROW_COST_EXPONENT)
+
+
+# --- acceptance ---------------------------------------------------------------------------------
+FORGET = 0.97  # per observation: ~30 recent ones dominate
+NEW_REQUEST_MEMORY = 0.3  # share of the evidence a new chat answer inherits from the last one
+PRIOR_WEIGHT = 2.0  # pseudo-observations pulling an unseen slot towards its feature's prior
+
+
+def prior_acceptance(feature: Hashable) -> float:
+    """Before any evidence: a lookup match of n tokens continues correctly with about n/(n+1.5)
+    (1 token: 0.4, 4: 0.73, 12: 0.89); a draft model's slot starts at even odds."""
+    if isinstance(feature, tuple) and feature and isinstance(feature[0], int) and feature[0] > 0:
+        n = feature[0]
+        return n / (n + 1.5)
+    return 0.5
+
+
+class Acceptance:
+    """Decayed counts of draft slots reached and kept, per proposal feature and slot."""
+
+    def __init__(self, max_draft: int):
+        self.max_draft = max_draft
+        self._tried: dict[Hashable, list[float]] = {}
+        self._kept: dict[Hashable, list[float]] = {}
+
+    def record_slot(self, feature: Hashable, slot: int, kept: bool) -> None:
+        """One draft slot reached (every earlier slot was kept), and whether it was kept too."""
+        if slot >= self.max_draft:
+            return
+        tried = self._tried.setdefault(feature, [0.0] * self.max_draft)
+        kept_ = self._kept.setdefault(feature, [0.0] * self.max_draft)
+        tried[slot] = tried[slot] * FORGET + 1.0
+        kept_[slot] = kept_[slot] * FORGET + (1.0 if kept else 0.0)
+
+    def record(self, feature: Hashable, drafted: int, accepted: int) -> None:
+        for i in range(min(drafted, accepted + 1)):
+            self.record_slot(feature, i, i < accepted)
+
+    def fade(self, share: float = NEW_REQUEST_MEMORY) -> None:
+        for table in (*self._tried.values(), *self._kept.values()):
+            table[:] = [x * share for x in table]
+
+    def slot_acceptance(self, feature: Hashable) -> list[float]:
+        tried = self._tried.get(feature, [0.0] * self.max_draft)
+        kept = self._kept.get(feature, [0.0] * self.max_draft)
+        prior = self._pooled_prior(feature)
+        overall = (sum(kept) + PRIOR_WEIGHT * prior) / (sum(tried) + PRIOR_WEIGHT)
+        return [(k + PRIOR_WEIGHT * overall) / (t + PRIOR_WEIGHT) for t, k in zip(tried, kept)]
+
+    def _pooled_prior(self, feature: Hashable) -> float:
+        """A feature seen little borrows from its neighbours: every lookup feature with a match at least
+        as long and the same continuing flag (a model whose long matches fail, as in tables, learns it
+        once, not once per length)."""
+        prior = prior_acceptance(feature)
+        if not (isinstance(feature, tuple) and feature and isinstance(feature[0], int)):
+            return prior
+        tried = kept = 0.0
+        for other, counts in self._tried.items():
+            if other != feature and isinstance(other[0], int) and other[0] >= feature[0] and other[1:] == feature[1:]:
+                tried += sum(counts)
+                kept += sum(self._kept[other])
+        return (kept + PRIOR_WEIGHT * prior) / (tried + PRIOR_WEIGHT)
+
+    def expected_tokens(self, feature: Hashable) -> list[float]:
+        """E(k) for k = 0..max_draft."""
+        out, total, run = [1.0], 1.0, 1.0
+        for a in self.slot_acceptance(feature):
+            run *= a
+            total += run
+            out.append(total)
+        return out
+
+
+# --- the plan ---------------------------------------------------------------------------------
+MIN_GAIN = 1.05  # speculate only when predicted this much faster: a near-even bet loses to estimation noise
+# A costly proposer (a draft model) is probed while plain decoding wins, at growing intervals, so a draft
+# that does not pay costs a few percent at most yet a draft that starts paying is noticed.
+FIRST_PROBE_AFTER = 8
+LONGEST_PROBE_INTERVAL = 256
+# Speculative steps between plain ones while a costly proposer drafts every step (it may never stop on
+# its own at p_min 0): without a measured plain step there is nothing to judge drafting against.
+PLAIN_PROBE_EVERY = 32
+
+
+def allocate_draft_rows(expected: list[list[float]], caps: list[int], base_rows: int,
+                        step_seconds: Callable[[int], float], draft_seconds_per_token: float = 0.0,
+                        min_gain: float = 1.0) -> list[int]:
+    """Draft lengths (one per sequence) that maximise expected tokens per second for the batch.
+
+    expected[i][k] is sequence i's expected tokens from a step that verifies k of its drafts. A step
+    costs step_seconds(total rows), shared by everyone, so a draft row is worth adding only where its
+    expected gain beats what it slows the whole batch. Marginal gains within a sequence never grow
+    (each is a product of acceptance probabilities), so adding rows best-gain-first gives the best
+    split for every total; the total with the best rate wins, if it beats no drafts by min_gain.
+    """
+    k = [0] * len(expected)
+    tokens = sum(e[0] for e in expected)
+    plain_rate = tokens / step_seconds(base_rows)
+    best_rate, best = plain_rate * min_gain, list(k)
+    heap = [(-(e[1] - e[0]), i) for i, e in enumerate(expected) if caps[i] > 0]
+    heapq.heapify(heap)
+    added = 0
+    while heap:
+        gain, i = heapq.heappop(heap)
+        k[i] += 1
+        added += 1
+        tokens -= gain
+        rate = tokens / (step_seconds(base_rows + added) + draft_seconds_per_token * added)
+        if rate > best_rate:
+            best_rate, best = rate, list(k)
+        if k[i] < caps[i]:
+            heapq.heappush(heap, (-(expected[i][k[i] + 1] - expected[i][k[i]]), i))
+    return best
+
+
+@dataclass(frozen=True)
+class Plan:
+    lengths: list[int]  # draft rows per sequence
+    measuring_plain: bool = False  # all zero to measure a plain step, not because plain is predicted faster
+    probing: bool = False  # a short draft to keep a costly proposer's acceptance current
+
+
+class DraftPlanner:
+    """Chooses every sequence's draft length for the next step from StepCosts and Acceptance."""
+
+    def __init__(self, config: SpeculationConfig, costly_proposer: bool, steps: StepCosts | None = None):
+        self.config = config
+        self.costly = costly_proposer
+        self.steps = steps or StepCosts()
+        self.acceptance = Acceptance(max(config.max_draft, 1))
+        self._draft_per_token: deque[float] = deque(maxlen=WINDOW)
+        self._steps_without_drafts = 0
+        self._steps_with_drafts = 0
+        self._probe_interval = FIRST_PROBE_AFTER
+
+    # --- measurements -------------------------------------------------------------------------
+    def begin_request(self) -> None:
+        """A new chat answer: step costs carry over (they are the machine's); acceptance mostly not."""
+        self.acceptance.fade()
+
+    def record_step(self, rows: int, drafted_rows: int, seconds: float) -> None:
+        self.steps.record(rows, seconds)
+        self._steps_without_drafts = 0 if drafted_rows else self._steps_without_drafts + 1
+        self._steps_with_drafts = self._steps_with_drafts + 1 if drafted_rows else 0
+
+    def record_draft(self, tokens: int, seconds: float) -> None:
+        if tokens:
+            self._draft_per_token.append(seconds / tokens)
+
+    @property
+    def draft_seconds_per_token(self) -> float:
+        return statistics.median(self._draft_per_token) if self.costly and self._draft_per_token else 0.0
+
+    def predicted_rate(self, feature: Hashable, k: int, sequences: int = 1) -> float | None:
+        """Predicted tokens per second of one sequence drafting k (the others plain): for stats and tests."""
+        step = self.steps.seconds(sequences + k)
+        if step is None:
+            return None
+        return self.acceptance.expected_tokens(feature)[k] / (step + self.draft_seconds_per_token * k)
+
+    # --- decision -----------------------------------------------------------------------------
+    def plan(self, features: list[Hashable], caps: list[int]) -> Plan:
+        """Draft lengths for sequences with these proposal features; caps bound each (room, proposal)."""
+        cfg, n = self.config, len(caps)
+        caps = [max(0, min(c, cfg.max_draft)) for c in caps]
+        if not cfg.adaptive or cfg.max_draft == 0:
+            return Plan([c if c >= cfg.min_draft else 0 for c in caps])
+        if not self.steps.measured(n):
+            return Plan([0] * n, measuring_plain=True)  # first the step that drafting is judged against
+        if self.costly and self._steps_with_drafts >= PLAIN_PROBE_EVERY:
+            return Plan([0] * n, measuring_plain=True)
+        expected = [self.acceptance.expected_tokens(f) for f in features]
+        lengths = allocate_draft_rows(expected, caps, n, self.steps.seconds, self.draft_seconds_per_token,
+                                      MIN_GAIN)
+        lengths = [k if k >= cfg.min_draft else 0 for k in lengths]
+        if any(lengths):
+            self._probe_interval = FIRST_PROBE_AFTER
+            return Plan(lengths)
+        if self.costly and self._steps_without_drafts >= self._probe_interval and any(caps):
+            self._probe_interval = min(2 * self._probe_interval, LONGEST_PROBE_INTERVAL)
+            return Plan([min(max(cfg.min_draft, 2), c) for c in caps], probing=True)
+        return Plan(lengths)

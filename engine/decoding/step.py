@@ -1,0 +1,218 @@
+"""The one batched step that the chat (one sequence), the lab and the server (many) all drive.
+
+Each step: propose drafts, let the DraftPlanner choose how many rows every sequence verifies, build
+ONE batch holding every sequence's last token plus its drafts, decode it, verify each sequence on its
+own rows, and roll each sequence's KV cache back on its own. KV convention: a sequence's last token is
+not yet in the cache, so after a verdict the cache keeps positions < pos + 1 + accepted.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Hashable
+
+import torch
+
+from ..errors import GenerationCancelled
+from .cost_model import CALIBRATION_REPEATS, DraftPlanner, Plan, SpeculationConfig, StepCosts, calibration_sizes
+from .proposers.base import NoProposer, Proposal, Proposer
+from .runtime import Model
+from .stats import GenerationStats
+from .verifier import Verifier
+
+DRAFT_FEATURE = ("draft",)
+
+
+def lookup_feature(match_length: int, continuing: bool) -> tuple[int, bool]:
+    """Proposals are grouped by match length (1, 2, 3, 4, 6, 8, 12, 16, 24, 32 and up) and by whether
+    the sequence's last proposal was kept whole, since both predict acceptance."""
+    for edge in (32, 24, 16, 12, 8, 6, 4, 3, 2, 1):
+        if match_length >= edge:
+            return edge, continuing
+    return 0, continuing
+
+
+@dataclass
+class SequenceState:
+    """One request in flight: what it has produced so far and how its proposals have fared."""
+
+    slot: int
+    history: list[int]
+    verifier: Verifier
+    stats: GenerationStats
+    continuing: bool = False  # its last resolved proposal was kept whole
+    shadow: list[int] = field(default_factory=list)  # a free proposal scored while not drafting
+    shadow_feature: Hashable = None
+    shadow_hits: int = 0
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    tokens: list[int]  # kept drafts, then the target's own token
+    accepted: int  # how many of tokens came from the draft
+
+
+@dataclass
+class StepTotals:
+    """What the target did across all sequences (the lab reports these)."""
+
+    steps: int = 0
+    rows: int = 0
+    verify_s: float = 0.0
+    draft_s: float = 0.0
+    step_time_by_rows: dict[int, list[float]] = field(default_factory=dict)  # rows -> [count, seconds]
+
+    def record(self, rows: int, seconds: float) -> None:
+        self.steps += 1
+        self.rows += rows
+        self.verify_s += seconds
+        entry = self.step_time_by_rows.setdefault(rows, [0, 0.0])
+        entry[0] += 1
+        entry[1] += seconds
+
+
+class StepLoop:
+    """A target, a proposer and the planner that decides, step by step, how much to speculate."""
+
+    def __init__(self, target: Model, proposer: Proposer | None, speculation: SpeculationConfig,
+                 device: torch.device, step_costs: StepCosts | None = None):
+        self.target = target
+        self.proposer = proposer or NoProposer()
+        self.speculation = speculation
+        self.device = device
+        self.planner = DraftPlanner(speculation, costly_proposer=not self.proposer.free, steps=step_costs)
+        self._calibrated = step_costs is not None and step_costs.measured(2)
+        self.totals = StepTotals()
+        self.last_plan = Plan([])
+
+    @property
+    def speculating(self) -> bool:
+        return (self.proposer.name != "none" and self.speculation.max_draft > 0 and self.target.can_roll_back)
+
+    def free_cells(self, active: list[SequenceState]) -> int:
+        """Cells left in the target's KV cache, which every sequence shares (kv_unified: n_ctx in all)."""
+        return self.target.n_ctx - sum(len(s.history) - 1 for s in active)
+
+    def step(self, active: list[SequenceState], tokens_left: list[int]) -> list[StepOutcome]:
+        """One step for every active sequence. tokens_left: each one's remaining token budget.
+        On GenerationCancelled the half-decoded batch is dropped and every cache is as before."""
+        target, cfg, n = self.target, self.speculation, len(active)
+        proposals = [Proposal() for _ in active]
+        if self.speculating and cfg.adaptive and not self._calibrated:
+            first = active[0]
+            self.calibrate(first.slot, len(first.history) - 1, first.history[-1])
+        if self.speculating:
+            row_budget = (target.n_batch - n) // n  # every sequence's drafts fit one batch ...
+            cell_budget = (self.free_cells(active) - n) // n  # ... and the shared cache
+            room = [max(0, min(cfg.max_draft, row_budget, cell_budget, left - 1)) for left in tokens_left]
+            proposals = self._propose(active, room)
+        totals = self.totals
+        rows, positions, seq_ids = [], [], []
+        for s, proposal in zip(active, proposals):
+            pos = len(s.history) - 1
+            row = [s.history[-1], *proposal.tokens]
+            rows += row
+            positions += range(pos, pos + len(row))
+            seq_ids += [s.slot] * len(row)
+        t = time.perf_counter()
+        try:
+            logits = target.decode_multi(rows, positions, seq_ids, [True] * len(rows))
+        except GenerationCancelled:  # Stop arrived mid-verify: drop the half-processed batch
+            for s in active:
+                target.forget_from(len(s.history) - 1, s.slot)
+            raise
+        verdicts, offset = [], 0
+        for s, proposal in zip(active, proposals):  # read every row before anything decodes again
+            k = len(proposal.tokens)
+            verdicts.append(s.verifier.verify(logits[offset:offset + k + 1], proposal.tokens, proposal.probs,
+                                              position=len(s.history)))
+            offset += k + 1
+        seconds = time.perf_counter() - t
+        totals.record(len(rows), seconds)
+        self.planner.record_step(len(rows), len(rows) - n, seconds)
+        outcomes = []
+        for s, proposal, verdict in zip(active, proposals, verdicts):
+            k = len(proposal.tokens)
+            target.forget_from(len(s.history) + verdict.accepted, s.slot)
+            s.stats.verify_steps += 1
+            if k:
+                s.stats.speculative_steps += 1
+                s.stats.record_verdict(k, verdict.accepted)
+                self.planner.acceptance.record(self._feature(s, proposal), k, verdict.accepted)
+                s.continuing = verdict.accepted == k
+            tokens = [*proposal.tokens[:verdict.accepted], verdict.next_token]
+            self._score_shadow(s, tokens)
+            s.history += tokens
+            outcomes.append(StepOutcome(tokens, verdict.accepted))
+        return outcomes
+
+    def calibrate(self, slot: int = 0, start: int = 0, token: int = 0, max_rows: int | None = None) -> None:
+        """Time a step of every size a sequence may verify, once, in free cells from `start` of sequence
+        `slot` (rolled back after), so the planner knows what each verify costs before betting on one."""
+        target = self.target
+        top = min(max_rows or self.speculation.max_draft + 1, target.n_batch, target.n_ctx - start - 1)
+        self._calibrated = True
+        if top < 2 or not self.speculating:
+            return
+        timings = {}
+        for rows in calibration_sizes(top):
+            best = None
+            for _ in range(CALIBRATION_REPEATS):
+                t = time.perf_counter()
+                target.decode_multi([token] * rows, range(start, start + rows), [slot] * rows, [True] * rows)
+                spent = time.perf_counter() - t
+                target.forget_from(start, slot)
+                best = spent if best is None else min(best, spent)
+            timings[rows] = best
+        self.planner.steps.calibrated(timings)
+
+    # --- proposing and planning -----------------------------------------------------------------
+    def _feature(self, s: SequenceState, proposal: Proposal) -> Hashable:
+        if self.proposer.free:
+            return lookup_feature(proposal.match_length, s.continuing)
+        return DRAFT_FEATURE
+
+    def _propose(self, active: list[SequenceState], room: list[int]) -> list[Proposal]:
+        cfg, planner, proposer = self.speculation, self.planner, self.proposer
+        t = time.perf_counter()
+        if proposer.free:  # propose first (it costs nothing), then plan knowing each proposal
+            offered = proposer.propose([(s.slot, s.history, cfg.max_draft) for s in active])
+            features = [self._feature(s, p) for s, p in zip(active, offered)]
+            caps = [min(r, len(p.tokens)) for r, p in zip(room, offered)]
+            plan = planner.plan(features, caps)
+            chosen = [Proposal(p.tokens[:k], None, p.match_length) if k else Proposal()
+                      for p, k in zip(offered, plan.lengths)]
+            for s, p, f, k in zip(active, offered, features, plan.lengths):
+                if not k and p.tokens and not s.shadow:  # not drafting: score what it would have said
+                    s.shadow, s.shadow_feature, s.shadow_hits = list(p.tokens), f, 0
+        else:  # a draft model costs a decode per token: plan first, then draft only what is wanted
+            caps = room
+            plan = planner.plan([DRAFT_FEATURE] * len(active), caps)
+            wants = [(s.slot, s.history, k) for s, k in zip(active, plan.lengths) if k]
+            made = iter(proposer.propose(wants) if wants else [])
+            chosen = [next(made) if k else Proposal() for k in plan.lengths]
+        spent = time.perf_counter() - t
+        self.totals.draft_s += spent
+        if not proposer.free:
+            planner.record_draft(sum(len(p.tokens) for p in chosen), spent)
+        chosen = [p if len(p.tokens) >= cfg.min_draft else Proposal() for p in chosen]
+        self.last_plan = plan
+        for s, k, p, cap in zip(active, plan.lengths, chosen, caps):
+            s.stats.draft_s += spent / len(active)
+            s.stats.policy_draft_length, s.stats.draft_length = k, len(p.tokens)
+            # Paused only when the planner predicted plain decoding faster: not for want of a proposal or
+            # of room, and not for a step taken to measure plain decoding.
+            s.stats.speculation_paused = cfg.adaptive and k == 0 and cap >= cfg.min_draft and not plan.measuring_plain
+        return chosen
+
+    def _score_shadow(self, s: SequenceState, new_tokens: list[int]) -> None:
+        """Score a shadow proposal slot by slot as the real tokens arrive."""
+        for tok in new_tokens:
+            if not s.shadow:
+                return
+            hit = s.shadow[s.shadow_hits] == tok
+            self.planner.acceptance.record_slot(s.shadow_feature, s.shadow_hits, hit)
+            s.shadow_hits += 1
+            if not hit or s.shadow_hits == len(s.shadow):
+                s.continuing = hit
+                s.shadow, s.shadow_hits = [], 0
