@@ -75,7 +75,9 @@ class StepCosts:
         scale = self.scale
         if scale is not None and rows > 1:
             self._shape.setdefault(rows, deque(maxlen=WINDOW)).append(seconds / scale)
-        self._scale.append(seconds / (shape if scale is not None else rows ** ROW_COST_EXPONENT))
+        if scale is None and rows > 1:  # the first step is a multi-row one: take the guessed shape as measured
+            self._shape[rows] = deque([shape], maxlen=WINDOW)
+        self._scale.append(seconds / shape)
         now = self.scale
         if len(self._scale) >= 3 and (self._quietest is None or now < self._quietest):
             self._quietest = now

@@ -200,9 +200,12 @@ class StepLoop:
         for s, k, p, cap in zip(active, plan.lengths, chosen, caps):
             s.stats.draft_s += spent / len(active)
             s.stats.policy_draft_length, s.stats.draft_length = k, len(p.tokens)
-            # Paused only when the planner predicted plain decoding faster: not for want of a proposal or
-            # of room, and not for a step taken to measure plain decoding.
-            s.stats.speculation_paused = cfg.adaptive and k == 0 and cap >= cfg.min_draft and not plan.measuring_plain
+            # Paused only when the planner predicted plain decoding faster, never for a step taken to measure
+            # plain decoding; a step with no choice to make (no proposal, no room left) keeps the last verdict.
+            if plan.measuring_plain or not cfg.adaptive:
+                s.stats.speculation_paused = False
+            elif cap >= cfg.min_draft:
+                s.stats.speculation_paused = k == 0
         return chosen
 
     def _score_shadow(self, s: SequenceState, new_tokens: list[int]) -> None:

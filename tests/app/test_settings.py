@@ -53,7 +53,7 @@ def test_values_that_clash_reset_speculation(dirs):
     raw.update(min_draft=10, max_draft=4, method="draft", draft=None, temperature=0.1)
     settings_path().write_text(json.dumps(raw))
     settings, notices = load_settings()
-    assert (settings.min_draft, settings.max_draft, settings.method) == (1, 16, "lookup")
+    assert (settings.min_draft, settings.max_draft, settings.method) == (1, AppSettings().max_draft, "lookup")
     assert settings.temperature == 0.1
     assert "speculation" in notices[0]
 
@@ -76,7 +76,7 @@ def test_what_a_change_needs():
     assert what_changed(base, replace(base, speculation=False)) == "speculation"
     assert what_changed(base, replace(base, temperature=0.1, color_drafts=True)) == ""
     d = base.decoder_settings()
-    assert (d.method, d.max_draft) == ("lookup", 16)
+    assert (d.method, d.max_draft) == ("lookup", AppSettings().max_draft)
     assert replace(base, speculation=False).decoder_settings().method == "none"
 
 

@@ -13,3 +13,20 @@ def step_seconds(cost: dict[int, float], rows: int) -> float:
         if rows <= r1:
             return ONE_ROW_S * (c0 + (c1 - c0) * (rows - r0) / (r1 - r0))
     return ONE_ROW_S * known[-1][1]
+
+
+def pin_step_costs(monkeypatch, cost: dict[int, float] | None = None, one_row_s: float | None = None,
+                   extra_row_s: float | None = None) -> None:
+    """Make the planner see pinned step times (from `cost`, or one_row_s + extra_row_s per extra row)
+    instead of live timings, both at calibration and at every step."""
+    from engine.decoding.cost_model import StepCosts
+
+    def pinned(rows: int) -> float:
+        if cost is not None:
+            return step_seconds(cost, rows)
+        return one_row_s + extra_row_s * (rows - 1)
+
+    record, calibrated = StepCosts.record, StepCosts.calibrated
+    monkeypatch.setattr(StepCosts, "record", lambda self, rows, seconds: record(self, rows, pinned(rows)))
+    monkeypatch.setattr(StepCosts, "calibrated",
+                        lambda self, timings: calibrated(self, {r: pinned(r) for r in timings}))

@@ -6,13 +6,13 @@ from dataclasses import dataclass
 import pytest
 
 from engine.measure.bench import read_prompts
-from engine.decoding.cost_model import DraftLengthPolicy, SpeculationConfig
+from engine.decoding.cost_model import SpeculationConfig
 from engine.decoding.generate import SpeculativeDecoder
 from engine.paths import resources_dir
 from engine.decoding.proposers.lookup import LookupProposer
 from engine.decoding.sampling import SamplingParams
 
-from step_costs import step_seconds
+from step_costs import pin_step_costs
 
 GREEDY = SamplingParams(temperature=0.0)
 TOKENS = 48
@@ -41,6 +41,11 @@ def answer(decoder: SpeculativeDecoder, text: str, tokens: int = TOKENS) -> list
     return trace
 
 
+def compact(trace: list[Snapshot]) -> str:
+    """tokens:P(aused)/-:speculative steps so far, per delta: readable in a failure message."""
+    return " ".join(f"{s.generated}:{'P' if s.paused else '-'}:{s.speculative_steps}" for s in trace)
+
+
 def paused_from(trace: list[Snapshot]) -> int | None:
     """Tokens generated when speculation went off for the rest of the answer (None: it did not)."""
     if not trace[-1].paused:
@@ -60,9 +65,7 @@ STEP_COST = {1: 1.0, 2: 2.0, 3: 2.1, 5: 3.5, 9: 5.1, 17: 6.6, 33: 10.3}
 
 @pytest.fixture
 def adaptive_lookup(target, monkeypatch):
-    record_step = DraftLengthPolicy.record_step
-    monkeypatch.setattr(DraftLengthPolicy, "record_step",
-                        lambda self, rows, seconds: record_step(self, rows, step_seconds(STEP_COST, rows)))
+    pin_step_costs(monkeypatch, STEP_COST)
     return SpeculativeDecoder(target, LookupProposer(), SpeculationConfig(max_draft=8, adaptive=True))
 
 
@@ -80,18 +83,18 @@ def test_speculation_stays_on_while_the_answer_copies_the_prompt(adaptive_lookup
 def test_speculation_stays_off_on_open_text_and_the_stats_say_so(adaptive_lookup):
     trace = answer(adaptive_lookup, prompt("open", "travel"))
     stats = adaptive_lookup.stats
-    off_at = paused_from(trace)
-    # One exploratory 2-row verify is by design: until a multi-row step is measured its cost is a guess.
-    assert off_at is not None and off_at <= 16, trace  # lookup's guesses never earned speculation
+    # Off, and said so, but for a rare step where a long enough match predicts a gain.
+    assert sum(s.paused for s in trace) >= 0.75 * len(trace), compact(trace)
     assert stats.speculation_paused
     assert stats.speculative_steps <= 0.25 * stats.verify_steps, (stats.speculative_steps, stats.verify_steps)
 
 
 def test_speculation_backs_off_when_the_conversation_turns_open(adaptive_lookup):
-    """The policy is kept across responses (as in the chat): after a copying answer, open-ended text
-    must turn speculation off before the answer ends, and keep it off."""
+    """The planner is kept across responses (as in the chat): after a copying answer, open-ended text
+    must turn speculation (mostly) off within the answer."""
     answer(adaptive_lookup, prompt("grounded", "copy-passage"))
     trace = answer(adaptive_lookup, prompt("open", "travel"))
-    off_at = paused_from(trace)
-    assert off_at is not None and off_at <= TOKENS - 16, trace
-    assert adaptive_lookup.stats.speculation_paused
+    later = trace[len(trace) // 3:]
+    assert sum(s.paused for s in later) >= 0.75 * len(later), compact(trace)
+    stats = adaptive_lookup.stats
+    assert stats.speculation_paused and stats.speculative_steps <= 0.25 * stats.verify_steps, compact(trace)

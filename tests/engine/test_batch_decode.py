@@ -6,9 +6,10 @@ import llama_cpp as L
 import numpy as np
 import pytest
 
-from engine.decoding.batch_decode import (BatchDecoder, BatchDraftPlanner, BatchedDraftModel, BatchRequest, SequenceDrafter,
-                                 allocate_draft_rows)
-from engine.decoding.cost_model import PLAIN_PROBE_EVERY, SpeculationConfig
+from engine.decoding.batch_decode import BatchDecoder, BatchRequest
+from engine.decoding.cost_model import PLAIN_PROBE_EVERY, DraftPlanner, SpeculationConfig, allocate_draft_rows
+from engine.decoding.proposers.draft_model import DraftModelProposer
+from engine.decoding.step import StepLoop
 from engine.decoding.proposers.lookup import LookupProposer
 from engine.decoding.runtime import LoadSettings, Model
 from engine.decoding.sampling import SamplingParams
@@ -82,18 +83,28 @@ class KvCheckingDecoder(BatchDecoder):
 
     steps_checked = 0
 
-    def _step(self, active, *args):
-        super()._step(active, *args)
-        live = {s.run.slot: len(s.history) - 1 for s in active}
-        for slot in range(SLOTS - 1):
-            assert kv_end(self.target, slot) == live.get(slot, 0), (slot, live)
-        KvCheckingDecoder.steps_checked += 1
+    def run(self, *args, **kwargs):
+        original, target = StepLoop.step, self.target
+
+        def checked(loop, active, tokens_left):
+            outcomes = original(loop, active, tokens_left)
+            live = {s.slot: len(s.history) - 1 for s in active}
+            for slot in range(SLOTS - 1):
+                assert kv_end(target, slot) == live.get(slot, 0), (slot, live)
+            KvCheckingDecoder.steps_checked += 1
+            return outcomes
+
+        StepLoop.step = checked
+        try:
+            return super().run(*args, **kwargs)
+        finally:
+            StepLoop.step = original
 
 
 def test_batched_lookup_is_lossless_and_rolls_back_each_sequence(batch_target, requests):
     """Three in flight, a fourth admitted when the first finishes; drafts of fixed length, so every
     step verifies (and mostly rejects) drafts in several sequences at once."""
-    decoder = KvCheckingDecoder(batch_target, SequenceDrafter(LookupProposer()),
+    decoder = KvCheckingDecoder(batch_target, LookupProposer(remember_requests=False),
                                 SpeculationConfig(max_draft=6, adaptive=False))
     result = decoder.run(requests, concurrency=3, sampling=GREEDY, max_tokens=20, ignore_eos=True)
 
@@ -120,7 +131,7 @@ def test_the_check_catches_a_verifier_that_keeps_wrong_drafts(batch_target, requ
             return Verdict(len(drafts), real.next_token) if drafts else real
 
     monkeypatch.setattr(batch_decode, "Verifier", Credulous)
-    decoder = BatchDecoder(batch_target, SequenceDrafter(LookupProposer()), SpeculationConfig(max_draft=6, adaptive=False))
+    decoder = BatchDecoder(batch_target, LookupProposer(remember_requests=False), SpeculationConfig(max_draft=6, adaptive=False))
     result = decoder.run(requests[1:2], 1, GREEDY, max_tokens=20, ignore_eos=True)
     with pytest.raises(AssertionError):
         assert_self_consistent(batch_target, requests[1].prompt, result.runs[0].tokens)
@@ -129,7 +140,7 @@ def test_the_check_catches_a_verifier_that_keeps_wrong_drafts(batch_target, requ
 def test_plain_batch_matches_speculative_batch(batch_target, requests):
     """Greedy: the same tokens with or without speculation (near-ties aside, which are checked above)."""
     plain = BatchDecoder(batch_target).run(requests[:2], 2, GREEDY, max_tokens=16, ignore_eos=True)
-    spec = BatchDecoder(batch_target, SequenceDrafter(LookupProposer()), SpeculationConfig(max_draft=4, adaptive=False)) \
+    spec = BatchDecoder(batch_target, LookupProposer(remember_requests=False), SpeculationConfig(max_draft=4, adaptive=False)) \
         .run(requests[:2], 2, GREEDY, max_tokens=16, ignore_eos=True)
     same = [sum(a == b for a, b in zip(p.tokens, s.tokens)) for p, s in zip(plain.runs, spec.runs)]
     assert sum(same) >= 0.9 * 32, same
@@ -154,7 +165,7 @@ def test_a_sequence_id_written_once_never_leaks_into_later_batches(model_path):
 def test_batched_draft_model_equal_to_target_accepts_almost_everything(batch_target, model_path, requests):
     draft = Model(model_path, LoadSettings(n_ctx=2048, threads=2, n_seq_max=SLOTS))
     try:
-        drafter = BatchedDraftModel(draft, batch_target, p_min=0.0)
+        drafter = DraftModelProposer(draft, batch_target, p_min=0.0)
         # Sampled: one sequence and two drafts keep every batch under 4 rows, so p and q come from the
         # same kernels and this measures the algorithm, not the GEMM's rounding (see NEAR_TIE).
         for sampling, concurrency, k in ((GREEDY, 2, 4), (SamplingParams(temperature=0.8, seed=3), 1, 2)):
@@ -212,45 +223,45 @@ def test_a_costly_drafter_that_always_drafts_still_measures_draft_free_steps():
     is judged against is never measured unless the planner takes one now and then. Here drafting pays
     (verified rows nearly free, every draft kept): the plain steps are measurements, and drafting
     resumes after each."""
-    planner = BatchDraftPlanner(SpeculationConfig(max_draft=4), costly_proposer=True)
+    planner = DraftPlanner(SpeculationConfig(max_draft=4), costly_proposer=True)
     slots = [0, 1]
-    for slot in slots:
-        planner.reset(slot)
+    feature = ("draft",)
     plans = []
     for _ in range(2 * PLAIN_PROBE_EVERY + 4):
-        lengths = planner.plan(slots, [4, 4])
+        lengths = planner.plan([feature] * len(slots), [4, 4]).lengths
         plans.append(lengths)
         drafted = sum(lengths)
         planner.record_step(len(slots) + drafted, drafted, 0.010 + 0.0005 * drafted)
         planner.record_draft(drafted, 0.001 * drafted)
-        for slot, k in zip(slots, lengths):
+        for k in lengths:
             if k:
-                planner.record_acceptance(slot, k, k)
+                planner.acceptance.record(feature, k, k)
     plain = [i for i, lengths in enumerate(plans) if not any(lengths)]
-    assert plain and plain[0] == 1, plans  # right after the first drafting step
+    assert plain and plain[0] == 0, plans  # first the draft-free step that drafting is judged against
     assert len(plain) == 3 and all(b - a <= PLAIN_PROBE_EVERY + 1 for a, b in zip(plain, plain[1:])), plain
-    assert all(lengths == [4, 4] for i, lengths in enumerate(plans) if i not in plain), plans
+    # After the first kept drafts raise the acceptance estimate, every other step drafts in full.
+    assert all(lengths == [4, 4] for i, lengths in enumerate(plans) if i not in plain and i >= 2), plans
 
 
 def test_a_requests_first_token_does_not_wait_for_the_draft_models_prompt(batch_target, batch_draft, requests,
                                                                           monkeypatch):
     """The first token comes from the target's prefill alone (TTFT); the draft processes the prompt after
     it, and that time still counts as drafting."""
-    prefills = []  # (sequence id, started, seconds) of each prefill in the draft
-    real_prefill = batch_draft.prefill
+    prefills = []  # (sequence id, started, seconds) of each decode in the draft
+    real_decode = batch_draft.decode_multi
 
-    def watched_prefill(tokens, start_pos=0, seq_id=0, **kwargs):
+    def watched_decode(tokens, positions, seq_ids, want):
         t = time.perf_counter()
-        out = real_prefill(tokens, start_pos, seq_id=seq_id, **kwargs)
-        prefills.append((seq_id, t, time.perf_counter() - t))
+        out = real_decode(tokens, positions, seq_ids, want)
+        prefills.append((set(seq_ids), t, time.perf_counter() - t))
         return out
 
-    monkeypatch.setattr(batch_draft, "prefill", watched_prefill)
-    decoder = BatchDecoder(batch_target, BatchedDraftModel(batch_draft, batch_target, p_min=0.0),
+    monkeypatch.setattr(batch_draft, "decode_multi", watched_decode)
+    decoder = BatchDecoder(batch_target, DraftModelProposer(batch_draft, batch_target, p_min=0.0),
                            SpeculationConfig(max_draft=2, adaptive=False))
     result = decoder.run(requests[:2], 2, GREEDY, max_tokens=4, ignore_eos=True)
     for run in result.runs:
-        started = [t for slot, t, _ in prefills if slot == run.slot]
+        started = [t for slots, t, _ in prefills if run.slot in slots]
         assert started and started[0] > run.first_token_at, (run.request_id, prefills, run.deliveries)
         assert run.stats.drafted > 0
     assert result.totals.draft_s >= sum(seconds for _, _, seconds in prefills)
@@ -270,7 +281,7 @@ def test_requests_in_one_batch_draw_from_random_streams_of_their_own(batch_targe
             super().__init__(params, device, seed)
             verifier_seeds.append(seed)
 
-    class RecordingDraft(BatchedDraftModel):
+    class RecordingDraft(DraftModelProposer):
         def start(self, slot, *args):
             super().start(slot, *args)
             draft_seeds.append(self._slots[slot].seed)
@@ -303,7 +314,7 @@ def test_sequences_that_outgrow_the_shared_context_end_cleanly(small_context, re
     than a third of it: when the next step would not fit, a sequence ends with 'context' and keeps its
     tokens, the rest carry on and complete, and no decode fails."""
     target = small_context
-    decoder = KvCheckingDecoder(target, SequenceDrafter(LookupProposer()),
+    decoder = KvCheckingDecoder(target, LookupProposer(remember_requests=False),
                                 SpeculationConfig(max_draft=4, adaptive=False))
     result = decoder.run(requests, concurrency=3, sampling=GREEDY, max_tokens=120, ignore_eos=True)
     reasons = [r.stats.finish_reason for r in result.runs]

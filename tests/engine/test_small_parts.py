@@ -3,7 +3,7 @@ import struct
 
 import pytest
 
-from engine.decoding.cost_model import DraftLengthPolicy, SpeculationConfig
+from engine.decoding.cost_model import DraftPlanner, SpeculationConfig, StepCosts, calibration_sizes
 from engine.errors import InvalidSettingError, ModelFileError
 from engine.modelfiles.gguf_header import read_gguf_header
 from engine.decoding.stop_strings import StopMatcher
@@ -51,25 +51,32 @@ def test_gguf_header_checks(tmp_path):
         read_gguf_header(tmp_path / "short.gguf")
 
 
-def _policy(accept_rate: float, row_cost: float, steps: int = 200) -> DraftLengthPolicy:
-    """Feed a policy a synthetic machine: step time 10 ms × (1 + row_cost·(rows−1))."""
+FEATURE = (16, True)  # one lookup feature: every proposal alike
+
+
+def _policy(accept_rate: float, row_cost: float, steps: int = 200) -> DraftPlanner:
+    """Feed a planner a synthetic machine: step time 10 ms × (1 + row_cost·(rows−1))."""
     import random
     rng = random.Random(0)
-    policy = DraftLengthPolicy(SpeculationConfig(max_draft=16), costly_proposer=False)
+    planner = DraftPlanner(SpeculationConfig(max_draft=16), costly_proposer=False)
     for _ in range(steps):
-        k = policy.choose()
-        policy.record_step(k + 1, 0.010 * (1 + row_cost * k))
+        k = planner.plan([FEATURE], [16]).lengths[0]
+        planner.record_step(k + 1, k, 0.010 * (1 + row_cost * k))
         accepted = 0
         while accepted < k and rng.random() < accept_rate:
             accepted += 1
         if k:
-            policy.record_acceptance(k, accepted)
+            planner.acceptance.record(FEATURE, k, accepted)
         else:  # what the loop's shadow scoring feeds it while speculation is off
             shadow = 0
             while shadow < 16 and rng.random() < accept_rate:
                 shadow += 1
-            policy.record_acceptance(16, shadow)
-    return policy
+            planner.acceptance.record(FEATURE, 16, shadow)
+    return planner
+
+
+def _choose(planner: DraftPlanner) -> int:
+    return planner.plan([FEATURE], [16]).lengths[0]
 
 
 def _rate(accept_rate: float, row_cost: float, k: int) -> float:
@@ -83,7 +90,7 @@ def _best_k(accept_rate: float, row_cost: float, max_draft: int = 16) -> int:
 @pytest.mark.parametrize("accept_rate,row_cost", [(0.95, 0.35), (0.99, 0.35), (0.6, 0.02), (0.8, 0.1)])
 def test_policy_finds_the_fastest_draft_length(accept_rate, row_cost):
     best = _best_k(accept_rate, row_cost)
-    chosen = _policy(accept_rate, row_cost).choose()
+    chosen = _choose(_policy(accept_rate, row_cost))
     assert best > 0 and chosen > 0
     # The rate curve is flat near its peak: what counts is the speed the choice achieves.
     assert _rate(accept_rate, row_cost, chosen) >= 0.9 * _rate(accept_rate, row_cost, best), (chosen, best)
@@ -91,7 +98,7 @@ def test_policy_finds_the_fastest_draft_length(accept_rate, row_cost):
 
 def test_policy_stops_speculating_when_it_does_not_pay():
     assert _best_k(0.2, 0.35) == 0
-    assert _policy(0.2, 0.35).choose() == 0
+    assert _choose(_policy(0.2, 0.35)) == 0
 
 
 def test_policy_config_is_validated():
@@ -99,4 +106,22 @@ def test_policy_config_is_validated():
         SpeculationConfig(max_draft=-1)
     with pytest.raises(InvalidSettingError):
         SpeculationConfig(max_draft=4, min_draft=9)
-    assert DraftLengthPolicy(SpeculationConfig(max_draft=5, adaptive=False), False).choose() == 5
+    assert DraftPlanner(SpeculationConfig(max_draft=5, adaptive=False), False).plan([FEATURE], [9]).lengths == [5]
+
+
+def test_step_costs_follow_recent_medians_and_notice_a_busy_machine():
+    costs = StepCosts()
+    costs.calibrated({1: 0.010, 2: 0.020, 8: 0.040, 16: 0.050})
+    assert costs.seconds(16) == pytest.approx(0.050) and costs.seconds(12) == pytest.approx(0.045)
+    for _ in range(3):
+        costs.record(1, 0.010)
+    costs.record(1, 0.500)  # one outlier (a page fault, a busy core) steers nothing
+    assert costs.seconds(16) == pytest.approx(0.050) and not costs.contended
+    for _ in range(9):  # the machine stays slow: every size is rescaled, none is stale
+        costs.record(1, 0.030)
+    assert costs.contended and costs.seconds(16) == pytest.approx(0.150)
+
+
+def test_calibration_times_every_single_sequence_size_then_every_eighth():
+    assert calibration_sizes(5) == [1, 2, 3, 4, 5]
+    assert calibration_sizes(33) == list(range(1, 18)) + [24, 32, 33]
