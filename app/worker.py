@@ -145,6 +145,7 @@ class EngineWorker(QObject):
                 self.draft_path = settings.draft
             proposer = make_proposer(settings, target, self.draft_model if settings.method == "draft" else None)
             self.decoder.set_speculation(proposer, settings.speculation())
+            self.decoder.calibrate()  # now, while "loading" shows, not during the first answer
             method, error = proposer.name, None
         except Exception as exc:  # noqa: BLE001 - a bad draft must not cost the loaded target
             if not isinstance(exc, EngineError):

@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 import torch
 
 from ..errors import EngineError, GenerationCancelled, InvalidSettingError
-from .cost_model import SpeculationConfig
+from .cost_model import SpeculationConfig, StepCosts
 from .proposers.base import NoProposer, Proposer
 from .runtime import Model
 from .sampling import SamplingParams, pick_device, request_seed
@@ -127,6 +127,7 @@ class BatchDecoder:
         self.proposer = proposer or NoProposer()
         self.speculation = speculation or SpeculationConfig()
         self.device = device or pick_device()
+        self.step_costs = StepCosts()  # the machine's, kept across runs (a lab's cells)
 
     def run(self, requests: Sequence[BatchRequest], concurrency: int, sampling: SamplingParams = SamplingParams(),
             max_tokens: int = 128, ignore_eos: bool = False, cancel: threading.Event | None = None,
@@ -140,7 +141,10 @@ class BatchDecoder:
         if not (isinstance(max_tokens, int) and max_tokens >= 1):
             raise InvalidSettingError(f"max_tokens must be a whole number ≥ 1, got {max_tokens!r}")
         cancel = cancel or threading.Event()
-        loop = StepLoop(target, self.proposer, self.speculation, self.device)
+        target.forget_all()
+        loop = StepLoop(target, self.proposer, self.speculation, self.device, self.step_costs)
+        if loop.speculating and self.speculation.adaptive and not loop.calibrated:  # before the clock starts
+            loop.calibrate(0, 0, max(target.bos, 0), max_rows=concurrency * (self.speculation.max_draft + 1))
         totals = loop.totals = BatchTotals()
         queue = list(enumerate(requests))[::-1]
         free_slots = list(range(concurrency))[::-1]
@@ -148,7 +152,6 @@ class BatchDecoder:
         runs: list[RequestRun | None] = [None] * len(requests)
         started = time.perf_counter()
         seed = request_seed(sampling)  # reproducible with a seed; each request gets streams of its own
-        target.forget_all()
 
         def report() -> None:
             if on_progress:

@@ -69,6 +69,7 @@ class StepCosts:
         self._shape: dict[int, deque[float]] = {1: deque([1.0], maxlen=1)}
         self._scale: deque[float] = deque(maxlen=WINDOW)  # recent steps' seconds per one-row step
         self._quietest: float | None = None
+        self.calibrated_once = False
 
     def record(self, rows: int, seconds: float) -> None:
         shape = self._shape_of(rows)
@@ -85,6 +86,7 @@ class StepCosts:
     def calibrated(self, timings: dict[int, float]) -> None:
         """Take a measured curve: seconds by rows, with rows = 1 among them."""
         one = timings[1]
+        self.calibrated_once = True
         for rows, seconds in timings.items():
             if rows > 1:
                 self._shape[rows] = deque([seconds / one], maxlen=WINDOW)

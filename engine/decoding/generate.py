@@ -57,6 +57,13 @@ class SpeculativeDecoder:
         costs = self.loop.planner.steps if hasattr(self, "loop") else None
         self.loop = StepLoop(self.target, proposer, speculation, self.device, step_costs=costs)
 
+    def calibrate(self) -> None:
+        """Time every verify size now (once per loaded model, well under a second for small models), so
+        the first answer neither waits for it nor guesses. Uses free cells after the cached tokens."""
+        if self.loop.speculating and self.speculation.adaptive and not self.loop.calibrated:
+            token = self._cached[-1] if self._cached else max(self.target.bos, 0)
+            self.loop.calibrate(CHAT_SLOT, len(self._cached), token)
+
     @property
     def proposer(self) -> Proposer:
         return self.loop.proposer

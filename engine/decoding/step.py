@@ -81,9 +81,13 @@ class StepLoop:
         self.speculation = speculation
         self.device = device
         self.planner = DraftPlanner(speculation, costly_proposer=not self.proposer.free, steps=step_costs)
-        self._calibrated = step_costs is not None and step_costs.measured(2)
+        self._calibrated = step_costs is not None and step_costs.calibrated_once
         self.totals = StepTotals()
         self.last_plan = Plan([])
+
+    @property
+    def calibrated(self) -> bool:
+        return self._calibrated
 
     @property
     def speculating(self) -> bool:

@@ -86,6 +86,7 @@ def run(args: argparse.Namespace) -> dict:
             print(f"warning: {formatter.template_error}", file=sys.stderr)
         encoded = [encode(target, formatter, item["prompt"]) for item in prompts]
         stop = () if args.ignore_eos else (encoded[0][1] if encoded else ())
+        decoder.calibrate()
         for _ in decoder.generate(target.tokenize("Warm-up."), sampling, max_tokens=8):
             pass
         every_run: list[list[dict]] = [[] for _ in prompts]
