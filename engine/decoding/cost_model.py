@@ -93,6 +93,11 @@ class StepCosts:
         self._scale.extend([one] * 3)
         self._quietest = one
 
+    def rescale(self) -> None:
+        """The machine changed (fewer threads): keep the curve's shape, measure its scale afresh."""
+        self._scale.clear()
+        self._quietest = None
+
     @property
     def scale(self) -> float | None:
         return statistics.median(self._scale) if self._scale else None

@@ -76,7 +76,7 @@ class Model:
         cparams.n_batch = settings.n_batch
         cparams.n_ubatch = settings.n_batch
         cparams.n_seq_max = settings.n_seq_max
-        cparams.n_threads = cparams.n_threads_batch = settings.resolved_threads()
+        cparams.n_threads = cparams.n_threads_batch = self.threads = settings.resolved_threads()
         cparams.swa_full = True  # sliding-window models (Gemma 3) must keep full KV to roll back
         cparams.kv_unified = True
         cparams.no_perf = True
@@ -210,6 +210,11 @@ class Model:
             self._seq_filled = max(self._seq_filled, len(seq_ids))
         elif len(seq_ids) >= self._seq_filled:
             self._seq_filled = 0
+
+    def set_threads(self, threads: int) -> None:
+        """Threads for the next decodes (one-row and batched alike)."""
+        L.llama_set_n_threads(self._ctx, threads, threads)
+        self.threads = threads
 
     def set_interrupt(self, should_stop: Callable[[], bool] | None) -> None:
         """While set, a multi-row decode checks should_stop() between graph nodes and stops early

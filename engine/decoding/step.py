@@ -18,6 +18,7 @@ from .cost_model import CALIBRATION_REPEATS, DraftPlanner, Plan, SpeculationConf
 from .proposers.base import NoProposer, Proposal, Proposer
 from .runtime import Model
 from .stats import GenerationStats
+from .threads import ThreadTuner
 from .verifier import Verifier
 
 DRAFT_FEATURE = ("draft",)
@@ -84,6 +85,7 @@ class StepLoop:
         self._calibrated = step_costs is not None and step_costs.calibrated_once
         self.totals = StepTotals()
         self.last_plan = Plan([])
+        self.threads = ThreadTuner(getattr(target, "threads", 1))
 
     @property
     def calibrated(self) -> bool:
@@ -134,6 +136,11 @@ class StepLoop:
         seconds = time.perf_counter() - t
         totals.record(len(rows), seconds)
         self.planner.record_step(len(rows), len(rows) - n, seconds)
+        steps = self.planner.steps
+        switch = self.threads.record(seconds / steps._shape_of(len(rows)), steps.contended)
+        if switch is not None:  # the scale measured at the old count no longer applies
+            target.set_threads(switch)
+            steps.rescale()
         outcomes = []
         for s, proposal, verdict in zip(active, proposals, verdicts):
             k = len(proposal.tokens)

@@ -1,0 +1,33 @@
+"""ThreadTuner: fewer threads when a busy machine makes them faster, the full count again when not."""
+from engine.decoding.threads import RETRY_EVERY, TRIAL_STEPS, ThreadTuner
+
+
+def run(tuner: ThreadTuner, cost_by_threads: dict[int, float], contended: bool, steps: int) -> list[int]:
+    switches = []
+    for _ in range(steps):
+        switch = tuner.record(cost_by_threads[tuner.current], contended)
+        if switch is not None:
+            switches.append(switch)
+    return switches
+
+
+def test_a_busy_machine_gets_half_the_threads_when_that_is_faster():
+    tuner = ThreadTuner(2)
+    busy = {2: 0.026, 1: 0.011}  # measured here with one busy process: 2 threads 38.8 tok/s, 1 thread 93.0
+    assert run(tuner, busy, contended=True, steps=TRIAL_STEPS * 3) == [1]
+    assert tuner.current == 1
+    # The other process goes away: the periodic retry of the full count finds it faster and keeps it.
+    quiet = {2: 0.010, 1: 0.017}
+    assert run(tuner, quiet, contended=False, steps=RETRY_EVERY + TRIAL_STEPS) == [2]
+    assert tuner.current == 2
+
+
+def test_fewer_threads_that_are_not_faster_are_given_back():
+    tuner = ThreadTuner(2)
+    slow_anyway = {2: 0.020, 1: 0.034}  # slow for another reason (a long context): halving does not help
+    assert run(tuner, slow_anyway, contended=True, steps=TRIAL_STEPS * 2) == [1, 2]
+    assert tuner.current == 2
+
+
+def test_one_thread_is_left_alone():
+    assert run(ThreadTuner(1), {1: 0.05}, contended=True, steps=50) == []
