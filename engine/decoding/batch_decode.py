@@ -143,8 +143,7 @@ class BatchDecoder:
         cancel = cancel or threading.Event()
         target.forget_all()
         loop = StepLoop(target, self.proposer, self.speculation, self.device, self.step_costs)
-        if loop.speculating and self.speculation.adaptive and not loop.calibrated:  # before the clock starts
-            loop.calibrate(0, 0, max(target.bos, 0), max_rows=concurrency * (self.speculation.max_draft + 1))
+        loop.calibrate(0, 0, max(target.bos, 0), max_rows=concurrency * (self.speculation.max_draft + 1))  # before the clock
         totals = loop.totals = BatchTotals()
         queue = list(enumerate(requests))[::-1]
         free_slots = list(range(concurrency))[::-1]
@@ -199,7 +198,7 @@ class BatchDecoder:
                 while queue and free_slots and fits(queue[-1][1].prompt):  # admit: prefill into a free id
                     index, request = queue.pop()
                     seq, first = self._admit(request, free_slots.pop(), sampling, stream_seed(seed, index, VERIFY),
-                                             totals)
+                                             loop)
                     runs[index] = seq.run
                     active.append(seq)
                     now = time.perf_counter()
@@ -227,7 +226,7 @@ class BatchDecoder:
         return BatchResult([r for r in runs if r is not None], totals, started, time.perf_counter())
 
     def _admit(self, request: BatchRequest, slot: int, sampling: SamplingParams, seed: int,
-               totals: BatchTotals) -> tuple[_Sequence, int]:
+               loop: StepLoop) -> tuple[_Sequence, int]:
         """Prefill a request into its sequence id; returns the sequence and its first token (the proposer
         starts after it is out). seed: the verifier's stream."""
         target = self.target
@@ -236,13 +235,12 @@ class BatchDecoder:
         if len(request.prompt) >= target.n_ctx:
             raise EngineError(f"request {request.id}: a {len(request.prompt)}-token prompt does not fit "
                               f"the {target.n_ctx}-token context")
-        method = self.proposer.name if self.speculation.max_draft > 0 else NoProposer.name
-        stats = GenerationStats(method=method, backend=target.backend, prompt_tokens=len(request.prompt))
+        stats = GenerationStats(method=loop.method, backend=target.backend, prompt_tokens=len(request.prompt))
         run = RequestRun(request.id, slot, [], stats, admitted_at=time.perf_counter())
         target.forget_from(0, slot)
         logits = target.prefill(request.prompt, 0, seq_id=slot)
         verifier = Verifier(sampling, self.device, seed)
         first = verifier.verify(logits, [], None, position=len(request.prompt)).next_token
         stats.prefill_s = time.perf_counter() - run.admitted_at
-        totals.prefill_s += stats.prefill_s
+        loop.totals.prefill_s += stats.prefill_s
         return _Sequence(slot, list(request.prompt), verifier, stats, run=run), first

@@ -69,27 +69,30 @@ class StepCosts:
         self._shape: dict[int, deque[float]] = {1: deque([1.0], maxlen=1)}
         self._scale: deque[float] = deque(maxlen=WINDOW)  # recent steps' seconds per one-row step
         self._quietest: float | None = None
-        self.calibrated_once = False
+        self._curve: list[tuple[int, float]] | None = None  # (rows, median shape), sorted: rebuilt on change
+        self.calibrated = False  # take_calibration() has run
 
-    def record(self, rows: int, seconds: float) -> None:
+    def record(self, rows: int, seconds: float) -> float:
+        """Take one step's time; returns it in one-row steps' seconds (its share of the scale)."""
         shape = self._shape_of(rows)
         scale = self.scale
-        if scale is not None and rows > 1:
-            self._shape.setdefault(rows, deque(maxlen=WINDOW)).append(seconds / scale)
-        if scale is None and rows > 1:  # the first step is a multi-row one: take the guessed shape as measured
-            self._shape[rows] = deque([shape], maxlen=WINDOW)
+        if rows > 1:  # the first step a multi-row one: its guessed shape is taken as measured
+            self._shape.setdefault(rows, deque(maxlen=WINDOW)).append(seconds / scale if scale else shape)
+            self._curve = None
         self._scale.append(seconds / shape)
         now = self.scale
         if len(self._scale) >= 3 and (self._quietest is None or now < self._quietest):
             self._quietest = now
+        return seconds / shape
 
-    def calibrated(self, timings: dict[int, float]) -> None:
+    def take_calibration(self, timings: dict[int, float]) -> None:
         """Take a measured curve: seconds by rows, with rows = 1 among them."""
         one = timings[1]
-        self.calibrated_once = True
+        self.calibrated = True
         for rows, seconds in timings.items():
             if rows > 1:
                 self._shape[rows] = deque([seconds / one], maxlen=WINDOW)
+        self._curve = None
         self._scale.extend([one] * 3)
         self._quietest = one
 
@@ -117,7 +120,9 @@ class StepCosts:
 
     def _shape_of(self, rows: int) -> float:
         """A step of `rows` rows in one-row steps: measured, interpolated, or extrapolated."""
-        known = sorted((r, statistics.median(v)) for r, v in self._shape.items())
+        if self._curve is None:  # the planner asks for many sizes per step: medians once per change
+            self._curve = sorted((r, statistics.median(v)) for r, v in self._shape.items())
+        known = self._curve
         for (r0, c0), (r1, c1) in zip(known, known[1:]):
             if r0 <= rows <= r1:
                 return c0 + (c1 - c0) * (rows - r0) / (r1 - r0)
@@ -246,7 +251,6 @@ def allocate_draft_rows(expected: list[list[float]], caps: list[int], base_rows:
 class Plan:
     lengths: list[int]  # draft rows per sequence
     measuring_plain: bool = False  # all zero to measure a plain step, not because plain is predicted faster
-    probing: bool = False  # a short draft to keep a costly proposer's acceptance current
 
 
 class DraftPlanner:
@@ -267,10 +271,12 @@ class DraftPlanner:
         """A new chat answer: step costs carry over (they are the machine's); acceptance mostly not."""
         self.acceptance.fade()
 
-    def record_step(self, rows: int, drafted_rows: int, seconds: float) -> None:
-        self.steps.record(rows, seconds)
+    def record_step(self, rows: int, drafted_rows: int, seconds: float) -> float:
+        """Take one step's time; returns it in one-row steps' seconds."""
+        per_row = self.steps.record(rows, seconds)
         self._steps_without_drafts = 0 if drafted_rows else self._steps_without_drafts + 1
         self._steps_with_drafts = self._steps_with_drafts + 1 if drafted_rows else 0
+        return per_row
 
     def record_draft(self, tokens: int, seconds: float) -> None:
         if tokens:
@@ -279,13 +285,6 @@ class DraftPlanner:
     @property
     def draft_seconds_per_token(self) -> float:
         return statistics.median(self._draft_per_token) if self.costly and self._draft_per_token else 0.0
-
-    def predicted_rate(self, feature: Hashable, k: int, sequences: int = 1) -> float | None:
-        """Predicted tokens per second of one sequence drafting k (the others plain): for stats and tests."""
-        step = self.steps.seconds(sequences + k)
-        if step is None:
-            return None
-        return self.acceptance.expected_tokens(feature)[k] / (step + self.draft_seconds_per_token * k)
 
     # --- decision -----------------------------------------------------------------------------
     def plan(self, features: list[Hashable], caps: list[int]) -> Plan:
@@ -307,5 +306,5 @@ class DraftPlanner:
             return Plan(lengths)
         if self.costly and self._steps_without_drafts >= self._probe_interval and any(caps):
             self._probe_interval = min(2 * self._probe_interval, LONGEST_PROBE_INTERVAL)
-            return Plan([min(max(cfg.min_draft, 2), c) for c in caps], probing=True)
+            return Plan([min(max(cfg.min_draft, 2), c) for c in caps])  # a probe keeps acceptance current
         return Plan(lengths)

@@ -12,8 +12,8 @@ import torch
 
 from ..errors import ContextOverflowError, GenerationCancelled, InvalidSettingError
 from ..hardware import read_memory
-from .cost_model import SpeculationConfig
-from .proposers.base import NoProposer, Proposer
+from .cost_model import SpeculationConfig, StepCosts
+from .proposers.base import Proposer
 from .runtime import Model, common_prefix
 from .sampling import SamplingParams, pick_device, request_seed
 from .stats import GenerationStats
@@ -49,20 +49,20 @@ class SpeculativeDecoder:
         self.stats = GenerationStats()
         self._cached: list[int] = []  # tokens whose KV is in the target's cache, in order
         self._prompt_logits: tuple[tuple[int, ...], np.ndarray] | None = None  # the last prompt's own logits
+        self._step_costs = StepCosts()  # the machine's and the model's: kept whatever the speculation
         self.set_speculation(proposer, speculation or SpeculationConfig())
 
     def set_speculation(self, proposer: Proposer | None, speculation: SpeculationConfig) -> None:
-        """Change how the next response speculates, keeping the loaded models and the KV cache.
-        The planner is kept across responses: step costs are the machine's, acceptance follows the chat."""
-        costs = self.loop.planner.steps if hasattr(self, "loop") else None
-        self.loop = StepLoop(self.target, proposer, speculation, self.device, step_costs=costs)
+        """Change how the next response speculates, keeping the loaded models, the KV cache and the
+        measured step costs. Until the next change the planner is kept across responses, so acceptance
+        follows the conversation."""
+        self.loop = StepLoop(self.target, proposer, speculation, self.device, step_costs=self._step_costs)
 
     def calibrate(self) -> None:
         """Time every verify size now (once per loaded model, well under a second for small models), so
         the first answer neither waits for it nor guesses. Uses free cells after the cached tokens."""
-        if self.loop.speculating and self.speculation.adaptive and not self.loop.calibrated:
-            token = self._cached[-1] if self._cached else max(self.target.bos, 0)
-            self.loop.calibrate(CHAT_SLOT, len(self._cached), token)
+        token = self._cached[-1] if self._cached else max(self.target.bos, 0)
+        self.loop.calibrate(CHAT_SLOT, len(self._cached), token)
 
     @property
     def proposer(self) -> Proposer:
@@ -119,8 +119,7 @@ class SpeculativeDecoder:
                 "for the answer. Shorten it or raise the context size in Settings."
             )
         cancel = cancel or threading.Event()
-        method = loop.proposer.name if loop.speculating else NoProposer.name
-        stats = self.stats = GenerationStats(method=method, backend=target.backend, prompt_tokens=len(prompt))
+        stats = self.stats = GenerationStats(method=loop.method, backend=target.backend, prompt_tokens=len(prompt))
         started = time.perf_counter()
         seed = request_seed(sampling)
         verifier = Verifier(sampling, self.device, seed)

@@ -14,7 +14,7 @@ from typing import Hashable
 import torch
 
 from ..errors import GenerationCancelled
-from .cost_model import CALIBRATION_REPEATS, DraftPlanner, Plan, SpeculationConfig, StepCosts, calibration_sizes
+from .cost_model import CALIBRATION_REPEATS, DraftPlanner, SpeculationConfig, StepCosts, calibration_sizes
 from .proposers.base import NoProposer, Proposal, Proposer
 from .runtime import Model
 from .stats import GenerationStats
@@ -82,18 +82,17 @@ class StepLoop:
         self.speculation = speculation
         self.device = device
         self.planner = DraftPlanner(speculation, costly_proposer=not self.proposer.free, steps=step_costs)
-        self._calibrated = step_costs is not None and step_costs.calibrated_once
         self.totals = StepTotals()
-        self.last_plan = Plan([])
         self.threads = ThreadTuner(getattr(target, "threads", 1))
-
-    @property
-    def calibrated(self) -> bool:
-        return self._calibrated
 
     @property
     def speculating(self) -> bool:
         return (self.proposer.name != "none" and self.speculation.max_draft > 0 and self.target.can_roll_back)
+
+    @property
+    def method(self) -> str:
+        """What the stats call this loop's decoding: the proposer's name, or "none" when it cannot draft."""
+        return self.proposer.name if self.speculating else NoProposer.name
 
     def free_cells(self, active: list[SequenceState]) -> int:
         """Cells left in the target's KV cache, which every sequence shares (kv_unified: n_ctx in all)."""
@@ -104,9 +103,8 @@ class StepLoop:
         On GenerationCancelled the half-decoded batch is dropped and every cache is as before."""
         target, cfg, n = self.target, self.speculation, len(active)
         proposals = [Proposal() for _ in active]
-        if self.speculating and cfg.adaptive and not self._calibrated:
-            first = active[0]
-            self.calibrate(first.slot, len(first.history) - 1, first.history[-1])
+        first = active[0]  # calibrates once, in its free cells, if nobody did before the first step
+        self.calibrate(first.slot, len(first.history) - 1, first.history[-1])
         if self.speculating:
             row_budget = (target.n_batch - n) // n  # every sequence's drafts fit one batch ...
             cell_budget = (self.free_cells(active) - n) // n  # ... and the shared cache
@@ -135,12 +133,11 @@ class StepLoop:
             offset += k + 1
         seconds = time.perf_counter() - t
         totals.record(len(rows), seconds)
-        self.planner.record_step(len(rows), len(rows) - n, seconds)
-        steps = self.planner.steps
-        switch = self.threads.record(seconds / steps._shape_of(len(rows)), steps.contended)
+        per_row = self.planner.record_step(len(rows), len(rows) - n, seconds)
+        switch = self.threads.record(per_row, self.planner.steps.contended)
         if switch is not None:  # the scale measured at the old count no longer applies
             target.set_threads(switch)
-            steps.rescale()
+            self.planner.steps.rescale()
         outcomes = []
         for s, proposal, verdict in zip(active, proposals, verdicts):
             k = len(proposal.tokens)
@@ -159,11 +156,11 @@ class StepLoop:
 
     def calibrate(self, slot: int = 0, start: int = 0, token: int = 0, max_rows: int | None = None) -> None:
         """Time a step of every size a sequence may verify, once, in free cells from `start` of sequence
-        `slot` (rolled back after), so the planner knows what each verify costs before betting on one."""
-        target = self.target
+        `slot` (rolled back after), so the planner knows what each verify costs before betting on one.
+        Does nothing when calibrated already, or when nothing is planned (no speculation, fixed lengths)."""
+        target, steps = self.target, self.planner.steps
         top = min(max_rows or self.speculation.max_draft + 1, target.n_batch, target.n_ctx - start - 1)
-        self._calibrated = True
-        if top < 2 or not self.speculating:
+        if steps.calibrated or not (self.speculating and self.speculation.adaptive) or top < 2:
             return
         timings = {}
         for rows in calibration_sizes(top):
@@ -175,7 +172,7 @@ class StepLoop:
                 target.forget_from(start, slot)
                 best = spent if best is None else min(best, spent)
             timings[rows] = best
-        self.planner.steps.calibrated(timings)
+        steps.take_calibration(timings)
 
     # --- proposing and planning -----------------------------------------------------------------
     def _feature(self, s: SequenceState, proposal: Proposal) -> Hashable:
@@ -207,7 +204,6 @@ class StepLoop:
         if not proposer.free:
             planner.record_draft(sum(len(p.tokens) for p in chosen), spent)
         chosen = [p if len(p.tokens) >= cfg.min_draft else Proposal() for p in chosen]
-        self.last_plan = plan
         for s, k, p, cap in zip(active, plan.lengths, chosen, caps):
             s.stats.draft_s += spent / len(active)
             s.stats.policy_draft_length, s.stats.draft_length = k, len(p.tokens)

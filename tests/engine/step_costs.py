@@ -26,7 +26,7 @@ def pin_step_costs(monkeypatch, cost: dict[int, float] | None = None, one_row_s:
             return step_seconds(cost, rows)
         return one_row_s + extra_row_s * (rows - 1)
 
-    record, calibrated = StepCosts.record, StepCosts.calibrated
+    record, take = StepCosts.record, StepCosts.take_calibration
     monkeypatch.setattr(StepCosts, "record", lambda self, rows, seconds: record(self, rows, pinned(rows)))
-    monkeypatch.setattr(StepCosts, "calibrated",
-                        lambda self, timings: calibrated(self, {r: pinned(r) for r in timings}))
+    monkeypatch.setattr(StepCosts, "take_calibration",
+                        lambda self, timings: take(self, {r: pinned(r) for r in timings}))

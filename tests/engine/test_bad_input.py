@@ -6,7 +6,7 @@ import pytest
 from engine.measure.bench import main as bench_main
 from engine.errors import ContextOverflowError, InvalidSettingError, ModelFileError, VocabMismatchError
 from engine.decoding.generate import SpeculativeDecoder
-from engine.decoding.loader import DecoderSettings, build_decoder
+from engine.decoding.loader import DecoderSettings
 from engine.decoding.proposers.lookup import LookupProposer
 from engine.decoding.runtime import LoadSettings, Model
 from engine.decoding.sampling import SamplingParams

@@ -11,8 +11,8 @@ from hub_server import LocalHub, default_tokens, write_tiny_gguf
 
 from engine.modelfiles import model_store
 from engine.modelfiles.catalog import CatalogError, find_pair, load_catalog
-from engine.modelfiles.downloads import DownloadJob, FileRequest, local_path
-from engine.modelfiles.embedded import embedded_gemma_path, embedded_model_path
+from engine.modelfiles.downloads import DownloadJob, local_path
+from engine.modelfiles.embedded import embedded_gemma_path
 from engine.errors import ModelFileError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -111,7 +111,7 @@ def test_policy_config_is_validated():
 
 def test_step_costs_follow_recent_medians_and_notice_a_busy_machine():
     costs = StepCosts()
-    costs.calibrated({1: 0.010, 2: 0.020, 8: 0.040, 16: 0.050})
+    costs.take_calibration({1: 0.010, 2: 0.020, 8: 0.040, 16: 0.050})
     assert costs.seconds(16) == pytest.approx(0.050) and costs.seconds(12) == pytest.approx(0.045)
     for _ in range(3):
         costs.record(1, 0.010)

@@ -68,10 +68,6 @@ class DraftModelProposer:
     def finish(self, slot: int, history: Sequence[int]) -> None:
         pass  # the cache stays: a next request on this sequence (a chat's next turn) reuses its prefix
 
-    def forget(self, slot: int) -> None:
-        self.model.forget_from(0, slot)
-        self._slots.pop(slot, None)
-
     def propose(self, wants: list[Want]) -> list[Proposal]:
         room = self.model.n_ctx
         rows: list[tuple[int, int, int, bool]] = []  # (token, position, slot, wants logits)
