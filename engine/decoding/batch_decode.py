@@ -19,7 +19,7 @@ from .proposers.base import NoProposer, Proposer
 from .runtime import Model
 from .sampling import SamplingParams, pick_device, request_seed
 from .stats import GenerationStats
-from .step import SequenceState, StepLoop, StepTotals
+from .step import SequenceState, StepLoop, StepTotals, tokens_to_keep
 from .verifier import Verifier
 
 
@@ -169,14 +169,9 @@ class BatchDecoder:
 
         def emit(seq: _Sequence, new_tokens: list[int], now: float) -> None:
             """Keep what the step produced (cut at an end token or the budget); finish when done."""
-            stats, reason = seq.run.stats, None
-            for i, tok in enumerate(new_tokens):
-                if target.is_end(tok) and not ignore_eos:
-                    new_tokens, reason = new_tokens[:i], "stop"
-                    break
-            budget = max_tokens - stats.generated
-            if len(new_tokens) >= budget:
-                new_tokens, reason = new_tokens[:budget], reason or "length"
+            stats = seq.run.stats
+            keep, reason = tokens_to_keep(new_tokens, target, ignore_eos, max_tokens - stats.generated)
+            new_tokens = new_tokens[:keep]
             if new_tokens:
                 seq.run.tokens += new_tokens
                 seq.run.deliveries.append((now, len(new_tokens)))

@@ -17,7 +17,7 @@ from .proposers.base import Proposer
 from .runtime import Model, common_prefix
 from .sampling import SamplingParams, pick_device, request_seed
 from .stats import GenerationStats
-from .step import SequenceState, StepLoop
+from .step import SequenceState, StepLoop, tokens_to_keep
 from .stop_strings import StopMatcher
 from .text_stream import TextStream
 from .verifier import Verifier
@@ -136,8 +136,7 @@ class SpeculativeDecoder:
         stats.prefill_s = time.perf_counter() - started
 
         seq = SequenceState(CHAT_SLOT, list(prompt), verifier, stats)
-        seq.history.append(first)
-        decoded = len(prompt)  # positions the target's cache holds
+        seq.history.append(first)  # the cache holds every token of seq.history but its last (the KV convention)
         proposer_begun = False
         memory_read_at = 0.0
         new_tokens, from_draft = [first], [False]
@@ -147,14 +146,8 @@ class SpeculativeDecoder:
 
         while True:
             # --- emit what the last step produced, and see whether we are done -------------------
-            finish = None
-            for i, tok in enumerate(new_tokens):
-                if target.is_end(tok) and not ignore_eos:
-                    new_tokens, from_draft, finish = new_tokens[:i], from_draft[:i], "stop"
-                    break
-            budget = max_tokens - stats.generated
-            if len(new_tokens) >= budget:
-                new_tokens, from_draft, finish = new_tokens[:budget], from_draft[:budget], finish or "length"
+            keep, finish = tokens_to_keep(new_tokens, target, ignore_eos, max_tokens - stats.generated)
+            new_tokens, from_draft = new_tokens[:keep], from_draft[:keep]
             shown, hit_stop = [], False
             for i, (tok, drafted) in enumerate(zip(new_tokens, from_draft)):  # token by token, to stop exactly
                 released, hit_stop = stopper.push([(text.push(target.piece(tok)), drafted)])
@@ -185,6 +178,7 @@ class SpeculativeDecoder:
                 target.set_interrupt(None)
                 stats.finish_reason = finish
                 stats.memory = read_memory(target.backend)
+                decoded = len(seq.history) - 1
                 keep = min(decoded, len(history))
                 if keep < decoded:  # drafts kept past an end or a stop: their KV goes too
                     target.forget_from(keep)
@@ -199,9 +193,7 @@ class SpeculativeDecoder:
             try:
                 outcome = loop.step([seq], [max_tokens - stats.generated])[0]
             except GenerationCancelled:  # Stop arrived mid-verify: the cache is as before the step
-                decoded = len(seq.history) - 1
                 new_tokens, from_draft = [], []
                 continue
-            decoded = len(seq.history) - 1  # the last token kept is decoded by the next step
             new_tokens = outcome.tokens
             from_draft = [True] * outcome.accepted + [False]

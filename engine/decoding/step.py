@@ -33,6 +33,18 @@ def lookup_feature(match_length: int, continuing: bool) -> tuple[int, bool]:
     return 0, continuing
 
 
+def tokens_to_keep(tokens: list[int], target: Model, ignore_eos: bool, budget: int) -> tuple[int, str | None]:
+    """How many of a step's tokens an answer keeps, and why it ends if it does: before an end token
+    ("stop"), or at the token budget ("length"). The chat and the batch cut by this one rule."""
+    keep, reason = len(tokens), None
+    if not ignore_eos:
+        keep = next((i for i, tok in enumerate(tokens) if target.is_end(tok)), keep)
+        reason = "stop" if keep < len(tokens) else None
+    if keep >= budget:
+        keep, reason = budget, reason or "length"
+    return keep, reason
+
+
 @dataclass
 class SequenceState:
     """One request in flight: what it has produced so far and how its proposals have fared."""
