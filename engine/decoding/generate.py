@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -12,30 +11,17 @@ import torch
 
 from ..errors import ContextOverflowError, GenerationCancelled, InvalidSettingError
 from ..hardware import read_memory
+from .answer import AnswerStream, Delta
 from .cost_model import SpeculationConfig, StepCosts
 from .proposers.base import Proposer
 from .runtime import Model, common_prefix
 from .sampling import SamplingParams, pick_device, request_seed
 from .stats import GenerationStats
-from .step import SequenceState, StepLoop, tokens_to_keep
-from .stop_strings import StopMatcher
-from .text_stream import TextStream
+from .step import SequenceState, StepLoop
 from .verifier import Verifier
 
 MEMORY_EVERY_S = 0.5  # memory readings cost a syscall (or an NVML call): not every step
 CHAT_SLOT = 0  # the chat's one sequence
-
-
-@dataclass
-class Delta:
-    """Newly produced tokens and their text; from_draft marks tokens that came from accepted drafts."""
-
-    tokens: list[int]
-    segments: list[tuple[str, bool]] = field(default_factory=list)  # (text, from_draft) per token
-
-    @property
-    def text(self) -> str:
-        return "".join(t for t, _ in self.segments)
 
 
 class SpeculativeDecoder:
@@ -124,7 +110,6 @@ class SpeculativeDecoder:
         seed = request_seed(sampling)
         verifier = Verifier(sampling, self.device, seed)
         loop.planner.begin_request()
-        text, stopper = TextStream(), StopMatcher(stop)
         target.set_interrupt(cancel.is_set)
         try:
             logits = self._prefill(prompt, cancel)
@@ -135,48 +120,35 @@ class SpeculativeDecoder:
         first = verifier.verify(logits, [], None, position=len(prompt)).next_token
         stats.prefill_s = time.perf_counter() - started
 
+        prompt_list = list(prompt)
         seq = SequenceState(CHAT_SLOT, list(prompt), verifier, stats)
         seq.history.append(first)  # the cache holds every token of seq.history but its last (the KV convention)
         proposer_begun = False
         memory_read_at = 0.0
-        new_tokens, from_draft = [first], [False]
         first_token_at = time.perf_counter()
         stats.ttft_s = first_token_at - started
-        answer_start = len(prompt)
+        answer = AnswerStream(target, max_tokens, ignore_eos, stop)
+        delta = answer.push([first])
 
         while True:
             # --- emit what the last step produced, and see whether we are done -------------------
-            keep, finish = tokens_to_keep(new_tokens, target, ignore_eos, max_tokens - stats.generated)
-            new_tokens, from_draft = new_tokens[:keep], from_draft[:keep]
-            shown, hit_stop = [], False
-            for i, (tok, drafted) in enumerate(zip(new_tokens, from_draft)):  # token by token, to stop exactly
-                released, hit_stop = stopper.push([(text.push(target.piece(tok)), drafted)])
-                shown += released
-                if hit_stop:  # tokens accepted past a stop string are neither shown nor counted
-                    new_tokens, from_draft, finish = new_tokens[:i + 1], from_draft[:i + 1], "stop"
-                    break
-            stats.generated += len(new_tokens)
-            history = seq.history[:answer_start + stats.generated]  # what was really produced, cut as above
+            stats.generated = len(answer.tokens)
+            history = prompt_list + answer.tokens  # what was really produced, cut as the answer cut it
             now = time.perf_counter()
             stats.decode_s = now - first_token_at
             if now - memory_read_at > MEMORY_EVERY_S:
                 stats.memory, memory_read_at = read_memory(target.backend), now
             if stats.decode_tokens_per_s:
                 stats.rate_history.append((now - started, stats.decode_tokens_per_s))
-            if finish:
-                shown += stopper.flush() if not hit_stop else []
-                tail = text.flush()
-                if tail and not hit_stop:
-                    shown.append((tail, False))
-            if new_tokens or shown:
-                yield Delta(tokens=new_tokens, segments=shown)
-            if finish is None and cancel.is_set():
-                finish = "cancelled"
-            if finish is None and len(history) >= target.n_ctx:
-                finish = "context"
-            if finish:
+            if answer.finish is None and cancel.is_set():
+                delta.segments += answer.end("cancelled").segments
+            if answer.finish is None and len(history) >= target.n_ctx:
+                delta.segments += answer.end("context").segments
+            if delta.tokens or delta.segments:
+                yield delta
+            if answer.finish:
                 target.set_interrupt(None)
-                stats.finish_reason = finish
+                stats.finish_reason = answer.finish
                 stats.memory = read_memory(target.backend)
                 decoded = len(seq.history) - 1
                 keep = min(decoded, len(history))
@@ -191,9 +163,8 @@ class SpeculativeDecoder:
                 proposer_begun = True
             seq.history = history
             try:
-                outcome = loop.step([seq], [max_tokens - stats.generated])[0]
+                outcome = loop.step([seq], [answer.tokens_left])[0]
             except GenerationCancelled:  # Stop arrived mid-verify: the cache is as before the step
-                new_tokens, from_draft = [], []
+                delta = Delta([])
                 continue
-            new_tokens = outcome.tokens
-            from_draft = [True] * outcome.accepted + [False]
+            delta = answer.push(outcome.tokens, outcome.accepted)

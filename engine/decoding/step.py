@@ -73,6 +73,7 @@ class StepTotals:
     rows: int = 0
     verify_s: float = 0.0
     draft_s: float = 0.0
+    prefill_s: float = 0.0
     step_time_by_rows: dict[int, list[float]] = field(default_factory=dict)  # rows -> [count, seconds]
 
     def record(self, rows: int, seconds: float) -> None:
@@ -96,6 +97,7 @@ class StepLoop:
         self.planner = DraftPlanner(speculation, costly_proposer=not self.proposer.free, steps=step_costs)
         self.totals = StepTotals()
         self.threads = ThreadTuner(getattr(target, "threads", 1))
+        self.held_cells = 0  # cells kept by finished sequences' caches (a batch with keep_caches)
 
     @property
     def speculating(self) -> bool:
@@ -108,7 +110,7 @@ class StepLoop:
 
     def free_cells(self, active: list[SequenceState]) -> int:
         """Cells left in the target's KV cache, which every sequence shares (kv_unified: n_ctx in all)."""
-        return self.target.n_ctx - sum(len(s.history) - 1 for s in active)
+        return self.target.n_ctx - self.held_cells - sum(len(s.history) - 1 for s in active)
 
     def step(self, active: list[SequenceState], tokens_left: list[int]) -> list[StepOutcome]:
         """One step for every active sequence. tokens_left: each one's remaining token budget.

@@ -177,7 +177,7 @@ def test_a_thought_is_folded_and_left_out_of_the_next_prompt(make_window, qtbot,
 
 def test_a_live_thought_shows_thinking_then_its_measured_time_which_is_saved(make_window, qtbot, wait_response,
                                                                              quick_settings):
-    from engine.decoding.generate import Delta
+    from engine.decoding.answer import Delta
 
     window = make_window(replace(quick_settings, max_tokens=8))
     decoder = window.engine.worker.decoder
@@ -212,7 +212,7 @@ def test_a_live_thought_shows_thinking_then_its_measured_time_which_is_saved(mak
 def test_streaming_a_long_code_block_never_stalls_the_window(make_window, qtbot, wait_response, quick_settings,
                                                             stall_probe):
     """The GUI thread's worst stall while a 400-line code block streams in and is then coloured."""
-    from engine.decoding.generate import Delta
+    from engine.decoding.answer import Delta
 
     lines = [f"    total += values[{i}] * {i}  # step {i}" for i in range(400)]
     text = ("Here it is:\n\n```python\ndef total(values):\n    total = 0\n" + "\n".join(lines)

@@ -122,7 +122,7 @@ def test_batched_lookup_is_lossless_and_rolls_back_each_sequence(batch_target, r
 
 def test_the_check_catches_a_verifier_that_keeps_wrong_drafts(batch_target, requests, monkeypatch):
     """The self-consistency check has teeth: keep every lookup draft unverified and it fails."""
-    import engine.decoding.batch_decode as batch_decode
+    import engine.decoding.batch as batch_module
     from engine.decoding.verifier import Verdict, Verifier
 
     class Credulous(Verifier):
@@ -130,7 +130,7 @@ def test_the_check_catches_a_verifier_that_keeps_wrong_drafts(batch_target, requ
             real = super().verify(target_logits, drafts, draft_probs, position)
             return Verdict(len(drafts), real.next_token) if drafts else real
 
-    monkeypatch.setattr(batch_decode, "Verifier", Credulous)
+    monkeypatch.setattr(batch_module, "Verifier", Credulous)
     decoder = BatchDecoder(batch_target, LookupProposer(remember_requests=False), SpeculationConfig(max_draft=6, adaptive=False))
     result = decoder.run(requests[1:2], 1, GREEDY, max_tokens=20, ignore_eos=True)
     with pytest.raises(AssertionError):
@@ -271,7 +271,7 @@ def test_requests_in_one_batch_draw_from_random_streams_of_their_own(batch_targe
     """Each request's verifier and draft sample with seeds no other request or role shares (seed + index
     gave request i's draft the seed of request i+1's verifier), and identical prompts sampled together
     still come out differently, reproducibly for one seed."""
-    import engine.decoding.batch_decode as batch_decode
+    import engine.decoding.batch as batch_module
     from engine.decoding.verifier import Verifier
 
     verifier_seeds, draft_seeds = [], []
@@ -286,7 +286,7 @@ def test_requests_in_one_batch_draw_from_random_streams_of_their_own(batch_targe
             super().start(slot, *args)
             draft_seeds.append(self._slots[slot].seed)
 
-    monkeypatch.setattr(batch_decode, "Verifier", RecordingVerifier)
+    monkeypatch.setattr(batch_module, "Verifier", RecordingVerifier)
     prompt = batch_target.tokenize(PROMPTS["kyoto"])
     same = [BatchRequest(f"kyoto#{i}", prompt) for i in range(3)]
     sampling = SamplingParams(temperature=1.0, top_k=40, top_p=1.0, min_p=0.0, seed=5)

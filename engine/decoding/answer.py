@@ -1,0 +1,68 @@
+"""One answer's tokens become text here: cut before an end token, at the token budget, or exactly at a
+stop string, streamed without splitting a character. The chat, the batch and the server share it."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from .runtime import Model
+from .step import tokens_to_keep
+from .stop_strings import StopMatcher
+from .text_stream import TextStream
+
+
+@dataclass
+class Delta:
+    """Newly produced tokens and their text; from_draft marks tokens that came from accepted drafts."""
+
+    tokens: list[int]
+    segments: list[tuple[str, bool]] = field(default_factory=list)  # (text, from_draft) per token
+
+    @property
+    def text(self) -> str:
+        return "".join(t for t, _ in self.segments)
+
+
+class AnswerStream:
+    """What an answer keeps of each step's tokens, and its text. `finish` says why it ended, once it has."""
+
+    def __init__(self, target: Model, max_tokens: int, ignore_eos: bool = False, stop: Sequence[str] = ()):
+        self.target = target
+        self.max_tokens = max_tokens
+        self.ignore_eos = ignore_eos
+        self.tokens: list[int] = []
+        self.finish: str | None = None
+        self._text = TextStream()
+        self._stopper = StopMatcher(stop)
+
+    @property
+    def tokens_left(self) -> int:
+        return self.max_tokens - len(self.tokens)
+
+    def push(self, tokens: list[int], accepted: int = 0) -> Delta:
+        """A step's tokens (the first `accepted` from drafts); returns what the answer keeps and shows."""
+        keep, self.finish = tokens_to_keep(tokens, self.target, self.ignore_eos, self.tokens_left)
+        kept, shown = [], []
+        for i, tok in enumerate(tokens[:keep]):  # token by token, to stop exactly
+            released, hit_stop = self._stopper.push([(self._text.push(self.target.piece(tok)), i < accepted)])
+            shown += released
+            kept.append(tok)
+            if hit_stop:  # tokens accepted past a stop string are neither shown nor kept
+                self.finish = "stop"
+                self.tokens += kept
+                return Delta(kept, shown)
+        self.tokens += kept
+        if self.finish:
+            shown += self.close()
+        return Delta(kept, shown)
+
+    def end(self, reason: str) -> Delta:
+        """End the answer for a reason of the caller's (context full, cancelled); returns held-back text."""
+        self.finish = self.finish or reason
+        return Delta([], self.close())
+
+    def close(self) -> list[tuple[str, bool]]:
+        """Text held back for a possible stop string, and any incomplete character."""
+        shown = self._stopper.flush()
+        tail = self._text.flush()
+        return shown + ([(tail, False)] if tail else [])

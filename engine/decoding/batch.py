@@ -1,0 +1,276 @@
+"""Sequences sharing one target context (llama.cpp sequence ids), on the one step loop. Jobs join and
+leave at any step: the lab fills it from a fixed list, the server from its clients.
+
+Each pump: drop cancelled jobs, admit waiting ones into free sequence ids (prefill, first token), end
+the longest sequence if the shared cache is full, then one StepLoop.step over every active sequence.
+With keep_caches, a finished job's cache stays in its sequence id, and a later prompt that starts the
+same way (the next turn of a conversation) is given that id and prefills only what is new.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from ..errors import ContextOverflowError, EngineError, GenerationCancelled, InvalidSettingError
+from .answer import AnswerStream, Delta
+from .runtime import common_prefix
+from .sampling import SamplingParams
+from .stats import GenerationStats
+from .step import SequenceState, StepLoop
+from .verifier import Verifier
+
+
+@dataclass
+class RequestRun:
+    """One request's tokens and timeline (perf_counter seconds)."""
+
+    request_id: str
+    slot: int
+    tokens: list[int]
+    stats: GenerationStats
+    admitted_at: float
+    deliveries: list[tuple[float, int]] = field(default_factory=list)  # (when, tokens) per step with output
+    finished_at: float | None = None
+
+    @property
+    def first_token_at(self) -> float | None:
+        return self.deliveries[0][0] if self.deliveries else None
+
+    @property
+    def end_to_end_s(self) -> float | None:
+        return self.finished_at - self.admitted_at if self.finished_at is not None else None
+
+    @property
+    def decode_tokens_per_s(self) -> float | None:
+        """Tokens after the first over the time after the first (as GenerationStats counts)."""
+        if len(self.tokens) < 2 or len(self.deliveries) < 2:
+            return None
+        span = self.deliveries[-1][0] - self.deliveries[0][0]
+        return (len(self.tokens) - 1) / span if span > 0 else None
+
+    def inter_token_gaps(self) -> list[float]:
+        """Seconds per token after the first: a step that delivers m tokens after a gap g counts as m
+        gaps of g/m, so a burst of accepted drafts is neither hidden nor counted as zero-latency."""
+        gaps: list[float] = []
+        for (t0, _), (t1, m) in zip(self.deliveries, self.deliveries[1:]):
+            gaps += [(t1 - t0) / m] * m
+        return gaps
+
+
+@dataclass(eq=False)
+class Job:
+    """One request: what to answer, and where its output goes. on_delta and on_done run on the thread
+    that pumps the batch, so they must be quick (hand the data to another thread's queue)."""
+
+    id: str
+    prompt: list[int]
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    max_tokens: int = 256
+    ignore_eos: bool = False
+    stop: Sequence[str] = ()
+    seeds: tuple[int, int] = (0, 0)  # the verifier's and the draft's random streams
+    cancel: threading.Event = field(default_factory=threading.Event)
+    on_delta: Callable[["Job", Delta], None] | None = None
+    on_done: Callable[["Job"], None] | None = None
+    submitted_at: float = field(default_factory=time.perf_counter)
+    run: RequestRun | None = None  # set when admitted
+    error: str | None = None  # set when it could not be served
+
+    @property
+    def finish_reason(self) -> str | None:
+        return "error" if self.error else (self.run.stats.finish_reason if self.run else None)
+
+
+@dataclass
+class _Sequence(SequenceState):
+    job: Job | None = None
+    answer: AnswerStream | None = None
+
+
+class Batch:
+    """Jobs through one target context and one StepLoop. Not thread-safe: one thread pumps it."""
+
+    def __init__(self, loop: StepLoop, slots: int, keep_caches: bool = False):
+        target = loop.target
+        if not 1 <= slots <= target.settings.n_seq_max:
+            raise InvalidSettingError(f"slots must be 1..{target.settings.n_seq_max} (the context's sequences), "
+                                      f"got {slots!r}")
+        self.loop, self.target, self.keep_caches = loop, target, keep_caches
+        self.waiting: deque[Job] = deque()
+        self.active: list[_Sequence] = []
+        self.free_slots = list(range(slots))[::-1]
+        self.cached: dict[int, list[int]] = {}  # a free sequence id -> the tokens its cache still holds
+
+    @property
+    def idle(self) -> bool:
+        return not self.waiting and not self.active
+
+    def check(self, job: Job) -> None:
+        """Raise for a job that can never be served, before it waits in line."""
+        if not job.prompt:
+            raise InvalidSettingError(f"request {job.id}: the prompt is empty")
+        if len(job.prompt) >= self.target.n_ctx:
+            raise ContextOverflowError(f"request {job.id}: a {len(job.prompt)}-token prompt does not fit the "
+                                       f"{self.target.n_ctx}-token context, with room for an answer")
+        if not (isinstance(job.max_tokens, int) and job.max_tokens >= 1):
+            raise InvalidSettingError(f"max_tokens must be a whole number ≥ 1, got {job.max_tokens!r}")
+
+    def submit(self, job: Job) -> None:
+        self.check(job)
+        self.waiting.append(job)
+
+    def pump(self) -> None:
+        """Admit what fits, then one step for every active sequence."""
+        for job in [j for j in self.waiting if j.cancel.is_set()]:
+            self.waiting.remove(job)
+            self._fail(job, None)
+        for seq in [s for s in self.active if s.job.cancel.is_set()]:
+            self._end(seq, "cancelled")
+        while self.waiting and self.free_slots and self._fits(self.waiting[0].prompt):
+            self._admit(self.waiting.popleft())
+        self._make_room()
+        if not self.active:
+            return
+        stepping = list(self.active)
+        outcomes = self.loop.step(stepping, [s.answer.tokens_left for s in stepping])
+        now = time.perf_counter()
+        for seq, outcome in zip(stepping, outcomes):
+            self._emit(seq, seq.answer.push(outcome.tokens, outcome.accepted), now)
+
+    def cancel_all(self, reason: str = "cancelled") -> None:
+        """End every job now, waiting or running."""
+        while self.waiting:
+            self._fail(self.waiting.popleft(), None)
+        for seq in list(self.active):
+            self._end(seq, reason)
+
+    def forget_caches(self) -> None:
+        for slot in self.cached:
+            self.target.forget_from(0, slot)
+        self.cached.clear()
+
+    # --- the cache's cells ------------------------------------------------------------------------
+    def _free_cells(self) -> int:
+        self.loop.held_cells = sum(len(tokens) for tokens in self.cached.values())
+        return self.loop.free_cells(self.active)
+
+    def _make_room(self) -> None:
+        """Kept caches give way while the active sequences lack room to speculate in full. Then every
+        sequence needs a cell for its next token: when they do not all fit, the one holding the most of
+        the cache ends, as a lone sequence ends when it fills the context."""
+        want = len(self.active) * (self.loop.speculation.max_draft + 1)
+        while self.cached and self._free_cells() < want:
+            self._drop_cache(next(iter(self.cached)))
+        while self.active and self._free_cells() < len(self.active):
+            self._end(max(self.active, key=lambda s: len(s.history)), "context")
+
+    def _fits(self, prompt: list[int]) -> bool:
+        """Room in the shared cache for the prompt and one row for every sequence's next step; kept
+        caches give way first, the least recently used first."""
+        need = len(prompt) + len(self.active) + 1
+        while self.cached and self._free_cells() < need:
+            self._drop_cache(next(iter(self.cached)))
+        return not self.active or self._free_cells() >= need
+
+    def _drop_cache(self, slot: int) -> None:
+        self.target.forget_from(0, slot)
+        del self.cached[slot]
+
+    # --- a job's life -----------------------------------------------------------------------------
+    def _pick_slot(self, prompt: list[int]) -> tuple[int, int]:
+        """The free sequence id whose kept cache shares most of the prompt, and how many tokens it shares."""
+        def score(slot: int) -> tuple[int, bool]:  # no match: take an id without a cache, keeping the others
+            return common_prefix(self.cached.get(slot, ()), prompt), slot not in self.cached
+
+        best = max(self.free_slots, key=score)
+        return best, score(best)[0]
+
+    def _admit(self, job: Job) -> None:
+        """Prefill a job into a free sequence id and emit its first token; the proposer starts after it."""
+        target, loop = self.target, self.loop
+        slot, shared = self._pick_slot(job.prompt)
+        self.free_slots.remove(slot)
+        reused = min(shared, len(job.prompt) - 1)  # at least one token is decoded, for fresh logits
+        self.cached.pop(slot, None)
+        stats = GenerationStats(method=loop.method, backend=target.backend, prompt_tokens=len(job.prompt),
+                                reused_prompt_tokens=reused)
+        job.run = RequestRun(job.id, slot, [], stats, admitted_at=time.perf_counter())
+        try:
+            target.forget_from(reused, slot)
+            logits = target.prefill(job.prompt[reused:], reused, seq_id=slot)
+            verifier = Verifier(job.sampling, loop.device, job.seeds[0])
+            first = verifier.verify(logits, [], None, position=len(job.prompt)).next_token
+        except EngineError as exc:
+            target.forget_from(0, slot)
+            self.free_slots.append(slot)
+            self._fail(job, str(exc))
+            return
+        now = time.perf_counter()
+        stats.prefill_s = stats.ttft_s = now - job.run.admitted_at
+        loop.totals.prefill_s += stats.prefill_s
+        seq = _Sequence(slot, [*job.prompt, first], verifier, stats, job=job,
+                        answer=AnswerStream(target, job.max_tokens, job.ignore_eos, job.stop))
+        self.active.append(seq)
+        self._emit(seq, seq.answer.push([first]), now)
+        if seq in self.active:  # only now, so the first token never waits for the proposer
+            loop.proposer.start(slot, job.prompt, job.sampling, loop.device, job.seeds[1])
+
+    def _emit(self, seq: _Sequence, delta: Delta, now: float) -> None:
+        """Hand on what the answer kept of a step; end the sequence when the answer is done."""
+        run, answer = seq.job.run, seq.answer
+        if delta.tokens:
+            run.tokens = answer.tokens
+            run.deliveries.append((now, len(delta.tokens)))
+            run.stats.generated = len(answer.tokens)
+            run.stats.decode_s = now - run.first_token_at
+        if answer.finish is None and len(seq.job.prompt) + len(answer.tokens) >= self.target.n_ctx:
+            delta.segments += answer.end("context").segments
+        if (delta.tokens or delta.segments) and seq.job.on_delta:
+            seq.job.on_delta(seq.job, delta)
+        if answer.finish:
+            self._end(seq, answer.finish)
+
+    def _end(self, seq: _Sequence, reason: str) -> None:
+        job, answer = seq.job, seq.answer
+        if answer.finish is None:
+            tail = answer.end(reason)
+            if tail.segments and job.on_delta:
+                job.on_delta(job, tail)
+        job.run.finished_at = time.perf_counter()
+        job.run.stats.finish_reason = answer.finish
+        history = [*job.prompt, *answer.tokens]  # what was really produced
+        self.active.remove(seq)
+        self.loop.proposer.finish(seq.slot, history)
+        keep = min(len(seq.history) - 1, len(history)) if self.keep_caches else 0  # the KV convention
+        self.target.forget_from(keep, seq.slot)
+        if keep:
+            self.cached[seq.slot] = history[:keep]
+        self.free_slots.append(seq.slot)
+        if job.on_done:
+            job.on_done(job)
+
+    def _fail(self, job: Job, error: str | None) -> None:
+        """A job that ends without running: cancelled while waiting (error None), or refused."""
+        job.error = error
+        if job.run is None:
+            stats = GenerationStats(method=self.loop.method, backend=self.target.backend,
+                                    prompt_tokens=len(job.prompt))
+            job.run = RequestRun(job.id, -1, [], stats, admitted_at=time.perf_counter())
+        job.run.finished_at = time.perf_counter()
+        job.run.stats.finish_reason = "error" if error else "cancelled"
+        if job.on_done:
+            job.on_done(job)
+
+
+def run_jobs(batch: Batch, cancel: threading.Event | None = None, on_step: Callable[[], None] | None = None) -> None:
+    """Pump until every job is done; on cancel, end them all and raise GenerationCancelled."""
+    while not batch.idle:
+        if cancel is not None and cancel.is_set():
+            batch.cancel_all()
+            raise GenerationCancelled("stopped by the user")
+        batch.pump()
+        if on_step:
+            on_step()
