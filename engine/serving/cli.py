@@ -1,0 +1,59 @@
+"""`python -m engine.serve`: the OpenAI-compatible server on the command line, until Ctrl+C."""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+
+from ..decoding.loader import METHODS, DecoderSettings, load_draft, load_target, make_proposer
+from ..errors import EngineError
+from .service import DEFAULT_PORT, ServeOptions, Service
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m engine.serve", description=__doc__)
+    ap.add_argument("--model", default="embedded", help="a GGUF path, 'embedded' or 'embedded-gemma'")
+    ap.add_argument("--draft", help="draft GGUF path (for --method draft)")
+    ap.add_argument("--method", choices=METHODS, default="lookup")
+    ap.add_argument("--host", default="127.0.0.1", help="0.0.0.0 serves the local network (needs --api-key)")
+    ap.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 picks a free port")
+    ap.add_argument("--api-key", default=os.environ.get("SPECCHAT_API_KEY"),
+                    help="clients must send 'Authorization: Bearer KEY' (default: $SPECCHAT_API_KEY)")
+    ap.add_argument("--cors", action="append", default=[], metavar="ORIGIN",
+                    help="a browser origin allowed to call the API (repeatable; '*' for any)")
+    ap.add_argument("--parallel", type=int, default=4, help="requests decoded together in one batch")
+    ap.add_argument("--max-queue", type=int, default=32, help="requests that may wait beyond those (then 429)")
+    ap.add_argument("--threads", type=int)
+    ap.add_argument("--ctx", type=int, default=8192, help="KV cells shared by all requests in flight")
+    ap.add_argument("--max-draft", type=int, default=32)
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        options = ServeOptions(args.host, args.port, args.api_key, tuple(args.cors), args.parallel, args.max_queue)
+        settings = DecoderSettings(model=args.model, draft=args.draft, method=args.method, max_draft=args.max_draft,
+                                   n_ctx=args.ctx, threads=args.threads)
+        target = load_target(settings, n_seq_max=args.parallel)
+        draft = load_draft(settings, target, n_seq_max=args.parallel) if args.method == "draft" else None
+        proposer = make_proposer(settings, target, draft)
+        service = Service(target, proposer, settings.speculation(), options, model_id=target.path.stem).start()
+    except EngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    print(f"SpecChat serving {target.path.name} ({service.scheduler.method}, {options.parallel} parallel, "
+          f"{target.backend}) at {service.url}/v1", flush=True)
+    done.wait()
+    service.stop()
+    target.close()
+    if draft is not None:
+        draft.close()
+    return 0

@@ -1,0 +1,271 @@
+"""The OpenAI-compatible HTTP API (Starlette; SSE by sse-starlette) over the engine thread (scheduler.py).
+
+Each request becomes a Job; the engine thread hands its deltas to this event loop through a queue.
+A client that goes away cancels its job, so its slot is free at the next step.
+"""
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable
+
+from sse_starlette.sse import EventSourceResponse
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from ..chat_format import ChatFormatter
+from ..decoding.answer import Delta
+from ..decoding.batch import Job
+from ..decoding.sampling import request_seed
+from ..errors import EngineError
+from .api_schema import (ApiError, Generation, finish_reason, fit_prompt, parse_generation, parse_messages,
+                         parse_prompt, timings, usage)
+from .scheduler import QueueFull, Scheduler
+
+log = logging.getLogger(__name__)
+RETRY_AFTER_S = 1
+DISCONNECT_POLL_S = 0.25
+
+
+@dataclass
+class RequestRecord:
+    """One served request, for a log: what the Server panel lists."""
+
+    id: str
+    endpoint: str
+    client: str
+    started: float  # time.time()
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    tokens_per_s: float | None = None
+    acceptance_rate: float | None = None
+    ttft_s: float | None = None
+    method: str = "none"
+    finish: str | None = None
+    status: int = 200
+
+
+@dataclass
+class ApiConfig:
+    model_id: str
+    api_key: str | None = None
+    cors_origins: tuple[str, ...] = ()
+    on_record: Callable[[RequestRecord], None] | None = None  # called on the event loop's thread
+    records: list[RequestRecord] = field(default_factory=list)
+
+
+class _Feed:
+    """A job's deltas, from the engine thread to this event loop."""
+
+    def __init__(self, job: Job):
+        self.job = job
+        self.queue: asyncio.Queue[Delta | None] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        job.on_delta = lambda _job, delta: loop.call_soon_threadsafe(self.queue.put_nowait, delta)
+        job.on_done = lambda _job: loop.call_soon_threadsafe(self.queue.put_nowait, None)
+
+    async def deltas(self):
+        while (delta := await self.queue.get()) is not None:
+            yield delta
+
+
+def create_app(scheduler: Scheduler, formatter: ChatFormatter, config: ApiConfig) -> Starlette:
+    target = scheduler.target
+    n_ctx = target.n_ctx
+
+    def error_response(exc: ApiError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+    def authorised(request: Request) -> None:
+        if not config.api_key:
+            return
+        given = request.headers.get("authorization", "")
+        scheme, _, token = given.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip(), config.api_key):
+            raise ApiError(401, "Invalid or missing API key (send 'Authorization: Bearer <key>').",
+                           kind="authentication_error", code="invalid_api_key")
+
+    async def read_body(request: Request) -> dict:
+        try:
+            body = json.loads(await request.body())
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ApiError(400, f"The request body is not valid JSON: {exc}") from exc
+        if not isinstance(body, dict):
+            raise ApiError(400, "The request body must be a JSON object.")
+        model = body.get("model")
+        if model is not None and not isinstance(model, str):
+            raise ApiError(400, "'model': expected a string", param="model")
+        return body
+
+    def make_job(kind: str, tokens: list[int], gen: Generation, stop: list[str]) -> Job:
+        budget = fit_prompt(tokens, gen.max_tokens, n_ctx)
+        seed = request_seed(gen.sampling)
+        return Job(f"{kind}-{uuid.uuid4().hex[:24]}", tokens, gen.sampling, budget, ignore_eos=gen.ignore_eos,
+                   stop=stop, seeds=(seed, seed ^ 0x5DEECE66D))
+
+    def submit(job: Job) -> _Feed:
+        feed = _Feed(job)
+        try:
+            scheduler.submit(job)
+        except QueueFull as exc:
+            raise ApiError(429, f"The server is busy: {exc}. Retry shortly.", kind="rate_limit_error",
+                           code="server_busy", headers={"Retry-After": str(RETRY_AFTER_S)}) from exc
+        except EngineError as exc:
+            raise ApiError(400, str(exc)) from exc
+        return feed
+
+    def record(request: Request, endpoint: str, job: Job | None, status: int = 200) -> None:
+        rec = RequestRecord(job.id if job else "-", endpoint, request.client.host if request.client else "?",
+                            time.time(), status=status)
+        if job is not None and job.run is not None:
+            stats = job.run.stats
+            rec.prompt_tokens, rec.completion_tokens = stats.prompt_tokens, stats.generated
+            rec.tokens_per_s, rec.acceptance_rate = stats.decode_tokens_per_s, stats.acceptance_rate
+            rec.ttft_s, rec.method, rec.finish = stats.ttft_s, stats.method, job.finish_reason
+        config.records.append(rec)
+        del config.records[:-1000]
+        if config.on_record:
+            config.on_record(rec)
+
+    def envelope(job: Job, kind: str) -> dict:
+        return {"id": job.id, "object": kind, "created": int(time.time()), "model": config.model_id,
+                "system_fingerprint": f"specchat-{scheduler.method}"}
+
+    def figures(job: Job) -> dict:
+        return {"usage": usage(job.run.stats), "timings": timings(job.run.stats)}
+
+    async def complete(request: Request, endpoint: str, chat: bool):
+        job = None
+        try:
+            authorised(request)
+            body = await read_body(request)
+            gen = parse_generation(body, n_ctx)
+            if chat:
+                messages = parse_messages(body)
+                try:
+                    _, tokens, template_stops = formatter.render(messages)
+                except EngineError as exc:
+                    raise ApiError(400, str(exc), param="messages") from exc
+                stop = [*gen.stop, *template_stops]
+            else:
+                tokens = target.tokenize(parse_prompt(body), add_bos=target.adds_bos, special=False)
+                stop = gen.stop
+            job = make_job("chatcmpl" if chat else "cmpl", tokens, gen, stop)
+            feed = submit(job)
+        except ApiError as exc:
+            record(request, endpoint, job, exc.status)
+            return error_response(exc)
+        if gen.stream:
+            return EventSourceResponse(stream(request, endpoint, feed, chat, gen.include_usage), ping=10,
+                                       sep="\n")
+        return await whole(request, endpoint, feed, chat)
+
+    async def whole(request: Request, endpoint: str, feed: _Feed, chat: bool) -> JSONResponse:
+        """A non-streamed answer; a client that hangs up first cancels it."""
+        job, parts = feed.job, []
+        waiter = asyncio.ensure_future(_collect(feed, parts))
+        while not waiter.done():
+            await asyncio.wait([waiter], timeout=DISCONNECT_POLL_S)
+            if not waiter.done() and await request.is_disconnected():
+                scheduler.cancel(job)
+        text = "".join(parts)
+        if job.error:
+            record(request, endpoint, job, 500)
+            return error_response(ApiError(500, job.error, kind="server_error"))
+        record(request, endpoint, job)
+        reason = finish_reason(job)
+        if chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": reason,
+                      "logprobs": None}
+        else:
+            choice = {"index": 0, "text": text, "finish_reason": reason, "logprobs": None}
+        kind = "chat.completion" if chat else "text_completion"
+        return JSONResponse({**envelope(job, kind), "choices": [choice], **figures(job)})
+
+    async def stream(request: Request, endpoint: str, feed: _Feed, chat: bool, include_usage: bool):
+        job = feed.job
+        kind = "chat.completion.chunk" if chat else "text_completion"
+
+        def chunk(content: str | None, reason: str | None = None, role: bool = False) -> str:
+            if chat:
+                delta = ({"role": "assistant"} if role else {}) | ({"content": content} if content is not None else {})
+                choice = {"index": 0, "delta": delta, "finish_reason": reason, "logprobs": None}
+            else:
+                choice = {"index": 0, "text": content or "", "finish_reason": reason, "logprobs": None}
+            return json.dumps({**envelope(job, kind), "choices": [choice]})
+
+        try:
+            if chat:
+                yield chunk("", role=True)
+            async for delta in feed.deltas():
+                if delta.text:
+                    yield chunk(delta.text)
+            if job.error:
+                yield json.dumps(ApiError(500, job.error, kind="server_error").body())
+                record(request, endpoint, job, 500)
+                return
+            last = json.loads(chunk(None, finish_reason(job)))
+            yield json.dumps({**last, **figures(job)})
+            if include_usage:
+                yield json.dumps({**envelope(job, kind), "choices": [], **figures(job)})
+            yield "[DONE]"
+            record(request, endpoint, job)
+        finally:
+            if job.finish_reason is None:  # the client went away mid-stream: free its slot now
+                scheduler.cancel(job)
+                record(request, endpoint, job, 499)
+
+    async def chat_completions(request: Request):
+        return await complete(request, "/v1/chat/completions", chat=True)
+
+    async def completions(request: Request):
+        return await complete(request, "/v1/completions", chat=False)
+
+    async def models(request: Request):
+        try:
+            authorised(request)
+        except ApiError as exc:
+            return error_response(exc)
+        return JSONResponse({"object": "list", "data": [
+            {"id": config.model_id, "object": "model", "created": int(time.time()), "owned_by": "specchat",
+             "meta": {"n_ctx": n_ctx, "method": scheduler.method, "parallel": scheduler.parallel,
+                      "backend": target.backend}}]})
+
+    async def health(request: Request):
+        load = scheduler.load()
+        return JSONResponse({"status": "ok", "slots_idle": load.parallel - load.running,
+                             "slots_processing": load.running, "requests_waiting": load.waiting})
+
+    routes = [Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+              Route("/v1/completions", completions, methods=["POST"]),
+              Route("/v1/models", models, methods=["GET"]),
+              Route("/health", health, methods=["GET"])]
+    middleware = []
+    if config.cors_origins:
+        middleware.append(Middleware(CORSMiddleware, allow_origins=list(config.cors_origins),
+                                     allow_methods=["GET", "POST", "OPTIONS"],
+                                     allow_headers=["authorization", "content-type"]))
+    async def http_error(request: Request, exc: HTTPException):
+        return error_response(ApiError(exc.status_code, str(exc.detail), kind="invalid_request_error"))
+
+    async def crashed(request: Request, exc: Exception):
+        log.exception("request %s failed", request.url.path)
+        return error_response(ApiError(500, f"The server failed: {type(exc).__name__}: {exc}", kind="server_error"))
+
+    return Starlette(routes=routes, middleware=middleware,
+                     exception_handlers={HTTPException: http_error, Exception: crashed})
+
+
+async def _collect(feed: _Feed, parts: list[str]) -> None:
+    async for delta in feed.deltas():
+        parts.append(delta.text)

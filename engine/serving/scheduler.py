@@ -1,0 +1,118 @@
+"""The engine thread a server (and the window's chat, while serving) shares: one Batch, pumped while it
+has work, fed from any thread. Up to `parallel` jobs decode together; up to `max_queue` more wait in line,
+and beyond that submit() refuses (the server answers 429). The step loop's cost model decides per step
+how many draft rows each sequence verifies, so speculation steps back by itself as the batch fills."""
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+import torch
+
+from ..decoding.batch import Batch, Job
+from ..decoding.cost_model import SpeculationConfig, StepCosts
+from ..decoding.proposers.base import Proposer
+from ..decoding.runtime import Model
+from ..decoding.sampling import pick_device
+from ..decoding.step import StepLoop
+from ..errors import EngineError
+
+log = logging.getLogger(__name__)
+
+
+class QueueFull(EngineError):
+    """Every slot is busy and the waiting line is full: try again shortly."""
+
+
+@dataclass(frozen=True)
+class Load:
+    running: int
+    waiting: int
+    parallel: int
+
+
+class Scheduler:
+    """Owns the target while it runs: nothing else may decode with it until stop()."""
+
+    def __init__(self, target: Model, proposer: Proposer | None, speculation: SpeculationConfig, parallel: int,
+                 max_queue: int = 32, device: torch.device | None = None, step_costs: StepCosts | None = None):
+        self.loop = StepLoop(target, proposer, speculation, device or pick_device(), step_costs)
+        self.batch = Batch(self.loop, parallel, keep_caches=True)  # a conversation's next turn reuses its cache
+        self.parallel, self.max_queue = parallel, max_queue
+        self._inbox: list[Job] = []
+        self._wake = threading.Condition()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._serve, name="specchat-engine", daemon=True)
+
+    @property
+    def target(self) -> Model:
+        return self.loop.target
+
+    @property
+    def method(self) -> str:
+        return self.loop.method
+
+    def start(self) -> "Scheduler":
+        self._thread.start()
+        return self
+
+    def load(self) -> Load:
+        with self._wake:
+            return Load(len(self.batch.active), len(self.batch.waiting) + len(self._inbox), self.parallel)
+
+    def submit(self, job: Job) -> Job:
+        """Queue a job (from any thread). Raises for a job that can never run, or QueueFull."""
+        self.batch.check(job)
+        with self._wake:
+            if self._stopping:
+                raise EngineError("the server is stopping")
+            busy = len(self.batch.active) + len(self.batch.waiting) + len(self._inbox)
+            if busy >= self.parallel + self.max_queue:
+                raise QueueFull(f"all {self.parallel} slots are busy and {self.max_queue} requests are waiting")
+            self._inbox.append(job)
+            self._wake.notify()
+        return job
+
+    def cancel(self, job: Job) -> None:
+        """End a job at the next step (from any thread): its slot is free for the next one."""
+        job.cancel.set()
+        with self._wake:
+            self._wake.notify()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """End every job and the thread; the target is the caller's again afterwards."""
+        with self._wake:
+            self._stopping = True
+            for job in self._inbox:
+                job.cancel.set()
+            self._wake.notify()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _serve(self) -> None:
+        batch = self.batch
+        self.loop.calibrate(0, 0, max(self.target.bos, 0),
+                            max_rows=self.parallel * (self.loop.speculation.max_draft + 1))
+        while True:
+            with self._wake:
+                while not self._stopping and not self._inbox and batch.idle:
+                    self._wake.wait()
+                if self._stopping:
+                    break
+                inbox, self._inbox = self._inbox, []
+                for job in inbox:
+                    batch.waiting.append(job)  # checked by submit
+            try:
+                batch.pump()
+            except Exception as exc:  # noqa: BLE001 - a failed step ends its jobs, never the server
+                log.exception("a batch step failed")
+                for seq in list(batch.active):
+                    seq.job.error = f"the engine failed: {exc}"
+                batch.cancel_all("error")
+        with self._wake:
+            for job in self._inbox:
+                batch.waiting.append(job)
+            self._inbox = []
+        batch.cancel_all()
+        batch.forget_caches()
