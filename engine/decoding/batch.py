@@ -103,10 +103,15 @@ class Batch:
         self.active: list[_Sequence] = []
         self.free_slots = list(range(slots))[::-1]
         self.cached: dict[int, list[int]] = {}  # a free sequence id -> the tokens its cache still holds
+        self._admitting = 0  # a job being prefilled is neither waiting nor active
 
     @property
     def idle(self) -> bool:
         return not self.waiting and not self.active
+
+    @property
+    def running(self) -> int:
+        return len(self.active) + self._admitting
 
     def check(self, job: Job) -> None:
         """Raise for a job that can never be served, before it waits in line."""
@@ -130,7 +135,11 @@ class Batch:
         for seq in [s for s in self.active if s.job.cancel.is_set()]:
             self._end(seq, "cancelled")
         while self.waiting and self.free_slots and self._fits(self.waiting[0].prompt):
-            self._admit(self.waiting.popleft())
+            self._admitting = 1
+            try:
+                self._admit(self.waiting.popleft())
+            finally:
+                self._admitting = 0
         self._make_room()
         if not self.active:
             return

@@ -17,7 +17,7 @@ from .batch import Batch, Job, RequestRun, run_jobs
 from .cost_model import SpeculationConfig, StepCosts
 from .proposers.base import NoProposer, Proposer
 from .runtime import Model
-from .sampling import SamplingParams, pick_device, request_seed
+from .sampling import DRAFT, VERIFY, SamplingParams, pick_device, request_seed, stream_seed
 from .step import StepLoop, StepTotals
 
 
@@ -51,19 +51,6 @@ class BatchResult:
     @property
     def generated(self) -> int:
         return sum(len(r.tokens) for r in self.runs)
-
-
-VERIFY, DRAFT = 0, 1  # the random streams a request samples from
-
-
-def stream_seed(seed: int, index: int, role: int) -> int:
-    """The seed of one random stream: request `index` of a batch run with `seed`, for its verifier or its
-    draft. Mixed (splitmix64 over a counter), so no two requests or roles share a stream, as seed + index
-    for the verifier and + 1 for the draft did (request i's draft drew request i+1's verifier's numbers)."""
-    x = (seed + (2 * index + role + 1) * 0x9E3779B97F4A7C15) % 2**64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) % 2**64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) % 2**64
-    return (x ^ (x >> 31)) % (2**63 - 1)
 
 
 # --- the decoder --------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from starlette.routing import Route
 from ..chat_format import ChatFormatter
 from ..decoding.answer import Delta
 from ..decoding.batch import Job
-from ..decoding.sampling import request_seed
+from ..decoding.sampling import DRAFT, VERIFY, request_seed, stream_seed
 from ..errors import EngineError
 from .api_schema import (ApiError, Generation, finish_reason, fit_prompt, parse_generation, parse_messages,
                          parse_prompt, timings, usage)
@@ -111,7 +111,7 @@ def create_app(scheduler: Scheduler, formatter: ChatFormatter, config: ApiConfig
         budget = fit_prompt(tokens, gen.max_tokens, n_ctx)
         seed = request_seed(gen.sampling)
         return Job(f"{kind}-{uuid.uuid4().hex[:24]}", tokens, gen.sampling, budget, ignore_eos=gen.ignore_eos,
-                   stop=stop, seeds=(seed, seed ^ 0x5DEECE66D))
+                   stop=stop, seeds=(stream_seed(seed, 0, VERIFY), stream_seed(seed, 0, DRAFT)))
 
     def submit(job: Job) -> _Feed:
         feed = _Feed(job)
@@ -132,6 +132,8 @@ def create_app(scheduler: Scheduler, formatter: ChatFormatter, config: ApiConfig
             rec.prompt_tokens, rec.completion_tokens = stats.prompt_tokens, stats.generated
             rec.tokens_per_s, rec.acceptance_rate = stats.decode_tokens_per_s, stats.acceptance_rate
             rec.ttft_s, rec.method, rec.finish = stats.ttft_s, stats.method, job.finish_reason
+        if status == 499:  # the client went away: its job ends at the engine's next step
+            rec.finish = "cancelled"
         config.records.append(rec)
         del config.records[:-1000]
         if config.on_record:

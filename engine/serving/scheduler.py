@@ -59,7 +59,7 @@ class Scheduler:
 
     def load(self) -> Load:
         with self._wake:
-            return Load(len(self.batch.active), len(self.batch.waiting) + len(self._inbox), self.parallel)
+            return Load(self.batch.running, len(self.batch.waiting) + len(self._inbox), self.parallel)
 
     def submit(self, job: Job) -> Job:
         """Queue a job (from any thread). Raises for a job that can never run, or QueueFull."""
@@ -67,7 +67,7 @@ class Scheduler:
         with self._wake:
             if self._stopping:
                 raise EngineError("the server is stopping")
-            busy = len(self.batch.active) + len(self.batch.waiting) + len(self._inbox)
+            busy = self.batch.running + len(self.batch.waiting) + len(self._inbox)
             if busy >= self.parallel + self.max_queue:
                 raise QueueFull(f"all {self.parallel} slots are busy and {self.max_queue} requests are waiting")
             self._inbox.append(job)
