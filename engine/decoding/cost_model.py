@@ -38,25 +38,29 @@ class SpeculationConfig:
 
 # --- step times ---------------------------------------------------------------------------------
 WINDOW = 9  # recent observations whose median is an estimate
-# The curve's shape (a step of r rows costs shape(r) one-row steps) is the machine's and the model's;
-# its scale moves with the context length and with whatever else the machine runs. Both are medians of
-# recent steps, so one outlier steers nothing, and a row count not used for a while is rescaled, not stale.
-# Before any measurement of a size beyond the largest known: the cheaper of the last measured slope and
-# a power law r^0.5 (measured on this 2-core CPU, Gemma 3 270M: 2 rows 2.1x, 8 rows 3.8x, 16 rows 5.1x,
-# 32 rows 9.1x one row; SmolLM2 135M: 2 rows 2.1x, 16 rows 7.5x). calibrate() measures the curve up front.
+# A step's time = base(rows) x drift. The base curve is the machine's and the model's, timed once per
+# size up front (calibrate()); the drift (the median of recent steps' actual / base) follows what the
+# base cannot: a longer context, fewer threads, another program on the cores. The base is never rewritten
+# from the drift, so the two cannot chase each other: a server whose batch never takes a one-row step
+# still predicts one right when its last client is alone (it did not, while both were learned together).
+# Beyond the largest size known: the cheaper of the last measured slope and a power law r^0.5 (measured on
+# this 2-core CPU, Gemma 3 270M: 2 rows 2.1x, 8 rows 3.8x, 16 rows 5.1x, 32 rows 9.1x one row).
 ROW_COST_EXPONENT = 0.5
 OPTIMISTIC_ROW_COST = 0.1  # before any multi-row step: each extra row ~10% of a step (a GPU's figure)
-CONTENDED = 1.6  # the scale this much above the quietest seen: another process is using the cores
+CONTENDED = 1.6  # the drift this much above the quietest seen: another process is using the cores
 CALIBRATION_REPEATS = 1  # the sizes the planner then uses are re-measured at every step anyway
-CALIBRATION_EVERY_SIZE = 17  # rows timed one by one; beyond, every 8th size (and the largest)
+CALIBRATION_EVERY_SIZE = 17  # rows timed one by one; then every 8th to 64, every 32nd beyond (and the largest)
 CALIBRATION_STRIDE = 8
+CALIBRATION_WIDE_FROM, CALIBRATION_WIDE_STRIDE = 64, 32
 
 
 def calibration_sizes(max_rows: int) -> list[int]:
     """Rows to time up front. The curve is not smooth (Gemma 3 Q4_K on this 2-core CPU verifies 16 rows
-    for 5.2 one-row steps but 15 rows for 7.2), so every size up to 17, then every 8th, then max_rows."""
+    for 5.2 one-row steps but 15 rows for 7.2), so every size up to 17, then every 8th to 64, then every
+    32nd (a batch of sequences; a 264-row step takes 0.6 s here), then max_rows."""
     sizes = list(range(1, min(max_rows, CALIBRATION_EVERY_SIZE) + 1))
-    sizes += range(3 * CALIBRATION_STRIDE, max_rows + 1, CALIBRATION_STRIDE)
+    sizes += range(3 * CALIBRATION_STRIDE, min(max_rows, CALIBRATION_WIDE_FROM) + 1, CALIBRATION_STRIDE)
+    sizes += range(CALIBRATION_WIDE_FROM + CALIBRATION_WIDE_STRIDE, max_rows + 1, CALIBRATION_WIDE_STRIDE)
     if sizes[-1] < max_rows:
         sizes.append(max_rows)
     return sizes
@@ -66,69 +70,66 @@ class StepCosts:
     """Seconds of one target step by rows verified (all sequences' rows together)."""
 
     def __init__(self) -> None:
-        self._shape: dict[int, deque[float]] = {1: deque([1.0], maxlen=1)}
-        self._scale: deque[float] = deque(maxlen=WINDOW)  # recent steps' seconds per one-row step
+        self._base: dict[int, float] = {}  # rows -> seconds, calibrated (or, uncalibrated, first seen)
+        self._drift: deque[float] = deque(maxlen=WINDOW)  # recent steps' actual / base
         self._quietest: float | None = None
-        self._curve: list[tuple[int, float]] | None = None  # (rows, median shape), sorted: rebuilt on change
+        self._curve: list[tuple[int, float]] | None = None  # sorted base: rebuilt on change
         self.calibrated = False  # take_calibration() has run
 
     def record(self, rows: int, seconds: float) -> float:
-        """Take one step's time; returns it in one-row steps' seconds (its share of the scale)."""
-        shape = self._shape_of(rows)
-        scale = self.scale
-        if rows > 1:  # the first step a multi-row one: its guessed shape is taken as measured
-            self._shape.setdefault(rows, deque(maxlen=WINDOW)).append(seconds / scale if scale else shape)
+        """Take one step's time; returns it in one-row steps' seconds (the thread tuner compares those)."""
+        if not self.calibrated and rows not in self._base:  # learn the base from the first step of a size
+            self._base[rows] = seconds / self.drift
             self._curve = None
-        self._scale.append(seconds / shape)
-        now = self.scale
-        if len(self._scale) >= 3 and (self._quietest is None or now < self._quietest):
+        ratio = seconds / self._base_of(rows)
+        self._drift.append(ratio)
+        now = self.drift
+        if len(self._drift) >= 3 and (self._quietest is None or now < self._quietest):
             self._quietest = now
-        return seconds / shape
+        return ratio * self._base_of(1)
 
     def take_calibration(self, timings: dict[int, float]) -> None:
         """Take a measured curve: seconds by rows, with rows = 1 among them."""
-        one = timings[1]
         self.calibrated = True
-        for rows, seconds in timings.items():
-            if rows > 1:
-                self._shape[rows] = deque([seconds / one], maxlen=WINDOW)
+        self._base = dict(timings)
         self._curve = None
-        self._scale.extend([one] * 3)
-        self._quietest = one
+        self._drift.clear()
+        self._drift.extend([1.0] * 3)
+        self._quietest = 1.0
 
     def rescale(self) -> None:
-        """The machine changed (fewer threads): keep the curve's shape, measure its scale afresh."""
-        self._scale.clear()
+        """The machine changed (fewer threads): keep the base curve, measure the drift afresh."""
+        self._drift.clear()
         self._quietest = None
 
     @property
-    def scale(self) -> float | None:
-        return statistics.median(self._scale) if self._scale else None
+    def drift(self) -> float:
+        return statistics.median(self._drift) if self._drift else 1.0
 
     def measured(self, rows: int) -> bool:
-        return self.scale is not None and (rows == 1 or rows in self._shape)
+        return bool(self._drift) and (rows in self._base or (self.calibrated and rows >= 1))
 
     @property
     def contended(self) -> bool:
         """Steps are much slower than this machine managed before."""
-        now = self.scale
-        return bool(now and self._quietest and now > CONTENDED * self._quietest)
+        return bool(self._drift and self._quietest and self.drift > CONTENDED * self._quietest)
 
     def seconds(self, rows: int) -> float | None:
-        scale = self.scale
-        return None if scale is None else scale * self._shape_of(rows)
+        return self._base_of(rows) * self.drift if self._base else None
 
-    def _shape_of(self, rows: int) -> float:
-        """A step of `rows` rows in one-row steps: measured, interpolated, or extrapolated."""
-        if self._curve is None:  # the planner asks for many sizes per step: medians once per change
-            self._curve = sorted((r, statistics.median(v)) for r, v in self._shape.items())
+    def _base_of(self, rows: int) -> float:
+        """Seconds of a step of `rows` rows before drift: measured, interpolated, or extrapolated."""
+        if self._curve is None:  # the planner asks for many sizes per step: sorted once per change
+            self._curve = sorted(self._base.items())
         known = self._curve
         for (r0, c0), (r1, c1) in zip(known, known[1:]):
             if r0 <= rows <= r1:
                 return c0 + (c1 - c0) * (rows - r0) / (r1 - r0)
         r_top, c_top = known[-1]
+        if rows < known[0][0]:  # below the smallest size seen (uncalibrated): proportionally
+            return c_top * rows / r_top if len(known) == 1 else known[0][1] * rows / known[0][0]
         if len(known) == 1:
-            return 1 + OPTIMISTIC_ROW_COST * (rows - 1)
+            return c_top * (1 + OPTIMISTIC_ROW_COST * (rows - 1)) / (1 + OPTIMISTIC_ROW_COST * (r_top - 1))
         r_prev, c_prev = known[-2]
         linear = c_top + max(c_top - c_prev, 0.0) * (rows - r_top) / (r_top - r_prev)
         return min(linear, c_top * (rows / r_top) ** ROW_COST_EXPONENT)

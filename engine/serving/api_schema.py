@@ -73,6 +73,7 @@ class Generation:
     stop: list[str]
     stream: bool
     include_usage: bool
+    continuous_usage: bool  # vLLM's stream_options.continuous_usage_stats: usage in every chunk
     ignore_eos: bool  # llama-server's extension: write max_tokens tokens whatever the model says (benchmarks)
 
 
@@ -103,8 +104,9 @@ def parse_generation(body: dict, n_ctx: int) -> Generation:
     elif not (isinstance(stop, list) and all(isinstance(s, str) for s in stop)) or len(stop) > MAX_STOPS:
         raise _bad("stop", f"expected a string or a list of up to {MAX_STOPS} strings")
     options = body.get("stream_options")
-    if options is not None and not (isinstance(options, dict) and isinstance(options.get("include_usage", False), bool)):
-        raise _bad("stream_options", "expected {\"include_usage\": true|false}")
+    if options is not None and not (isinstance(options, dict) and all(
+            isinstance(options.get(k, False), bool) for k in ("include_usage", "continuous_usage_stats"))):
+        raise _bad("stream_options", "expected {\"include_usage\": true|false, \"continuous_usage_stats\": true|false}")
     defaults = SamplingParams()
     try:
         sampling = SamplingParams(
@@ -117,7 +119,8 @@ def parse_generation(body: dict, n_ctx: int) -> Generation:
     except InvalidSettingError as exc:  # the ranges above are the same; this is a second net
         raise ApiError(400, str(exc)) from exc
     return Generation(sampling, max_tokens, [s for s in stop if s], _flag(body, "stream"),
-                      bool((options or {}).get("include_usage")), _flag(body, "ignore_eos"))
+                      bool((options or {}).get("include_usage")), bool((options or {}).get("continuous_usage_stats")),
+                      _flag(body, "ignore_eos"))
 
 
 def parse_messages(body: dict) -> list[dict]:

@@ -32,8 +32,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
+SWITCH_INTERVAL_S = 0.001  # Python's default 5 ms lets the HTTP thread hold the engine thread up between decodes
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         options = ServeOptions(args.host, args.port, args.api_key, tuple(args.cors), args.parallel, args.max_queue)

@@ -168,8 +168,7 @@ def create_app(scheduler: Scheduler, formatter: ChatFormatter, config: ApiConfig
             record(request, endpoint, job, exc.status)
             return error_response(exc)
         if gen.stream:
-            return EventSourceResponse(stream(request, endpoint, feed, chat, gen.include_usage), ping=10,
-                                       sep="\n")
+            return EventSourceResponse(stream(request, endpoint, feed, chat, gen), ping=10, sep="\n")
         return await whole(request, endpoint, feed, chat)
 
     async def whole(request: Request, endpoint: str, feed: _Feed, chat: bool) -> JSONResponse:
@@ -194,31 +193,38 @@ def create_app(scheduler: Scheduler, formatter: ChatFormatter, config: ApiConfig
         kind = "chat.completion" if chat else "text_completion"
         return JSONResponse({**envelope(job, kind), "choices": [choice], **figures(job)})
 
-    async def stream(request: Request, endpoint: str, feed: _Feed, chat: bool, include_usage: bool):
+    async def stream(request: Request, endpoint: str, feed: _Feed, chat: bool, gen: Generation):
         job = feed.job
         kind = "chat.completion.chunk" if chat else "text_completion"
 
-        def chunk(content: str | None, reason: str | None = None, role: bool = False) -> str:
+        produced = 0  # tokens streamed so far, counted from the deltas (the engine may be a step ahead)
+
+        def chunk(content: str | None, reason: str | None = None, role: bool = False) -> dict:
             if chat:
                 delta = ({"role": "assistant"} if role else {}) | ({"content": content} if content is not None else {})
                 choice = {"index": 0, "delta": delta, "finish_reason": reason, "logprobs": None}
             else:
                 choice = {"index": 0, "text": content or "", "finish_reason": reason, "logprobs": None}
-            return json.dumps({**envelope(job, kind), "choices": [choice]})
+            out = {**envelope(job, kind), "choices": [choice]}
+            if gen.continuous_usage:
+                prompt_n = len(job.prompt)
+                out["usage"] = {"prompt_tokens": prompt_n, "completion_tokens": produced,
+                                "total_tokens": prompt_n + produced}
+            return out
 
         try:
             if chat:
-                yield chunk("", role=True)
+                yield json.dumps(chunk("", role=True))
             async for delta in feed.deltas():
+                produced += len(delta.tokens)
                 if delta.text:
-                    yield chunk(delta.text)
+                    yield json.dumps(chunk(delta.text))
             if job.error:
                 yield json.dumps(ApiError(500, job.error, kind="server_error").body())
                 record(request, endpoint, job, 500)
                 return
-            last = json.loads(chunk(None, finish_reason(job)))
-            yield json.dumps({**last, **figures(job)})
-            if include_usage:
+            yield json.dumps({**chunk(None, finish_reason(job)), **figures(job)})
+            if gen.include_usage:
                 yield json.dumps({**envelope(job, kind), "choices": [], **figures(job)})
             yield "[DONE]"
             record(request, endpoint, job)

@@ -54,6 +54,9 @@ class Scheduler:
         return self.loop.method
 
     def start(self) -> "Scheduler":
+        """Time every verify size (a few seconds for a wide batch on a CPU), then serve."""
+        self.loop.calibrate(0, 0, max(self.target.bos, 0),
+                            max_rows=self.parallel * (self.loop.speculation.max_draft + 1))
         self._thread.start()
         return self
 
@@ -92,8 +95,6 @@ class Scheduler:
 
     def _serve(self) -> None:
         batch = self.batch
-        self.loop.calibrate(0, 0, max(self.target.bos, 0),
-                            max_rows=self.parallel * (self.loop.speculation.max_draft + 1))
         while True:
             with self._wake:
                 while not self._stopping and not self._inbox and batch.idle:

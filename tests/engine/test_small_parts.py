@@ -125,3 +125,4 @@ def test_step_costs_follow_recent_medians_and_notice_a_busy_machine():
 def test_calibration_times_every_single_sequence_size_then_every_eighth():
     assert calibration_sizes(5) == [1, 2, 3, 4, 5]
     assert calibration_sizes(33) == list(range(1, 18)) + [24, 32, 33]
+    assert calibration_sizes(264) == list(range(1, 18)) + [24, 32, 40, 48, 56, 64, 96, 128, 160, 192, 224, 256, 264]

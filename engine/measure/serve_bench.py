@@ -1,0 +1,287 @@
+"""`python -m engine.serve_bench`: N concurrent clients against OpenAI-compatible servers, plain vs speculative.
+
+Either servers already running (--url, repeatable) or servers it starts itself, one per --methods entry
+(`python -m engine.serve --port 0 ...`, all loaded at once and idle while another is measured). Each cell
+(a server at a number of clients) streams the prompts as chat requests, every client one request after
+another; cells alternate between servers and repeat, and the fastest run of a cell is kept (other work
+on the machine only slows a run down). Per cell: aggregate tok/s, TTFT and inter-token latency p50/p95
+(a chunk of m tokens after a gap g counts as m gaps of g/m), and mean accepted length from the server's
+timings. Writes results.json, summary.md and plot.png to --out.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+SCHEMA = "specchat-serve-bench/1"
+
+
+@dataclass
+class RequestTrace:
+    sent_at: float
+    first_at: float | None = None
+    done_at: float | None = None
+    chunks: list[tuple[float, int]] = field(default_factory=list)  # (when, completion tokens so far)
+    completion_tokens: int = 0
+    timings: dict = field(default_factory=dict)
+    error: str | None = None
+
+    def gaps(self) -> list[float]:
+        out, (t0, n0) = [], (self.first_at, self.chunks[0][1] if self.chunks else 0)
+        for t1, n1 in self.chunks[1:]:
+            if n1 > n0:
+                out += [(t1 - t0) / (n1 - n0)] * (n1 - n0)
+                t0, n0 = t1, n1
+        return out
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    values = sorted(values)
+    return values[min(len(values) - 1, max(0, round(q * (len(values) - 1))))]
+
+
+async def one_request(client: httpx.AsyncClient, url: str, prompt: str, args) -> RequestTrace:
+    body = {"model": "bench", "messages": [{"role": "user", "content": prompt}], "max_tokens": args.max_tokens,
+            "temperature": args.temperature, "seed": args.seed, "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}, "ignore_eos": args.ignore_eos}
+    trace = RequestTrace(time.perf_counter())
+    try:
+        async with client.stream("POST", url + "/v1/chat/completions", json=body) as response:
+            if response.status_code != 200:
+                trace.error = f"HTTP {response.status_code}: {(await response.aread())[:200]!r}"
+                return trace
+            async for line in response.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                now = time.perf_counter()
+                choices = chunk.get("choices") or []
+                if choices and (choices[0].get("delta") or {}).get("content"):
+                    trace.first_at = trace.first_at or now
+                    trace.chunks.append((now, chunk["usage"]["completion_tokens"]))
+                if "timings" in chunk:
+                    trace.timings = chunk["timings"]
+                    trace.completion_tokens = chunk["usage"]["completion_tokens"]
+    except httpx.HTTPError as exc:
+        trace.error = f"{type(exc).__name__}: {exc}"
+    trace.done_at = time.perf_counter()
+    return trace
+
+
+async def run_cell(url: str, prompts: list[str], clients: int, args) -> dict:
+    """`clients` concurrent clients, each sending `args.requests` requests one after another."""
+    async with httpx.AsyncClient(timeout=httpx.Timeout(600.0), headers=_auth(args)) as client:
+        async def one_client(index: int) -> list[RequestTrace]:
+            out = []
+            for r in range(args.requests):
+                prompt = prompts[(index * args.requests + r) % len(prompts)]
+                out.append(await one_request(client, url, prompt, args))
+            return out
+
+        started = time.perf_counter()
+        traces = [t for per_client in await asyncio.gather(*(one_client(i) for i in range(clients))) for t in per_client]
+        wall = time.perf_counter() - started
+    errors = [t.error for t in traces if t.error]
+    good = [t for t in traces if not t.error]
+    tokens = sum(t.completion_tokens for t in good)
+    gaps = [g for t in good for g in t.gaps()]
+    ttfts = [t.first_at - t.sent_at for t in good if t.first_at]
+    drafted = sum(t.timings.get("draft_n", 0) for t in good)
+    accepted = sum(t.timings.get("draft_n_accepted", 0) for t in good)
+    steps_mean = [t.timings.get("mean_acceptance_length") for t in good if t.timings.get("mean_acceptance_length")]
+    return {
+        "clients": clients, "requests": len(traces), "errors": errors, "completion_tokens": tokens, "wall_s": wall,
+        "aggregate_tokens_per_s": tokens / wall if wall > 0 else None,
+        "ttft_p50_s": percentile(ttfts, 0.5), "ttft_p95_s": percentile(ttfts, 0.95),
+        "itl_p50_s": percentile(gaps, 0.5), "itl_p95_s": percentile(gaps, 0.95),
+        "acceptance_rate": accepted / drafted if drafted else None,
+        "mean_acceptance_length": statistics.fmean(steps_mean) if steps_mean else None,
+        "per_request": [{"tokens": t.completion_tokens, "tokens_per_s": t.timings.get("predicted_per_second"),
+                         "ttft_s": t.first_at - t.sent_at if t.first_at else None} for t in good],
+    }
+
+
+def _auth(args) -> dict:
+    return {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+
+
+# --- servers ------------------------------------------------------------------------------------
+class SpawnedServer:
+    """`python -m engine.serve` in a child process, on a free port."""
+
+    def __init__(self, method: str, args):
+        command = [sys.executable, "-m", "engine.serve", "--model", args.model, "--method", method, "--port", "0",
+                   "--parallel", str(max(args.clients)), "--ctx", str(args.ctx)]
+        if args.draft:
+            command += ["--draft", args.draft]
+        if args.threads:
+            command += ["--threads", str(args.threads)]
+        self.method = method
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                        cwd=Path(__file__).resolve().parents[2])
+        for line in self.process.stdout:
+            if " at http://" in line:
+                self.url = line.rsplit(" at ", 1)[1].strip().removesuffix("/v1")
+                break
+        else:
+            raise SystemExit(f"the {method} server did not start (exit code {self.process.wait()})")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+def server_method(url: str, args) -> str:
+    models = httpx.get(url + "/v1/models", headers=_auth(args), timeout=30).json()["data"]
+    return models[0].get("meta", {}).get("method", url)
+
+
+# --- the run --------------------------------------------------------------------------------------
+def measure(servers: dict[str, str], prompts: list[str], args) -> list[dict]:
+    for url in servers.values():  # warm-up: first decodes allocate buffers and fault pages in
+        asyncio.run(run_cell(url, prompts[:1], 1, argparse.Namespace(**{**vars(args), "requests": 1})))
+    runs: dict[tuple[str, int], list[dict]] = {}
+    order = list(servers)
+    for repeat in range(args.repeats):
+        for clients in args.clients:
+            for method in (order if repeat % 2 == 0 else order[::-1]):  # alternate, so outside load falls alike
+                cell = asyncio.run(run_cell(servers[method], prompts, clients, args))
+                cell["method"] = method
+                runs.setdefault((method, clients), []).append(cell)
+                print(f"  {method:>6} × {clients}: {cell['aggregate_tokens_per_s']:.1f} tok/s"
+                      + (f"  ({len(cell['errors'])} errors)" if cell["errors"] else ""), flush=True)
+    cells = []
+    for (method, clients), repeats in runs.items():
+        best = dict(max(repeats, key=lambda c: c["aggregate_tokens_per_s"] or 0.0))
+        best["aggregate_tokens_per_s_runs"] = [c["aggregate_tokens_per_s"] for c in repeats]
+        cells.append(best)
+    return cells
+
+
+def summary(results: dict) -> str:
+    cells = {(c["method"], c["clients"]): c for c in results["cells"]}
+    methods = list(dict.fromkeys(c["method"] for c in results["cells"]))
+    base = "none" if "none" in methods else methods[0]
+    s = results["settings"]
+    lines = [f"Server load: {s['model']}, prompts {s['prompt_set']} ({s['prompt_count']}), {s['max_tokens']} tokens max, "
+             f"temperature {s['temperature']}, {s['requests']} requests per client, best of {s['repeats']}.", "",
+             "| clients | method | aggregate tok/s | vs plain | TTFT p50 / p95 (ms) | inter-token p50 / p95 (ms) "
+             "| mean accepted length |", "|---|---|---|---|---|---|---|"]
+
+    def ms(x):
+        return f"{1000 * x:.0f}" if x is not None else "n/a"
+
+    for clients in sorted({c["clients"] for c in results["cells"]}):
+        for method in methods:
+            c = cells.get((method, clients))
+            if not c:
+                continue
+            plain = cells.get((base, clients))
+            ratio = (f"{c['aggregate_tokens_per_s'] / plain['aggregate_tokens_per_s']:.2f}×"
+                     if plain and plain["aggregate_tokens_per_s"] else "n/a")
+            mal = f"{c['mean_acceptance_length']:.2f}" if c["mean_acceptance_length"] else "n/a"
+            lines.append(f"| {clients} | {method} | {c['aggregate_tokens_per_s']:.1f} | {ratio} | "
+                         f"{ms(c['ttft_p50_s'])} / {ms(c['ttft_p95_s'])} | {ms(c['itl_p50_s'])} / {ms(c['itl_p95_s'])} "
+                         f"| {mal} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .lab_report import METHOD_COLOURS
+
+    cells = results["cells"]
+    methods = list(dict.fromkeys(c["method"] for c in cells))
+    levels = sorted({c["clients"] for c in cells})
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    by = {(c["method"], c["clients"]): c for c in cells}
+    for method in methods:
+        xs = [n for n in levels if (method, n) in by]
+        left.plot(xs, [by[(method, n)]["aggregate_tokens_per_s"] for n in xs], "o-", label=method,
+                  color=METHOD_COLOURS.get(method))
+        if method != "none" and "none" in methods:
+            right.plot(xs, [by[(method, n)]["aggregate_tokens_per_s"] / by[("none", n)]["aggregate_tokens_per_s"]
+                            for n in xs], "o-", label=method, color=METHOD_COLOURS.get(method))
+    left.set(xscale="log", xlabel="concurrent clients", ylabel="aggregate tokens/s", title="Throughput")
+    right.axhline(1.0, color="#555555", lw=1, ls="--")
+    right.set(xscale="log", xlabel="concurrent clients", ylabel="× plain decoding", title="Speed-up over plain")
+    for ax in (left, right):
+        ax.set_xticks(levels, [str(n) for n in levels])
+        ax.legend()
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"{Path(results['settings']['model']).name}: {results['settings']['prompt_set']} prompts")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m engine.serve_bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--url", action="append", default=[], help="a running server (repeatable)")
+    ap.add_argument("--model", default="embedded", help="for servers started here")
+    ap.add_argument("--draft")
+    ap.add_argument("--methods", default="none,lookup", help="servers started here, one per method")
+    ap.add_argument("--threads", type=int)
+    ap.add_argument("--ctx", type=int, default=8192)
+    ap.add_argument("--api-key")
+    ap.add_argument("--clients", type=_ints, default=[1, 2, 4, 8])
+    ap.add_argument("--requests", type=int, default=3, help="requests each client sends, one after another")
+    ap.add_argument("--prompts", default="resources/prompts/heldout.jsonl")
+    ap.add_argument("--ids", help="comma-separated prompt ids to keep (default: all)")
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--ignore-eos", action="store_true",
+                    help="every answer runs to --max-tokens, so each server does the same work")
+    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    rows = [json.loads(line) for line in Path(args.prompts).read_text().splitlines() if line.strip()]
+    if args.ids:
+        wanted = args.ids.split(",")
+        rows = [r for r in rows if r["id"] in wanted]
+    if not rows:
+        raise SystemExit("no prompts selected")
+    prompts = [r["prompt"] for r in rows]
+    spawned = [] if args.url else [SpawnedServer(m, args) for m in args.methods.split(",")]
+    try:
+        servers = {s.method: s.url for s in spawned} or {server_method(u, args): u for u in args.url}
+        cells = measure(servers, prompts, args)
+    finally:
+        for server in spawned:
+            server.stop()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    settings = {k: v for k, v in vars(args).items() if k != "api_key"}
+    results = {"schema": SCHEMA, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+               "settings": {**settings, "prompt_set": Path(args.prompts).stem + (f" [{args.ids}]" if args.ids else ""),
+                            "prompt_count": len(prompts), "servers": servers},
+               "cells": cells}
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    (out / "summary.md").write_text(summary(results))
+    plot(results, out / "plot.png")
+    print(summary(results))
+    return 0
