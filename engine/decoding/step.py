@@ -89,14 +89,14 @@ class StepLoop:
     """A target, a proposer and the planner that decides, step by step, how much to speculate."""
 
     def __init__(self, target: Model, proposer: Proposer | None, speculation: SpeculationConfig,
-                 device: torch.device, step_costs: StepCosts | None = None):
+                 device: torch.device, step_costs: StepCosts | None = None, tune_threads: bool = True):
         self.target = target
         self.proposer = proposer or NoProposer()
         self.speculation = speculation
         self.device = device
         self.planner = DraftPlanner(speculation, costly_proposer=not self.proposer.free, steps=step_costs)
         self.totals = StepTotals()
-        self.threads = ThreadTuner(getattr(target, "threads", 1))
+        self.threads = ThreadTuner(getattr(target, "threads", 1) if tune_threads else 1)  # 1: never switches
         self.held_cells = 0  # cells kept by finished sequences' caches (a batch with keep_caches)
 
     @property

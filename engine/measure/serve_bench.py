@@ -52,12 +52,15 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 async def one_request(client: httpx.AsyncClient, url: str, prompt: str, args) -> RequestTrace:
-    body = {"model": "bench", "messages": [{"role": "user", "content": prompt}], "max_tokens": args.max_tokens,
-            "temperature": args.temperature, "seed": args.seed, "stream": True,
-            "stream_options": {"include_usage": True, "continuous_usage_stats": True}, "ignore_eos": args.ignore_eos}
+    chat = args.endpoint == "chat"
+    body = {"model": "bench", "max_tokens": args.max_tokens, "temperature": args.temperature, "seed": args.seed,
+            "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+            "ignore_eos": args.ignore_eos,
+            **({"messages": [{"role": "user", "content": prompt}]} if chat else {"prompt": prompt})}
     trace = RequestTrace(time.perf_counter())
     try:
-        async with client.stream("POST", url + "/v1/chat/completions", json=body) as response:
+        async with client.stream("POST", url + ("/v1/chat/completions" if chat else "/v1/completions"),
+                                 json=body) as response:
             if response.status_code != 200:
                 trace.error = f"HTTP {response.status_code}: {(await response.aread())[:200]!r}"
                 return trace
@@ -67,7 +70,7 @@ async def one_request(client: httpx.AsyncClient, url: str, prompt: str, args) ->
                 chunk = json.loads(line[6:])
                 now = time.perf_counter()
                 choices = chunk.get("choices") or []
-                if choices and (choices[0].get("delta") or {}).get("content"):
+                if choices and ((choices[0].get("delta") or {}).get("content") or choices[0].get("text")):
                     trace.first_at = trace.first_at or now
                     trace.chunks.append((now, chunk["usage"]["completion_tokens"]))
                 if "timings" in chunk:
@@ -85,7 +88,10 @@ async def run_cell(url: str, prompts: list[str], clients: int, args) -> dict:
         async def one_client(index: int) -> list[RequestTrace]:
             out = []
             for r in range(args.requests):
-                prompt = prompts[(index * args.requests + r) % len(prompts)]
+                n = index * args.requests + r
+                # A number first, so no request finds its prompt cached from an earlier one: TTFT includes
+                # the prefill, as it would for prompts that do not repeat.
+                prompt = f"({n + 1}) {prompts[n % len(prompts)]}"
                 out.append(await one_request(client, url, prompt, args))
             return out
 
@@ -127,6 +133,8 @@ class SpawnedServer:
             command += ["--draft", args.draft]
         if args.threads:
             command += ["--threads", str(args.threads)]
+        if not args.remember:  # the prompts repeat across clients: earlier answers would be replayed
+            command.append("--no-remember")
         self.method = method
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                         cwd=Path(__file__).resolve().parents[2])
@@ -247,10 +255,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int)
     ap.add_argument("--ctx", type=int, default=8192)
     ap.add_argument("--api-key")
+    ap.add_argument("--remember", action="store_true",
+                    help="let lookup in the servers started here search earlier answers (off: prompts repeat)")
     ap.add_argument("--clients", type=_ints, default=[1, 2, 4, 8])
     ap.add_argument("--requests", type=int, default=3, help="requests each client sends, one after another")
     ap.add_argument("--prompts", default="resources/prompts/heldout.jsonl")
     ap.add_argument("--ids", help="comma-separated prompt ids to keep (default: all)")
+    ap.add_argument("--endpoint", choices=("chat", "completions"), default="chat",
+                    help="chat: each prompt as a user message; completions: the raw prompt (base models)")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--ignore-eos", action="store_true",
                     help="every answer runs to --max-tokens, so each server does the same work")

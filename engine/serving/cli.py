@@ -29,6 +29,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--threads", type=int)
     ap.add_argument("--ctx", type=int, default=8192, help="KV cells shared by all requests in flight")
     ap.add_argument("--max-draft", type=int, default=32)
+    ap.add_argument("--no-remember", action="store_true",
+                    help="lookup searches only the request itself, not earlier answers (benchmarks whose prompts repeat)")
     return ap.parse_args(argv)
 
 
@@ -42,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         options = ServeOptions(args.host, args.port, args.api_key, tuple(args.cors), args.parallel, args.max_queue)
         settings = DecoderSettings(model=args.model, draft=args.draft, method=args.method, max_draft=args.max_draft,
-                                   n_ctx=args.ctx, threads=args.threads)
+                                   n_ctx=args.ctx, threads=args.threads, remember_requests=not args.no_remember)
         target = load_target(settings, n_seq_max=args.parallel)
         draft = load_draft(settings, target, n_seq_max=args.parallel) if args.method == "draft" else None
         proposer = make_proposer(settings, target, draft)

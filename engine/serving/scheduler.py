@@ -37,7 +37,9 @@ class Scheduler:
 
     def __init__(self, target: Model, proposer: Proposer | None, speculation: SpeculationConfig, parallel: int,
                  max_queue: int = 32, device: torch.device | None = None, step_costs: StepCosts | None = None):
-        self.loop = StepLoop(target, proposer, speculation, device or pick_device(), step_costs)
+        # No thread tuner here: its trials compare a few steps before and after a switch, and a server's
+        # steps change with every request that joins or leaves (measured: it kept 1 thread, steps ~2x slower).
+        self.loop = StepLoop(target, proposer, speculation, device or pick_device(), step_costs, tune_threads=False)
         self.batch = Batch(self.loop, parallel, keep_caches=True)  # a conversation's next turn reuses its cache
         self.parallel, self.max_queue = parallel, max_queue
         self._inbox: list[Job] = []
