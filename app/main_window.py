@@ -54,6 +54,7 @@ class MainWindow(QMainWindow):
         self.edited = None  # the message being edited: its new text is sent as a branch beside it
         self._lab = None
         self._compare = None
+        self._server = None
         self._models_dialog = None
         self._changed_conversation: int | None = None
 
@@ -125,6 +126,9 @@ class MainWindow(QMainWindow):
         self.statusBar().addWidget(self.model_label, 1)
         self.statusBar().addPermanentWidget(self.progress)
         self.statusBar().addPermanentWidget(self.spec_label)
+        self.server_label = QLabel()
+        self.server_label.hide()
+        self.statusBar().addPermanentWidget(self.server_label)
         self._build_menus()
 
         # --- wiring ---
@@ -163,6 +167,9 @@ class MainWindow(QMainWindow):
         w.loadFailed.connect(self._load_failed)
         w.speculationApplied.connect(self._speculation_applied)
         w.notice.connect(self._engine_notice)  # a method, not a lambda: it must run on the GUI thread
+        w.serverStarted.connect(self._server_started)
+        w.serverStopped.connect(self._server_stopped)
+        w.serverFailed.connect(self._server_stopped)
 
         for text in preset_notices:
             log.warning("%s", text)
@@ -198,6 +205,7 @@ class MainWindow(QMainWindow):
         self._action(model_menu, "&Models…", self.open_models_dialog)
         self._action(model_menu, "Speculation &lab…", self.open_lab)
         self._action(model_menu, "&Compare plain vs speculation…", self.open_compare)
+        self._action(model_menu, "Se&rver…", self.open_server)
         self._action(model_menu, "&Settings…", self.open_settings, QKeySequence.StandardKey.Preferences)
         model_menu.addSeparator()
         self._action(model_menu, "&Reload model", self.load_models)
@@ -543,6 +551,22 @@ class MainWindow(QMainWindow):
             return
         self._lab.show()
         self._lab.raise_()
+
+    def open_server(self) -> None:
+        """The OpenAI-compatible server on this window's engine."""
+        from .server_panel import ServerPanel
+        if self._server is None:
+            self._server = ServerPanel(self.engine, self.settings, self)
+            self._server.optionsChanged.connect(lambda values: self._store_settings(self.settings.merged(values)))
+        self._server.show()
+        self._server.raise_()
+
+    def _server_started(self, info: dict) -> None:
+        self.server_label.setText(f"Serving at {info['url']}")
+        self.server_label.show()
+
+    def _server_stopped(self, *_args) -> None:
+        self.server_label.hide()
 
     def open_compare(self) -> None:
         """The Compare view, on this window's engine; it starts with the text being typed, or the last question."""

@@ -48,6 +48,12 @@ class AppSettings:
     n_ctx: int = 4096
     n_gpu_layers: int = -1
     threads: int | None = None  # None = physical cores
+    # the API server (Model → Server…)
+    server_port: int = 8765
+    server_lan: bool = False  # listen on every interface, not only this machine (needs an API key)
+    server_api_key: str = ""
+    server_cors: str = ""  # browser origins allowed to call the API, comma-separated
+    server_parallel: int = 4
     # view
     color_drafts: bool = False
     show_sparkline: bool = True
@@ -64,6 +70,15 @@ class AppSettings:
                                max_draft=self.max_draft, min_draft=self.min_draft, adaptive=self.adaptive,
                                p_min=self.p_min, n_ctx=self.n_ctx, n_gpu_layers=self.n_gpu_layers,
                                threads=self.threads)
+
+    def serve_options(self):
+        """engine.serving's ServeOptions (imported here: the HTTP stack loads only when it serves).
+        Raises InvalidSettingError for options that cannot serve (the network without a key)."""
+        from engine.serving.service import ServeOptions
+
+        return ServeOptions(host="0.0.0.0" if self.server_lan else "127.0.0.1", port=self.server_port,
+                            api_key=self.server_api_key.strip() or None, parallel=self.server_parallel,
+                            cors_origins=tuple(o.strip() for o in self.server_cors.split(",") if o.strip()))
 
     def sampling(self) -> SamplingParams:
         return SamplingParams(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
@@ -228,6 +243,11 @@ FIELDS = {
     "n_ctx": (_int(0, 1 << 20), "0 (the model's own) or a whole number up to 1048576"),
     "n_gpu_layers": (_int(-1), "-1 (all layers) or a whole number ≥ 0"),
     "threads": (_int(1, 512, none_ok=True), "a whole number 1..512, or empty for automatic"),
+    "server_port": (_int(1, 65535), "a port number 1..65535"),
+    "server_lan": (_is(bool), "on or off"),
+    "server_api_key": (_is(str), "text"),
+    "server_cors": (_is(str), "text"),
+    "server_parallel": (_int(1, 16), "a whole number 1..16"),
     "color_drafts": (_is(bool), "on or off"),
     "show_sparkline": (_is(bool), "on or off"),
     "window_geometry": (_is(str), "text"),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import queue
 import sys
 import threading
 import time
@@ -28,7 +29,10 @@ from engine.decoding.generate import SpeculativeDecoder
 from engine.modelfiles.load_marker import LoadMarker
 from engine.decoding.loader import DecoderSettings, load_draft, load_target, make_proposer
 from engine.decoding.proposers.base import NoProposer
-from engine.decoding.sampling import SamplingParams
+from engine.decoding.batch import Job
+from engine.decoding.sampling import DRAFT, VERIFY, SamplingParams, request_seed, stream_seed
+from engine.decoding.stats import GenerationStats
+from engine.hardware import read_memory
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +77,10 @@ class EngineWorker(QObject):
     progress = Signal(int, object, object)  # request id, [(text, from_draft)], stats snapshot
     finished = Signal(int, object)  # request id, final stats snapshot
     failed = Signal(int, str, object)  # request id, message, stats so far
+    serverStarted = Signal(object)  # {"url", "method", "parallel", "model"}
+    serverStopped = Signal(str)  # why, for a person ("" when asked to)
+    serverFailed = Signal(str)
+    serverRequest = Signal(object)  # engine.serving.openai_api.RequestRecord, one per API request
     closed = Signal()
 
     def __init__(self) -> None:
@@ -83,6 +91,7 @@ class EngineWorker(QObject):
         self.draft_model = None
         self.draft_path: str | None = None
         self.marker = LoadMarker()  # says, after a crash mid-load, which model not to load again
+        self.service = None  # engine.serving.service.Service: while serving, the chat's answers go through its batch too
 
     # --- models -------------------------------------------------------------------------------
     @Slot()
@@ -99,6 +108,7 @@ class EngineWorker(QObject):
     @Slot(object)
     def load(self, settings: DecoderSettings) -> None:
         """Load the target (and draft) for these settings, replacing whatever was loaded."""
+        self.stop_server("The server stopped: a different model is loading. Start it again in Server….")
         self._unload()
         self.loadStarted.emit("the embedded demo model" if settings.model == "embedded" else settings.model)
         self.marker.begin("target", settings.model)
@@ -127,6 +137,7 @@ class EngineWorker(QObject):
         """Change speculation for the next response; the target and its KV cache stay."""
         if self.decoder is None:
             return
+        self.stop_server("The server stopped: speculation settings changed. Start it again in Server….")
         if settings.method == "draft" and settings.draft != self.draft_path:
             self.loadStarted.emit(f"draft model {settings.draft}")
         self.settings = settings
@@ -176,8 +187,57 @@ class EngineWorker(QObject):
             self.decoder.target.close()
         self.decoder = self.formatter = None
 
+    # --- the API server ---------------------------------------------------------------------------
+    @Slot(object)
+    def start_server(self, options) -> None:
+        """Serve the loaded model (options: engine.serving's ServeOptions): its context is reopened for
+        options.parallel sequences, and from now on the chat's answers join the same batch as the API's."""
+        from engine.serving.service import Service  # the HTTP stack loads only when it serves
+
+        if self.decoder is None:
+            self.serverFailed.emit("Load a model first.")
+            return
+        self.stop_server("")
+        target = self.decoder.target
+        draft = self.draft_model if self.settings.method == "draft" else None
+        try:
+            for model in (target, draft):
+                if model is not None:
+                    model.reopen(options.parallel)
+            proposer = make_proposer(self.settings, target, draft)
+            name = DISPLAY_NAMES.get(self.settings.model, target.path.stem)
+            self.service = Service(target, proposer, self.settings.speculation(), options, model_id=target.path.stem,
+                                   on_record=self.serverRequest.emit).start()
+        except Exception as exc:  # noqa: BLE001 - a port in use or no memory must not cost the chat
+            log.warning("server not started: %s", exc)
+            self.service = None
+            self._chat_again()
+            self.serverFailed.emit(str(exc) if isinstance(exc, EngineError) else f"{type(exc).__name__}: {exc}")
+            return
+        self.serverStarted.emit({"url": self.service.url, "method": self.service.scheduler.method,
+                                 "parallel": options.parallel, "model": name})
+
+    @Slot(str)
+    def stop_server(self, reason: str = "") -> None:
+        if self.service is None:
+            return
+        self.service.stop()
+        self.service = None
+        self._chat_again()
+        self.serverStopped.emit(reason)
+
+    def _chat_again(self) -> None:
+        """One sequence again for the chat, with a decoder of its own (its KV cache starts empty)."""
+        target = self.decoder.target
+        for model in (target, self.draft_model):
+            if model is not None:
+                model.reopen(1)
+        self.decoder = SpeculativeDecoder(target)
+        self._apply(self.settings)
+
     @Slot()
     def close(self) -> None:
+        self.stop_server("")
         self._unload()
         self.closed.emit()
         QThread.currentThread().quit()
@@ -192,30 +252,66 @@ class EngineWorker(QObject):
             self.failed.emit(rid, "No model is loaded. Choose one in Settings or Models….", {})
             return
         pending: list[tuple[str, bool]] = []
+        live = None
         try:
             reserve = answer_reserve(request.max_tokens, decoder.target.n_ctx)
             prompt = self.formatter.prompt(request.messages, reserve, continue_last=request.continue_last)
             for text in prompt.notices:
                 self.notice.emit(text)
             last_emit = time.perf_counter()
-            for delta in self._decode(decoder, prompt, request):
+            if self.service is not None:
+                source, live = self._served(prompt, request)
+            else:
+                source, live = self._decode(decoder, prompt, request), lambda: decoder.stats
+            for delta in source:
                 pending += delta.segments
                 now = time.perf_counter()
                 if now - last_emit >= EMIT_EVERY_S:
-                    self.progress.emit(rid, pending, snapshot(decoder.stats))
+                    self.progress.emit(rid, pending, snapshot(live()))
                     pending, last_emit = [], now
             if pending:
-                self.progress.emit(rid, pending, snapshot(decoder.stats))
-            stats = snapshot(decoder.stats)
+                self.progress.emit(rid, pending, snapshot(live()))
+            stats = snapshot(live())
             stats["trimmed_messages"] = prompt.trimmed
             self.finished.emit(rid, stats)
         except Exception as exc:  # noqa: BLE001 - report, keep the worker alive
+            so_far = snapshot(live()) if live is not None else {}
             if pending:
-                self.progress.emit(rid, pending, snapshot(decoder.stats))
+                self.progress.emit(rid, pending, so_far)
             if not isinstance(exc, EngineError):
                 log.error("generation failed:\n%s", traceback.format_exc())
             message = str(exc) if isinstance(exc, EngineError) else f"The engine failed: {type(exc).__name__}: {exc}"
-            self.failed.emit(rid, message, snapshot(decoder.stats))
+            self.failed.emit(rid, message, so_far)
+
+    def _served(self, prompt, request: GenerationRequest):
+        """The chat's answer as one more job in the server's batch: its deltas, and its live stats."""
+        if request.plain:
+            raise EngineError("Plain decoding for one answer (Compare) needs the engine to itself: stop the "
+                              "server first.")
+        seed = request_seed(request.sampling)
+        feed: queue.Queue = queue.Queue()
+        job = Job(f"chat-{request.id}", prompt.tokens, request.sampling, request.max_tokens, stop=prompt.stop,
+                  seeds=(stream_seed(seed, 0, VERIFY), stream_seed(seed, 0, DRAFT)), cancel=request.cancel,
+                  on_delta=lambda _job, delta: feed.put(delta), on_done=lambda _job: feed.put(None))
+        waiting = GenerationStats(method=self.service.scheduler.method, backend=self.decoder.target.backend)
+        started = time.perf_counter()
+
+        def live() -> GenerationStats:
+            stats = job.run.stats if job.run is not None else waiting
+            if stats.decode_tokens_per_s:
+                stats.rate_history.append((time.perf_counter() - started, stats.decode_tokens_per_s))
+            if stats.finish_reason:
+                stats.memory = read_memory(stats.backend)
+            return stats
+
+        def deltas():
+            self.service.scheduler.submit(job)
+            while (delta := feed.get()) is not None:
+                yield delta
+            if job.error:
+                raise EngineError(job.error)
+
+        return deltas(), live
 
     @staticmethod
     def _decode(decoder: SpeculativeDecoder, prompt, request: GenerationRequest):
@@ -237,6 +333,8 @@ class EngineClient(QObject):
     _load = Signal(object)
     _apply = Signal(object)
     _generate = Signal(object)
+    _start_server = Signal(object)
+    _stop_server = Signal(str)
     _close = Signal()
 
     def __init__(self, parent: QObject | None = None):
@@ -250,6 +348,8 @@ class EngineClient(QObject):
         self._load.connect(self.worker.load)
         self._apply.connect(self.worker.apply_speculation)
         self._generate.connect(self.worker.generate)
+        self._start_server.connect(self.worker.start_server)
+        self._stop_server.connect(self.worker.stop_server)
         self._close.connect(self.worker.close)
         self.thread.started.connect(self.worker.lower_priority)
         self.current: GenerationRequest | None = None
@@ -270,6 +370,12 @@ class EngineClient(QObject):
         self.current = request
         self._generate.emit(request)
         return request
+
+    def start_server(self, options) -> None:
+        self._start_server.emit(options)
+
+    def stop_server(self) -> None:
+        self._stop_server.emit("")
 
     def stop(self) -> None:
         if self.current is not None:

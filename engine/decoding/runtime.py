@@ -8,7 +8,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Sequence
@@ -70,6 +70,13 @@ class Model:
         self._batch = None
         if vocab_only:
             return
+        try:
+            self._open_context(settings)
+        except ModelFileError:
+            self.close()
+            raise
+
+    def _open_context(self, settings: LoadSettings) -> None:
         train_ctx = L.llama_model_n_ctx_train(self._model)
         cparams = L.llama_context_default_params()
         cparams.n_ctx = min(settings.n_ctx or train_ctx, train_ctx)
@@ -82,7 +89,6 @@ class Model:
         cparams.no_perf = True
         self._ctx = L.llama_init_from_model(self._model, cparams)
         if not self._ctx:
-            self.close()
             raise ModelFileError(
                 f"Could not create a context of {cparams.n_ctx} tokens for {self.path.name} "
                 "(out of memory? try a smaller context size or fewer GPU layers)."
@@ -105,6 +111,23 @@ class Model:
         self._interrupt = None  # ctypes callback that lets a long decode stop mid-way
         self._interrupt_installed = False
         self.backend = backend_name() if settings.n_gpu_layers != 0 else "CPU"
+
+    def reopen(self, n_seq_max: int) -> None:
+        """A new context for this many sequences, the weights kept (the server batches several; the chat
+        needs one). The KV cache starts empty."""
+        if n_seq_max == self.settings.n_seq_max:
+            return
+        settings = replace(self.settings, n_seq_max=n_seq_max)
+        threads = self.threads
+        self._close_context()
+        try:
+            self._open_context(settings)
+        except ModelFileError:  # no memory for the wider context: keep the one that worked
+            self._open_context(self.settings)
+            raise
+        self.settings = settings
+        if threads != self.threads:
+            self.set_threads(threads)
 
     # --- metadata -----------------------------------------------------------------------------
     def meta(self, key: str) -> str | None:
@@ -277,13 +300,17 @@ class Model:
     def forget_all(self) -> None:
         L.llama_memory_clear(self._memory, True)
 
-    def close(self) -> None:
+    def _close_context(self) -> None:
         if self._batch is not None:
             L.llama_batch_free(self._batch)
             self._batch = None
         if self._ctx:
             L.llama_free(self._ctx)
             self._ctx = None
+        self._interrupt_installed = False
+
+    def close(self) -> None:
+        self._close_context()
         if self._model:
             L.llama_model_free(self._model)
             self._model = None

@@ -1,0 +1,181 @@
+"""Model → Server…: serve the loaded model to editors and scripts through the OpenAI-compatible API, on
+the window's own engine (its chat joins the same batch), with a live log of every request."""
+from __future__ import annotations
+
+import secrets
+import time
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt, Signal
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import (QCheckBox, QFormLayout, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QPushButton,
+                               QSpinBox, QTableView, QVBoxLayout, QWidget)
+
+from engine.errors import InvalidSettingError
+
+NA = "n/a"
+
+
+def _figure(value, fmt: str) -> str:
+    return fmt.format(value) if value is not None else NA
+
+
+class RequestLogModel(QAbstractTableModel):
+    """The API's requests, newest last: each row one engine.serving.openai_api.RequestRecord."""
+
+    COLUMNS = ("Time", "Client", "Endpoint", "Prompt", "Answer", "tok/s", "Accepted", "TTFT", "Method", "End")
+    KEEP = 500
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.records: list = []
+
+    def rowCount(self, parent=QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(self.records)
+
+    def columnCount(self, parent=QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(self.COLUMNS)
+
+    def headerData(self, section, orientation, role=Qt.DisplayRole):
+        if role == Qt.DisplayRole and orientation == Qt.Horizontal:
+            return self.COLUMNS[section]
+        return None
+
+    def data(self, index, role=Qt.DisplayRole):
+        if not index.isValid() or role not in (Qt.DisplayRole, Qt.TextAlignmentRole):
+            return None
+        if role == Qt.TextAlignmentRole:
+            return int(Qt.AlignRight | Qt.AlignVCenter) if 3 <= index.column() <= 7 else None
+        r = self.records[index.row()]
+        end = r.finish or "-"
+        if r.status != 200:
+            end = f"{r.status} {end}" if r.finish else str(r.status)
+        acceptance = None if r.acceptance_rate is None else 100 * r.acceptance_rate
+        ttft_ms = None if r.ttft_s is None else 1000 * r.ttft_s
+        return (time.strftime("%H:%M:%S", time.localtime(r.started)), r.client, r.endpoint, str(r.prompt_tokens),
+                str(r.completion_tokens), _figure(r.tokens_per_s, "{:.1f}"), _figure(acceptance, "{:.0f}%"),
+                _figure(ttft_ms, "{:.0f} ms"), r.method, end)[index.column()]
+
+    def add(self, record) -> None:
+        if len(self.records) >= self.KEEP:
+            self.beginRemoveRows(QModelIndex(), 0, 0)
+            self.records.pop(0)
+            self.endRemoveRows()
+        self.beginInsertRows(QModelIndex(), len(self.records), len(self.records))
+        self.records.append(record)
+        self.endInsertRows()
+
+
+class ServerPanel(QWidget):
+    """Start and stop the server, its options, and the request log. Options are saved in the settings."""
+
+    optionsChanged = Signal(dict)  # settings keys -> values, for the window to save
+
+    def __init__(self, engine, settings, parent=None):
+        super().__init__(parent)
+        self.setWindowTitle("Server")
+        self.setWindowFlag(Qt.Window)
+        self.engine = engine
+        self.running: dict | None = None  # what serverStarted said
+        self._build(settings)
+        worker = engine.worker
+        worker.serverStarted.connect(self._started)
+        worker.serverStopped.connect(self._stopped)
+        worker.serverFailed.connect(self._failed)
+        worker.serverRequest.connect(self.log.add)
+        self._set_running(None)
+
+    def _build(self, s) -> None:
+        self.port = QSpinBox(minimum=1, maximum=65535, value=s.server_port)
+        self.lan = QCheckBox("Serve on the local network (other machines can connect; needs an API key)")
+        self.lan.setChecked(s.server_lan)
+        self.api_key = QLineEdit(s.server_api_key, placeholderText="none: any local program may connect")
+        generate = QPushButton("Generate")
+        generate.clicked.connect(lambda: self.api_key.setText(secrets.token_urlsafe(24)))
+        key_row = QHBoxLayout()
+        key_row.addWidget(self.api_key, 1)
+        key_row.addWidget(generate)
+        self.cors = QLineEdit(s.server_cors, placeholderText="e.g. http://localhost:3000 (comma-separated; * for any)")
+        self.parallel = QSpinBox(minimum=1, maximum=16, value=s.server_parallel)
+        self.parallel.setToolTip("Requests decoded together in one batch (the chat counts as one); more wait in line.")
+        form = QFormLayout()
+        form.addRow("Port", self.port)
+        form.addRow("", self.lan)
+        form.addRow("API key", key_row)
+        form.addRow("CORS origins", self.cors)
+        form.addRow("Parallel requests", self.parallel)
+        self.start_button = QPushButton("Start server")
+        self.start_button.clicked.connect(self.toggle)
+        self.copy_button = QPushButton("Copy URL")
+        self.copy_button.clicked.connect(self._copy_url)
+        self.status = QLabel()
+        self.status.setWordWrap(True)
+        self.status.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.start_button)
+        buttons.addWidget(self.copy_button)
+        buttons.addStretch(1)
+        self.log = RequestLogModel(self)
+        self.table = QTableView()
+        self.table.setModel(self.log)
+        self.table.verticalHeader().hide()
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
+        self.log.rowsInserted.connect(lambda *_: self.table.scrollToBottom())
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addLayout(buttons)
+        layout.addWidget(self.status)
+        layout.addWidget(QLabel("Requests (tok/s and acceptance as measured for each; n/a where none was read)"))
+        layout.addWidget(self.table, 1)
+        self.resize(820, 520)
+
+    # --- options ------------------------------------------------------------------------------------
+    def values(self) -> dict:
+        return {"server_port": self.port.value(), "server_lan": self.lan.isChecked(),
+                "server_api_key": self.api_key.text().strip(), "server_cors": self.cors.text().strip(),
+                "server_parallel": self.parallel.value()}
+
+    def toggle(self) -> None:
+        if self.running is not None:
+            self.status.setText("Stopping…")
+            self.engine.stop_server()
+            return
+        from .settings import AppSettings
+
+        values = self.values()
+        try:
+            options = AppSettings(**values).serve_options()
+        except InvalidSettingError as exc:
+            self.status.setText(f"Not started: {exc}")
+            return
+        self.optionsChanged.emit(values)
+        self.status.setText("Starting (timing the model's steps for the batch)…")
+        self.start_button.setEnabled(False)
+        self.engine.start_server(options)
+
+    # --- what the engine says -------------------------------------------------------------------------
+    def _started(self, info: dict) -> None:
+        self._set_running(info)
+
+    def _stopped(self, reason: str) -> None:
+        self._set_running(None)
+        self.status.setText(reason or "Stopped.")
+
+    def _failed(self, message: str) -> None:
+        self._set_running(None)
+        self.status.setText(f"Not started: {message}")
+
+    def _set_running(self, info: dict | None) -> None:
+        self.running = info
+        self.start_button.setEnabled(True)
+        self.start_button.setText("Stop server" if info else "Start server")
+        self.copy_button.setEnabled(info is not None)
+        for field in (self.port, self.lan, self.api_key, self.cors, self.parallel):
+            field.setEnabled(info is None)
+        if info:
+            self.status.setText(
+                f"Serving {info['model']} at {info['url']}/v1 ({info['method']}, {info['parallel']} in parallel). "
+                "OpenAI clients: base_url = that address; the chat in this window joins the same batch.")
+
+    def _copy_url(self) -> None:
+        if self.running:
+            QGuiApplication.clipboard().setText(self.running["url"] + "/v1")

@@ -1,0 +1,111 @@
+"""Model → Server…: the window serves its loaded model (the real embedded Gemma) through the OpenAI API,
+its chat joins the same batch while a client streams, the log lists requests, and stopping gives the chat
+its engine back."""
+import socket
+import threading
+import time
+from dataclasses import replace
+
+import httpx
+from PySide6.QtCore import Qt
+
+from tests.app.conftest import PASSAGE
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start(window, qtbot, **values):
+    window.open_server()
+    panel = window._server
+    panel.port.setValue(free_port())
+    for key, value in values.items():
+        getattr(panel, key).setText(value) if isinstance(value, str) else getattr(panel, key).setChecked(value)
+    with qtbot.waitSignal(window.engine.worker.serverStarted, timeout=60_000):
+        qtbot.mouseClick(panel.start_button, Qt.MouseButton.LeftButton)
+    return panel
+
+
+def test_the_window_serves_its_model_and_its_chat_shares_the_batch(make_window, qtbot, wait_response, quick_settings):
+    window = make_window(replace(quick_settings, max_tokens=30))
+    panel = start(window, qtbot)
+    url = panel.running["url"]
+    assert window.server_label.isVisible() and url in window.server_label.text()
+    assert url in panel.status.text() and not panel.port.isEnabled()
+
+    reply = httpx.post(url + "/v1/completions", json={"prompt": "One, two, three,", "max_tokens": 8,
+                                                      "temperature": 0}, timeout=60).json()
+    assert reply["usage"]["completion_tokens"] == 8 and reply["timings"]["method"] == "lookup"
+    qtbot.waitUntil(lambda: panel.log.rowCount() == 1, timeout=5000)
+    row = [panel.log.data(panel.log.index(0, c)) for c in range(panel.log.columnCount())]
+    assert row[2] == "/v1/completions" and row[4] == "8" and row[5] != "n/a" and row[9] == "length"
+
+    # A client streams a long answer; the chat answers meanwhile, in the same batch.
+    streamed, done = [], threading.Event()
+
+    def client():
+        body = {"prompt": "Count: 1, 2, 3,", "max_tokens": 400, "stream": True, "ignore_eos": True, "temperature": 0}
+        with httpx.stream("POST", url + "/v1/completions", json=body, timeout=120) as response:
+            for line in response.iter_lines():
+                if line.startswith("data: {"):
+                    streamed.append(time.monotonic())
+        done.set()
+
+    thread = threading.Thread(target=client)
+    thread.start()
+    qtbot.waitUntil(lambda: len(streamed) > 3, timeout=30_000)
+    window.input.setPlainText(PASSAGE)
+    qtbot.keyClick(window.input, Qt.Key.Key_Return)
+    answer = wait_response(window)
+    assert answer.status == "done" and "lighthouse" in answer.content
+    assert answer.stats["generated"] >= 2 and answer.stats["tokens_per_s"] > 0
+    assert not done.is_set(), "the client's stream should still be running when the chat's answer is done"
+    thread.join(120)
+    assert done.is_set()
+
+    with qtbot.waitSignal(window.engine.worker.serverStopped, timeout=30_000):
+        qtbot.mouseClick(panel.start_button, Qt.MouseButton.LeftButton)
+    assert not window.server_label.isVisible() and panel.port.isEnabled()
+    try:
+        httpx.get(url + "/health", timeout=2)
+        raise AssertionError("the server still answers after Stop")
+    except httpx.TransportError:
+        pass
+    window.input.setPlainText("The capital of France is")  # the chat has its engine back
+    qtbot.keyClick(window.input, Qt.Key.Key_Return)
+    assert wait_response(window).status == "done"
+    assert window.settings.server_port == panel.port.value()  # the options were saved
+
+
+def test_the_network_needs_a_key_and_a_key_is_enforced(make_window, qtbot, quick_settings):
+    window = make_window(quick_settings)
+    window.open_server()
+    panel = window._server
+    panel.lan.setChecked(True)
+    qtbot.mouseClick(panel.start_button, Qt.MouseButton.LeftButton)
+    assert "API key" in panel.status.text() and panel.running is None
+    panel.lan.setChecked(False)
+    panel = start(window, qtbot, api_key="sesame")
+    url = panel.running["url"]
+    assert httpx.get(url + "/v1/models").status_code == 401
+    models = httpx.get(url + "/v1/models", headers={"Authorization": "Bearer sesame"}).json()
+    assert models["data"][0]["meta"]["parallel"] == panel.parallel.value()
+
+
+def test_a_port_in_use_is_reported_and_the_chat_keeps_working(make_window, qtbot, wait_response, quick_settings):
+    window = make_window(quick_settings)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        window.open_server()
+        panel = window._server
+        panel.port.setValue(taken.getsockname()[1])
+        with qtbot.waitSignal(window.engine.worker.serverFailed, timeout=60_000):
+            qtbot.mouseClick(panel.start_button, Qt.MouseButton.LeftButton)
+    assert "Could not listen" in panel.status.text() and panel.start_button.text() == "Start server"
+    window.input.setPlainText(PASSAGE)
+    qtbot.keyClick(window.input, Qt.Key.Key_Return)
+    assert wait_response(window).status == "done"
