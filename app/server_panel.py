@@ -7,7 +7,7 @@ import time
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt, Signal
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import (QCheckBox, QFormLayout, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QPushButton,
+from PySide6.QtWidgets import (QCheckBox, QFormLayout, QHBoxLayout, QLabel, QLineEdit, QPushButton,
                                QSpinBox, QTableView, QVBoxLayout, QWidget)
 
 from engine.errors import InvalidSettingError
@@ -118,8 +118,9 @@ class ServerPanel(QWidget):
         self.table = QTableView()
         self.table.setModel(self.log)
         self.table.verticalHeader().hide()
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
-        self.log.rowsInserted.connect(lambda *_: self.table.scrollToBottom())
+        self.table.setWordWrap(False)
+        self.table.horizontalHeader().setStretchLastSection(True)
+        self.log.rowsInserted.connect(self._row_added)
         layout = QVBoxLayout(self)
         layout.addLayout(form)
         layout.addLayout(buttons)
@@ -175,6 +176,10 @@ class ServerPanel(QWidget):
             self.status.setText(
                 f"Serving {info['model']} at {info['url']}/v1 ({info['method']}, {info['parallel']} in parallel). "
                 "OpenAI clients: base_url = that address; the chat in this window joins the same batch.")
+
+    def _row_added(self, *_args) -> None:
+        self.table.resizeColumnsToContents()
+        self.table.scrollToBottom()
 
     def _copy_url(self) -> None:
         if self.running:

@@ -50,7 +50,7 @@ class RequestRecord:
     tokens_per_s: float | None = None
     acceptance_rate: float | None = None
     ttft_s: float | None = None
-    method: str = "none"
+    method: str = "-"  # "-" for a request refused before it reached the engine
     finish: str | None = None
     status: int = 200
 
