@@ -13,7 +13,6 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import queue
 import sys
 import threading
 import time
@@ -31,7 +30,6 @@ from engine.decoding.loader import DecoderSettings, load_draft, load_target, mak
 from engine.decoding.proposers.base import NoProposer
 from engine.decoding.batch import Job
 from engine.decoding.sampling import DRAFT, VERIFY, SamplingParams, request_seed, stream_seed
-from engine.decoding.stats import GenerationStats
 from engine.hardware import read_memory
 
 log = logging.getLogger(__name__)
@@ -91,7 +89,8 @@ class EngineWorker(QObject):
         self.draft_model = None
         self.draft_path: str | None = None
         self.marker = LoadMarker()  # says, after a crash mid-load, which model not to load again
-        self.service = None  # engine.serving.service.Service: while serving, the chat's answers go through its batch too
+        self.service = None  # engine.serving.service.Service, while serving (this thread then runs its engine loop)
+        self._stop_reason = ""
 
     # --- models -------------------------------------------------------------------------------
     @Slot()
@@ -108,7 +107,6 @@ class EngineWorker(QObject):
     @Slot(object)
     def load(self, settings: DecoderSettings) -> None:
         """Load the target (and draft) for these settings, replacing whatever was loaded."""
-        self.stop_server("The server stopped: a different model is loading. Start it again in Server….")
         self._unload()
         self.loadStarted.emit("the embedded demo model" if settings.model == "embedded" else settings.model)
         self.marker.begin("target", settings.model)
@@ -137,7 +135,6 @@ class EngineWorker(QObject):
         """Change speculation for the next response; the target and its KV cache stay."""
         if self.decoder is None:
             return
-        self.stop_server("The server stopped: speculation settings changed. Start it again in Server….")
         if settings.method == "draft" and settings.draft != self.draft_path:
             self.loadStarted.emit(f"draft model {settings.draft}")
         self.settings = settings
@@ -188,16 +185,19 @@ class EngineWorker(QObject):
         self.decoder = self.formatter = None
 
     # --- the API server ---------------------------------------------------------------------------
+    # While serving, this thread runs the server's engine loop (Scheduler.serve) and so is blocked: every
+    # decode stays on this one thread, which llama.cpp's OpenMP threads need (a decode from another thread
+    # ran 2.7x slower, measured). The GUI thread then talks to the server directly: stop_server() and
+    # generate_served() are safe from any thread, and jobs' callbacks run here and emit the usual signals.
     @Slot(object)
     def start_server(self, options) -> None:
-        """Serve the loaded model (options: engine.serving's ServeOptions): its context is reopened for
-        options.parallel sequences, and from now on the chat's answers join the same batch as the API's."""
+        """Serve the loaded model (options: engine.serving's ServeOptions) until stop_server(): its context is
+        reopened for options.parallel sequences, and the chat's answers join the same batch as the API's."""
         from engine.serving.service import Service  # the HTTP stack loads only when it serves
 
         if self.decoder is None:
             self.serverFailed.emit("Load a model first.")
             return
-        self.stop_server("")
         target = self.decoder.target
         draft = self.draft_model if self.settings.method == "draft" else None
         try:
@@ -205,26 +205,32 @@ class EngineWorker(QObject):
                 if model is not None:
                     model.reopen(options.parallel)
             proposer = make_proposer(self.settings, target, draft)
-            name = DISPLAY_NAMES.get(self.settings.model, target.path.stem)
-            self.service = Service(target, proposer, self.settings.speculation(), options, model_id=target.path.stem,
-                                   on_record=self.serverRequest.emit).start()
+            service = Service(target, proposer, self.settings.speculation(), options, model_id=target.path.stem,
+                              on_record=self.serverRequest.emit).start(engine_thread=False)
         except Exception as exc:  # noqa: BLE001 - a port in use or no memory must not cost the chat
             log.warning("server not started: %s", exc)
-            self.service = None
             self._chat_again()
             self.serverFailed.emit(str(exc) if isinstance(exc, EngineError) else f"{type(exc).__name__}: {exc}")
             return
-        self.serverStarted.emit({"url": self.service.url, "method": self.service.scheduler.method,
-                                 "parallel": options.parallel, "model": name})
-
-    @Slot(str)
-    def stop_server(self, reason: str = "") -> None:
-        if self.service is None:
-            return
-        self.service.stop()
+        self.service, self._stop_reason = service, ""
+        self.serverStarted.emit({"url": service.url, "method": service.scheduler.method,
+                                 "parallel": options.parallel,
+                                 "model": DISPLAY_NAMES.get(self.settings.model, target.path.stem)})
+        try:
+            service.scheduler.serve()  # returns after stop_server()
+        except Exception:  # noqa: BLE001 - the chat must get its engine back whatever happened
+            log.exception("the server's engine loop failed")
+            service.stop()
         self.service = None
         self._chat_again()
-        self.serverStopped.emit(reason)
+        self.serverStopped.emit(self._stop_reason)
+
+    def stop_server(self, reason: str = "") -> None:
+        """From any thread: end the server; this thread then gives the chat its engine back."""
+        service = self.service
+        if service is not None:
+            self._stop_reason = reason
+            service.stop()
 
     def _chat_again(self) -> None:
         """One sequence again for the chat, with a decoder of its own (its KV cache starts empty)."""
@@ -235,9 +241,60 @@ class EngineWorker(QObject):
         self.decoder = SpeculativeDecoder(target)
         self._apply(self.settings)
 
+    def generate_served(self, request: GenerationRequest) -> None:
+        """From the GUI thread, while serving: the chat's answer as one more job in the server's batch. Its
+        callbacks run on this worker's thread (the engine loop) and emit started/progress/finished/failed."""
+        rid = request.id
+        self.started.emit(rid)
+        try:
+            if request.plain:
+                raise EngineError("Plain decoding for one answer (Compare) needs the engine to itself: stop the "
+                                  "server first.")
+            prompt = self.formatter.prompt(request.messages, answer_reserve(request.max_tokens,
+                                                                             self.decoder.target.n_ctx),
+                                           continue_last=request.continue_last)
+        except EngineError as exc:
+            self.failed.emit(rid, str(exc), {})
+            return
+        for text in prompt.notices:
+            self.notice.emit(text)
+        seed = request_seed(request.sampling)
+        started, pending, last_emit = time.perf_counter(), [], [time.perf_counter()]
+
+        def stats_now(job: Job) -> dict:
+            stats = job.run.stats
+            if stats.decode_tokens_per_s:
+                stats.rate_history.append((time.perf_counter() - started, stats.decode_tokens_per_s))
+            return snapshot(stats)
+
+        def on_delta(job: Job, delta) -> None:
+            pending.extend(delta.segments)
+            if time.perf_counter() - last_emit[0] >= EMIT_EVERY_S:
+                self.progress.emit(rid, list(pending), stats_now(job))
+                pending.clear()
+                last_emit[0] = time.perf_counter()
+
+        def on_done(job: Job) -> None:
+            if job.run is not None and job.run.stats.finish_reason not in (None, "error"):
+                job.run.stats.memory = read_memory(job.run.stats.backend)
+            stats = stats_now(job) if job.run is not None else {}
+            if pending:
+                self.progress.emit(rid, list(pending), stats)
+            if job.error:
+                self.failed.emit(rid, job.error, stats)
+            else:
+                self.finished.emit(rid, {**stats, "trimmed_messages": prompt.trimmed})
+
+        job = Job(f"chat-{rid}", prompt.tokens, request.sampling, request.max_tokens, stop=prompt.stop,
+                  seeds=(stream_seed(seed, 0, VERIFY), stream_seed(seed, 0, DRAFT)), cancel=request.cancel,
+                  on_delta=on_delta, on_done=on_done)
+        try:
+            self.service.scheduler.submit(job)
+        except EngineError as exc:
+            self.failed.emit(rid, str(exc), {})
+
     @Slot()
     def close(self) -> None:
-        self.stop_server("")
         self._unload()
         self.closed.emit()
         QThread.currentThread().quit()
@@ -259,10 +316,7 @@ class EngineWorker(QObject):
             for text in prompt.notices:
                 self.notice.emit(text)
             last_emit = time.perf_counter()
-            if self.service is not None:
-                source, live = self._served(prompt, request)
-            else:
-                source, live = self._decode(decoder, prompt, request), lambda: decoder.stats
+            source, live = self._decode(decoder, prompt, request), lambda: decoder.stats
             for delta in source:
                 pending += delta.segments
                 now = time.perf_counter()
@@ -282,36 +336,6 @@ class EngineWorker(QObject):
                 log.error("generation failed:\n%s", traceback.format_exc())
             message = str(exc) if isinstance(exc, EngineError) else f"The engine failed: {type(exc).__name__}: {exc}"
             self.failed.emit(rid, message, so_far)
-
-    def _served(self, prompt, request: GenerationRequest):
-        """The chat's answer as one more job in the server's batch: its deltas, and its live stats."""
-        if request.plain:
-            raise EngineError("Plain decoding for one answer (Compare) needs the engine to itself: stop the "
-                              "server first.")
-        seed = request_seed(request.sampling)
-        feed: queue.Queue = queue.Queue()
-        job = Job(f"chat-{request.id}", prompt.tokens, request.sampling, request.max_tokens, stop=prompt.stop,
-                  seeds=(stream_seed(seed, 0, VERIFY), stream_seed(seed, 0, DRAFT)), cancel=request.cancel,
-                  on_delta=lambda _job, delta: feed.put(delta), on_done=lambda _job: feed.put(None))
-        waiting = GenerationStats(method=self.service.scheduler.method, backend=self.decoder.target.backend)
-        started = time.perf_counter()
-
-        def live() -> GenerationStats:
-            stats = job.run.stats if job.run is not None else waiting
-            if stats.decode_tokens_per_s:
-                stats.rate_history.append((time.perf_counter() - started, stats.decode_tokens_per_s))
-            if stats.finish_reason:
-                stats.memory = read_memory(stats.backend)
-            return stats
-
-        def deltas():
-            self.service.scheduler.submit(job)
-            while (delta := feed.get()) is not None:
-                yield delta
-            if job.error:
-                raise EngineError(job.error)
-
-        return deltas(), live
 
     @staticmethod
     def _decode(decoder: SpeculativeDecoder, prompt, request: GenerationRequest):
@@ -334,7 +358,6 @@ class EngineClient(QObject):
     _apply = Signal(object)
     _generate = Signal(object)
     _start_server = Signal(object)
-    _stop_server = Signal(str)
     _close = Signal()
 
     def __init__(self, parent: QObject | None = None):
@@ -349,7 +372,6 @@ class EngineClient(QObject):
         self._apply.connect(self.worker.apply_speculation)
         self._generate.connect(self.worker.generate)
         self._start_server.connect(self.worker.start_server)
-        self._stop_server.connect(self.worker.stop_server)
         self._close.connect(self.worker.close)
         self.thread.started.connect(self.worker.lower_priority)
         self.current: GenerationRequest | None = None
@@ -361,21 +383,26 @@ class EngineClient(QObject):
         self.thread.start()
 
     def load(self, settings: DecoderSettings) -> None:
+        self.stop_server("The server stopped: a different model is loading. Start it again in Server….")
         self._load.emit(settings)
 
     def apply_speculation(self, settings: DecoderSettings) -> None:
+        self.stop_server("The server stopped: the speculation settings changed. Start it again in Server….")
         self._apply.emit(settings)
 
     def generate(self, request: GenerationRequest) -> GenerationRequest:
         self.current = request
-        self._generate.emit(request)
+        if self.worker.service is not None:  # the worker's thread is running the server's engine loop
+            self.worker.generate_served(request)
+        else:
+            self._generate.emit(request)
         return request
 
     def start_server(self, options) -> None:
         self._start_server.emit(options)
 
-    def stop_server(self) -> None:
-        self._stop_server.emit("")
+    def stop_server(self, reason: str = "") -> None:
+        self.worker.stop_server(reason)  # thread-safe: the worker's thread is busy serving
 
     def stop(self) -> None:
         if self.current is not None:
@@ -390,6 +417,7 @@ class EngineClient(QObject):
 
         A response stops within one step; a model load cannot be interrupted, so this may wait for it."""
         self.stop()
+        self.stop_server("")
         if not self.thread.isRunning():
             return True
         self._close.emit()

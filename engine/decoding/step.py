@@ -152,6 +152,7 @@ class StepLoop:
         if switch is not None:  # the scale measured at the old count no longer applies
             target.set_threads(switch)
             self.planner.steps.rescale()
+        self.planner.record_outcome(sum(v.accepted for v in verdicts))
         outcomes = []
         for s, proposal, verdict in zip(active, proposals, verdicts):
             k = len(proposal.tokens)

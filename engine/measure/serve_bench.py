@@ -72,10 +72,13 @@ async def one_request(client: httpx.AsyncClient, url: str, prompt: str, args) ->
                 choices = chunk.get("choices") or []
                 if choices and ((choices[0].get("delta") or {}).get("content") or choices[0].get("text")):
                     trace.first_at = trace.first_at or now
-                    trace.chunks.append((now, chunk["usage"]["completion_tokens"]))
+                    # A server without continuous usage (llama-server) streams one token per chunk.
+                    so_far = (chunk.get("usage") or {}).get("completion_tokens", len(trace.chunks) + 1)
+                    trace.chunks.append((now, so_far))
                 if "timings" in chunk:
                     trace.timings = chunk["timings"]
-                    trace.completion_tokens = chunk["usage"]["completion_tokens"]
+                    trace.completion_tokens = (chunk.get("usage") or {}).get(
+                        "completion_tokens", trace.timings.get("predicted_n", len(trace.chunks)))
     except httpx.HTTPError as exc:
         trace.error = f"{type(exc).__name__}: {exc}"
     trace.done_at = time.perf_counter()
@@ -153,9 +156,13 @@ class SpawnedServer:
             self.process.kill()
 
 
-def server_method(url: str, args) -> str:
-    models = httpx.get(url + "/v1/models", headers=_auth(args), timeout=30).json()["data"]
-    return models[0].get("meta", {}).get("method", url)
+def server_label(spec: str, args) -> tuple[str, str]:
+    """NAME=URL, or a URL named by the method its /v1/models reports (SpecChat's servers say)."""
+    name, _, url = spec.rpartition("=") if "=" in spec.split("://")[0] else ("", "", spec)
+    if not name:
+        models = httpx.get(url + "/v1/models", headers=_auth(args), timeout=30).json()["data"]
+        name = (models[0].get("meta") or {}).get("method", url)
+    return name, url.rstrip("/")
 
 
 # --- the run --------------------------------------------------------------------------------------
@@ -248,7 +255,8 @@ def _ints(text: str) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m engine.serve_bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--url", action="append", default=[], help="a running server (repeatable)")
+    ap.add_argument("--url", action="append", default=[], metavar="[NAME=]URL",
+                    help="a running server (repeatable); NAME labels it, e.g. llama-server=http://127.0.0.1:8080")
     ap.add_argument("--model", default="embedded", help="for servers started here")
     ap.add_argument("--draft")
     ap.add_argument("--methods", default="none,lookup", help="servers started here, one per method")
@@ -280,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     prompts = [r["prompt"] for r in rows]
     spawned = [] if args.url else [SpawnedServer(m, args) for m in args.methods.split(",")]
     try:
-        servers = {s.method: s.url for s in spawned} or {server_method(u, args): u for u in args.url}
+        servers = {s.method: s.url for s in spawned} or dict(server_label(u, args) for u in args.url)
         cells = measure(servers, prompts, args)
     finally:
         for server in spawned:

@@ -86,10 +86,13 @@ class Service:
         host = self.options.host
         return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
 
-    def start(self) -> "Service":
+    def start(self, engine_thread: bool = True) -> "Service":
+        """Listen and serve. engine_thread=False: the caller then runs self.scheduler.serve() on the thread
+        that has driven the model so far (the app's worker: see Scheduler.serve), until stop()."""
         sock = listen(self.options.host, self.options.port)
         self.port = sock.getsockname()[1]
-        self.scheduler.start()
+        if engine_thread:
+            self.scheduler.start()
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, name="specchat-http",
                                         daemon=True)
         self._thread.start()
