@@ -221,8 +221,11 @@ def plot(results: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from matplotlib.ticker import NullFormatter
+
     from .lab_report import METHOD_COLOURS
 
+    colours = {**METHOD_COLOURS, "llama-server": "#8c564b", "llama-server-ngram": "#ff7f0e"}
     cells = results["cells"]
     methods = list(dict.fromkeys(c["method"] for c in cells))
     levels = sorted({c["clients"] for c in cells})
@@ -230,19 +233,22 @@ def plot(results: dict, path: Path) -> None:
     by = {(c["method"], c["clients"]): c for c in cells}
     for method in methods:
         xs = [n for n in levels if (method, n) in by]
-        left.plot(xs, [by[(method, n)]["aggregate_tokens_per_s"] for n in xs], "o-", label=method,
-                  color=METHOD_COLOURS.get(method))
+        style = "o--" if method.startswith("llama-server") else "o-"  # another program, for reference
+        left.plot(xs, [by[(method, n)]["aggregate_tokens_per_s"] for n in xs], style, label=method,
+                  color=colours.get(method))
         if method != "none" and "none" in methods:
             right.plot(xs, [by[(method, n)]["aggregate_tokens_per_s"] / by[("none", n)]["aggregate_tokens_per_s"]
-                            for n in xs], "o-", label=method, color=METHOD_COLOURS.get(method))
+                            for n in xs], style, label=method, color=colours.get(method))
     left.set(xscale="log", xlabel="concurrent clients", ylabel="aggregate tokens/s", title="Throughput")
     right.axhline(1.0, color="#555555", lw=1, ls="--")
     right.set(xscale="log", xlabel="concurrent clients", ylabel="× plain decoding", title="Speed-up over plain")
     for ax in (left, right):
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xticks(levels, [str(n) for n in levels])
         ax.legend()
         ax.grid(alpha=0.3)
-    fig.suptitle(f"{Path(results['settings']['model']).name}: {results['settings']['prompt_set']} prompts")
+    s = results["settings"]
+    fig.suptitle(f"{s.get('title') or Path(s['model']).name}: {s['prompt_set']} prompts, {s['endpoint']} endpoint")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -277,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--title", help="the plot's title (default: --model)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     rows = [json.loads(line) for line in Path(args.prompts).read_text().splitlines() if line.strip()]
