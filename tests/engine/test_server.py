@@ -211,8 +211,11 @@ def test_beyond_the_queue_a_request_gets_429_with_retry_after():
     try:
         body = {"messages": COUNTING, "max_tokens": 400, "stream": True, "ignore_eos": True}
         with httpx.stream("POST", service.url + "/v1/chat/completions", json=body, timeout=60) as busy:
-            next(busy.iter_lines())
-            refused = httpx.post(service.url + "/v1/chat/completions", json={"messages": COUNTING})
+            data = (line for line in busy.iter_lines() if line.startswith("data: "))
+            for _ in range(3):  # the role chunk, then tokens: the answer is running in the one slot
+                next(data)
+            assert httpx.get(service.url + "/health").json()["slots_processing"] == 1
+            refused = httpx.post(service.url + "/v1/chat/completions", json={"messages": COUNTING}, timeout=30)
         assert refused.status_code == 429 and refused.headers["Retry-After"]
         assert refused.json()["error"]["code"] == "server_busy"
     finally:
