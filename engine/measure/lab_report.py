@@ -13,6 +13,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..decoding.cost_model import StepCosts, allocate_draft_rows
+
 METHOD_WORDS = {"none": "plain decoding", "lookup": "prompt lookup", "draft": "the draft model"}
 # Speculation "pays" at a level when it beats plain decoding's throughput by 5% or more: repeated runs
 # of one cell on this shared 2-core machine differ by about that much, so a smaller lead is a tie.
@@ -84,46 +86,39 @@ def crossover(results: dict, method: str) -> Crossover | None:
 
 
 # --- the cost model, fed with the lab's own measurements ----------------------------------------
-def _step_ms(results: dict, concurrency: int):
-    """Measured target step time by rows at one concurrency, all methods pooled; None if unmeasured."""
+def _step_costs(results: dict, concurrency: int) -> StepCosts | None:
+    """The chat's own cost model (decoding.cost_model.StepCosts) over the target step times the lab measured
+    at one concurrency, all methods pooled; None if nothing was measured there."""
     pooled: dict[int, list[float]] = {}
     for c in results["cells"]:
         if c["concurrency"] != concurrency:
             continue
         for rows, entry in c.get("step_time_by_rows", {}).items():
-            n, total = pooled.setdefault(int(rows), [0, 0.0]), entry["steps"] * entry["mean_ms"]
+            n = pooled.setdefault(int(rows), [0, 0.0])
             n[0] += entry["steps"]
-            n[1] += total
+            n[1] += entry["steps"] * entry["mean_ms"] / 1000.0
     known = sorted((r, total / n) for r, (n, total) in pooled.items() if n)
     if not known:
         return None
-
-    def at(rows: int) -> float:
-        if len(known) == 1:
-            return known[0][1]
-        for (r0, t0), (r1, t1) in zip(known, known[1:]):
-            if rows <= r1:
-                return t0 + (t1 - t0) * (max(rows, r0) - r0) / (r1 - r0)
-        (r0, t0), (r1, t1) = known[-2], known[-1]
-        return t1 + max(t1 - t0, 0.0) / (r1 - r0) * (rows - r1)  # beyond the data: the last slope
-    return at
+    costs = StepCosts()
+    for rows, seconds in known:  # each size's mean becomes its base; between and beyond, the model's rules
+        costs.record(rows, seconds)
+    return costs
 
 
 def best_draft_length(results: dict, method: str) -> int | None:
-    """For one chat: the k with the most expected tokens per second, E(k) / (step(k+1 rows) + k drafts),
+    """For one chat: the draft length the chat's planner would choose (allocate_draft_rows, one sequence)
     from the acceptance per draft slot and the step times measured at concurrency 1."""
     cell = cell_map(results).get((method, 1))
-    step = _step_ms(results, 1)
-    if not cell or not cell["per_position_acceptance"] or step is None:
+    costs = _step_costs(results, 1)
+    if not cell or not cell["per_position_acceptance"] or costs is None:
         return None
-    draft_ms = (cell.get("draft_ms_per_token") or 0.0) if method == "draft" else 0.0
-    best_k, best_rate, expected = 0, 1.0 / step(1), 1.0
-    for k, acceptance in enumerate(cell["per_position_acceptance"], 1):
-        expected += acceptance  # share of steps whose draft was kept through slot k
-        rate = expected / (step(k + 1) + k * draft_ms)
-        if rate > best_rate:
-            best_k, best_rate = k, rate
-    return best_k
+    draft_s = (cell.get("draft_ms_per_token") or 0.0) / 1000.0 if method == "draft" else 0.0
+    expected = [1.0]
+    for acceptance in cell["per_position_acceptance"]:
+        expected.append(expected[-1] + acceptance)  # share of steps whose draft was kept through slot k
+    [k] = allocate_draft_rows([expected], [len(expected) - 1], 1, costs.seconds, draft_s)
+    return k
 
 
 # --- advice -------------------------------------------------------------------------------------
