@@ -310,6 +310,17 @@ class DraftPlanner:
     def draft_seconds_per_token(self) -> float:
         return statistics.median(self._draft_per_token) if self.costly and self._draft_per_token else 0.0
 
+    def _hopeless(self, n: int) -> bool:
+        """True when drafting could not beat plain decoding even if every drafted token were kept: for no
+        number of draft rows K does (n + K) tokens in K drafted tokens' time plus a step of n + K rows beat
+        a plain step of n. Probing such a draft again only costs (measured: a draft model as large as the
+        target lost 10-19% to its probes and their catch-up)."""
+        d, plain = self.draft_seconds_per_token, self.steps.seconds(n)
+        if not self._draft_per_token or plain is None:
+            return False
+        return all((n + k) / (k * d + self.steps.seconds(n + k)) <= n / plain
+                   for k in range(1, n * self.config.max_draft + 1))
+
     # --- decision -----------------------------------------------------------------------------
     def plan(self, features: list[Hashable], caps: list[int]) -> Plan:
         """Draft lengths for sequences with these proposal features; caps bound each (room, proposal)."""
@@ -331,7 +342,7 @@ class DraftPlanner:
         if any(lengths):
             self._probe_interval = FIRST_PROBE_AFTER
             return Plan(lengths)
-        if self.costly and self._steps_without_drafts >= self._probe_interval and any(caps):
+        if self.costly and self._steps_without_drafts >= self._probe_interval and any(caps) and not self._hopeless(n):
             self._probe_interval = min(2 * self._probe_interval, LONGEST_PROBE_INTERVAL)
             return Plan([min(max(cfg.min_draft, 2), c) for c in caps])  # a probe keeps acceptance current
         return Plan(lengths)

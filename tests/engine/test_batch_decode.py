@@ -323,3 +323,26 @@ def test_sequences_that_outgrow_the_shared_context_end_cleanly(small_context, re
         assert len(run.tokens) == 120 if run.stats.finish_reason == "length" else run.tokens  # kept, if cut
         assert len(request.prompt) + len(run.tokens) <= target.n_ctx
         assert_self_consistent(target, request.prompt, run.tokens, run.request_id)
+
+
+def test_a_draft_that_could_never_pay_is_not_probed_again():
+    """A draft whose every token costs more than a plain step (a draft as large as the target) could not win
+    even if all were kept: the planner stops probing it. A cheap draft that plain decoding beats for now is
+    still probed, in case it starts to pay."""
+    feature = ("draft",)
+
+    def plans(draft_s_per_token: float) -> list[list[int]]:
+        planner = DraftPlanner(SpeculationConfig(max_draft=4), costly_proposer=True)
+        planner.steps.take_calibration({1: 0.010, 2: 0.019, 4: 0.035, 8: 0.060})
+        planner.record_draft(4, 4 * draft_s_per_token)
+        for _ in range(8):
+            planner.acceptance.record(feature, 4, 0)  # nothing kept lately: plain decoding wins for now
+        out = []
+        for _ in range(300):
+            lengths = planner.plan([feature], [4]).lengths
+            out.append(lengths)
+            planner.record_step(1 + sum(lengths), sum(lengths), 0.010 + 0.009 * sum(lengths))
+        return out
+
+    assert all(lengths == [0] for lengths in plans(0.011))
+    assert any(lengths != [0] for lengths in plans(0.001))
