@@ -29,8 +29,7 @@ from engine.modelfiles.load_marker import LoadMarker
 from engine.decoding.loader import DecoderSettings, load_draft, load_target, make_proposer
 from engine.decoding.proposers.base import NoProposer
 from engine.decoding.batch import Job
-from engine.decoding.sampling import DRAFT, VERIFY, SamplingParams, request_seed, stream_seed
-from engine.hardware import read_memory
+from engine.decoding.sampling import SamplingParams, request_seed, stream_seeds
 
 log = logging.getLogger(__name__)
 
@@ -258,26 +257,17 @@ class EngineWorker(QObject):
             return
         for text in prompt.notices:
             self.notice.emit(text)
-        seed = request_seed(request.sampling)
-        started, pending, last_emit = time.perf_counter(), [], [time.perf_counter()]
-
-        def stats_now(job: Job) -> dict:
-            stats = job.run.stats
-            if stats.decode_tokens_per_s:
-                stats.rate_history.append((time.perf_counter() - started, stats.decode_tokens_per_s))
-            return snapshot(stats)
+        pending, last_emit = [], [time.perf_counter()]
 
         def on_delta(job: Job, delta) -> None:
             pending.extend(delta.segments)
             if time.perf_counter() - last_emit[0] >= EMIT_EVERY_S:
-                self.progress.emit(rid, list(pending), stats_now(job))
+                self.progress.emit(rid, list(pending), snapshot(job.run.stats))
                 pending.clear()
                 last_emit[0] = time.perf_counter()
 
         def on_done(job: Job) -> None:
-            if job.run is not None and job.run.stats.finish_reason not in (None, "error"):
-                job.run.stats.memory = read_memory(job.run.stats.backend)
-            stats = stats_now(job) if job.run is not None else {}
+            stats = snapshot(job.run.stats)  # set for every job by now, run or refused
             if pending:
                 self.progress.emit(rid, list(pending), stats)
             if job.error:
@@ -286,7 +276,7 @@ class EngineWorker(QObject):
                 self.finished.emit(rid, {**stats, "trimmed_messages": prompt.trimmed})
 
         job = Job(f"chat-{rid}", prompt.tokens, request.sampling, request.max_tokens, stop=prompt.stop,
-                  seeds=(stream_seed(seed, 0, VERIFY), stream_seed(seed, 0, DRAFT)), cancel=request.cancel,
+                  seeds=stream_seeds(request_seed(request.sampling)), cancel=request.cancel,
                   on_delta=on_delta, on_done=on_done)
         try:
             self.service.scheduler.submit(job)

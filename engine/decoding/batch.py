@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from ..errors import ContextOverflowError, EngineError, GenerationCancelled, InvalidSettingError
+from ..hardware import read_memory
 from .answer import AnswerStream, Delta
 from .runtime import common_prefix
 from .sampling import SamplingParams
@@ -170,9 +171,7 @@ class Batch:
         """Kept caches give way while the active sequences lack room to speculate in full. Then every
         sequence needs a cell for its next token: when they do not all fit, the one holding the most of
         the cache ends, as a lone sequence ends when it fills the context."""
-        want = len(self.active) * (self.loop.speculation.max_draft + 1)
-        while self.cached and self._free_cells() < want:
-            self._drop_cache(next(iter(self.cached)))
+        self._release_caches(len(self.active) * (self.loop.speculation.max_draft + 1))
         while self.active and self._free_cells() < len(self.active):
             self._end(max(self.active, key=lambda s: len(s.history)), "context")
 
@@ -180,13 +179,15 @@ class Batch:
         """Room in the shared cache for the prompt and one row for every sequence's next step; kept
         caches give way first, the least recently used first."""
         need = len(prompt) + len(self.active) + 1
-        while self.cached and self._free_cells() < need:
-            self._drop_cache(next(iter(self.cached)))
+        self._release_caches(need)
         return not self.active or self._free_cells() >= need
 
-    def _drop_cache(self, slot: int) -> None:
-        self.target.forget_from(0, slot)
-        del self.cached[slot]
+    def _release_caches(self, cells: int) -> None:
+        """Drop kept caches, the least recently used first, until `cells` cells are free (or none is kept)."""
+        while self.cached and self._free_cells() < cells:
+            slot = next(iter(self.cached))
+            self.target.forget_from(0, slot)
+            del self.cached[slot]
 
     # --- a job's life -----------------------------------------------------------------------------
     def _pick_slot(self, prompt: list[int]) -> tuple[int, int]:
@@ -222,6 +223,7 @@ class Batch:
         loop.totals.prefill_s += stats.prefill_s
         seq = _Sequence(slot, [*job.prompt, first], verifier, stats, job=job,
                         answer=AnswerStream(target, job.max_tokens, job.ignore_eos, job.stop))
+        job.run.tokens = seq.answer.tokens  # the run's tokens are the answer's, as it grows
         self.active.append(seq)
         self._emit(seq, seq.answer.push([first]), now)
         if seq in self.active:  # only now, so the first token never waits for the proposer
@@ -231,10 +233,12 @@ class Batch:
         """Hand on what the answer kept of a step; end the sequence when the answer is done."""
         run, answer = seq.job.run, seq.answer
         if delta.tokens:
-            run.tokens = answer.tokens
+            stats = run.stats
             run.deliveries.append((now, len(delta.tokens)))
-            run.stats.generated = len(answer.tokens)
-            run.stats.decode_s = now - run.first_token_at
+            stats.generated = len(answer.tokens)
+            stats.decode_s = now - run.first_token_at
+            if stats.decode_tokens_per_s:  # the live rate's history, as the chat's loop keeps it
+                stats.rate_history.append((now - run.admitted_at, stats.decode_tokens_per_s))
         if answer.finish is None and len(seq.job.prompt) + len(answer.tokens) >= self.target.n_ctx:
             delta.segments += answer.end("context").segments
         if (delta.tokens or delta.segments) and seq.job.on_delta:
@@ -250,6 +254,7 @@ class Batch:
                 job.on_delta(job, tail)
         job.run.finished_at = time.perf_counter()
         job.run.stats.finish_reason = answer.finish
+        job.run.stats.memory = read_memory(self.target.backend)  # as the chat's loop reads it at the end
         history = [*job.prompt, *answer.tokens]  # what was really produced
         self.active.remove(seq)
         self.loop.proposer.finish(seq.slot, history)

@@ -17,7 +17,7 @@ from .batch import Batch, Job, RequestRun, run_jobs
 from .cost_model import SpeculationConfig, StepCosts
 from .proposers.base import NoProposer, Proposer
 from .runtime import Model
-from .sampling import DRAFT, VERIFY, SamplingParams, pick_device, request_seed, stream_seed
+from .sampling import SamplingParams, pick_device, request_seed, stream_seeds
 from .step import StepLoop, StepTotals
 
 
@@ -75,10 +75,10 @@ class BatchDecoder:
         batch = Batch(loop, concurrency)
         seed = request_seed(sampling)  # reproducible with a seed; each request gets streams of its own
         jobs = [Job(r.id, list(r.prompt), sampling, max_tokens, ignore_eos,
-                    seeds=(stream_seed(seed, i, VERIFY), stream_seed(seed, i, DRAFT))) for i, r in enumerate(requests)]
+                    seeds=stream_seeds(seed, i)) for i, r in enumerate(requests)]
         for job in jobs:
             batch.submit(job)
-        loop.calibrate(0, 0, max(target.bos, 0), max_rows=concurrency * (self.speculation.max_draft + 1))  # before the clock
+        loop.calibrate(0, 0, max(target.bos, 0), sequences=concurrency)  # before the clock
         loop.totals = StepTotals()
         started = time.perf_counter()
 

@@ -130,6 +130,11 @@ def position_seed(seed: int, position: int) -> int:
 VERIFY, DRAFT = 0, 1  # the random streams a request samples from
 
 
+def stream_seeds(seed: int, index: int = 0) -> tuple[int, int]:
+    """(verifier, draft) seeds of request `index` in a run with `seed` (see stream_seed)."""
+    return stream_seed(seed, index, VERIFY), stream_seed(seed, index, DRAFT)
+
+
 def stream_seed(seed: int, index: int, role: int) -> int:
     """The seed of one random stream: request `index` of a batch run with `seed`, for its verifier or its
     draft. Mixed (splitmix64 over a counter), so no two requests or roles share a stream, as seed + index

@@ -169,12 +169,13 @@ class StepLoop:
             outcomes.append(StepOutcome(tokens, verdict.accepted))
         return outcomes
 
-    def calibrate(self, slot: int = 0, start: int = 0, token: int = 0, max_rows: int | None = None) -> None:
-        """Time a step of every size a sequence may verify, once, in free cells from `start` of sequence
-        `slot` (rolled back after), so the planner knows what each verify costs before betting on one.
-        Does nothing when calibrated already, or when nothing is planned (no speculation, fixed lengths)."""
+    def calibrate(self, slot: int = 0, start: int = 0, token: int = 0, sequences: int = 1) -> None:
+        """Time a step of every size that `sequences` sequences may verify together, once, in free cells from
+        `start` of sequence `slot` (rolled back after), so the planner knows what each verify costs before
+        betting on one. Does nothing when calibrated already, or when nothing is planned (no speculation,
+        fixed lengths)."""
         target, steps = self.target, self.planner.steps
-        top = min(max_rows or self.speculation.max_draft + 1, target.n_batch, target.n_ctx - start - 1)
+        top = min(sequences * (self.speculation.max_draft + 1), target.n_batch, target.n_ctx - start - 1)
         if steps.calibrated or not (self.speculating and self.speculation.adaptive) or top < 2:
             return
         timings = {}

@@ -26,7 +26,7 @@ from starlette.routing import Route
 from ..chat_format import ChatFormatter
 from ..decoding.answer import Delta
 from ..decoding.batch import Job
-from ..decoding.sampling import DRAFT, VERIFY, request_seed, stream_seed
+from ..decoding.sampling import request_seed, stream_seeds
 from ..errors import EngineError
 from .api_schema import (ApiError, Generation, finish_reason, fit_prompt, parse_generation, parse_messages,
                          parse_prompt, timings, usage)
@@ -109,9 +109,8 @@ def create_app(scheduler: Scheduler, formatter: ChatFormatter, config: ApiConfig
 
     def make_job(kind: str, tokens: list[int], gen: Generation, stop: list[str]) -> Job:
         budget = fit_prompt(tokens, gen.max_tokens, n_ctx)
-        seed = request_seed(gen.sampling)
         return Job(f"{kind}-{uuid.uuid4().hex[:24]}", tokens, gen.sampling, budget, ignore_eos=gen.ignore_eos,
-                   stop=stop, seeds=(stream_seed(seed, 0, VERIFY), stream_seed(seed, 0, DRAFT)))
+                   stop=stop, seeds=stream_seeds(request_seed(gen.sampling)))
 
     def submit(job: Job) -> _Feed:
         feed = _Feed(job)

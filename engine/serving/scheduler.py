@@ -102,8 +102,7 @@ class Scheduler:
         while another thread that decoded before is alive, a decode from a new one ran 15 ms instead of 5.6
         (measured, SmolLM2, 1 row; the other thread's team keeps a core). So the app's worker calls this
         itself rather than handing the model to a thread of ours."""
-        self.loop.calibrate(0, 0, max(self.target.bos, 0),
-                            max_rows=self.parallel * (self.loop.speculation.max_draft + 1))
+        self.loop.calibrate(0, 0, max(self.target.bos, 0), sequences=self.parallel)
         self._ready.set()
         batch = self.batch
         while True:
