@@ -76,7 +76,6 @@ class Job:
     cancel: threading.Event = field(default_factory=threading.Event)
     on_delta: Callable[["Job", Delta], None] | None = None
     on_done: Callable[["Job"], None] | None = None
-    submitted_at: float = field(default_factory=time.perf_counter)
     run: RequestRun | None = None  # set when admitted
     error: str | None = None  # set when it could not be served
 
