@@ -220,7 +220,7 @@ class Batch:
         now = time.perf_counter()
         stats.prefill_s = stats.ttft_s = now - job.run.admitted_at
         loop.totals.prefill_s += stats.prefill_s
-        seq = _Sequence(slot, [*job.prompt, first], verifier, stats, job=job,
+        seq = _Sequence(slot, [*job.prompt, first], verifier, stats, stops_at_end=not job.ignore_eos, job=job,
                         answer=AnswerStream(target, job.max_tokens, job.ignore_eos, job.stop))
         job.run.tokens = seq.answer.tokens  # the run's tokens are the answer's, as it grows
         self.active.append(seq)

@@ -48,7 +48,12 @@ WINDOW = 9  # recent observations whose median is an estimate
 ROW_COST_EXPONENT = 0.5
 OPTIMISTIC_ROW_COST = 0.1  # before any multi-row step: each extra row ~10% of a step (a GPU's figure)
 CONTENDED = 1.6  # the drift this much above the quietest seen: another process is using the cores
-CALIBRATION_REPEATS = 1  # the sizes the planner then uses are re-measured at every step anyway
+# Calibration decodes once untimed first: the first decode after a load or a pause ran ~25% slow (SmolLM2,
+# 1 row: 6.9 ms against 5.5 after), and a slow one-row base made every verify look that much cheaper than
+# it is (8 rows: 3.4 plain steps predicted, 4.9 paid), so drafts that lose were taken. The sizes a single
+# sequence verifies are timed twice, the faster kept.
+CALIBRATION_WARMUP = 2
+CALIBRATION_REPEATS = 2  # for sizes up to CALIBRATION_EVERY_SIZE; wider ones (a batch) once
 CALIBRATION_EVERY_SIZE = 17  # rows timed one by one; then every 8th to 64, every 32nd beyond (and the largest)
 CALIBRATION_STRIDE = 8
 CALIBRATION_WIDE_FROM, CALIBRATION_WIDE_STRIDE = 64, 32
@@ -218,6 +223,11 @@ LONGEST_PROBE_INTERVAL = 256
 # batch pays for every one of those rows (measured: 4 clients, lookup 0.82x plain before this).
 REALISM_WINDOW = 24
 REALISM_RANGE = (0.2, 1.2)
+# Outcomes older than this many steps no longer count: a low realism stops drafting, and with it the
+# outcomes that could raise it again (measured: 4 early misses held a server at plain decoding for the
+# next 460 steps, through answers that copied their prompts whole). Meanwhile the shadow proposals keep
+# the acceptance tables current, so after a pause the planner bets on what they have seen since.
+REALISM_HORIZON = 64
 # Speculative steps between plain ones while a costly proposer drafts every step (it may never stop on
 # its own at p_min 0): without a measured plain step there is nothing to judge drafting against.
 PLAIN_PROBE_EVERY = 32
@@ -272,7 +282,8 @@ class DraftPlanner:
         self._steps_without_drafts = 0
         self._steps_with_drafts = 0
         self._probe_interval = FIRST_PROBE_AFTER
-        self._outcomes: deque[tuple[float, int]] = deque(maxlen=REALISM_WINDOW)  # (predicted, kept) drafts
+        self._outcomes: deque[tuple[int, float, int]] = deque(maxlen=REALISM_WINDOW)  # (step, predicted, kept)
+        self._step = 0
         self._predicted = 0.0  # drafted tokens the last plan expected to be kept
 
     # --- measurements -------------------------------------------------------------------------
@@ -283,6 +294,7 @@ class DraftPlanner:
     def record_step(self, rows: int, drafted_rows: int, seconds: float) -> float:
         """Take one step's time; returns it in one-row steps' seconds."""
         per_row = self.steps.record(rows, seconds)
+        self._step += 1
         self._steps_without_drafts = 0 if drafted_rows else self._steps_without_drafts + 1
         self._steps_with_drafts = self._steps_with_drafts + 1 if drafted_rows else 0
         return per_row
@@ -290,17 +302,19 @@ class DraftPlanner:
     def record_outcome(self, kept: int) -> None:
         """Drafted tokens the step just verified kept, all sequences together (after a plan that drafted)."""
         if self._predicted > 0:
-            self._outcomes.append((self._predicted, kept))
+            self._outcomes.append((self._step, self._predicted, kept))
         self._predicted = 0.0
 
     @property
     def realism(self) -> float:
         """Kept / predicted drafted tokens lately (1 until a few steps have drafted)."""
-        predicted = sum(p for p, _ in self._outcomes)
+        while self._outcomes and self._outcomes[0][0] < self._step - REALISM_HORIZON:
+            self._outcomes.popleft()
+        predicted = sum(p for _, p, _ in self._outcomes)
         if len(self._outcomes) < 4 or predicted <= 0:
             return 1.0
         low, high = REALISM_RANGE
-        return min(high, max(low, sum(k for _, k in self._outcomes) / predicted))
+        return min(high, max(low, sum(k for _, _, k in self._outcomes) / predicted))
 
     def record_draft(self, tokens: int, seconds: float) -> None:
         if tokens:

@@ -121,7 +121,7 @@ class SpeculativeDecoder:
         stats.prefill_s = time.perf_counter() - started
 
         prompt_list = list(prompt)
-        seq = SequenceState(CHAT_SLOT, list(prompt), verifier, stats)
+        seq = SequenceState(CHAT_SLOT, list(prompt), verifier, stats, stops_at_end=not ignore_eos)
         seq.history.append(first)  # the cache holds every token of seq.history but its last (the KV convention)
         proposer_begun = False
         memory_read_at = 0.0

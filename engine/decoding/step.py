@@ -14,7 +14,8 @@ from typing import Hashable
 import torch
 
 from ..errors import GenerationCancelled
-from .cost_model import CALIBRATION_REPEATS, DraftPlanner, SpeculationConfig, StepCosts, calibration_sizes
+from .cost_model import (CALIBRATION_EVERY_SIZE, CALIBRATION_REPEATS, CALIBRATION_WARMUP, DraftPlanner,
+                         SpeculationConfig, StepCosts, calibration_sizes)
 from .proposers.base import NoProposer, Proposal, Proposer
 from .runtime import Model
 from .stats import GenerationStats
@@ -54,6 +55,7 @@ class SequenceState:
     verifier: Verifier
     stats: GenerationStats
     continuing: bool = False  # its last resolved proposal was kept whole
+    stops_at_end: bool = True  # an end token ends the answer (not so with ignore_eos)
     shadow: list[int] = field(default_factory=list)  # a free proposal scored while not drafting
     shadow_feature: Hashable = None
     shadow_hits: int = 0
@@ -178,17 +180,18 @@ class StepLoop:
         top = min(sequences * (self.speculation.max_draft + 1), target.n_batch, target.n_ctx - start - 1)
         if steps.calibrated or not (self.speculating and self.speculation.adaptive) or top < 2:
             return
-        timings = {}
-        for rows in calibration_sizes(top):
-            best = None
-            for _ in range(CALIBRATION_REPEATS):
-                t = time.perf_counter()
-                target.decode_multi([token] * rows, range(start, start + rows), [slot] * rows, [True] * rows)
-                spent = time.perf_counter() - t
-                target.forget_from(start, slot)
-                best = spent if best is None else min(best, spent)
-            timings[rows] = best
-        steps.take_calibration(timings)
+        def timed(rows: int) -> float:
+            t = time.perf_counter()
+            target.decode_multi([token] * rows, range(start, start + rows), [slot] * rows, [True] * rows)
+            spent = time.perf_counter() - t
+            target.forget_from(start, slot)
+            return spent
+
+        for _ in range(CALIBRATION_WARMUP):
+            timed(1)
+        steps.take_calibration({
+            rows: min(timed(rows) for _ in range(CALIBRATION_REPEATS if rows <= CALIBRATION_EVERY_SIZE else 1))
+            for rows in calibration_sizes(top)})
 
     # --- proposing and planning -----------------------------------------------------------------
     def _feature(self, s: SequenceState, proposal: Proposal) -> Hashable:
@@ -200,7 +203,8 @@ class StepLoop:
         cfg, planner, proposer = self.speculation, self.planner, self.proposer
         t = time.perf_counter()
         if proposer.free:  # propose first (it costs nothing), then plan knowing each proposal
-            offered = proposer.propose([(s.slot, s.history, cfg.max_draft) for s in active])
+            offered = [self._up_to_end(p) if s.stops_at_end else p
+                       for s, p in zip(active, proposer.propose([(s.slot, s.history, cfg.max_draft) for s in active]))]
             features = [self._feature(s, p) for s, p in zip(active, offered)]
             caps = [min(r, len(p.tokens)) for r, p in zip(room, offered)]
             plan = planner.plan(features, caps)
@@ -230,6 +234,14 @@ class StepLoop:
             elif cap >= cfg.min_draft:
                 s.stats.speculation_paused = k == 0
         return chosen
+
+    def _up_to_end(self, proposal: Proposal) -> Proposal:
+        """A draft that copies its source past an end token (a prompt's turn into the chat template that
+        follows it) is cut after that token: nothing after it can be kept, as the answer ends there."""
+        for i, tok in enumerate(proposal.tokens):
+            if self.target.is_end(tok):
+                return Proposal(proposal.tokens[:i + 1], proposal.probs, proposal.match_length)
+        return proposal
 
     def _score_shadow(self, s: SequenceState, new_tokens: list[int]) -> None:
         """Score a shadow proposal slot by slot as the real tokens arrive."""

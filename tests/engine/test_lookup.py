@@ -29,9 +29,18 @@ def test_no_match_and_no_room_give_nothing():
 
 
 def test_min_ngram_is_respected():
-    history = h(1, 2, 3, 4, 3)
-    assert draft(history, 2, 3, 4) == []
-    assert draft(history, 1, 3, 4) == [4, 3]
+    history = h(1, 2, 3, 4, 5, 3)
+    assert draft(history, 2, 3, 2) == []
+    assert draft(history, 1, 3, 2) == [4, 5]
+
+
+def test_a_continuation_that_reaches_the_end_repeats_with_its_period():
+    """A line written again and again: the latest match's continuation runs into the text being written,
+    so the draft goes on as the repetition would, not only to the end of the history."""
+    line = [11, 12, 13, 14]
+    history = h(1, 2, *line, *line, 11, 12)
+    assert draft(history, 1, 8, 7) == [13, 14, 11, 12, 13, 14, 11]
+    assert draft(h(5, 9, 5), 1, 4, 5) == [9, 5, 9, 5, 9]  # period 2
 
 
 def test_draft_is_capped_and_comes_from_the_conversation():
@@ -63,3 +72,59 @@ def test_earlier_requests_are_searched_when_they_match_longer():
     forgetful = LookupProposer(min_ngram=1, max_ngram=8, remember_requests=False)
     forgetful.finish(0, earlier)
     assert forgetful.propose_one(now, 5).tokens == []
+
+
+def answer_tokens(proposer, prompt, answer):
+    """Feed an answer token by token, proposing after each as the step loop does; the last proposal."""
+    proposer.start(0, prompt, None, None, 0)
+    history = list(prompt)
+    proposal = None
+    for tok in answer:
+        history.append(tok)
+        proposal = proposer.propose([(0, history, 8)])[0]
+    return proposal
+
+
+def test_an_edit_the_answer_repeats_is_drafted_after_it_is_seen_once():
+    """The prompt's lines all start with VAR; the answer writes each as CONST (js: var -> const). Once a
+    draft has missed that edit and the answer went on as the draft did, the drafts for the next lines carry
+    it, so whole lines can be kept."""
+    VAR, CONST, NL = 900, 901, 902
+    lines = [[VAR, 10 + i, 20 + i, 30 + i, NL] for i in range(4)]
+    prompt = [1, 2, 3] + [t for line in lines for t in line] + [4, 5]
+    written = [CONST, 10, 20, 30, NL, CONST, 11, 21, 31, NL]  # the second line's draft missed CONST
+    p = answer_tokens(LookupProposer(min_ngram=1, max_ngram=8), prompt, written)
+    assert p.tokens[:5] == [CONST, 12, 22, 32, NL]  # the third line, as the answer writes it
+    plain = LookupProposer(min_ngram=1, max_ngram=8).propose_one(prompt + written, 8)
+    assert plain.tokens[:1] == [VAR]  # without the learned edit the draft would miss at once
+
+
+def test_a_one_off_difference_is_not_taken_for_an_edit():
+    """The answer left the draft once and did not go on as the draft did: nothing is learned from it."""
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8, 9] + [50, 51]
+    proposer = LookupProposer(min_ngram=1, max_ngram=8)
+    answer_tokens(proposer, prompt, [1, 2, 3, 77, 78, 79])
+    assert proposer._edits[0].subs == {}
+
+
+def test_drafts_stop_at_an_end_token_unless_end_tokens_are_ignored(target):
+    """A draft copying its source past an end token (a user turn into the chat template after it) is cut
+    after that token: the answer ends there, so nothing after it could be kept."""
+    import torch
+
+    from engine.decoding.cost_model import SpeculationConfig
+    from engine.decoding.sampling import SamplingParams
+    from engine.decoding.stats import GenerationStats
+    from engine.decoding.step import SequenceState, StepLoop
+    from engine.decoding.verifier import Verifier
+
+    loop = StepLoop(target, LookupProposer(), SpeculationConfig(max_draft=8, adaptive=False), torch.device("cpu"))
+    history = [target.bos, 300, 301, 302, target.eos, 303, 304, 305, 306, 300, 301]
+
+    def proposed(stops_at_end: bool) -> list[int]:
+        seq = SequenceState(0, list(history), Verifier(SamplingParams(temperature=0), loop.device, 0),
+                            GenerationStats(), stops_at_end=stops_at_end)
+        return loop._propose([seq], [8])[0].tokens
+
+    assert proposed(True) == [302, target.eos]
+    assert proposed(False)[:5] == [302, target.eos, 303, 304, 305]

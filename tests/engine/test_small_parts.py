@@ -3,7 +3,8 @@ import struct
 
 import pytest
 
-from engine.decoding.cost_model import DraftPlanner, SpeculationConfig, StepCosts, calibration_sizes
+from engine.decoding.cost_model import (REALISM_HORIZON, REALISM_RANGE, DraftPlanner, SpeculationConfig, StepCosts,
+                                        calibration_sizes)
 from engine.errors import InvalidSettingError, ModelFileError
 from engine.modelfiles.gguf_header import read_gguf_header
 from engine.decoding.stop_strings import StopMatcher
@@ -126,3 +127,18 @@ def test_calibration_times_every_single_sequence_size_then_every_eighth():
     assert calibration_sizes(5) == [1, 2, 3, 4, 5]
     assert calibration_sizes(33) == list(range(1, 18)) + [24, 32, 33]
     assert calibration_sizes(264) == list(range(1, 18)) + [24, 32, 40, 48, 56, 64, 96, 128, 160, 192, 224, 256, 264]
+
+
+def test_a_low_realism_expires_so_drafting_can_resume():
+    """Misses lower the planner's realism; if that alone stopped drafting for good, no later outcome could
+    raise it again. Outcomes older than REALISM_HORIZON steps no longer count."""
+    planner = DraftPlanner(SpeculationConfig(max_draft=16), costly_proposer=False)
+    planner.steps.take_calibration({1: 0.010, 8: 0.020, 16: 0.030})
+    for _ in range(6):  # six drafting steps that kept nothing of what was predicted
+        planner._predicted = 5.0
+        planner.record_step(8, 7, 0.020)
+        planner.record_outcome(0)
+    assert planner.realism == REALISM_RANGE[0]
+    for _ in range(REALISM_HORIZON + 1):  # plain steps: nothing new about drafting
+        planner.record_step(1, 0, 0.010)
+    assert planner.realism == 1.0

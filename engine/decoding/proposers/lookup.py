@@ -10,6 +10,7 @@ histories of the same model (SuffixDecoding's idea, arXiv 2411.04975, kept simpl
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
@@ -21,7 +22,9 @@ MAX_NGRAM = 32
 EARLIER_TOKENS = 200_000  # earlier histories kept for lookup, oldest dropped first
 EARLIER_MIN_TOKENS = 16  # shorter histories teach nothing worth keeping
 _GAP = -1  # between earlier histories: no match or continuation runs across it
-
+# An edit counts once the answer, after writing another token for one of the draft's, goes on as the draft
+# did for this many tokens ("Reading the input" written as "Writing the report" is not an edit of "Reading").
+EDIT_CONFIRMATION = 2
 
 def longest_match(corpus: np.ndarray, query: np.ndarray, end: int, min_n: int, max_n: int) -> tuple[int, int]:
     """(start of the continuation, match length) for the longest n ≤ max_n such that the last n tokens
@@ -42,12 +45,83 @@ def longest_match(corpus: np.ndarray, query: np.ndarray, end: int, min_n: int, m
     return int(candidates[-1]) + 1, n
 
 
-def find_lookup_draft(history: np.ndarray, min_n: int, max_n: int, max_tokens: int) -> tuple[np.ndarray, int]:
-    """Tokens following the latest earlier match of the longest suffix n-gram, and n."""
+def find_lookup_draft(history: np.ndarray, min_n: int, max_n: int, max_tokens: int,
+                      query: np.ndarray | None = None) -> tuple[np.ndarray, int]:
+    """Tokens following the latest earlier match of the longest suffix n-gram of query (default: the history
+    itself), and n."""
     if max_tokens <= 0:
         return history[:0], 0
-    begin, n = longest_match(history, history, len(history) - 1, min_n, max_n)
-    return (history[begin:begin + max_tokens], n) if n else (history[:0], 0)
+    begin, n = longest_match(history, history if query is None else query, len(history) - 1, min_n, max_n)
+    return (continuation(history, begin, max_tokens), n) if n else (history[:0], 0)
+
+
+def continuation(history: np.ndarray, begin: int, max_tokens: int) -> np.ndarray:
+    """history[begin:begin + max_tokens]. One that runs into the end of the history (the text repeats with a
+    period shorter than the draft: a line written again and again) goes on with that period, as the
+    repetition would."""
+    draft = history[begin:begin + max_tokens]
+    return np.resize(draft, max_tokens) if len(draft) < max_tokens else draft  # np.resize repeats cyclically
+
+
+@dataclass
+class Edits:
+    """What one answer changes while it copies: a source token it writes as another one each time (`var` as
+    `const`, `print "` as `print("`, a renamed key). Learned from its own drafts: where the answer left the
+    draft for one token and then went on as the draft did, that token was replaced, not the text left. Then
+    its text is matched with those edits undone, and drafts copied from the source are written with them."""
+
+    prompt_length: int = 0  # edits are learned where the answer copies its prompt, not its own earlier text
+    subs: dict[int, int] = field(default_factory=dict)  # source token -> the token the answer writes instead
+    source: list[int] = field(default_factory=list)  # the last draft as found in the history ...
+    draft: list[int] = field(default_factory=list)  # ... and as proposed, edits applied
+    source_at: int = 0  # where in the history its source starts
+    made_at: int = 0  # the history's length when it was made
+    pending: list[tuple[int, int, list[int]]] = field(default_factory=list)  # (source, written, still expected)
+
+    def propose(self, history: np.ndarray, min_n: int, max_n: int, max_tokens: int) -> tuple[np.ndarray, int]:
+        """The plain lookup draft, or the one found with this answer's edits undone where that match is longer
+        (then written with the edits)."""
+        self._learn(history)
+        begin, n = longest_match(history, history, len(history) - 1, min_n, max_n)
+        edited = False
+        if self.subs:
+            undone = history[-max_n - 1:].copy()
+            for x, y in self.subs.items():
+                undone[history[-max_n - 1:] == y] = x
+            begin_e, m = longest_match(history, undone, len(history) - 1, min_n, max_n)
+            if m > n:
+                begin, n, edited = begin_e, m, True
+        source = continuation(history, begin, max_tokens) if n and max_tokens > 0 else history[:0]
+        draft = np.asarray([self.subs.get(int(t), int(t)) for t in source], dtype=np.int64) if edited else source
+        self.source, self.draft, self.source_at, self.made_at = source.tolist(), draft.tolist(), begin, len(history)
+        return draft, n if len(draft) else 0
+
+    def _learn(self, history: np.ndarray) -> None:
+        """Compare the last draft with what was written since."""
+        new = history[self.made_at:self.made_at + len(self.draft) + 1].tolist()
+        if new:
+            waiting, self.pending = self.pending, []
+            for x, y, expected in waiting:
+                self._check(x, y, expected, new[:len(expected)])
+        j = next((i for i, (d, t) in enumerate(zip(self.draft, new)) if d != t), None)
+        if j is None:
+            return
+        x, y = self.source[j], new[j]
+        if self.draft[j] != x:  # an edit the answer did not make here: a coincidence, not an edit
+            self.subs.pop(x, None)
+        if j + EDIT_CONFIRMATION < len(self.draft) and self.source_at + j < self.prompt_length:
+            self._check(x, y, self.draft[j + 1:j + 1 + EDIT_CONFIRMATION], new[j + 1:j + 1 + EDIT_CONFIRMATION])
+
+    def _check(self, x: int, y: int, expected: list[int], written: list[int]) -> None:
+        """x was written as y; is what followed it the draft's continuation?"""
+        if written != expected[:len(written)]:
+            return
+        if len(written) < len(expected):  # the step ended inside the check: finish it after the next one
+            self.pending.append((x, y, expected[len(written):]))
+        elif x == y:
+            self.subs.pop(x, None)
+        else:
+            self.subs[x] = y
 
 
 class LookupProposer:
@@ -63,16 +137,20 @@ class LookupProposer:
         self.remember_requests = remember_requests
         self._earlier: deque[np.ndarray] = deque()
         self._earlier_corpus: np.ndarray | None = None  # the deque joined with gaps, built when needed
+        self._edits: dict[int, Edits] = {}  # per sequence id
 
     def start(self, slot, prompt, sampling, device, seed) -> None:
-        pass
+        self._edits[slot] = Edits(len(prompt))  # a new answer makes its own edits
 
     def propose(self, wants: list[Want]) -> list[Proposal]:
-        return [self.propose_one(history, k) for _, history, k in wants]
+        return [self.propose_one(history, k, self._edits.setdefault(slot, Edits())) for slot, history, k in wants]
 
-    def propose_one(self, history: Sequence[int], max_tokens: int) -> Proposal:
+    def propose_one(self, history: Sequence[int], max_tokens: int, edits: Edits | None = None) -> Proposal:
         tokens = np.asarray(history, dtype=np.int64)
-        draft, n = find_lookup_draft(tokens, self.min_ngram, self.max_ngram, max_tokens)
+        if edits is not None:
+            draft, n = edits.propose(tokens, self.min_ngram, self.max_ngram, max_tokens)
+        else:
+            draft, n = find_lookup_draft(tokens, self.min_ngram, self.max_ngram, max_tokens)
         if n < self.max_ngram and self._earlier and max_tokens > 0:
             corpus = self._corpus()
             begin, m = longest_match(corpus, tokens[-self.max_ngram:], len(corpus) - 1, max(self.min_ngram, n + 1),
