@@ -40,7 +40,8 @@ def test_a_continuation_that_reaches_the_end_repeats_with_its_period():
     line = [11, 12, 13, 14]
     history = h(1, 2, *line, *line, 11, 12)
     assert draft(history, 1, 8, 7) == [13, 14, 11, 12, 13, 14, 11]
-    assert draft(h(5, 9, 5), 1, 4, 5) == [9, 5, 9, 5, 9]  # period 2
+    assert draft(h(5, 9, 5, 9, 5), 1, 4, 5) == [9, 5, 9, 5, 9]  # period 2, seen twice
+    assert draft(h(5, 9, 5), 1, 4, 5) == [9, 5]  # one matching token is no evidence of a period
 
 
 def test_draft_is_capped_and_comes_from_the_conversation():

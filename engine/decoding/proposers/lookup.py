@@ -25,6 +25,7 @@ _GAP = -1  # between earlier histories: no match or continuation runs across it
 # An edit counts once the answer, after writing another token for one of the draft's, goes on as the draft
 # did for this many tokens ("Reading the input" written as "Writing the report" is not an edit of "Reading").
 EDIT_CONFIRMATION = 2
+PERIOD_EVIDENCE = 8
 
 def longest_match(corpus: np.ndarray, query: np.ndarray, end: int, min_n: int, max_n: int) -> tuple[int, int]:
     """(start of the continuation, match length) for the longest n ≤ max_n such that the last n tokens
@@ -52,15 +53,17 @@ def find_lookup_draft(history: np.ndarray, min_n: int, max_n: int, max_tokens: i
     if max_tokens <= 0:
         return history[:0], 0
     begin, n = longest_match(history, history if query is None else query, len(history) - 1, min_n, max_n)
-    return (continuation(history, begin, max_tokens), n) if n else (history[:0], 0)
+    return (continuation(history, begin, n, max_tokens), n) if n else (history[:0], 0)
 
 
-def continuation(history: np.ndarray, begin: int, max_tokens: int) -> np.ndarray:
-    """history[begin:begin + max_tokens]. One that runs into the end of the history (the text repeats with a
-    period shorter than the draft: a line written again and again) goes on with that period, as the
-    repetition would."""
+def continuation(history: np.ndarray, begin: int, matched: int, max_tokens: int) -> np.ndarray:
+    """history[begin:begin + max_tokens]. One that runs into the end of the history goes on with its period
+    when the match spans a whole period, or PERIOD_EVIDENCE tokens of a long one (the text has repeated: a
+    line written again and again), as the repetition would."""
     draft = history[begin:begin + max_tokens]
-    return np.resize(draft, max_tokens) if len(draft) < max_tokens else draft  # np.resize repeats cyclically
+    if len(draft) < max_tokens and matched >= min(len(history) - begin, PERIOD_EVIDENCE):
+        return np.resize(draft, max_tokens)  # np.resize repeats cyclically
+    return draft
 
 
 @dataclass
@@ -91,7 +94,7 @@ class Edits:
             begin_e, m = longest_match(history, undone, len(history) - 1, min_n, max_n)
             if m > n:
                 begin, n, edited = begin_e, m, True
-        source = continuation(history, begin, max_tokens) if n and max_tokens > 0 else history[:0]
+        source = continuation(history, begin, n, max_tokens) if n and max_tokens > 0 else history[:0]
         draft = np.asarray([self.subs.get(int(t), int(t)) for t in source], dtype=np.int64) if edited else source
         self.source, self.draft, self.source_at, self.made_at = source.tolist(), draft.tolist(), begin, len(history)
         return draft, n if len(draft) else 0
