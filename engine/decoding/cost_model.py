@@ -144,6 +144,7 @@ class StepCosts:
 FORGET = 0.97  # per observation: ~30 recent ones dominate
 NEW_REQUEST_MEMORY = 0.3  # share of the evidence a new chat answer inherits from the last one
 PRIOR_WEIGHT = 2.0  # pseudo-observations pulling an unseen slot towards its feature's prior
+SEQUENCE_PRIOR_WEIGHT = 8.0  # the shared estimate counts as this many of one sequence's own observations
 
 
 def prior_acceptance(feature: Hashable) -> float:
@@ -180,12 +181,18 @@ class Acceptance:
         for table in (*self._tried.values(), *self._kept.values()):
             table[:] = [x * share for x in table]
 
-    def slot_acceptance(self, feature: Hashable) -> list[float]:
+    def slot_acceptance(self, feature: Hashable, own: "Acceptance | None" = None) -> list[float]:
+        """Per slot: the estimate from every sequence's evidence, or, given one sequence's own table, that
+        sequence's evidence with the shared estimate as its prior (one answer copies while another does not)."""
         tried = self._tried.get(feature, [0.0] * self.max_draft)
         kept = self._kept.get(feature, [0.0] * self.max_draft)
         prior = self._pooled_prior(feature)
         overall = (sum(kept) + PRIOR_WEIGHT * prior) / (sum(tried) + PRIOR_WEIGHT)
-        return [(k + PRIOR_WEIGHT * overall) / (t + PRIOR_WEIGHT) for t, k in zip(tried, kept)]
+        shared = [(k + PRIOR_WEIGHT * overall) / (t + PRIOR_WEIGHT) for t, k in zip(tried, kept)]
+        if own is None or feature not in own._tried:
+            return shared
+        return [(k + SEQUENCE_PRIOR_WEIGHT * a) / (t + SEQUENCE_PRIOR_WEIGHT)
+                for t, k, a in zip(own._tried[feature], own._kept[feature], shared)]
 
     def _pooled_prior(self, feature: Hashable) -> float:
         """A feature seen little borrows from its neighbours: every lookup feature with a match at least
@@ -201,10 +208,10 @@ class Acceptance:
                 kept += sum(self._kept[other])
         return (kept + PRIOR_WEIGHT * prior) / (tried + PRIOR_WEIGHT)
 
-    def expected_tokens(self, feature: Hashable) -> list[float]:
+    def expected_tokens(self, feature: Hashable, own: "Acceptance | None" = None) -> list[float]:
         """E(k) for k = 0..max_draft."""
         out, total, run = [1.0], 1.0, 1.0
-        for a in self.slot_acceptance(feature):
+        for a in self.slot_acceptance(feature, own):
             run *= a
             total += run
             out.append(total)
@@ -336,8 +343,9 @@ class DraftPlanner:
                    for k in range(1, n * self.config.max_draft + 1))
 
     # --- decision -----------------------------------------------------------------------------
-    def plan(self, features: list[Hashable], caps: list[int]) -> Plan:
-        """Draft lengths for sequences with these proposal features; caps bound each (room, proposal)."""
+    def plan(self, features: list[Hashable], caps: list[int], own: list[Acceptance | None] | None = None) -> Plan:
+        """Draft lengths for sequences with these proposal features; caps bound each (room, proposal); own:
+        each sequence's own acceptance table, if it keeps one."""
         cfg, n = self.config, len(caps)
         caps = [max(0, min(c, cfg.max_draft)) for c in caps]
         if not cfg.adaptive or cfg.max_draft == 0:
@@ -346,7 +354,7 @@ class DraftPlanner:
             return Plan([0] * n, measuring_plain=True)  # first the step that drafting is judged against
         if self.costly and self._steps_with_drafts >= PLAIN_PROBE_EVERY:
             return Plan([0] * n, measuring_plain=True)
-        raw = [self.acceptance.expected_tokens(f) for f in features]
+        raw = [self.acceptance.expected_tokens(f, o) for f, o in zip(features, own or [None] * n)]
         h = self.realism
         expected = [[1.0 + (e - 1.0) * h for e in per] for per in raw]
         lengths = allocate_draft_rows(expected, caps, n, self.steps.seconds, self.draft_seconds_per_token,

@@ -14,7 +14,7 @@ from typing import Hashable
 import torch
 
 from ..errors import GenerationCancelled
-from .cost_model import (CALIBRATION_EVERY_SIZE, CALIBRATION_REPEATS, CALIBRATION_WARMUP, DraftPlanner,
+from .cost_model import (CALIBRATION_EVERY_SIZE, CALIBRATION_REPEATS, CALIBRATION_WARMUP, Acceptance, DraftPlanner,
                          SpeculationConfig, StepCosts, calibration_sizes)
 from .proposers.base import NoProposer, Proposal, Proposer
 from .runtime import Model
@@ -56,6 +56,7 @@ class SequenceState:
     stats: GenerationStats
     continuing: bool = False  # its last resolved proposal was kept whole
     stops_at_end: bool = True  # an end token ends the answer (not so with ignore_eos)
+    acceptance: Acceptance | None = None  # its own drafts' fate; the planner's shared table is the prior
     shadow: list[int] = field(default_factory=list)  # a free proposal scored while not drafting
     shadow_feature: Hashable = None
     shadow_hits: int = 0
@@ -163,7 +164,9 @@ class StepLoop:
             if k:
                 s.stats.speculative_steps += 1
                 s.stats.record_verdict(k, verdict.accepted)
-                self.planner.acceptance.record(self._feature(s, proposal), k, verdict.accepted)
+                feature = self._feature(s, proposal)
+                for table in (self.planner.acceptance, self._own(s)):
+                    table.record(feature, k, verdict.accepted)
                 s.continuing = verdict.accepted == k
             tokens = [*proposal.tokens[:verdict.accepted], verdict.next_token]
             self._score_shadow(s, tokens)
@@ -207,7 +210,7 @@ class StepLoop:
                        for s, p in zip(active, proposer.propose([(s.slot, s.history, cfg.max_draft) for s in active]))]
             features = [self._feature(s, p) for s, p in zip(active, offered)]
             caps = [min(r, len(p.tokens)) for r, p in zip(room, offered)]
-            plan = planner.plan(features, caps)
+            plan = planner.plan(features, caps, [self._own(s) for s in active])
             chosen = [Proposal(p.tokens[:k], None, p.match_length) if k else Proposal()
                       for p, k in zip(offered, plan.lengths)]
             for s, p, f, k in zip(active, offered, features, plan.lengths):
@@ -215,7 +218,7 @@ class StepLoop:
                     s.shadow, s.shadow_feature, s.shadow_hits = list(p.tokens), f, 0
         else:  # a draft model costs a decode per token: plan first, then draft only what is wanted
             caps = room
-            plan = planner.plan([DRAFT_FEATURE] * len(active), caps)
+            plan = planner.plan([DRAFT_FEATURE] * len(active), caps, [self._own(s) for s in active])
             wants = [(s.slot, s.history, k) for s, k in zip(active, plan.lengths) if k]
             made = iter(proposer.propose(wants) if wants else [])
             chosen = [next(made) if k else Proposal() for k in plan.lengths]
@@ -235,6 +238,12 @@ class StepLoop:
                 s.stats.speculation_paused = k == 0
         return chosen
 
+    def _own(self, s: SequenceState) -> Acceptance:
+        """The sequence's own acceptance table, made on first use."""
+        if s.acceptance is None:
+            s.acceptance = Acceptance(self.planner.acceptance.max_draft)
+        return s.acceptance
+
     def _up_to_end(self, proposal: Proposal) -> Proposal:
         """A draft that copies its source past an end token (a prompt's turn into the chat template that
         follows it) is cut after that token: nothing after it can be kept, as the answer ends there."""
@@ -249,7 +258,8 @@ class StepLoop:
             if not s.shadow:
                 return
             hit = s.shadow[s.shadow_hits] == tok
-            self.planner.acceptance.record_slot(s.shadow_feature, s.shadow_hits, hit)
+            for table in (self.planner.acceptance, self._own(s)):
+                table.record_slot(s.shadow_feature, s.shadow_hits, hit)
             s.shadow_hits += 1
             if not hit or s.shadow_hits == len(s.shadow):
                 s.continuing = hit
