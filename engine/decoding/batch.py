@@ -4,7 +4,8 @@ leave at any step: the lab fills it from a fixed list, the server from its clien
 Each pump: drop cancelled jobs, admit waiting ones into free sequence ids (prefill, first token), end
 the longest sequence if the shared cache is full, then one StepLoop.step over every active sequence.
 With keep_caches, a finished job's cache stays in its sequence id, and a later prompt that starts the
-same way (the next turn of a conversation) is given that id and prefills only what is new.
+same way (the next turn of a conversation) is given that id and prefills only what is new; one that shares
+only a shorter start with it (a system prompt) gets a fresh id with that start shared into it.
 """
 from __future__ import annotations
 
@@ -22,6 +23,10 @@ from .sampling import SamplingParams
 from .stats import GenerationStats
 from .step import SequenceState, StepLoop
 from .verifier import Verifier
+
+# A kept cache is taken over by a prompt that shares at least this share of it (its conversation goes on);
+# a prompt sharing less (another conversation with the same system prompt) leaves it whole.
+CONTINUES = 0.5
 
 
 @dataclass
@@ -190,12 +195,22 @@ class Batch:
 
     # --- a job's life -----------------------------------------------------------------------------
     def _pick_slot(self, prompt: list[int]) -> tuple[int, int]:
-        """The free sequence id whose kept cache shares most of the prompt, and how many tokens it shares."""
-        def score(slot: int) -> tuple[int, bool]:  # no match: take an id without a cache, keeping the others
+        """A free sequence id for the prompt, and how many of its tokens that id's cache holds already. A kept
+        cache the prompt continues (the next turn of its conversation) is taken over. Otherwise the prompt
+        goes to an id without a cache, keeping the others whole, and the start it shares with the best of
+        them (a system prompt) is shared into it."""
+        def score(slot: int) -> tuple[int, bool]:
             return common_prefix(self.cached.get(slot, ()), prompt), slot not in self.cached
 
         best = max(self.free_slots, key=score)
-        return best, score(best)[0]
+        shared = score(best)[0]
+        empty = [slot for slot in self.free_slots if slot not in self.cached]
+        if shared >= CONTINUES * len(self.cached.get(best, ())) or not empty:
+            return best, shared
+        if shared and self.target.can_roll_back:  # attention KV: cells can belong to two sequences
+            self.target.share_prefix(best, empty[0], shared)
+            return empty[0], shared
+        return empty[0], 0
 
     def _admit(self, job: Job) -> None:
         """Prefill a job into a free sequence id and emit its first token; the proposer starts after it."""

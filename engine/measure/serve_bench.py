@@ -85,16 +85,18 @@ async def one_request(client: httpx.AsyncClient, url: str, prompt: str, args) ->
     return trace
 
 
-async def run_cell(url: str, prompts: list[str], clients: int, args) -> dict:
-    """`clients` concurrent clients, each sending `args.requests` requests one after another."""
+async def run_cell(url: str, prompts: list[str], clients: int, args, first_number: int = 1) -> dict:
+    """`clients` concurrent clients, each sending `args.requests` requests one after another, numbered from
+    first_number on."""
     async with httpx.AsyncClient(timeout=httpx.Timeout(600.0), headers=_auth(args)) as client:
         async def one_client(index: int) -> list[RequestTrace]:
             out = []
             for r in range(args.requests):
                 n = index * args.requests + r
-                # A number first, so no request finds its prompt cached from an earlier one: TTFT includes
-                # the prefill, as it would for prompts that do not repeat.
-                prompt = f"({n + 1}) {prompts[n % len(prompts)]}"
+                # A number first, unique in the whole run, so no request finds its prompt cached from an
+                # earlier one (in this cell or an earlier one, on any server): TTFT includes the prefill, as it
+                # would for prompts that do not repeat.
+                prompt = f"({first_number + n}) {prompts[n % len(prompts)]}"
                 out.append(await one_request(client, url, prompt, args))
             return out
 
@@ -171,14 +173,16 @@ def measure(servers: dict[str, str], prompts: list[str], args) -> list[dict]:
         asyncio.run(run_cell(url, prompts[:1], 1, argparse.Namespace(**{**vars(args), "requests": 1})))
     runs: dict[tuple[str, int], list[dict]] = {}
     order = list(servers)
+    number = 1000  # past the warm-up's numbers; every server gets the same prompts in a cell
     for repeat in range(args.repeats):
         for clients in args.clients:
             for method in (order if repeat % 2 == 0 else order[::-1]):  # alternate, so outside load falls alike
-                cell = asyncio.run(run_cell(servers[method], prompts, clients, args))
+                cell = asyncio.run(run_cell(servers[method], prompts, clients, args, number))
                 cell["method"] = method
                 runs.setdefault((method, clients), []).append(cell)
                 print(f"  {method:>6} × {clients}: {cell['aggregate_tokens_per_s']:.1f} tok/s"
                       + (f"  ({len(cell['errors'])} errors)" if cell["errors"] else ""), flush=True)
+            number += clients * args.requests
     cells = []
     for (method, clients), repeats in runs.items():
         best = dict(max(repeats, key=lambda c: c["aggregate_tokens_per_s"] or 0.0))

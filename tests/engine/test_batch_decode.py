@@ -11,7 +11,7 @@ from engine.decoding.cost_model import PLAIN_PROBE_EVERY, DraftPlanner, Speculat
 from engine.decoding.proposers.draft_model import DraftModelProposer
 from engine.decoding.step import StepLoop
 from engine.decoding.proposers.lookup import LookupProposer
-from engine.decoding.runtime import LoadSettings, Model
+from engine.decoding.runtime import LoadSettings, Model, common_prefix
 from engine.decoding.sampling import SamplingParams
 
 SLOTS = 4
@@ -346,3 +346,37 @@ def test_a_draft_that_could_never_pay_is_not_probed_again():
 
     assert all(lengths == [0] for lengths in plans(0.011))
     assert any(lengths != [0] for lengths in plans(0.001))
+
+
+def test_a_shared_system_prompt_is_shared_and_a_conversation_keeps_its_cache(batch_target):
+    """Two conversations that start with the same system prompt: the second gets a sequence id of its own,
+    with the shared start's cells shared into it (prefilled once), and the first's kept cache stays whole,
+    so its next turn prefills only what is new. Every answer is still the model's own argmax."""
+    import torch
+
+    from engine.decoding.batch import Batch, Job, run_jobs
+
+    system = batch_target.tokenize("You are a careful assistant who answers in one short sentence.")
+    first = system + batch_target.tokenize("Question: what colour is the sky?", add_bos=False)
+    second = system + batch_target.tokenize("Question: what do cats eat?", add_bos=False)
+
+    def answer(prompt: list[int]) -> Job:
+        job = Job(f"j{len(prompt)}", list(prompt), GREEDY, max_tokens=24, ignore_eos=True)
+        batch.submit(job)
+        run_jobs(batch)
+        return job
+
+    batch_target.forget_all()
+    batch = Batch(StepLoop(batch_target, None, SpeculationConfig(), torch.device("cpu")), SLOTS - 1,
+                  keep_caches=True)  # CHECK_SEQ stays free for the checks
+    one = answer(first)
+    two = answer(second)
+    assert two.run.slot != one.run.slot
+    assert two.run.stats.reused_prompt_tokens == common_prefix(first, second) >= len(system)
+    assert kv_end(batch_target, one.run.slot) == len(first) + len(one.run.tokens) - 1  # left whole
+    follow_up = first + one.run.tokens + batch_target.tokenize(" And at night?", add_bos=False)
+    three = answer(follow_up)
+    assert three.run.slot == one.run.slot and three.run.stats.reused_prompt_tokens >= len(first)
+    for prompt, job in ((second, two), (follow_up, three)):
+        assert_self_consistent(batch_target, prompt, job.run.tokens, job.id)
+    batch_target.forget_all()

@@ -3,8 +3,8 @@ import struct
 
 import pytest
 
-from engine.decoding.cost_model import (REALISM_HORIZON, REALISM_RANGE, DraftPlanner, SpeculationConfig, StepCosts,
-                                        calibration_sizes)
+from engine.decoding.cost_model import (REALISM_HORIZON, REALISM_RANGE, Acceptance, DraftPlanner, SpeculationConfig,
+                                        StepCosts, calibration_sizes)
 from engine.errors import InvalidSettingError, ModelFileError
 from engine.modelfiles.gguf_header import read_gguf_header
 from engine.decoding.stop_strings import StopMatcher
@@ -142,3 +142,17 @@ def test_a_low_realism_expires_so_drafting_can_resume():
     for _ in range(REALISM_HORIZON + 1):  # plain steps: nothing new about drafting
         planner.record_step(1, 0, 0.010)
     assert planner.realism == 1.0
+
+
+def test_a_sequence_that_copies_drafts_though_the_others_do_not():
+    """The shared acceptance table is every sequence's; one answer copying its prompt while the rest of the
+    batch writes freely is judged by its own drafts, with the shared table as the prior."""
+    planner = DraftPlanner(SpeculationConfig(max_draft=16), costly_proposer=False)
+    planner.steps.take_calibration({1: 0.010, 8: 0.012, 16: 0.014})
+    for _ in range(40):
+        planner.acceptance.record(FEATURE, 8, 0)  # everyone else's drafts were rejected at once
+    copying, fresh = Acceptance(16), Acceptance(16)
+    for _ in range(20):
+        copying.record(FEATURE, 8, 8)  # this answer's were kept whole
+    assert planner.plan([FEATURE], [16], [fresh]).lengths == [0]
+    assert planner.plan([FEATURE], [16], [copying]).lengths[0] >= 4
