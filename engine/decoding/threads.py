@@ -3,8 +3,9 @@
 Measured on this 2-core machine with one other busy process (Gemma 3 270M, open prompts, 100 tokens):
 2 threads 38.8 tok/s plain, 1 thread 93.0 (lookup 35.9 vs 96.1). llama.cpp's threads wait for each other
 at every graph node, so one preempted thread stalls them all. So when steps turn slow (StepCosts says
-contended) the loop tries half the threads, keeps whichever count's recent steps are faster, and now and
-then tries the full count again, since the other process may have gone.
+contended, and once early and then rarely without that) the loop tries half the threads, keeps whichever
+count's recent steps are clearly faster, and now and then tries the full count again, since the other
+process may have gone.
 """
 from __future__ import annotations
 
@@ -12,7 +13,17 @@ import statistics
 from collections import deque
 
 TRIAL_STEPS = 8  # steps at a thread count before judging it
-RETRY_EVERY = 128  # steps on fewer threads between tries of the full count
+# Steps on fewer threads between tries of the full count. Short, because a false alarm is dear: this VM's
+# steps slow down now and then with nothing else running, a trial of 1 thread can then look faster than
+# the slow steps before it, and 1 thread verifies several rows ~2x slower (measured: lookup fell from 277
+# to 179 tok/s for the 128 steps it stayed).
+RETRY_EVERY = 32
+TRIAL_MARGIN = 0.9  # fewer threads on trial are kept only when this much faster than the count before
+# Fewer threads are also tried now and then without a sign of contention: a machine that was busy from the
+# first step on never looks slower than itself (measured: plain decoding with a busy core from the start
+# stayed at 38.8 tok/s on 2 threads). On a quiet machine a trial costs 8 steps at ~1.3-2x once per 512.
+FIRST_PROBE_AFTER = 16
+PROBE_EVERY = 512
 
 
 class ThreadTuner:
@@ -23,6 +34,7 @@ class ThreadTuner:
         self._steps_here = 0
         self._trying: int | None = None  # the count on trial, judged against the one before it
         self._before: int | None = None
+        self._probed = False  # the first trial without contention has been made
 
     def record(self, per_row_seconds: float, contended: bool) -> int | None:
         """One step's cost in one-row steps' seconds; returns a thread count to switch to, or None."""
@@ -32,12 +44,15 @@ class ThreadTuner:
             if self._steps_here < TRIAL_STEPS:
                 return None
             tried, before = self._median(self._trying), self._median(self._before)
-            keep = self._trying if before is None or tried < before else self._before
+            margin = TRIAL_MARGIN if self._trying < self._before else 1.0  # the full count needs no margin
+            keep = self._trying if before is None or tried < margin * before else self._before
             self._trying = None
             return self._switch(keep)
         if self.full < 2:
             return None
-        if self.current == self.full and contended and self._steps_here >= TRIAL_STEPS:
+        if self.current == self.full and self._steps_here >= TRIAL_STEPS and (
+                contended or self._steps_here >= (PROBE_EVERY if self._probed else FIRST_PROBE_AFTER)):
+            self._probed = True
             return self._try(max(1, self.full // 2))
         if self.current < self.full and self._steps_here >= RETRY_EVERY:
             return self._try(self.full)

@@ -1,5 +1,5 @@
 """ThreadTuner: fewer threads when a busy machine makes them faster, the full count again when not."""
-from engine.decoding.threads import RETRY_EVERY, TRIAL_STEPS, ThreadTuner
+from engine.decoding.threads import FIRST_PROBE_AFTER, PROBE_EVERY, RETRY_EVERY, TRIAL_STEPS, ThreadTuner
 
 
 def run(tuner: ThreadTuner, cost_by_threads: dict[int, float], contended: bool, steps: int) -> list[int]:
@@ -31,3 +31,15 @@ def test_fewer_threads_that_are_not_faster_are_given_back():
 
 def test_one_thread_is_left_alone():
     assert run(ThreadTuner(1), {1: 0.05}, contended=True, steps=50) == []
+
+
+def test_a_machine_busy_from_the_start_is_found_by_an_early_trial():
+    """Steps that were slow from the first on never look slower than themselves, so the contention signal
+    never fires; one early trial of half the threads finds them faster all the same."""
+    tuner = ThreadTuner(2)
+    busy = {2: 0.026, 1: 0.011}
+    assert run(tuner, busy, contended=False, steps=FIRST_PROBE_AFTER + TRIAL_STEPS) == [1]
+    # On a quiet machine the trial is given back, and not repeated for PROBE_EVERY steps.
+    tuner = ThreadTuner(2)
+    quiet = {2: 0.010, 1: 0.013}
+    assert run(tuner, quiet, contended=False, steps=FIRST_PROBE_AFTER + TRIAL_STEPS + PROBE_EVERY - 1) == [1, 2]
