@@ -2,6 +2,7 @@
 said because an answer's last tokens left no room to draft (the token budget caps the draft length)."""
 
 from engine.measure.bench import read_prompts
+from engine.decoding import threads
 from engine.decoding.cost_model import SpeculationConfig
 from engine.decoding.generate import SpeculativeDecoder
 from engine.paths import resources_dir
@@ -42,6 +43,8 @@ def test_the_token_budget_capping_the_last_drafts_is_not_reported_as_paused(targ
 
 def test_the_policy_choosing_plain_decoding_is_reported_as_paused(target, monkeypatch):
     pin_step_costs(monkeypatch, one_row_s=0.010, extra_row_s=0.010)  # every verified row costs a whole step
+    # No trial of fewer threads within these 24 tokens: the step after a switch measures, it predicts nothing.
+    monkeypatch.setattr(threads, "FIRST_PROBE_AFTER", 10**6)
     decoder = SpeculativeDecoder(target, LookupProposer(), SpeculationConfig(max_draft=8, adaptive=True))
     trace = answer(decoder, target.tokenize(copying_prompt()), 24)
     assert decoder.stats.speculation_paused and decoder.stats.policy_draft_length == 0, trace
