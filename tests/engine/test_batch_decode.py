@@ -354,7 +354,7 @@ def test_a_shared_system_prompt_is_shared_and_a_conversation_keeps_its_cache(bat
     so its next turn prefills only what is new. Every answer is still the model's own argmax."""
     import torch
 
-    from engine.decoding.batch import Batch, Job, run_jobs
+    from engine.decoding.batch import KEPT_SHARE, Batch, Job, run_jobs
 
     system = batch_target.tokenize("You are a careful assistant who answers in one short sentence.")
     first = system + batch_target.tokenize("Question: what colour is the sky?", add_bos=False)
@@ -379,4 +379,12 @@ def test_a_shared_system_prompt_is_shared_and_a_conversation_keeps_its_cache(bat
     assert three.run.slot == one.run.slot and three.run.stats.reused_prompt_tokens >= len(first)
     for prompt, job in ((second, two), (follow_up, three)):
         assert_self_consistent(batch_target, prompt, job.run.tokens, job.id)
+    # Kept caches slow every later step (attention spans their cells), so they hold at most KEPT_SHARE of
+    # the context: more conversations give up the least recently used ones.
+    for topic in ("rivers", "mountains", "deserts", "forests"):
+        question = f"Question: name three famous {topic}, say where they are and why people visit them. " * 8
+        last = answer(system + batch_target.tokenize(question, add_bos=False))
+    held = [len(tokens) for tokens in batch.cached.values()]
+    assert 2 * len(last.prompt) > KEPT_SHARE * batch_target.n_ctx  # two such conversations would not fit ...
+    assert sum(held) <= KEPT_SHARE * batch_target.n_ctx and len(held) < SLOTS - 1  # ... so others were given up
     batch_target.forget_all()
