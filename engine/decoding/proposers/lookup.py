@@ -4,8 +4,10 @@ The history is the prompt plus everything generated, so answers that copy the pr
 earlier turns of the conversation, are drafted for free. The longest match wins (the most recent
 among equals, since recent text repeats best), and its length travels with the draft: the cost model
 learns how often a match of that length continues correctly, so a long match drafts long at once and
-a one-token coincidence is not trusted. Beyond the current history it also looks in earlier requests'
-histories of the same model (SuffixDecoding's idea, arXiv 2411.04975, kept simple: longest match).
+a one-token coincidence is not trusted. A line written again and again is drafted on with its period,
+and an edit the answer keeps making to what it copies (Edits) is written into the drafts that follow.
+Beyond the current history it also looks in earlier requests' histories of the same model
+(SuffixDecoding's idea, arXiv 2411.04975, kept simple: longest match).
 """
 from __future__ import annotations
 
@@ -25,7 +27,8 @@ _GAP = -1  # between earlier histories: no match or continuation runs across it
 # An edit counts once the answer, after writing another token for one of the draft's, goes on as the draft
 # did for this many tokens ("Reading the input" written as "Writing the report" is not an edit of "Reading").
 EDIT_CONFIRMATION = 2
-PERIOD_EVIDENCE = 8
+PERIOD_EVIDENCE = 8  # matched tokens that show a long period has repeated (see continuation())
+
 
 def longest_match(corpus: np.ndarray, query: np.ndarray, end: int, min_n: int, max_n: int) -> tuple[int, int]:
     """(start of the continuation, match length) for the longest n ≤ max_n such that the last n tokens
@@ -46,13 +49,11 @@ def longest_match(corpus: np.ndarray, query: np.ndarray, end: int, min_n: int, m
     return int(candidates[-1]) + 1, n
 
 
-def find_lookup_draft(history: np.ndarray, min_n: int, max_n: int, max_tokens: int,
-                      query: np.ndarray | None = None) -> tuple[np.ndarray, int]:
-    """Tokens following the latest earlier match of the longest suffix n-gram of query (default: the history
-    itself), and n."""
+def find_lookup_draft(history: np.ndarray, min_n: int, max_n: int, max_tokens: int) -> tuple[np.ndarray, int]:
+    """Tokens following the latest earlier match of the longest suffix n-gram, and n."""
     if max_tokens <= 0:
         return history[:0], 0
-    begin, n = longest_match(history, history if query is None else query, len(history) - 1, min_n, max_n)
+    begin, n = longest_match(history, history, len(history) - 1, min_n, max_n)
     return (continuation(history, begin, n, max_tokens), n) if n else (history[:0], 0)
 
 
