@@ -18,6 +18,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
+from typing import Callable
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
 
@@ -62,6 +63,28 @@ def snapshot(stats) -> dict:
         history = [history[int(i * step)] for i in range(RATE_POINTS - 1)] + [history[-1]]
     out["rate_history"] = [[round(t, 3), round(r, 2)] for t, r in history]
     return out
+
+
+class ProgressBatch:
+    """An answer's text segments, handed to the GUI at most every EMIT_EVERY_S with the stats of the moment
+    (the chat's own loop and the server's batch both feed it)."""
+
+    def __init__(self, emit: Callable[[int, list, dict], None], rid: int):
+        self.emit, self.rid = emit, rid
+        self.pending: list[tuple[str, bool]] = []
+        self.last = time.perf_counter()
+
+    def add(self, segments: list, stats: Callable[[], dict]) -> None:
+        self.pending += segments
+        now = time.perf_counter()
+        if now - self.last >= EMIT_EVERY_S:
+            self.flush(stats())
+            self.last = now
+
+    def flush(self, stats: dict) -> None:
+        if self.pending:
+            self.emit(self.rid, self.pending, stats)
+            self.pending = []
 
 
 class EngineWorker(QObject):
@@ -257,19 +280,14 @@ class EngineWorker(QObject):
             return
         for text in prompt.notices:
             self.notice.emit(text)
-        pending, last_emit = [], [time.perf_counter()]
+        progress = ProgressBatch(self.progress.emit, rid)
 
         def on_delta(job: Job, delta) -> None:
-            pending.extend(delta.segments)
-            if time.perf_counter() - last_emit[0] >= EMIT_EVERY_S:
-                self.progress.emit(rid, list(pending), snapshot(job.run.stats))
-                pending.clear()
-                last_emit[0] = time.perf_counter()
+            progress.add(delta.segments, lambda: snapshot(job.run.stats))
 
         def on_done(job: Job) -> None:
             stats = snapshot(job.run.stats)  # set for every job by now, run or refused
-            if pending:
-                self.progress.emit(rid, list(pending), stats)
+            progress.flush(stats)
             if job.error:
                 self.failed.emit(rid, job.error, stats)
             else:
@@ -298,30 +316,22 @@ class EngineWorker(QObject):
         if decoder is None:
             self.failed.emit(rid, "No model is loaded. Choose one in Settings or Models….", {})
             return
-        pending: list[tuple[str, bool]] = []
-        live = None
+        progress = ProgressBatch(self.progress.emit, rid)
+        decoding = False  # decoder.stats are this answer's from then on
         try:
             reserve = answer_reserve(request.max_tokens, decoder.target.n_ctx)
             prompt = self.formatter.prompt(request.messages, reserve, continue_last=request.continue_last)
             for text in prompt.notices:
                 self.notice.emit(text)
-            last_emit = time.perf_counter()
-            source, live = self._decode(decoder, prompt, request), lambda: decoder.stats
-            for delta in source:
-                pending += delta.segments
-                now = time.perf_counter()
-                if now - last_emit >= EMIT_EVERY_S:
-                    self.progress.emit(rid, pending, snapshot(live()))
-                    pending, last_emit = [], now
-            if pending:
-                self.progress.emit(rid, pending, snapshot(live()))
-            stats = snapshot(live())
-            stats["trimmed_messages"] = prompt.trimmed
-            self.finished.emit(rid, stats)
+            decoding = True
+            for delta in self._decode(decoder, prompt, request):
+                progress.add(delta.segments, lambda: snapshot(decoder.stats))
+            stats = snapshot(decoder.stats)
+            progress.flush(stats)
+            self.finished.emit(rid, {**stats, "trimmed_messages": prompt.trimmed})
         except Exception as exc:  # noqa: BLE001 - report, keep the worker alive
-            so_far = snapshot(live()) if live is not None else {}
-            if pending:
-                self.progress.emit(rid, pending, so_far)
+            so_far = snapshot(decoder.stats) if decoding else {}
+            progress.flush(so_far)
             if not isinstance(exc, EngineError):
                 log.error("generation failed:\n%s", traceback.format_exc())
             message = str(exc) if isinstance(exc, EngineError) else f"The engine failed: {type(exc).__name__}: {exc}"
