@@ -172,8 +172,12 @@ class Batch:
         self.cached.clear()
 
     # --- the cache's cells ------------------------------------------------------------------------
+    @property
+    def _held_cells(self) -> int:
+        return sum(len(tokens) for tokens in self.cached.values())
+
     def _free_cells(self) -> int:
-        self.loop.held_cells = sum(len(tokens) for tokens in self.cached.values())
+        self.loop.held_cells = self._held_cells
         return self.loop.free_cells(self.active)
 
     def _make_room(self) -> None:
@@ -198,7 +202,7 @@ class Batch:
 
     def _bound_caches(self) -> None:
         """Kept caches hold at most KEPT_SHARE of the context, the least recently used given up first."""
-        while self.cached and sum(len(tokens) for tokens in self.cached.values()) > KEPT_SHARE * self.target.n_ctx:
+        while self.cached and self._held_cells > KEPT_SHARE * self.target.n_ctx:
             self._drop_oldest_cache()
 
     def _drop_oldest_cache(self) -> None:

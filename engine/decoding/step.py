@@ -165,7 +165,7 @@ class StepLoop:
                 s.stats.speculative_steps += 1
                 s.stats.record_verdict(k, verdict.accepted)
                 feature = self._feature(s, proposal)
-                for table in (self.planner.acceptance, self._own(s)):
+                for table in self._tables(s):
                     table.record(feature, k, verdict.accepted)
                 s.continuing = verdict.accepted == k
             tokens = [*proposal.tokens[:verdict.accepted], verdict.next_token]
@@ -244,6 +244,10 @@ class StepLoop:
             s.acceptance = Acceptance(self.planner.acceptance.max_draft)
         return s.acceptance
 
+    def _tables(self, s: SequenceState) -> tuple[Acceptance, Acceptance]:
+        """Where a draft's fate is recorded: the planner's shared table and the sequence's own."""
+        return self.planner.acceptance, self._own(s)
+
     def _up_to_end(self, proposal: Proposal) -> Proposal:
         """A draft that copies its source past an end token (a prompt's turn into the chat template that
         follows it) is cut after that token: nothing after it can be kept, as the answer ends there."""
@@ -258,7 +262,7 @@ class StepLoop:
             if not s.shadow:
                 return
             hit = s.shadow[s.shadow_hits] == tok
-            for table in (self.planner.acceptance, self._own(s)):
+            for table in self._tables(s):
                 table.record_slot(s.shadow_feature, s.shadow_hits, hit)
             s.shadow_hits += 1
             if not hit or s.shadow_hits == len(s.shadow):
