@@ -12,6 +12,7 @@ always a candidate and wins whenever speculation is not predicted to pay by MIN_
 """
 from __future__ import annotations
 
+import bisect
 import heapq
 import statistics
 from collections import deque
@@ -77,18 +78,19 @@ class StepCosts:
     def __init__(self) -> None:
         self._base: dict[int, float] = {}  # rows -> seconds, calibrated (or, uncalibrated, first seen)
         self._drift: deque[float] = deque(maxlen=WINDOW)  # recent steps' actual / base
+        self._drift_now = 1.0  # their median, kept current: the planner reads it dozens of times a step
         self._quietest: float | None = None
-        self._curve: list[tuple[int, float]] | None = None  # sorted base: rebuilt on change
+        self._rows: list[int] = []  # the base's sizes, sorted, and their seconds: rebuilt on change
+        self._secs: list[float] = []
         self.calibrated = False  # take_calibration() has run
 
     def record(self, rows: int, seconds: float) -> float:
         """Take one step's time; returns it in one-row steps' seconds (the thread tuner compares those)."""
         if not self.calibrated and rows not in self._base:  # learn the base from the first step of a size
-            self._base[rows] = seconds / self.drift
-            self._curve = None
+            self._set_base({**self._base, rows: seconds / self.drift})
         ratio = seconds / self._base_of(rows)
         self._drift.append(ratio)
-        now = self.drift
+        self._drift_now = now = statistics.median(self._drift)
         if len(self._drift) >= 3 and (self._quietest is None or now < self._quietest):
             self._quietest = now
         return ratio * self._base_of(1)
@@ -96,20 +98,23 @@ class StepCosts:
     def take_calibration(self, timings: dict[int, float]) -> None:
         """Take a measured curve: seconds by rows, with rows = 1 among them."""
         self.calibrated = True
-        self._base = dict(timings)
-        self._curve = None
+        self._set_base(dict(timings))
         self._drift.clear()
         self._drift.extend([1.0] * 3)
-        self._quietest = 1.0
+        self._drift_now = self._quietest = 1.0
 
     def rescale(self) -> None:
         """The machine changed (fewer threads): keep the base curve, measure the drift afresh."""
         self._drift.clear()
-        self._quietest = None
+        self._drift_now, self._quietest = 1.0, None
+
+    def _set_base(self, base: dict[int, float]) -> None:
+        self._base = base
+        self._rows, self._secs = map(list, zip(*sorted(base.items())))
 
     @property
     def drift(self) -> float:
-        return statistics.median(self._drift) if self._drift else 1.0
+        return self._drift_now
 
     def measured(self, rows: int) -> bool:
         return bool(self._drift) and (rows in self._base or (self.calibrated and rows >= 1))
@@ -120,22 +125,23 @@ class StepCosts:
         return bool(self._drift and self._quietest and self.drift > CONTENDED * self._quietest)
 
     def seconds(self, rows: int) -> float | None:
-        return self._base_of(rows) * self.drift if self._base else None
+        return self._base_of(rows) * self._drift_now if self._base else None
 
     def _base_of(self, rows: int) -> float:
         """Seconds of a step of `rows` rows before drift: measured, interpolated, or extrapolated."""
-        if self._curve is None:  # the planner asks for many sizes per step: sorted once per change
-            self._curve = sorted(self._base.items())
-        known = self._curve
-        for (r0, c0), (r1, c1) in zip(known, known[1:]):
-            if r0 <= rows <= r1:
-                return c0 + (c1 - c0) * (rows - r0) / (r1 - r0)
-        r_top, c_top = known[-1]
-        if rows < known[0][0]:  # below the smallest size seen (uncalibrated): proportionally
-            return c_top * rows / r_top if len(known) == 1 else known[0][1] * rows / known[0][0]
-        if len(known) == 1:
+        sizes, secs = self._rows, self._secs
+        i = bisect.bisect_left(sizes, rows)
+        if i < len(sizes) and sizes[i] == rows:
+            return secs[i]
+        if 0 < i < len(sizes):
+            r0, r1, c0, c1 = sizes[i - 1], sizes[i], secs[i - 1], secs[i]
+            return c0 + (c1 - c0) * (rows - r0) / (r1 - r0)
+        r_top, c_top = sizes[-1], secs[-1]
+        if i == 0:  # below the smallest size seen (uncalibrated): proportionally
+            return c_top * rows / r_top if len(sizes) == 1 else secs[0] * rows / sizes[0]
+        if len(sizes) == 1:
             return c_top * (1 + OPTIMISTIC_ROW_COST * (rows - 1)) / (1 + OPTIMISTIC_ROW_COST * (r_top - 1))
-        r_prev, c_prev = known[-2]
+        r_prev, c_prev = sizes[-2], secs[-2]
         linear = c_top + max(c_top - c_prev, 0.0) * (rows - r_top) / (r_top - r_prev)
         return min(linear, c_top * (rows / r_top) ** ROW_COST_EXPONENT)
 
@@ -324,12 +330,23 @@ class DraftPlanner:
         return min(high, max(low, sum(k for _, _, k in self._outcomes) / predicted))
 
     def record_draft(self, tokens: int, seconds: float) -> None:
-        if tokens:
-            self._draft_per_token.append(seconds / tokens)
+        """Take the time a costly proposer spent on `tokens` draft tokens. Kept in units of the target's
+        one-row step at the time, so the two scale together: a thread trial or a busy core that slows
+        the target does not make the draft look cheap next to it (it did: a draft as large as its target
+        was probed during a one-thread trial, and its prompt processing cost that answer 25%)."""
+        one_row = self.steps.seconds(1)
+        if tokens and one_row:
+            self._draft_per_token.append(seconds / tokens / one_row)
+
+    @property
+    def draft_timed(self) -> bool:
+        return bool(self._draft_per_token)
 
     @property
     def draft_seconds_per_token(self) -> float:
-        return statistics.median(self._draft_per_token) if self.costly and self._draft_per_token else 0.0
+        if not (self.costly and self._draft_per_token):
+            return 0.0
+        return statistics.median(self._draft_per_token) * (self.steps.seconds(1) or 0.0)
 
     def _hopeless(self, n: int) -> bool:
         """True when drafting could not beat plain decoding even if every drafted token were kept: for no

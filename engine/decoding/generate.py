@@ -48,7 +48,7 @@ class SpeculativeDecoder:
         """Time every verify size now (once per loaded model, well under a second for small models), so
         the first answer neither waits for it nor guesses. Uses free cells after the cached tokens."""
         token = self._cached[-1] if self._cached else max(self.target.bos, 0)
-        self.loop.calibrate(CHAT_SLOT, len(self._cached), token)
+        self.loop.calibrate(CHAT_SLOT, self.target.next_position(CHAT_SLOT), token)
 
     @property
     def proposer(self) -> Proposer:

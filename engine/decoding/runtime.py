@@ -297,6 +297,10 @@ class Model:
         if not L.llama_memory_seq_rm(self._memory, seq_id, pos, -1):
             raise EngineError(f"could not roll the KV cache back to position {pos}")
 
+    def next_position(self, seq_id: int = 0) -> int:
+        """The position after the last one seq_id holds in the KV cache (0 when it holds none)."""
+        return L.llama_memory_seq_pos_max(self._memory, seq_id) + 1
+
     def share_prefix(self, source: int, seq_id: int, n: int) -> None:
         """Give seq_id the first n positions of source's KV cache: the cells are shared, nothing is copied."""
         L.llama_memory_seq_cp(self._memory, source, seq_id, 0, n)

@@ -177,12 +177,20 @@ class StepLoop:
     def calibrate(self, slot: int = 0, start: int = 0, token: int = 0, sequences: int = 1) -> None:
         """Time a step of every size that `sequences` sequences may verify together, once, in free cells from
         `start` of sequence `slot` (rolled back after), so the planner knows what each verify costs before
-        betting on one. Does nothing when calibrated already, or when nothing is planned (no speculation,
-        fixed lengths)."""
-        target, steps = self.target, self.planner.steps
-        top = min(sequences * (self.speculation.max_draft + 1), target.n_batch, target.n_ctx - start - 1)
-        if steps.calibrated or not (self.speculating and self.speculation.adaptive) or top < 2:
+        betting on one; and a costly proposer's token. Does nothing when calibrated already, or when nothing
+        is planned (no speculation, fixed lengths)."""
+        target, planner = self.target, self.planner
+        if not (self.speculating and self.speculation.adaptive):
             return
+        top = min(sequences * (self.speculation.max_draft + 1), target.n_batch, target.n_ctx - start - 1)
+        if not planner.steps.calibrated and top >= 2:
+            planner.steps.take_calibration(self._time_steps(slot, start, token, top))
+        if not self.proposer.free and not planner.draft_timed:
+            planner.record_draft(1, self.proposer.time_token(slot))
+
+    def _time_steps(self, slot: int, start: int, token: int, top: int) -> dict[int, float]:
+        target = self.target
+
         def timed(rows: int) -> float:
             t = time.perf_counter()
             target.decode_multi([token] * rows, range(start, start + rows), [slot] * rows, [True] * rows)
@@ -192,9 +200,8 @@ class StepLoop:
 
         for _ in range(CALIBRATION_WARMUP):
             timed(1)
-        steps.take_calibration({
-            rows: min(timed(rows) for _ in range(CALIBRATION_REPEATS if rows <= CALIBRATION_EVERY_SIZE else 1))
-            for rows in calibration_sizes(top)})
+        return {rows: min(timed(rows) for _ in range(CALIBRATION_REPEATS if rows <= CALIBRATION_EVERY_SIZE else 1))
+                for rows in calibration_sizes(top)}
 
     # --- proposing and planning -----------------------------------------------------------------
     def _feature(self, s: SequenceState, proposal: Proposal) -> Hashable:

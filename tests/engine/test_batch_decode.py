@@ -348,6 +348,21 @@ def test_a_draft_that_could_never_pay_is_not_probed_again():
     assert any(lengths != [0] for lengths in plans(0.001))
 
 
+def test_a_draft_as_slow_as_its_target_stays_hopeless_when_the_target_slows_down():
+    """The draft's cost is kept relative to the target's one-row step, so when every target step takes
+    twice as long (a thread trial, another program), a draft timed as costly as a plain step still
+    cannot pay and is not probed."""
+    feature = ("draft",)
+    planner = DraftPlanner(SpeculationConfig(max_draft=4), costly_proposer=True)
+    curve = {1: 0.010, 2: 0.012, 4: 0.014, 8: 0.018}  # extra rows nearly free, as on a GPU
+    planner.steps.take_calibration(curve)
+    planner.record_draft(1, 0.010)  # timed with the target's steps: one token as dear as a plain step
+    planner.steps.rescale()
+    for step in range(300):
+        assert planner.plan([feature], [4]).lengths == [0], step
+        planner.record_step(1, 0, 2 * curve[1])
+
+
 def test_a_shared_system_prompt_is_shared_and_a_conversation_keeps_its_cache(batch_target):
     """Two conversations that start with the same system prompt: the second gets a sequence id of its own,
     with the shared start's cells shared into it (prefilled once), and the first's kept cache stays whole,

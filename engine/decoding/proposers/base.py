@@ -24,6 +24,7 @@ Want = tuple[int, Sequence[int], int]
 class Proposer(Protocol):
     name: str
     # True when proposing costs next to nothing, so proposals can be scored while speculation is off.
+    # A proposer that is not free also has time_token(slot) -> seconds of one drafted token.
     free: bool
 
     def start(self, slot: int, prompt: Sequence[int], sampling: SamplingParams, device: torch.device,
