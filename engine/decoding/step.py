@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Hashable
+from typing import Callable, Hashable
 
 import torch
 
@@ -44,6 +44,24 @@ def tokens_to_keep(tokens: list[int], target: Model, ignore_eos: bool, budget: i
     if keep >= budget:
         keep, reason = budget, reason or "length"
     return keep, reason
+
+
+def time_steps(target: Model, slot: int, start: int, token: int, sizes: list[int],
+               clock: Callable[[], float] = time.perf_counter) -> dict[int, float]:
+    """Seconds of a step of each size (rows of `token` in free cells from `start` of sequence `slot`, rolled
+    back after), warm: CALIBRATION_WARMUP untimed one-row steps first, sizes up to CALIBRATION_EVERY_SIZE
+    timed CALIBRATION_REPEATS times (the fastest kept)."""
+    def timed(rows: int) -> float:
+        t = clock()
+        target.decode_multi([token] * rows, range(start, start + rows), [slot] * rows, [True] * rows)
+        spent = clock() - t
+        target.forget_from(start, slot)
+        return spent
+
+    for _ in range(CALIBRATION_WARMUP):
+        timed(1)
+    return {rows: min(timed(rows) for _ in range(CALIBRATION_REPEATS if rows <= CALIBRATION_EVERY_SIZE else 1))
+            for rows in sizes}
 
 
 @dataclass
@@ -92,8 +110,10 @@ class StepLoop:
     """A target, a proposer and the planner that decides, step by step, how much to speculate."""
 
     def __init__(self, target: Model, proposer: Proposer | None, speculation: SpeculationConfig,
-                 device: torch.device, step_costs: StepCosts | None = None, tune_threads: bool = True):
+                 device: torch.device, step_costs: StepCosts | None = None, tune_threads: bool = True,
+                 clock: Callable[[], float] = time.perf_counter):
         self.target = target
+        self.clock = clock  # what step times are read from (a replay's virtual clock: engine.measure.replay)
         self.proposer = proposer or NoProposer()
         self.speculation = speculation
         self.device = device
@@ -135,7 +155,7 @@ class StepLoop:
             rows += row
             positions += range(pos, pos + len(row))
             seq_ids += [s.slot] * len(row)
-        t = time.perf_counter()
+        t = self.clock()
         try:
             logits = target.decode_multi(rows, positions, seq_ids, [True] * len(rows))
         except GenerationCancelled:  # Stop arrived mid-verify: drop the half-processed batch
@@ -148,7 +168,7 @@ class StepLoop:
             verdicts.append(s.verifier.verify(logits[offset:offset + k + 1], proposal.tokens, proposal.probs,
                                               position=len(s.history)))
             offset += k + 1
-        seconds = time.perf_counter() - t
+        seconds = self.clock() - t
         totals.record(len(rows), seconds)
         per_row = self.planner.record_step(len(rows), len(rows) - n, seconds)
         switch = self.threads.record(per_row, self.planner.steps.contended)
@@ -184,24 +204,9 @@ class StepLoop:
             return
         top = min(sequences * (self.speculation.max_draft + 1), target.n_batch, target.n_ctx - start - 1)
         if not planner.steps.calibrated and top >= 2:
-            planner.steps.take_calibration(self._time_steps(slot, start, token, top))
+            planner.steps.take_calibration(time_steps(target, slot, start, token, calibration_sizes(top), self.clock))
         if not self.proposer.free and not planner.draft_timed:
             planner.record_draft(1, self.proposer.time_token(slot))
-
-    def _time_steps(self, slot: int, start: int, token: int, top: int) -> dict[int, float]:
-        target = self.target
-
-        def timed(rows: int) -> float:
-            t = time.perf_counter()
-            target.decode_multi([token] * rows, range(start, start + rows), [slot] * rows, [True] * rows)
-            spent = time.perf_counter() - t
-            target.forget_from(start, slot)
-            return spent
-
-        for _ in range(CALIBRATION_WARMUP):
-            timed(1)
-        return {rows: min(timed(rows) for _ in range(CALIBRATION_REPEATS if rows <= CALIBRATION_EVERY_SIZE else 1))
-                for rows in calibration_sizes(top)}
 
     # --- proposing and planning -----------------------------------------------------------------
     def _feature(self, s: SequenceState, proposal: Proposal) -> Hashable:
@@ -211,7 +216,7 @@ class StepLoop:
 
     def _propose(self, active: list[SequenceState], room: list[int]) -> list[Proposal]:
         cfg, planner, proposer = self.speculation, self.planner, self.proposer
-        t = time.perf_counter()
+        t = self.clock()
         if proposer.free:  # propose first (it costs nothing), then plan knowing each proposal
             offered = [self._up_to_end(p) if s.stops_at_end else p
                        for s, p in zip(active, proposer.propose([(s.slot, s.history, cfg.max_draft) for s in active]))]
@@ -229,7 +234,7 @@ class StepLoop:
             wants = [(s.slot, s.history, k) for s, k in zip(active, plan.lengths) if k]
             made = iter(proposer.propose(wants) if wants else [])
             chosen = [next(made) if k else Proposal() for k in plan.lengths]
-        spent = time.perf_counter() - t
+        spent = self.clock() - t
         self.totals.draft_s += spent
         if not proposer.free:
             planner.record_draft(sum(len(p.tokens) for p in chosen), spent)

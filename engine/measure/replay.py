@@ -1,0 +1,249 @@
+"""`python -m engine.measure.replay`: prompt lookup's policy replayed offline on recorded answers.
+
+Timing runs on a shared CPU vary by 5-10% between runs, more than most policy changes are worth, so a
+policy cannot be tuned on them. `record` saves a model's plain greedy answers to a prompt set (token ids)
+and its warm step-cost curve (seconds by rows verified). `replay` then drives the real StepLoop,
+DraftPlanner and LookupProposer over those answers on a virtual clock that charges each decode the
+recorded curve, and sets the result beside two baselines on the same clock:
+- llama.cpp's ngram-simple (`llama-server --spec-type ngram-simple`): after a 12-token match, up to 48
+  tokens drafted, every step;
+- the hindsight bound for these proposals: at every step the draft length that is best for the rest of
+  the answer, knowing how many of each proposal's tokens the answer keeps (dynamic programming over the
+  answer, longest-match proposals without learned edits). It bounds what choosing draft lengths can win.
+Each figure is a decode speed-up: plain decoding's time over the method's, per prompt. Deterministic,
+about a second per prompt set; a replay does not see what the curve leaves out (numerics that part
+greedy answers at near-ties, a context that grows, other programs).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from ..decoding.cost_model import MAX_DRAFT_LIMIT, SpeculationConfig, calibration_sizes
+from ..decoding.proposers.lookup import LookupProposer
+from ..decoding.sampling import SamplingParams
+from ..decoding.stats import GenerationStats
+from ..decoding.step import SequenceState, StepLoop, time_steps
+from ..decoding.verifier import Verifier
+
+NGRAM_SIMPLE_N, NGRAM_SIMPLE_M = 12, 48  # llama.cpp's defaults (common_params_speculative_ngram_map)
+WARM_UP_TEXT = "Hello there, this is a warm up prompt of some length. " * 8  # cells before the timed ones
+
+
+@dataclass
+class Answer:
+    id: str
+    prompt: list[int]
+    answer: list[int]  # the first token comes from the prompt's prefill; the rest are decode steps
+
+
+@dataclass
+class Recording:
+    model: str
+    curve: dict[int, float]  # seconds of one step by rows verified
+    answers: list[Answer]
+    ends: list[int]  # end tokens among those the prompts and answers use
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(asdict(self)))
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Recording":
+        raw = json.loads(Path(path).read_text())
+        return cls(raw["model"], {int(k): v for k, v in raw["curve"].items()},
+                   [Answer(**a) for a in raw["answers"]], raw["ends"])
+
+    def seconds(self, rows: int) -> float:
+        sizes = sorted(self.curve)
+        return float(np.interp(rows, sizes, [self.curve[r] for r in sizes]))
+
+
+def record(model: str, prompts: Sequence[dict], max_tokens: int, chat: bool = False,
+           threads: int | None = None) -> Recording:
+    """Plain greedy answers (end tokens ignored, as bench's --ignore-eos) and the warm step-cost curve."""
+    from ..chat_format import ChatFormatter
+    from ..decoding.loader import DecoderSettings, build_decoder
+
+    decoder = build_decoder(DecoderSettings(model=model, method="none", threads=threads))
+    target = decoder.target
+    try:
+        warm = target.tokenize(WARM_UP_TEXT)
+        target.prefill(warm, 0, 0)
+        curve = time_steps(target, 0, len(warm), warm[-1], calibration_sizes(MAX_DRAFT_LIMIT + 1))
+        target.forget_all()
+        formatter = ChatFormatter(target) if chat else None
+        answers = []
+        for item in prompts:
+            tokens = (formatter.render([{"role": "user", "content": item["prompt"]}])[1] if formatter
+                      else target.tokenize(item["prompt"]))
+            out = [t for delta in decoder.generate(tokens, SamplingParams(temperature=0), max_tokens=max_tokens,
+                                                   ignore_eos=True) for t in delta.tokens]
+            answers.append(Answer(item["id"], list(tokens), out))
+        used = {t for a in answers for t in a.prompt + a.answer}
+        return Recording(target.name, curve, answers, sorted(t for t in used if target.is_end(t)))
+    finally:
+        target.close()
+
+
+class ReplayTarget:
+    """Stands in for the target model: each decode advances the virtual clock by the recorded curve, and
+    the logits make the recorded answer the argmax at every position (so the verifier keeps exactly the
+    drafted tokens the answer has)."""
+
+    n_batch, can_roll_back, threads = 512, True, 1
+
+    def __init__(self, recording: Recording):
+        self.recording = recording
+        self.now = 0.0
+        self.n_ctx = 1 + max(len(a.prompt) + len(a.answer) for a in recording.answers) + MAX_DRAFT_LIMIT
+        self.n_vocab = 1 + max(t for a in recording.answers for t in a.prompt + a.answer)
+        self.truth: list[int] = []  # the prompt and answer being replayed
+        self._ends = set(recording.ends)
+        self._logits = np.zeros((MAX_DRAFT_LIMIT + 1, self.n_vocab), dtype=np.float32)
+        self._hot: list[tuple[int, int]] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def decode_multi(self, tokens, positions, seq_ids, want_logits) -> np.ndarray:
+        self.now += self.recording.seconds(len(tokens))
+        for row, column in self._hot:  # the last step's ones, cleared
+            self._logits[row, column] = 0.0
+        self._hot = [(row, self.truth[pos + 1]) for row, pos in enumerate(positions) if pos + 1 < len(self.truth)]
+        for row, column in self._hot:
+            self._logits[row, column] = 1.0
+        return self._logits[:len(tokens)]
+
+    def forget_from(self, pos: int, seq_id: int = 0) -> None:
+        pass
+
+    def set_threads(self, threads: int) -> None:
+        pass
+
+    def is_end(self, token: int) -> bool:
+        return token in self._ends
+
+
+def replay_lookup(recording: Recording, max_draft: int = 32) -> list[float]:
+    """Prompt lookup's decode speed-up per answer, answered one after another as bench does (one planner)."""
+    target = ReplayTarget(recording)
+    loop = StepLoop(target, LookupProposer(remember_requests=False), SpeculationConfig(max_draft=max_draft),
+                    torch.device("cpu"), tune_threads=False, clock=target.clock)
+    plain_step = recording.seconds(1)
+    out = []
+    for a in recording.answers:
+        target.truth = a.prompt + a.answer
+        history = a.prompt + a.answer[:1]
+        loop.planner.begin_request()
+        loop.proposer.start(0, a.prompt, None, None, 0)
+        loop.calibrate(0, len(a.prompt), a.answer[0])
+        seq = SequenceState(0, history, Verifier(SamplingParams(temperature=0), torch.device("cpu"), 0),
+                            GenerationStats(), stops_at_end=False)
+        started, produced = target.now, 1
+        while produced < len(a.answer):
+            produced += len(loop.step([seq], [len(a.answer) - produced])[0].tokens)
+        out.append(_speed_up(len(a.answer), plain_step, target.now - started))
+    return out
+
+
+def ngram_simple_draft(tokens: list[int], n: int = NGRAM_SIMPLE_N, m: int = NGRAM_SIMPLE_M) -> list[int]:
+    """llama.cpp's common_ngram_simple_draft: the latest earlier occurrence of the last n tokens, and up
+    to m tokens after it (none unless at least n)."""
+    cur = len(tokens) - 1  # the last token is the one just sampled, not yet in llama.cpp's history
+    if cur <= n + m + 1:
+        return []
+    pattern = tokens[-n:]
+    for j in range(cur - n - 1, 0, -1):
+        if tokens[j:j + n] == pattern:
+            copy = min(m, cur - (j + n))
+            return tokens[j + n:j + n + copy] if copy >= n else []
+    return []
+
+
+def replay_ngram_simple(recording: Recording) -> list[float]:
+    out = []
+    for a in recording.answers:
+        spent, produced = 0.0, 1
+        while produced < len(a.answer):
+            draft = ngram_simple_draft(a.prompt + a.answer[:produced])[:len(a.answer) - produced]
+            spent += recording.seconds(1 + len(draft))
+            produced += 1 + _kept(draft, a.answer, produced)
+        out.append(_speed_up(len(a.answer), recording.seconds(1), spent))
+    return out
+
+
+def hindsight_bound(recording: Recording, max_draft: int = 32) -> list[float]:
+    proposer = LookupProposer(remember_requests=False)
+    out = []
+    for a in recording.answers:
+        n = len(a.answer)
+        proposals = [proposer.propose_one(a.prompt + a.answer[:i], max_draft).tokens for i in range(n)]
+        kept = [_kept(p, a.answer, i) for i, p in enumerate(proposals)]
+        best = [0.0] * (n + 1)  # best[i]: least time to produce answer[i:] given answer[:i]
+        for i in range(n - 1, 0, -1):
+            best[i] = min(recording.seconds(k + 1) + best[min(n, i + 1 + min(k, kept[i]))]
+                          for k in range(0, min(len(proposals[i]), n - 1 - i) + 1))
+        out.append(_speed_up(n, recording.seconds(1), best[1]) if n > 1 else 1.0)
+    return out
+
+
+def _kept(draft: list[int], answer: list[int], at: int) -> int:
+    """How many of a draft proposed with answer[:at] written the answer goes on to write."""
+    k = 0
+    while k < len(draft) and at + k < len(answer) and draft[k] == answer[at + k]:
+        k += 1
+    return k
+
+
+def _speed_up(tokens: int, plain_step: float, spent: float) -> float:
+    return (tokens - 1) * plain_step / spent if spent > 0 else 1.0
+
+
+def report(recording: Recording, max_draft: int) -> str:
+    lookup = replay_lookup(recording, max_draft)
+    ngram = replay_ngram_simple(recording)
+    bound = hindsight_bound(recording, max_draft)
+    lines = [f"{recording.model}: decode speed-up over plain decoding on the recorded step costs "
+             f"(1 row {1000 * recording.seconds(1):.1f} ms, 16 rows {1000 * recording.seconds(16):.1f} ms), "
+             f"max draft {max_draft}",
+             "| prompt | lookup | ngram-simple | lookup / ngram-simple | hindsight bound |", "|---|---|---|---|---|"]
+    for a, x, y, z in zip(recording.answers, lookup, ngram, bound):
+        lines.append(f"| {a.id} | {x:.2f}x | {y:.2f}x | {x / y:.2f} | {z:.2f}x |")
+    med = statistics.median
+    lines.append(f"| median | {med(lookup):.2f}x | {med(ngram):.2f}x | {med(x / y for x, y in zip(lookup, ngram)):.2f} "
+                 f"| {med(bound):.2f}x |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m engine.measure.replay", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    rec = sub.add_parser("record", help="record plain greedy answers and the step-cost curve")
+    rec.add_argument("--model", default="embedded")
+    rec.add_argument("--prompts", required=True, help="JSONL with id and prompt per line")
+    rec.add_argument("--max-tokens", type=int, default=200)
+    rec.add_argument("--chat", action="store_true", help="send each prompt as one user message (chat template)")
+    rec.add_argument("--threads", type=int, default=None)
+    rec.add_argument("--out", required=True)
+    rep = sub.add_parser("replay", help="replay lookup, ngram-simple and the hindsight bound on a recording")
+    rep.add_argument("recording")
+    rep.add_argument("--max-draft", type=int, default=32)
+    args = parser.parse_args(argv)
+    if args.command == "record":
+        prompts = [json.loads(line) for line in Path(args.prompts).read_text().splitlines() if line.strip()]
+        record(args.model, prompts, args.max_tokens, args.chat, args.threads).save(args.out)
+        print(f"recorded {len(prompts)} answers to {args.out}")
+    else:
+        print(report(Recording.load(args.recording), args.max_draft))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,72 @@
+"""The offline replay (engine.measure.replay): the real StepLoop, planner and lookup proposer driven over
+recorded answers on a virtual clock, beside llama.cpp's ngram-simple and the hindsight bound."""
+import random
+
+import pytest
+
+from engine.decoding.sampling import SamplingParams
+from engine.measure import replay
+from engine.measure.replay import Answer, Recording
+
+# A CPU-like curve: each extra verified row costs 15% of a one-row step.
+CURVE = {rows: 0.010 * (1 + 0.15 * (rows - 1)) for rows in list(range(1, 18)) + [24, 32, 48, 64, 65]}
+
+
+def synthetic(answers: list[Answer]) -> Recording:
+    return Recording("synthetic", CURVE, answers, ends=[])
+
+
+def copy_and_fresh() -> list[Answer]:
+    rng = random.Random(7)
+    prompt = rng.sample(range(100, 5000), 300)  # no token twice: only the copy can match
+    fresh = rng.sample(range(6000, 9000), 150)
+    return [Answer("copy", prompt, prompt[40:240]), Answer("fresh", prompt, fresh)]
+
+
+def test_a_copied_answer_is_drafted_and_a_fresh_one_costs_nothing():
+    rec = synthetic(copy_and_fresh())
+    lookup, ngram, bound = replay.replay_lookup(rec), replay.replay_ngram_simple(rec), replay.hindsight_bound(rec)
+    assert lookup[0] > 3.0 and ngram[0] > 2.0, (lookup, ngram)
+    assert bound[0] >= lookup[0] and bound[0] >= ngram[0]
+    # Nothing to match: nothing drafted by anyone, so exactly plain decoding's time.
+    assert lookup[1] == pytest.approx(1.0) and ngram[1] == pytest.approx(1.0) and bound[1] == pytest.approx(1.0)
+
+
+def test_ngram_simple_waits_for_twelve_tokens_and_drafts_up_to_48():
+    history = list(range(100)) + list(range(20, 40))  # the last 20 tokens repeat 20..39
+    assert replay.ngram_simple_draft(history[:-9]) == []  # the repeat is 11 tokens long: no 12-token match
+    draft = replay.ngram_simple_draft(history)
+    assert draft == list(range(40, 88))
+
+
+def test_the_replay_is_deterministic_and_max_draft_bounds_the_steps():
+    rec = synthetic(copy_and_fresh())
+    assert replay.replay_lookup(rec) == replay.replay_lookup(rec)
+    # With drafts of at most 4, a copy gains at most 5 tokens per step of 5 rows (1.6 one-row steps here).
+    assert replay.replay_lookup(rec, max_draft=4)[0] <= 5 / 1.6 + 1e-9
+
+
+def test_record_and_replay_from_the_command_line(model_path, tmp_path, capsys):
+    """Recorded answers are the model's plain greedy answers; the replay prints one row per prompt."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "count", "prompt": "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,"}\n')
+    out = tmp_path / "rec.json"
+    assert replay.main(["record", "--model", str(model_path), "--prompts", str(prompts), "--max-tokens", "24",
+                        "--threads", "2", "--out", str(out)]) == 0
+    rec = Recording.load(out)
+    assert rec.curve[1] > 0 and rec.curve[65] > rec.curve[1]
+
+    from engine.decoding.loader import DecoderSettings, build_decoder
+    decoder = build_decoder(DecoderSettings(model=str(model_path), method="none", threads=2))
+    try:
+        prompt = decoder.target.tokenize("1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,")
+        greedy = [t for d in decoder.generate(prompt, SamplingParams(temperature=0), max_tokens=24, ignore_eos=True)
+                  for t in d.tokens]
+    finally:
+        decoder.target.close()
+    assert rec.answers[0].prompt == prompt and rec.answers[0].answer == greedy
+
+    capsys.readouterr()
+    assert replay.main(["replay", str(out)]) == 0
+    table = capsys.readouterr().out
+    assert "| count |" in table and "| median |" in table
