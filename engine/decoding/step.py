@@ -171,7 +171,7 @@ class StepLoop:
         seconds = self.clock() - t
         totals.record(len(rows), seconds)
         per_row = self.planner.record_step(len(rows), len(rows) - n, seconds)
-        switch = self.threads.record(per_row, self.planner.steps.contended)
+        switch = self.threads.record(per_row, self.planner.steps.contended, drafted=len(rows) > n)
         if switch is not None:  # the scale measured at the old count no longer applies
             target.set_threads(switch)
             self.planner.steps.rescale()

@@ -21,7 +21,10 @@ RETRY_EVERY = 32
 TRIAL_MARGIN = 0.9  # fewer threads on trial are kept only when this much faster than the count before
 # Fewer threads are also tried now and then without a sign of contention: a machine that was busy from the
 # first step on never looks slower than itself (measured: plain decoding with a busy core from the start
-# stayed at 38.8 tok/s on 2 threads). On a quiet machine a trial costs 8 steps at ~1.3-2x once per 512.
+# stayed at 38.8 tok/s on 2 threads). On a quiet machine a trial costs 8 steps at ~1.3x once per 512, but
+# only where steps are plain: 1 thread verifies 16 rows ~1.8x slower, and a trial that fell on an answer
+# copying its prompt (Gemma 3 270M, 16 steps of 16 rows) took it from 265 to 177 tok/s. So such a trial
+# waits for a step that drafted nothing.
 FIRST_PROBE_AFTER = 16
 PROBE_EVERY = 512
 
@@ -36,8 +39,9 @@ class ThreadTuner:
         self._before: int | None = None
         self._probed = False  # the first trial without contention has been made
 
-    def record(self, per_row_seconds: float, contended: bool) -> int | None:
-        """One step's cost in one-row steps' seconds; returns a thread count to switch to, or None."""
+    def record(self, per_row_seconds: float, contended: bool, drafted: bool = False) -> int | None:
+        """One step's cost in one-row steps' seconds (and whether it verified drafts); returns a thread count
+        to switch to, or None."""
         self._recent.setdefault(self.current, deque(maxlen=TRIAL_STEPS)).append(per_row_seconds)
         self._steps_here += 1
         if self._trying is not None:
@@ -50,8 +54,8 @@ class ThreadTuner:
             return self._switch(keep)
         if self.full < 2:
             return None
-        if self.current == self.full and self._steps_here >= TRIAL_STEPS and (
-                contended or self._steps_here >= (PROBE_EVERY if self._probed else FIRST_PROBE_AFTER)):
+        probe_due = not drafted and self._steps_here >= (PROBE_EVERY if self._probed else FIRST_PROBE_AFTER)
+        if self.current == self.full and self._steps_here >= TRIAL_STEPS and (contended or probe_due):
             self._probed = True
             return self._try(max(1, self.full // 2))
         if self.current < self.full and self._steps_here >= RETRY_EVERY:

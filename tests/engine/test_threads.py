@@ -2,10 +2,11 @@
 from engine.decoding.threads import FIRST_PROBE_AFTER, PROBE_EVERY, RETRY_EVERY, TRIAL_STEPS, ThreadTuner
 
 
-def run(tuner: ThreadTuner, cost_by_threads: dict[int, float], contended: bool, steps: int) -> list[int]:
+def run(tuner: ThreadTuner, cost_by_threads: dict[int, float], contended: bool, steps: int,
+        drafted: bool = False) -> list[int]:
     switches = []
     for _ in range(steps):
-        switch = tuner.record(cost_by_threads[tuner.current], contended)
+        switch = tuner.record(cost_by_threads[tuner.current], contended, drafted)
         if switch is not None:
             switches.append(switch)
     return switches
@@ -43,3 +44,15 @@ def test_a_machine_busy_from_the_start_is_found_by_an_early_trial():
     tuner = ThreadTuner(2)
     quiet = {2: 0.010, 1: 0.013}
     assert run(tuner, quiet, contended=False, steps=FIRST_PROBE_AFTER + TRIAL_STEPS + PROBE_EVERY - 1) == [1, 2]
+
+
+def test_a_trial_without_contention_waits_for_a_plain_step():
+    """1 thread verifies many rows far slower than 2, so the early trial is not made while every step
+    verifies drafts (an answer copying its prompt), only at the first plain step after."""
+    tuner = ThreadTuner(2)
+    quiet = {2: 0.010, 1: 0.013}
+    assert run(tuner, quiet, contended=False, steps=FIRST_PROBE_AFTER * 4, drafted=True) == []
+    assert run(tuner, quiet, contended=False, steps=1) == [1]
+    # Contention is not kept waiting: halving may be what a busy machine needs most while drafting.
+    tuner = ThreadTuner(2)
+    assert run(tuner, {2: 0.026, 1: 0.011}, contended=True, steps=TRIAL_STEPS, drafted=True) == [1]
