@@ -54,7 +54,12 @@ CONTENDED = 1.6  # the drift this much above the quietest seen: another process 
 # it is (8 rows: 3.4 plain steps predicted, 4.9 paid), so drafts that lose were taken. The sizes a single
 # sequence verifies are timed twice, the faster kept.
 CALIBRATION_WARMUP = 2
-CALIBRATION_REPEATS = 2  # for sizes up to CALIBRATION_EVERY_SIZE; wider ones (a batch) once
+# A decode wider than any before grows llama.cpp's compute buffers: timed once in rising order, the wide sizes
+# came out 15-23% dear (Gemma 3 270M, 32 rows: 97.7 ms, against 79.4 as the faster of two), which kept
+# copies from drafting long. So the widest size is decoded once untimed first, and every size one sequence
+# may verify is timed twice; wider ones (a batch of sequences) once.
+CALIBRATION_REPEATS = 2
+CALIBRATION_REPEATED_UP_TO = MAX_DRAFT_LIMIT + 1
 CALIBRATION_EVERY_SIZE = 17  # rows timed one by one; then every 8th to 64, every 32nd beyond (and the largest)
 CALIBRATION_STRIDE = 8
 CALIBRATION_WIDE_FROM, CALIBRATION_WIDE_STRIDE = 64, 32
