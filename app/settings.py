@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from engine.errors import InvalidSettingError
+from engine.decoding.cost_model import DEFAULT_MAX_DRAFT
 from engine.decoding.loader import DecoderSettings
 from engine.paths import config_dir, write_text_atomic, unwritable_reason
 from engine.decoding.sampling import SamplingParams
@@ -32,7 +33,7 @@ class AppSettings:
     # speculation
     speculation: bool = True
     method: str = "lookup"  # "draft" | "lookup" | "none"
-    max_draft: int = 32
+    max_draft: int = DEFAULT_MAX_DRAFT
     min_draft: int = 1
     p_min: float = 0.75  # draft confidence cutoff
     adaptive: bool = True

@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from .cost_model import SpeculationConfig
+from .cost_model import DEFAULT_MAX_DRAFT, SpeculationConfig
 from ..modelfiles.embedded import resolve_model
 from ..errors import InvalidSettingError, SpeculationUnavailable
 from .generate import SpeculativeDecoder
@@ -22,7 +22,7 @@ class DecoderSettings:
     model: str = "embedded"
     draft: str | None = None
     method: str = "lookup"
-    max_draft: int = 32
+    max_draft: int = DEFAULT_MAX_DRAFT
     min_draft: int = 1
     adaptive: bool = True
     p_min: float = 0.75

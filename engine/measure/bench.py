@@ -23,6 +23,7 @@ import torch
 
 from ..chat_format import ChatFormatter
 from ..errors import EngineError, InvalidSettingError
+from ..decoding.cost_model import DEFAULT_MAX_DRAFT
 from ..decoding.loader import METHODS, DecoderSettings, build_decoder
 from ..decoding.sampling import SamplingParams
 
@@ -45,7 +46,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--model", required=True, help="a GGUF path, or 'embedded'")
     ap.add_argument("--draft", help="draft GGUF path, or 'embedded' (for --method draft)")
     ap.add_argument("--method", choices=METHODS, required=True)
-    ap.add_argument("--max-draft", type=int, default=32)
+    ap.add_argument("--max-draft", type=int, default=DEFAULT_MAX_DRAFT)
     ap.add_argument("--no-adaptive", action="store_true", help="always draft --max-draft tokens")
     ap.add_argument("--remember", action="store_true",
                     help="lookup also searches the answers to earlier prompts of the run, as the chat does "

@@ -26,7 +26,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..decoding.cost_model import MAX_DRAFT_LIMIT, SpeculationConfig, calibration_sizes
+from ..decoding.cost_model import DEFAULT_MAX_DRAFT, MAX_DRAFT_LIMIT, SpeculationConfig, calibration_sizes
 from ..decoding.proposers.lookup import LookupProposer
 from ..decoding.sampling import SamplingParams
 from ..decoding.stats import GenerationStats
@@ -131,7 +131,7 @@ class ReplayTarget:
         return token in self._ends
 
 
-def replay_lookup(recording: Recording, max_draft: int = 32) -> list[float]:
+def replay_lookup(recording: Recording, max_draft: int = DEFAULT_MAX_DRAFT) -> list[float]:
     """Prompt lookup's decode speed-up per answer, answered one after another as bench does (one planner)."""
     target = ReplayTarget(recording)
     loop = StepLoop(target, LookupProposer(remember_requests=False), SpeculationConfig(max_draft=max_draft),
@@ -179,7 +179,7 @@ def replay_ngram_simple(recording: Recording) -> list[float]:
     return out
 
 
-def hindsight_bound(recording: Recording, max_draft: int = 32) -> list[float]:
+def hindsight_bound(recording: Recording, max_draft: int = DEFAULT_MAX_DRAFT) -> list[float]:
     proposer = LookupProposer(remember_requests=False)
     out = []
     for a in recording.answers:
@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     rec.add_argument("--out", required=True)
     rep = sub.add_parser("replay", help="replay lookup, ngram-simple and the hindsight bound on a recording")
     rep.add_argument("recording")
-    rep.add_argument("--max-draft", type=int, default=32)
+    rep.add_argument("--max-draft", type=int, default=DEFAULT_MAX_DRAFT)
     args = parser.parse_args(argv)
     if args.command == "record":
         prompts = [json.loads(line) for line in Path(args.prompts).read_text().splitlines() if line.strip()]

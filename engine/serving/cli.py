@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 
+from ..decoding.cost_model import DEFAULT_MAX_DRAFT
 from ..decoding.loader import METHODS, DecoderSettings, load_draft, load_target, make_proposer
 from ..errors import EngineError
 from .service import DEFAULT_PORT, ServeOptions, Service
@@ -28,7 +29,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--max-queue", type=int, default=32, help="requests that may wait beyond those (then 429)")
     ap.add_argument("--threads", type=int)
     ap.add_argument("--ctx", type=int, default=8192, help="KV cells shared by all requests in flight")
-    ap.add_argument("--max-draft", type=int, default=32)
+    ap.add_argument("--max-draft", type=int, default=DEFAULT_MAX_DRAFT)
     ap.add_argument("--no-remember", action="store_true",
                     help="lookup searches only the request itself, not earlier answers (benchmarks whose prompts repeat)")
     return ap.parse_args(argv)
