@@ -24,7 +24,7 @@ def test_a_copied_passage_gives_the_same_answer_with_measured_figures_on_both_si
     window = make_window(replace(quick_settings, adaptive=False))
     compare = open_compare(window, PASSAGE)
     assert compare.isVisible() and compare.prompt_edit.toPlainText() == PASSAGE
-    assert "prompt lookup, up to 32 draft tokens, fixed length" in compare.spec_pane.title()
+    assert f"prompt lookup, up to {quick_settings.max_draft} draft tokens, fixed length" in compare.spec_pane.title()
     compare.max_tokens.setValue(60)
     shown = []  # tokens/s as each side showed it while streaming
 
