@@ -55,8 +55,7 @@ OPTIMISTIC_ROW_COST = 0.1  # before any multi-row step: each extra row ~10% of a
 CONTENDED = 1.6  # the drift this much above the quietest seen: another process is using the cores
 # Calibration decodes once untimed first: the first decode after a load or a pause ran ~25% slow (SmolLM2,
 # 1 row: 6.9 ms against 5.5 after), and a slow one-row base made every verify look that much cheaper than
-# it is (8 rows: 3.4 plain steps predicted, 4.9 paid), so drafts that lose were taken. The sizes a single
-# sequence verifies are timed twice, the faster kept.
+# it is (8 rows: 3.4 plain steps predicted, 4.9 paid), so drafts that lose were taken.
 CALIBRATION_WARMUP = 2
 # A decode wider than any before grows llama.cpp's compute buffers: timed once in rising order, the wide sizes
 # came out 15-23% dear (Gemma 3 270M, 32 rows: 97.7 ms, against 79.4 as the faster of two), which kept

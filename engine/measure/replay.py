@@ -32,6 +32,7 @@ from ..decoding.sampling import SamplingParams
 from ..decoding.stats import GenerationStats
 from ..decoding.step import SequenceState, StepLoop, time_steps
 from ..decoding.verifier import Verifier
+from .bench import read_prompts
 
 NGRAM_SIMPLE_N, NGRAM_SIMPLE_M = 12, 48  # llama.cpp's defaults (common_params_speculative_ngram_map)
 WARM_UP_TEXT = "Hello there, this is a warm up prompt of some length. " * 8  # cells before the timed ones
@@ -70,6 +71,7 @@ def record(model: str, prompts: Sequence[dict], max_tokens: int, chat: bool = Fa
     """Plain greedy answers (end tokens ignored, as bench's --ignore-eos) and the warm step-cost curve."""
     from ..chat_format import ChatFormatter
     from ..decoding.loader import DecoderSettings, build_decoder
+    from .bench import encode
 
     decoder = build_decoder(DecoderSettings(model=model, method="none", threads=threads))
     target = decoder.target
@@ -81,11 +83,10 @@ def record(model: str, prompts: Sequence[dict], max_tokens: int, chat: bool = Fa
         formatter = ChatFormatter(target) if chat else None
         answers = []
         for item in prompts:
-            tokens = (formatter.render([{"role": "user", "content": item["prompt"]}])[1] if formatter
-                      else target.tokenize(item["prompt"]))
+            tokens, _ = encode(target, formatter, item["prompt"])
             out = [t for delta in decoder.generate(tokens, SamplingParams(temperature=0), max_tokens=max_tokens,
                                                    ignore_eos=True) for t in delta.tokens]
-            answers.append(Answer(item["id"], list(tokens), out))
+            answers.append(Answer(str(item["id"]), list(tokens), out))
         used = {t for a in answers for t in a.prompt + a.answer}
         return Recording(target.name, curve, answers, sorted(t for t in used if target.is_end(t)))
     finally:
@@ -237,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--max-draft", type=int, default=DEFAULT_MAX_DRAFT)
     args = parser.parse_args(argv)
     if args.command == "record":
-        prompts = [json.loads(line) for line in Path(args.prompts).read_text().splitlines() if line.strip()]
+        prompts = read_prompts(args.prompts)
         record(args.model, prompts, args.max_tokens, args.chat, args.threads).save(args.out)
         print(f"recorded {len(prompts)} answers to {args.out}")
     else:

@@ -42,13 +42,13 @@ def test_a_draft_that_never_stops_is_switched_off_when_it_cannot_pay(target, dra
     record_draft = DraftPlanner.record_draft
     monkeypatch.setattr(DraftPlanner, "record_draft",
                         lambda self, tokens, seconds: record_draft(self, tokens, ONE_ROW_S * tokens))
+    decoder = SpeculativeDecoder(target, DraftModelProposer(draft, target, p_min=0.0),
+                                 SpeculationConfig(max_draft=16, adaptive=True))
+    decoder.calibrate()  # times the draft's token too: those decodes are not proposals
+    assert decoder.loop.planner.draft_timed
     draft_decodes = []
     real_decode = draft.decode_multi
     monkeypatch.setattr(draft, "decode_multi", lambda *a, **k: draft_decodes.append(1) or real_decode(*a, **k))
-    decoder = SpeculativeDecoder(target, DraftModelProposer(draft, target, p_min=0.0),
-                                 SpeculationConfig(max_draft=16, adaptive=True))
-    decoder.calibrate()
-    assert decoder.loop.planner.draft_timed
     lengths, paused = [], []  # the draft length of the step behind each delta, and what the stats said
     for _ in decoder.generate(target.tokenize(PROMPT), GREEDY, max_tokens=64, ignore_eos=True):
         lengths.append(decoder.stats.draft_length)

@@ -8,7 +8,6 @@ token at a time, stopping a sequence when its confidence falls below p_min (llam
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -19,9 +18,8 @@ from ...errors import InvalidSettingError
 from ...modelfiles.vocab_check import require_compatible
 from ..runtime import Model, common_prefix
 from ..sampling import Candidates, SamplingParams, filter_logits, make_generator, position_seed
+from ..step import time_steps
 from .base import Proposal, Want
-
-TIMING_REPEATS = 2
 
 
 def stack_candidates(rows: list[Candidates]) -> Candidates:
@@ -72,19 +70,11 @@ class DraftModelProposer:
         pass  # the cache stays: a next request on this sequence (a chat's next turn) reuses its prefix
 
     def time_token(self, slot: int) -> float:
-        """Seconds of one draft token (a one-row decode, the fastest of TIMING_REPEATS after an untimed one),
-        in the free cells after what `slot` holds, rolled back after. The planner knows from it, before
-        any draft runs, whether this draft could ever pay (a draft as large as its target cannot)."""
-        model, token = self.model, max(self.model.bos, 0)
-        pos = model.next_position(slot)
-        best = float("inf")
-        for i in range(TIMING_REPEATS + 1):
-            t = time.perf_counter()
-            model.decode([token], pos, 1, slot)
-            if i:
-                best = min(best, time.perf_counter() - t)
-            model.forget_from(pos, slot)
-        return best
+        """Seconds of one draft token (a one-row decode, warm, timed as the target's steps are), in the free
+        cells after what `slot` holds, rolled back after. The planner knows from it, before any draft runs,
+        whether this draft could ever pay (a draft as large as its target cannot)."""
+        model = self.model
+        return time_steps(model, slot, model.next_position(slot), max(model.bos, 0), [1])[1]
 
     def propose(self, wants: list[Want]) -> list[Proposal]:
         room = self.model.n_ctx
