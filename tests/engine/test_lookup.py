@@ -1,6 +1,6 @@
 import numpy as np
 
-from engine.decoding.proposers.lookup import LookupProposer, find_lookup_draft
+from engine.decoding.proposers.lookup import HistoryArray, LookupProposer, find_lookup_draft, longest_match
 
 
 def h(*tokens):
@@ -20,6 +20,45 @@ def test_longest_ngram_wins_over_shorter_ones():
 def test_most_recent_match_wins_among_equals():
     history = h(5, 1, 5, 2, 5)
     assert draft(history, 1, 1, 1) == [2]
+
+
+def _longest_match_by_brute_force(corpus, query, end, min_n, max_n):
+    best = (0, 0)
+    for i in range(end):  # the latest i wins among equals: >= below
+        n = 0
+        while n < min(max_n, len(query)) and i - n >= 0 and corpus[i - n] == query[-1 - n]:
+            n += 1
+        if n and n >= best[1]:
+            best = (i + 1, n)
+    return best if best[1] >= min_n else (0, 0)
+
+
+def test_longest_match_agrees_with_brute_force():
+    """Random texts over few symbols (many candidates, long matches) and long copies (few candidates, the
+    vectorised path), queries from the corpus and from elsewhere."""
+    rng = np.random.default_rng(7)
+    for trial in range(3000):
+        corpus = rng.integers(0, int(rng.integers(2, 6)), int(rng.integers(1, 90))).astype(np.int64)
+        if trial % 4 == 0:  # a copy: the end repeats an earlier stretch
+            corpus = np.concatenate([corpus, corpus[:int(rng.integers(1, len(corpus) + 1))]])
+        query = corpus if trial % 3 else rng.integers(0, 4, int(rng.integers(1, 20))).astype(np.int64)
+        end, min_n, max_n = int(rng.integers(0, len(corpus) + 1)), int(rng.integers(1, 4)), int(rng.integers(1, 17))
+        assert longest_match(corpus, query, end, min_n, max_n) == \
+            _longest_match_by_brute_force(corpus, query, end, min_n, max_n), (corpus, query, end, min_n, max_n)
+
+
+def test_history_array_follows_a_growing_history_and_notices_another():
+    arrays, history = HistoryArray(), [3, 1, 4]
+    assert arrays.of(history).tolist() == [3, 1, 4]
+    for token in range(300):  # past its first buffer
+        history.append(token)
+        assert arrays.of(history)[-1] == token
+    assert arrays.of(history).tolist() == history
+    assert arrays.of([9, 9]).tolist() == [9, 9]  # another list: converted afresh
+    other = [8, 9, 7]
+    assert arrays.of(other).tolist() == [8, 9, 7]  # longer, and equal to the last at the cell seen last
+    del other[1:]
+    assert arrays.of(other).tolist() == [8]  # shorter
 
 
 def test_no_match_and_no_room_give_nothing():

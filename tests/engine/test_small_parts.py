@@ -129,6 +129,24 @@ def test_calibration_times_every_single_sequence_size_then_every_eighth():
     assert calibration_sizes(264) == list(range(1, 18)) + [24, 32, 40, 48, 56, 64, 96, 128, 160, 192, 224, 256, 264]
 
 
+def test_acceptance_keeps_its_sums_with_its_tables():
+    """The pooled prior reads each feature's totals, kept current as slots are recorded and faded; and
+    E(k) stops where a further slot adds under NEGLIGIBLE_TOKENS."""
+    table = Acceptance(16)
+    for step in range(60):
+        table.record((4, step % 2 == 0), 1 + step % 9, step % 5)
+        table.record((12, True), 16, 16 if step % 3 else 2)
+        if step % 20 == 19:
+            table.fade()
+    for feature in table._tried:
+        assert table._sums[feature] == pytest.approx([sum(table._tried[feature]), sum(table._kept[feature])])
+    never = Acceptance(16)
+    for _ in range(200):
+        never.record((1, False), 4, 0)
+    assert len(never.expected_tokens((1, False))) < 17 <= len(table.expected_tokens((12, True))) + 0
+    assert len(table.expected_tokens((12, True), slots=5)) == 6
+
+
 def test_a_low_realism_expires_so_drafting_can_resume():
     """Misses lower the planner's realism; if that alone stopped drafting for good, no later outcome could
     raise it again. Outcomes older than REALISM_HORIZON steps no longer count."""
