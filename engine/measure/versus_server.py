@@ -1,0 +1,191 @@
+"""`python -m engine.measure.versus_server`: SpecChat beside llama.cpp's own server, paired prompt by prompt.
+
+python -m engine.measure.versus_server --server PATH/llama-server --model PATH|embedded|embedded-gemma --prompts FILE.jsonl
+    [--rounds 3] [--max-tokens 200] [--threads 2] [--out FILE.json]
+
+For every prompt and round it runs, back to back (the order rotated each time, so a slow spell of a
+shared machine falls on every method alike): llama-server plain, llama-server --spec-type ngram-simple,
+the same with SpecChat's cache settings (--swa-full --kv-unified), SpecChat plain and SpecChat lookup.
+Greedy, end tokens ignored, raw completion, the prompt never cached. Reported per method: the median over
+prompts of each prompt's fastest run, and the paired ratio (the median over prompts and rounds of runs
+made back to back).
+
+Why the third server: greedy answers part where the model's top two tokens nearly tie, and where they
+part depends on numerics that the cache layout changes. With its defaults llama-server writes other
+answers than SpecChat to some prompts (Gemma 3 270M: 3 of 6 of our tuning prompts, one from its second
+token), and a copying answer that parted copies more or less, so its speed is another answer's. With
+SpecChat's cache settings it writes SpecChat's answers, so lookup and ngram-simple draft on the same text.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import socket
+import statistics
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ..decoding.loader import DecoderSettings, build_decoder
+from ..decoding.sampling import SamplingParams
+from ..modelfiles.embedded import resolve_model
+from .bench import encode, read_prompts
+
+SERVER_METHODS = {
+    "server plain": [],
+    "server ngram-simple": ["--spec-type", "ngram-simple"],
+    "server ngram-simple, SpecChat's cache": ["--spec-type", "ngram-simple", "--swa-full", "--kv-unified"],
+}
+SPECCHAT_METHODS = {"SpecChat plain": "none", "SpecChat lookup": "lookup"}
+STARTUP_S = 120
+
+
+@dataclass
+class Run:
+    tokens_per_s: float
+    tokens: list[int]
+
+
+class LlamaServer:
+    """One llama-server process on a free local port."""
+
+    def __init__(self, binary: str, model: str, extra: list[str], threads: int, n_ctx: int = 4096):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self._proc = subprocess.Popen(
+            [binary, "-m", model, "--host", "127.0.0.1", "--port", str(self.port), "-t", str(threads),
+             "-c", str(n_ctx), "-np", "1", "--no-webui", *extra],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + STARTUP_S
+        while not self._healthy():
+            if self._proc.poll() is not None or time.monotonic() > deadline:
+                self.close()
+                raise RuntimeError(f"llama-server {' '.join(extra)} did not start")
+            time.sleep(0.2)
+
+    def _healthy(self) -> bool:
+        try:
+            return urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=1).status == 200
+        except OSError:
+            return False
+
+    def complete(self, prompt: str, max_tokens: int) -> Run:
+        body = json.dumps({"prompt": prompt, "n_predict": max_tokens, "temperature": 0, "ignore_eos": True,
+                           "cache_prompt": False, "return_tokens": True}).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/completion", body,
+                                         {"Content-Type": "application/json"})
+        reply = json.loads(urllib.request.urlopen(request, timeout=600).read())
+        return Run(reply["timings"]["predicted_per_second"], reply["tokens"])
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGINT)
+            try:
+                self._proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+
+
+def specchat_runner(model: str, method: str, threads: int | None) -> Callable[[str, int], Run]:
+    """SpecChat's decoder for one method (calibrated first, as the chat is at load), as bench runs it."""
+    decoder = build_decoder(DecoderSettings(model=model, method=method, threads=threads, remember_requests=False))
+    decoder.calibrate()
+
+    def complete(prompt: str, max_tokens: int) -> Run:
+        tokens, _ = encode(decoder.target, None, prompt)
+        out = [t for delta in decoder.generate(tokens, SamplingParams(temperature=0), max_tokens=max_tokens,
+                                               ignore_eos=True) for t in delta.tokens]
+        return Run(decoder.stats.decode_tokens_per_s or 0.0, out)
+    return complete
+
+
+def rotations(methods: list[str], rounds: int, prompts: int) -> list[list[str]]:
+    """The order of the methods for each (round, prompt): rotated by one each time."""
+    return [methods[k % len(methods):] + methods[:k % len(methods)]
+            for r in range(rounds) for k in range(r, r + prompts)]
+
+
+def run_paired(runners: dict[str, Callable[[str, int], Run]], items: list[dict], rounds: int, max_tokens: int,
+               report: Callable[[str], None] = print) -> dict[str, dict[str, list[Run]]]:
+    """results[method][prompt id]: one Run per round."""
+    results = {m: {str(i["id"]): [] for i in items} for m in runners}
+    orders = iter(rotations(list(runners), rounds, len(items)))
+    for r in range(rounds):
+        for item in items:
+            for method in next(orders):
+                results[method][str(item["id"])].append(runners[method](item["prompt"], max_tokens))
+            report(f"round {r + 1} {item['id']}: " + ", ".join(
+                f"{m} {results[m][str(item['id'])][-1].tokens_per_s:.1f}" for m in runners))
+    return results
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
+
+
+def summarise(results: dict[str, dict[str, list[Run]]], base: str = "SpecChat plain") -> dict:
+    """Per method: the median of each prompt's fastest run; per pair with `base` and with SpecChat lookup: the
+    paired ratio; and on how many prompts each method wrote `base`'s answer."""
+    ids = list(results[base])
+    best = {m: statistics.median(max(r.tokens_per_s for r in runs[i]) for i in ids) for m, runs in results.items()}
+
+    def paired(a: str, b: str) -> float:
+        return statistics.median(x.tokens_per_s / y.tokens_per_s
+                                 for i in ids for x, y in zip(results[a][i], results[b][i]))
+    same = {m: sum(first_difference(runs[i][0].tokens, results[base][i][0].tokens) is None for i in ids)
+            for m, runs in results.items()}
+    lookup = "SpecChat lookup"
+    return {"prompts": len(ids), "median_tokens_per_s": best, "same_answer_as_plain": same,
+            "paired_vs_plain": {m: paired(m, base) for m in results if m != base},
+            "lookup_paired_vs": {m: paired(lookup, m) for m in results if m != lookup} if lookup in results else {}}
+
+
+def table(summary: dict) -> str:
+    lines = ["| method | median tok/s | × SpecChat plain (paired) | SpecChat lookup × it (paired) | answers as SpecChat plain |",
+             "|---|---|---|---|---|"]
+    for m, rate in summary["median_tokens_per_s"].items():
+        vs_plain = summary["paired_vs_plain"].get(m)
+        vs_lookup = summary["lookup_paired_vs"].get(m)
+        lines.append(f"| {m} | {rate:.1f} | {f'{vs_plain:.2f}×' if vs_plain else '—'} | "
+                     f"{f'{vs_lookup:.2f}×' if vs_lookup else '—'} | {summary['same_answer_as_plain'][m]}/{summary['prompts']} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m engine.measure.versus_server", description=__doc__.splitlines()[0])
+    ap.add_argument("--server", required=True, help="the llama-server binary")
+    ap.add_argument("--model", required=True, help="a GGUF path, 'embedded' or 'embedded-gemma'")
+    ap.add_argument("--prompts", required=True)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--max-tokens", type=int, default=200)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out")
+    args = ap.parse_args(argv)
+    items = read_prompts(args.prompts)
+    runners = {m: specchat_runner(args.model, method, args.threads) for m, method in SPECCHAT_METHODS.items()}
+    model_path = str(resolve_model(args.model))  # 'embedded' or 'embedded-gemma' too
+    servers = {}
+    try:
+        for m, extra in SERVER_METHODS.items():
+            servers[m] = LlamaServer(args.server, model_path, extra, args.threads)
+        runs = run_paired({**{m: s.complete for m, s in servers.items()}, **runners}, items, args.rounds,
+                          args.max_tokens)
+    finally:
+        for s in servers.values():
+            s.close()
+    summary = summarise(runs)
+    print(table(summary))
+    if args.out:
+        Path(args.out).write_text(json.dumps({"summary": summary, "runs": {
+            m: {i: [{"tokens_per_s": r.tokens_per_s, "tokens": r.tokens} for r in rs] for i, rs in per.items()}
+            for m, per in runs.items()}}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,66 @@
+"""The side-by-side with llama-server: method order, pairing, and SpecChat's half on the real model (the
+server half runs where a llama-server binary is named in SPECCHAT_LLAMA_SERVER)."""
+import json
+import os
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from engine.measure.versus_server import (LlamaServer, Run, first_difference, rotations, run_paired,
+                                          specchat_runner, summarise, table)
+
+METHODS = ["a", "b", "c", "d", "e"]
+
+
+def test_every_method_runs_first_as_often_and_each_order_is_complete():
+    orders = rotations(METHODS, rounds=2, prompts=5)
+    assert len(orders) == 10 and all(sorted(o) == METHODS for o in orders)
+    assert Counter(o[0] for o in orders) == {m: 2 for m in METHODS}
+    assert orders[5] != orders[0]  # the next round starts elsewhere: no prompt always sees the same order
+
+
+def test_ratios_pair_runs_made_back_to_back():
+    """A slow round slows both methods; paired, the ratio is the same every round. The fastest runs alone
+    would set a's quick round against b's quick round, which is what the medians report."""
+    runs = {"SpecChat plain": {"p": [Run(100.0, [1, 2]), Run(50.0, [1, 2])]},
+            "SpecChat lookup": {"p": [Run(150.0, [1, 2]), Run(75.0, [1, 3])]},
+            "server plain": {"p": [Run(80.0, [1, 2]), Run(40.0, [1, 2])]}}
+    s = summarise(runs)
+    assert s["median_tokens_per_s"] == {"SpecChat plain": 100.0, "SpecChat lookup": 150.0, "server plain": 80.0}
+    assert s["paired_vs_plain"]["SpecChat lookup"] == pytest.approx(1.5)
+    assert s["lookup_paired_vs"]["server plain"] == pytest.approx(150 / 80)
+    assert s["same_answer_as_plain"] == {"SpecChat plain": 1, "SpecChat lookup": 1, "server plain": 1}
+    assert "| server plain | 80.0 | 0.80× | 1.88× | 1/1 |" in table(s)
+
+
+def test_first_difference():
+    assert first_difference([1, 2, 3], [1, 2, 3]) is None
+    assert first_difference([1, 2, 3], [1, 5, 3]) == 1
+    assert first_difference([1, 2], [1, 2, 3]) == 2
+
+
+def test_specchat_half_on_the_real_model(model_path):
+    """Both SpecChat methods write the same greedy answer to the same prompt, one run per round each."""
+    runners = {m: specchat_runner(str(model_path), method, 2) for m, method in
+               (("SpecChat plain", "none"), ("SpecChat lookup", "lookup"))}
+    items = [{"id": "copy", "prompt": "Copy this line: the cat sat on the mat. The cat sat on the mat."}]
+    runs = run_paired(runners, items, rounds=2, max_tokens=12, report=lambda _line: None)
+    assert [len(runs[m]["copy"]) for m in runners] == [2, 2]
+    assert all(len(r.tokens) == 12 and r.tokens_per_s > 0 for rs in runs.values() for r in rs["copy"])
+    s = summarise(runs)
+    assert s["prompts"] == 1 and s["median_tokens_per_s"]["SpecChat plain"] > 0
+
+
+SERVER = os.environ.get("SPECCHAT_LLAMA_SERVER")
+
+
+@pytest.mark.skipif(not (SERVER and Path(SERVER).exists()), reason="set SPECCHAT_LLAMA_SERVER to a llama-server binary")
+def test_llama_server_with_specchats_cache_settings_writes_specchats_answer(model_path):
+    server = LlamaServer(SERVER, str(model_path), ["--swa-full", "--kv-unified"], threads=2)
+    try:
+        theirs = server.complete("The capital of France is", 16)
+    finally:
+        server.close()
+    ours = specchat_runner(str(model_path), "none", 2)("The capital of France is", 16)
+    assert theirs.tokens_per_s > 0 and json.dumps(theirs.tokens) == json.dumps(ours.tokens)
