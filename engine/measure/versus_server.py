@@ -1,7 +1,7 @@
 """`python -m engine.measure.versus_server`: SpecChat beside llama.cpp's own server, paired prompt by prompt.
 
-python -m engine.measure.versus_server --server PATH/llama-server --model PATH|embedded|embedded-gemma --prompts FILE.jsonl
-    [--rounds 3] [--max-tokens 200] [--threads 2] [--out FILE.json]
+python -m engine.measure.versus_server --server PATH/llama-server --model PATH|embedded|embedded-gemma
+    --prompts FILE.jsonl [--rounds 3] [--max-tokens 200] [--threads 2] [--out FILE.json]
 
 For every prompt and round it runs, back to back (the order rotated each time, so a slow spell of a
 shared machine falls on every method alike): llama-server plain, llama-server --spec-type ngram-simple,
@@ -146,13 +146,14 @@ def summarise(results: dict[str, dict[str, list[Run]]], base: str = "SpecChat pl
 
 
 def table(summary: dict) -> str:
-    lines = ["| method | median tok/s | × SpecChat plain (paired) | SpecChat lookup × it (paired) | answers as SpecChat plain |",
-             "|---|---|---|---|---|"]
+    lines = ["| method | median tok/s | × SpecChat plain (paired) | SpecChat lookup × it (paired) "
+             "| answers as SpecChat plain |", "|---|---|---|---|---|"]
     for m, rate in summary["median_tokens_per_s"].items():
         vs_plain = summary["paired_vs_plain"].get(m)
         vs_lookup = summary["lookup_paired_vs"].get(m)
+        same = f"{summary['same_answer_as_plain'][m]}/{summary['prompts']}"
         lines.append(f"| {m} | {rate:.1f} | {f'{vs_plain:.2f}×' if vs_plain else '—'} | "
-                     f"{f'{vs_lookup:.2f}×' if vs_lookup else '—'} | {summary['same_answer_as_plain'][m]}/{summary['prompts']} |")
+                     f"{f'{vs_lookup:.2f}×' if vs_lookup else '—'} | {same} |")
     return "\n".join(lines)
 
 

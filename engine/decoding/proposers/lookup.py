@@ -28,7 +28,7 @@ _GAP = -1  # between earlier histories: no match or continuation runs across it
 # did for this many tokens ("Reading the input" written as "Writing the report" is not an edit of "Reading").
 EDIT_CONFIRMATION = 2
 # longest_match extends candidate matches a token at a time (numpy calls each round, ~3 µs); once a match is this
-# long and the candidates this few (a copy), it compares the rest of the lengths at once: 48 µs a step -> ~12.
+# long and the candidates this few (a copy), it compares the rest of the lengths at once: 48 µs a step -> 18.
 LONG_MATCH, FEW_CANDIDATES = 4, 8
 PERIOD_EVIDENCE = 8  # matched tokens that show a long period has repeated (see continuation())
 
