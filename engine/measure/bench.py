@@ -9,6 +9,8 @@ end an answer). --repeats R runs the whole prompt set R times (so outside load f
 alike); "runs" keeps each prompt's run with the fastest decode, and its "every_run" all R of them.
 A run whose prompt was still cached (a one-prompt set, repeated) skips prefill: its TTFT is not a
 prompt's, and its reused_prompt_tokens says so.
+One process runs one method: two bench runs compared side by side can fall in different speeds of a shared
+machine. engine.measure.versus_server (beside llama-server) and the lab run methods back to back instead.
 """
 from __future__ import annotations
 
