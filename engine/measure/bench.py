@@ -123,6 +123,13 @@ def encode(target, formatter: ChatFormatter | None, text: str) -> tuple[list[int
     return tokens, stop
 
 
+def greedy_answer(decoder, tokens: list[int], max_tokens: int) -> list[int]:
+    """The tokens of a greedy answer, end tokens ignored (as --ignore-eos): what replay records and versus_server
+    compares."""
+    return [t for delta in decoder.generate(tokens, SamplingParams(temperature=0), max_tokens=max_tokens,
+                                            ignore_eos=True) for t in delta.tokens]
+
+
 def one_run(decoder, item: dict, tokens: list[int], sampling: SamplingParams, args: argparse.Namespace,
             stop: tuple[str, ...], repeat: int) -> dict:
     out: list[int] = []

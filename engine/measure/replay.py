@@ -26,13 +26,15 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from ..chat_format import ChatFormatter
 from ..decoding.cost_model import DEFAULT_MAX_DRAFT, MAX_DRAFT_LIMIT, SpeculationConfig, calibration_sizes
+from ..decoding.loader import DecoderSettings, build_decoder
 from ..decoding.proposers.lookup import LookupProposer
 from ..decoding.sampling import SamplingParams
 from ..decoding.stats import GenerationStats
 from ..decoding.step import SequenceState, StepLoop, time_steps
 from ..decoding.verifier import Verifier
-from .bench import read_prompts
+from .bench import encode, greedy_answer, read_prompts
 
 NGRAM_SIMPLE_N, NGRAM_SIMPLE_M = 12, 48  # llama.cpp's defaults (common_params_speculative_ngram_map)
 WARM_UP_TEXT = "Hello there, this is a warm up prompt of some length. " * 8  # cells before the timed ones
@@ -69,10 +71,6 @@ class Recording:
 def record(model: str, prompts: Sequence[dict], max_tokens: int, chat: bool = False,
            threads: int | None = None) -> Recording:
     """Plain greedy answers (end tokens ignored, as bench's --ignore-eos) and the warm step-cost curve."""
-    from ..chat_format import ChatFormatter
-    from ..decoding.loader import DecoderSettings, build_decoder
-    from .bench import encode
-
     decoder = build_decoder(DecoderSettings(model=model, method="none", threads=threads))
     target = decoder.target
     try:
@@ -84,9 +82,7 @@ def record(model: str, prompts: Sequence[dict], max_tokens: int, chat: bool = Fa
         answers = []
         for item in prompts:
             tokens, _ = encode(target, formatter, item["prompt"])
-            out = [t for delta in decoder.generate(tokens, SamplingParams(temperature=0), max_tokens=max_tokens,
-                                                   ignore_eos=True) for t in delta.tokens]
-            answers.append(Answer(str(item["id"]), list(tokens), out))
+            answers.append(Answer(str(item["id"]), list(tokens), greedy_answer(decoder, tokens, max_tokens)))
         used = {t for a in answers for t in a.prompt + a.answer}
         return Recording(target.name, curve, answers, sorted(t for t in used if target.is_end(t)))
     finally:

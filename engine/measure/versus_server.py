@@ -31,9 +31,8 @@ from pathlib import Path
 from typing import Callable
 
 from ..decoding.loader import DecoderSettings, build_decoder
-from ..decoding.sampling import SamplingParams
 from ..modelfiles.embedded import resolve_model
-from .bench import encode, read_prompts
+from .bench import encode, greedy_answer, read_prompts
 
 SERVER_METHODS = {
     "server plain": [],
@@ -98,8 +97,7 @@ def specchat_runner(model: str, method: str, threads: int | None) -> Callable[[s
 
     def complete(prompt: str, max_tokens: int) -> Run:
         tokens, _ = encode(decoder.target, None, prompt)
-        out = [t for delta in decoder.generate(tokens, SamplingParams(temperature=0), max_tokens=max_tokens,
-                                               ignore_eos=True) for t in delta.tokens]
+        out = greedy_answer(decoder, tokens, max_tokens)
         return Run(decoder.stats.decode_tokens_per_s or 0.0, out)
     return complete
 
