@@ -66,6 +66,7 @@ class Model:
         # back part-way, so a rejected draft could not be undone: they decode without speculation.
         self.can_roll_back = not (L.llama_model_is_recurrent(self._model) or L.llama_model_is_hybrid(self._model))
         self._pieces: dict[int, bytes] = {}
+        self._ends: dict[int, bool] = {}
         self._ctx = None
         self._batch = None
         if vocab_only:
@@ -110,6 +111,7 @@ class Model:
         self._seq_filled = 0  # rows whose seq_id may be non-zero
         self._interrupt = None  # ctypes callback that lets a long decode stop mid-way
         self._interrupt_installed = False
+        self._logits_views: dict[tuple[int, int], np.ndarray] = {}  # (address, rows) -> view of llama.cpp's logits
         self.backend = backend_name() if settings.n_gpu_layers != 0 else "CPU"
 
     def reopen(self, n_seq_max: int) -> None:
@@ -161,7 +163,10 @@ class Model:
         return bool(L.llama_vocab_get_add_bos(self.vocab))
 
     def is_end(self, token: int) -> bool:
-        return bool(L.llama_vocab_is_eog(self.vocab, token))
+        end = self._ends.get(token)
+        if end is None:  # a ctypes call per token adds up: every draft token is checked each step
+            end = self._ends[token] = bool(L.llama_vocab_is_eog(self.vocab, token))
+        return end
 
     def token_text(self, token: int) -> bytes:
         return L.llama_vocab_get_text(self.vocab, token) or b""
@@ -261,8 +266,16 @@ class Model:
             raise EngineError(f"llama_decode failed with code {rc} (context full or invalid batch)")
         if not logits_rows:
             return np.empty((0, self.n_vocab), dtype=np.float32)
+        # A numpy view costs ~40 µs to make (ctypes builds an array type): one per buffer and row count is kept.
+        # llama.cpp writes each decode's logits into its output buffer, which moves only when it grows.
         ptr = L.llama_get_logits(self._ctx)
-        return np.ctypeslib.as_array(ptr, shape=(logits_rows, self.n_vocab))
+        key = (ctypes.addressof(ptr.contents), logits_rows)
+        view = self._logits_views.get(key)
+        if view is None:
+            if len(self._logits_views) > 4 * self.n_batch:  # buffers that moved
+                self._logits_views.clear()
+            view = self._logits_views[key] = np.ctypeslib.as_array(ptr, shape=(logits_rows, self.n_vocab))
+        return view
 
     def prefill(self, tokens: Sequence[int], start_pos: int = 0, seq_id: int = 0, chunk: int | None = None,
                 should_stop=None) -> np.ndarray:
