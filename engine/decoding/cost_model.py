@@ -398,6 +398,9 @@ class DraftPlanner:
         caps = [max(0, min(c, cfg.max_draft)) for c in caps]
         if not cfg.adaptive or cfg.max_draft == 0:
             return Plan([c if c >= cfg.min_draft else 0 for c in caps])
+        if not any(caps) and not self.costly:  # nothing proposed (no match): no choice to make, and no plan to pay
+            self._predicted = 0.0
+            return Plan([0] * n, measuring_plain=not self.steps.measured(n))
         if not self.steps.measured(n):
             return Plan([0] * n, measuring_plain=True)  # first the step that drafting is judged against
         if self.costly and self._steps_with_drafts >= PLAIN_PROBE_EVERY:

@@ -133,7 +133,9 @@ class SpeculativeDecoder:
         while True:
             # --- emit what the last step produced, and see whether we are done -------------------
             stats.generated = len(answer.tokens)
-            history = prompt_list + answer.tokens  # what was really produced, cut as the answer cut it
+            # What was really produced: the step's own list while the answer keeps every token (the proposer's
+            # history array then grows with it instead of converting a new list each step), cut once it ends.
+            history = seq.history if answer.finish is None else prompt_list + answer.tokens
             now = time.perf_counter()
             stats.decode_s = now - first_token_at
             if now - memory_read_at > MEMORY_EVERY_S:

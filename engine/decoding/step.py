@@ -180,7 +180,8 @@ class StepLoop:
         outcomes = []
         for s, proposal, verdict in zip(active, proposals, verdicts):
             k = len(proposal.tokens)
-            target.forget_from(len(s.history) + verdict.accepted, s.slot)
+            if verdict.accepted < k:  # rejected drafts' cells go (a plain step or a whole keep leaves none)
+                target.forget_from(len(s.history) + verdict.accepted, s.slot)
             s.stats.verify_steps += 1
             if k:
                 s.stats.speculative_steps += 1
