@@ -168,3 +168,18 @@ def test_drafts_stop_at_an_end_token_unless_end_tokens_are_ignored(target):
 
     assert proposed(True) == [302, target.eos]
     assert proposed(False)[:5] == [302, target.eos, 303, 304, 305]
+
+
+def test_history_array_self_match_agrees_with_longest_match():
+    """The indexed match (Python over few candidates, numpy over many) gives longest_match's answer as a
+    history grows token by token, over few symbols (many candidates) and over many (few)."""
+    rng = np.random.default_rng(11)
+    for trial in range(200):
+        symbols = int(rng.choice([2, 3, 5, 40]))
+        history, index = [], HistoryArray()
+        min_n, max_n = int(rng.integers(1, 4)), int(rng.integers(1, 17))
+        for _ in range(int(rng.integers(1, 120))):
+            history.append(int(rng.integers(0, symbols)) if rng.random() < 0.7 or not history
+                           else history[int(rng.integers(0, len(history)))])
+            array = index.of(history)
+            assert index.self_match(min_n, max_n) == longest_match(array, array, len(array) - 1, min_n, max_n)
