@@ -129,6 +129,32 @@ def test_calibration_times_every_single_sequence_size_then_every_eighth():
     assert calibration_sizes(264) == list(range(1, 18)) + [24, 32, 40, 48, 56, 64, 96, 128, 160, 192, 224, 256, 264]
 
 
+def test_calibration_times_sizes_in_rounds_and_keeps_each_ones_fastest():
+    """Each size is timed once per round (not twice in a row: this VM's speed wanders over seconds), the
+    fastest kept; sizes wider than one sequence's verify are timed in the first round only."""
+    from engine.decoding.cost_model import CALIBRATION_REPEATED_UP_TO, CALIBRATION_REPEATS, CALIBRATION_WARMUP
+    from engine.decoding.step import time_steps
+
+    class SlowThenFast:  # every decode of round 1 takes 2 ms a row, of later rounds 1 ms a row
+        def __init__(self):
+            self.now, self.decoded = 0.0, []
+
+        def decode_multi(self, tokens, positions, seq_ids, want_logits):
+            self.decoded.append(len(tokens))
+            timed_before = len(self.decoded) - CALIBRATION_WARMUP - 1  # the warm-up and the widest, untimed
+            self.now += len(tokens) * (0.002 if timed_before <= len(sizes) else 0.001)
+
+        def forget_from(self, pos, seq_id=0):
+            pass
+
+    sizes = [1, 2, 3, CALIBRATION_REPEATED_UP_TO + 5]
+    target = SlowThenFast()
+    curve = time_steps(target, 0, 0, 7, sizes, clock=lambda: target.now)
+    timed = target.decoded[CALIBRATION_WARMUP + 1:]
+    assert timed == sizes + sizes[:-1] * (CALIBRATION_REPEATS - 1)  # rounds; the widest once
+    assert curve == pytest.approx({1: 0.001, 2: 0.002, 3: 0.003, sizes[-1]: 0.002 * sizes[-1]})
+
+
 def test_acceptance_keeps_its_sums_with_its_tables():
     """The pooled prior reads each feature's totals, kept current as slots are recorded and faded; and
     E(k) stops where a further slot adds under NEGLIGIBLE_TOKENS."""
