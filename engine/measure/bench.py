@@ -39,7 +39,8 @@ def read_prompts(path: str | Path) -> list[dict]:
             item = json.loads(line)
             if "prompt" not in item:
                 raise EngineError(f"{path}:{n}: each line needs a \"prompt\"")
-            prompts.append({"id": item.get("id", n), "prompt": item["prompt"]})
+            # kind ("repeating": the answer repeats the prompt, or "open"): versus_server reports each apart
+            prompts.append({"id": item.get("id", n), "prompt": item["prompt"], "kind": item.get("kind")})
     return prompts
 
 

@@ -8,7 +8,8 @@ shared machine falls on every method alike): llama-server plain, llama-server --
 the same with SpecChat's cache settings (--swa-full --kv-unified), SpecChat plain and SpecChat lookup.
 Greedy, end tokens ignored, raw completion, the prompt never cached. Reported per method: the median over
 prompts of each prompt's fastest run, and the paired ratio (the median over prompts and rounds of runs
-made back to back).
+made back to back); then one row per prompt kind (a prompt file's "kind": "repeating" or "open"), as the
+README gives them, with the prompt where lookup did worst against SpecChat plain.
 
 Why the third server: greedy answers part where the model's top two tokens nearly tie, and where they
 part depends on numerics that the cache layout changes. With its defaults llama-server writes other
@@ -40,6 +41,7 @@ SERVER_METHODS = {
     "server ngram-simple, SpecChat's cache": ["--spec-type", "ngram-simple", "--swa-full", "--kv-unified"],
 }
 SPECCHAT_METHODS = {"SpecChat plain": "none", "SpecChat lookup": "lookup"}
+LOOKUP = "SpecChat lookup"
 STARTUP_S = 120
 
 
@@ -126,21 +128,39 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
 
 
-def summarise(results: dict[str, dict[str, list[Run]]], base: str = "SpecChat plain") -> dict:
+def summarise(results: dict[str, dict[str, list[Run]]], kinds: dict[str, str | None] | None = None,
+              base: str = "SpecChat plain") -> dict:
     """Per method: the median of each prompt's fastest run; per pair with `base` and with SpecChat lookup: the
-    paired ratio; and on how many prompts each method wrote `base`'s answer."""
+    paired ratio; on how many prompts each method wrote `base`'s answer; and the prompt where lookup did worst
+    against `base`. With prompt kinds ("repeating", "open") given, the same for each kind under "by_kind"."""
     ids = list(results[base])
-    best = {m: statistics.median(max(r.tokens_per_s for r in runs[i]) for i in ids) for m, runs in results.items()}
+    summary = _summary(results, ids, base)
+    groups = {}
+    for i in ids:
+        groups.setdefault((kinds or {}).get(i), []).append(i)
+    if len(groups) > 1 or None not in groups:
+        summary["by_kind"] = {kind or "unlabelled": _summary(results, members, base) for kind, members in groups.items()}
+    return summary
+
+
+def _summary(results: dict[str, dict[str, list[Run]]], ids: list[str], base: str) -> dict:
+    def fastest(m: str, i: str) -> float:
+        return max(r.tokens_per_s for r in results[m][i])
 
     def paired(a: str, b: str) -> float:
         return statistics.median(x.tokens_per_s / y.tokens_per_s
                                  for i in ids for x, y in zip(results[a][i], results[b][i]))
+    best = {m: statistics.median(fastest(m, i) for i in ids) for m in results}
     same = {m: sum(first_difference(runs[i][0].tokens, results[base][i][0].tokens) is None for i in ids)
             for m, runs in results.items()}
-    lookup = "SpecChat lookup"
-    return {"prompts": len(ids), "median_tokens_per_s": best, "same_answer_as_plain": same,
-            "paired_vs_plain": {m: paired(m, base) for m in results if m != base},
-            "lookup_paired_vs": {m: paired(lookup, m) for m in results if m != lookup} if lookup in results else {}}
+    out = {"prompts": len(ids), "median_tokens_per_s": best, "same_answer_as_plain": same,
+           "paired_vs_plain": {m: paired(m, base) for m in results if m != base},
+           "plain_paired_vs": {m: paired(base, m) for m in results if m != base}, "lookup_paired_vs": {}}
+    if LOOKUP in results:
+        out["lookup_paired_vs"] = {m: paired(LOOKUP, m) for m in results if m != LOOKUP}
+        worst = min(ids, key=lambda i: fastest(LOOKUP, i) / fastest(base, i))
+        out["lookup_worst_vs_plain"] = {"prompt": worst, "ratio": fastest(LOOKUP, worst) / fastest(base, worst)}
+    return out
 
 
 def table(summary: dict) -> str:
@@ -152,6 +172,24 @@ def table(summary: dict) -> str:
         same = f"{summary['same_answer_as_plain'][m]}/{summary['prompts']}"
         lines.append(f"| {m} | {rate:.1f} | {f'{vs_plain:.2f}×' if vs_plain else '—'} | "
                      f"{f'{vs_lookup:.2f}×' if vs_lookup else '—'} | {same} |")
+    return "\n".join(lines)
+
+
+def kind_table(summary: dict) -> str:
+    """The README's rows: one per prompt kind (or one for the set), every method's figure beside the others.
+    Ratios of the medians, the paired ratio in brackets; lookup's worst prompt against SpecChat plain."""
+    lines = ["| prompts | server plain | SpecChat plain | SpecChat lookup | plain × server plain | lookup × SpecChat "
+             "plain (worst prompt) | lookup × ngram-simple | lookup × ngram-simple, same cache |", "|---|" + "---|" * 7]
+    plain, server, ngram, same_cache = "SpecChat plain", *SERVER_METHODS
+    for kind, s in (summary.get("by_kind") or {"all": summary}).items():
+        med, pvp, lpv = s["median_tokens_per_s"], s["paired_vs_plain"], s["lookup_paired_vs"]
+        worst = s["lookup_worst_vs_plain"]
+        lines.append(
+            f"| {kind} ({s['prompts']}) | {med[server]:.1f} | {med[plain]:.1f} | {med[LOOKUP]:.1f} | "
+            f"{med[plain] / med[server]:.2f}× ({s['plain_paired_vs'][server]:.2f}×) | "
+            f"{med[LOOKUP] / med[plain]:.2f}× ({pvp[LOOKUP]:.2f}×, {worst['prompt']} {worst['ratio']:.2f}×) | "
+            f"{med[LOOKUP] / med[ngram]:.2f}× ({lpv[ngram]:.2f}×) | "
+            f"{med[LOOKUP] / med[same_cache]:.2f}× ({lpv[same_cache]:.2f}×) |")
     return "\n".join(lines)
 
 
@@ -177,8 +215,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for s in servers.values():
             s.close()
-    summary = summarise(runs)
+    summary = summarise(runs, {str(i["id"]): i["kind"] for i in items})
     print(table(summary))
+    print()
+    print(kind_table(summary))
     if args.out:
         Path(args.out).write_text(json.dumps({"summary": summary, "runs": {
             m: {i: [{"tokens_per_s": r.tokens_per_s, "tokens": r.tokens} for r in rs] for i, rs in per.items()}

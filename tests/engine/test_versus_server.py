@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.measure.versus_server import (LlamaServer, Run, first_difference, rotations, run_paired,
-                                          specchat_runner, summarise, table)
+from engine.measure.versus_server import (SERVER_METHODS, LlamaServer, Run, first_difference, kind_table,
+                                          rotations, run_paired, specchat_runner, summarise, table)
 
 METHODS = ["a", "b", "c", "d", "e"]
 
@@ -32,6 +32,24 @@ def test_ratios_pair_runs_made_back_to_back():
     assert s["lookup_paired_vs"]["server plain"] == pytest.approx(150 / 80)
     assert s["same_answer_as_plain"] == {"SpecChat plain": 1, "SpecChat lookup": 1, "server plain": 1}
     assert "| server plain | 80.0 | 0.80× | 1.88× | 1/1 |" in table(s)
+
+
+def test_each_prompt_kind_is_summarised_apart_with_lookups_worst_prompt():
+    """The README's rows come from the tool: per kind, the medians, their ratios (paired in brackets) and the
+    prompt where lookup did worst against plain decoding."""
+    speeds = {"copy": (100, 200, 220, 100, 250), "edit": (100, 120, 130, 100, 110),  # server plain, ngram, same
+              "story": (100, 100, 100, 95, 90), "poem": (100, 100, 100, 105, 120)}   # cache, SpecChat plain, lookup
+    kinds = {"copy": "repeating", "edit": "repeating", "story": "open", "poem": "open"}
+    methods = [*SERVER_METHODS, "SpecChat plain", "SpecChat lookup"]
+    runs = {m: {i: [Run(float(v[j]), [1])] for i, v in speeds.items()} for j, m in enumerate(methods)}
+    s = summarise(runs, kinds)
+    assert set(s["by_kind"]) == {"repeating", "open"} and s["by_kind"]["open"]["prompts"] == 2
+    assert s["by_kind"]["repeating"]["lookup_worst_vs_plain"] == {"prompt": "edit", "ratio": pytest.approx(1.1)}
+    assert s["by_kind"]["open"]["median_tokens_per_s"]["SpecChat lookup"] == pytest.approx(105)
+    rows = kind_table(s).splitlines()
+    assert rows[2].startswith("| repeating (2) | 100.0 | 100.0 | 180.0 | 1.00× (1.00×) | 1.80× (1.80×, edit 1.10×) |")
+    assert rows[3].startswith("| open (2) | 100.0 | 100.0 | 105.0 | 1.00× (1.00×) | 1.05× (1.05×, story 0.95×) |")
+    assert "by_kind" not in summarise(runs)  # no kinds given: one summary for the set
 
 
 def test_first_difference():
