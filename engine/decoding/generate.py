@@ -45,8 +45,9 @@ class SpeculativeDecoder:
         self.loop = StepLoop(self.target, proposer, speculation, self.device, step_costs=self._step_costs)
 
     def calibrate(self) -> None:
-        """Time every verify size now (once per loaded model, well under a second for small models), so
-        the first answer neither waits for it nor guesses. Uses free cells after the cached tokens."""
+        """Time every verify size now (once per loaded model: ~2.5 s for SmolLM2 135M, ~3.5 s for Gemma 3
+        270M on this 2-core CPU), so the first answer neither waits for it nor guesses. Uses free cells after
+        the cached tokens."""
         token = self._cached[-1] if self._cached else max(self.target.bos, 0)
         self.loop.calibrate(CHAT_SLOT, self.target.next_position(CHAT_SLOT), token)
 
