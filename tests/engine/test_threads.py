@@ -30,6 +30,14 @@ def test_fewer_threads_that_are_not_faster_are_given_back():
     assert tuner.current == 2
 
 
+def test_a_trial_that_is_only_somewhat_faster_is_given_back():
+    """A slow spell of the VM that ends as the trial begins makes fewer threads look faster than they are:
+    only a clear gain (a busy core's is 2.4x) keeps them."""
+    tuner = ThreadTuner(2)
+    spell = {2: 0.012, 1: 0.0095}  # 2 threads in a slow spell, 1 thread after it: 0.79x
+    assert run(tuner, spell, contended=True, steps=TRIAL_STEPS * 2) == [1, 2]
+
+
 def test_one_thread_is_left_alone():
     assert run(ThreadTuner(1), {1: 0.05}, contended=True, steps=50) == []
 
