@@ -68,7 +68,9 @@ def test_the_window_serves_its_model_and_its_chat_shares_the_batch(make_window, 
 
     with qtbot.waitSignal(window.engine.worker.serverStopped, timeout=30_000):
         qtbot.mouseClick(panel.start_button, Qt.MouseButton.LeftButton)
-    assert not window.server_label.isVisible() and panel.port.isEnabled()
+    # The signal comes from the worker's thread: waitSignal can return before the window's own (queued) slots
+    # have run, so wait for them rather than read the widgets at once (CI failed on that once).
+    qtbot.waitUntil(lambda: not window.server_label.isVisible() and panel.port.isEnabled(), timeout=5000)
     try:
         httpx.get(url + "/health", timeout=2)
         raise AssertionError("the server still answers after Stop")
