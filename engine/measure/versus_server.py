@@ -40,8 +40,8 @@ SERVER_METHODS = {
     "server ngram-simple": ["--spec-type", "ngram-simple"],
     "server ngram-simple, SpecChat's cache": ["--spec-type", "ngram-simple", "--swa-full", "--kv-unified"],
 }
-SPECCHAT_METHODS = {"SpecChat plain": "none", "SpecChat lookup": "lookup"}
-LOOKUP = "SpecChat lookup"
+PLAIN, LOOKUP = "SpecChat plain", "SpecChat lookup"
+SPECCHAT_METHODS = {PLAIN: "none", LOOKUP: "lookup"}
 STARTUP_S = 120
 
 
@@ -129,7 +129,7 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
 
 
 def summarise(results: dict[str, dict[str, list[Run]]], kinds: dict[str, str | None] | None = None,
-              base: str = "SpecChat plain") -> dict:
+              base: str = PLAIN) -> dict:
     """Per method: the median of each prompt's fastest run; per pair with `base` and with SpecChat lookup: the
     paired ratio; on how many prompts each method wrote `base`'s answer; and the prompt where lookup did worst
     against `base`. With prompt kinds ("repeating", "open") given, the same for each kind under "by_kind"."""
@@ -180,14 +180,14 @@ def kind_table(summary: dict) -> str:
     Ratios of the medians, the paired ratio in brackets; lookup's worst prompt against SpecChat plain."""
     lines = ["| prompts | server plain | SpecChat plain | SpecChat lookup | plain × server plain | lookup × SpecChat "
              "plain (worst prompt) | lookup × ngram-simple | lookup × ngram-simple, same cache |", "|---|" + "---|" * 7]
-    plain, server, ngram, same_cache = "SpecChat plain", *SERVER_METHODS
+    server, ngram, same_cache = SERVER_METHODS
     for kind, s in (summary.get("by_kind") or {"all": summary}).items():
         med, pvp, lpv = s["median_tokens_per_s"], s["paired_vs_plain"], s["lookup_paired_vs"]
         worst = s["lookup_worst_vs_plain"]
         lines.append(
-            f"| {kind} ({s['prompts']}) | {med[server]:.1f} | {med[plain]:.1f} | {med[LOOKUP]:.1f} | "
-            f"{med[plain] / med[server]:.2f}× ({s['plain_paired_vs'][server]:.2f}×) | "
-            f"{med[LOOKUP] / med[plain]:.2f}× ({pvp[LOOKUP]:.2f}×, {worst['prompt']} {worst['ratio']:.2f}×) | "
+            f"| {kind} ({s['prompts']}) | {med[server]:.1f} | {med[PLAIN]:.1f} | {med[LOOKUP]:.1f} | "
+            f"{med[PLAIN] / med[server]:.2f}× ({s['plain_paired_vs'][server]:.2f}×) | "
+            f"{med[LOOKUP] / med[PLAIN]:.2f}× ({pvp[LOOKUP]:.2f}×, {worst['prompt']} {worst['ratio']:.2f}×) | "
             f"{med[LOOKUP] / med[ngram]:.2f}× ({lpv[ngram]:.2f}×) | "
             f"{med[LOOKUP] / med[same_cache]:.2f}× ({lpv[same_cache]:.2f}×) |")
     return "\n".join(lines)
