@@ -4,7 +4,7 @@ import struct
 import pytest
 
 from engine.decoding.cost_model import (REALISM_HORIZON, REALISM_RANGE, Acceptance, DraftPlanner, SpeculationConfig,
-                                        StepCosts, calibration_sizes)
+                                        StepCosts, calibration_sizes, prior_acceptance)
 from engine.errors import InvalidSettingError, ModelFileError
 from engine.modelfiles.gguf_header import read_gguf_header
 from engine.decoding.stop_strings import StopMatcher
@@ -171,6 +171,20 @@ def test_acceptance_keeps_its_sums_with_its_tables():
         never.record((1, False), 4, 0)
     assert len(never.expected_tokens((1, False))) < 17 <= len(table.expected_tokens((12, True))) + 0
     assert len(table.expected_tokens((12, True), slots=5)) == 6
+
+
+def test_borrowed_evidence_only_lowers_a_features_prior():
+    """An unseen feature borrows from longer matches: their misses lower its prior (a table's long matches
+    fail, so its short ones will), but their hits do not raise it (a copy that held says nothing of a
+    2-token coincidence: Gemma 3's table answer drafted on such borrowed confidence and lost to plain)."""
+    holds, fails = Acceptance(16), Acceptance(16)
+    for _ in range(50):
+        holds.record((16, True), 16, 16)
+        fails.record((16, True), 16, 0)
+    short = (2, True)
+    assert holds.slot_acceptance(short)[0] == pytest.approx(prior_acceptance(short))
+    assert fails.slot_acceptance(short)[0] < prior_acceptance(short) / 2
+    assert holds.slot_acceptance((16, True))[0] > 0.95  # its own evidence still counts in full
 
 
 def test_a_low_realism_expires_so_drafting_can_resume():
