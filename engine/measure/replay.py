@@ -9,7 +9,9 @@ recorded curve, and sets the result beside two baselines on the same clock:
   tokens drafted, every step;
 - the hindsight bound for these proposals: at every step the draft length that is best for the rest of
   the answer, knowing how many of each proposal's tokens the answer keeps (dynamic programming over the
-  answer, longest-match proposals without learned edits). It bounds what choosing draft lengths can win.
+  answer, longest-match proposals without learned edits). It bounds what choosing draft lengths can win;
+- the any-copy bound: the same, with each step's draft copied from whichever earlier place in the history
+  the answer follows furthest. It bounds what any prompt-lookup proposer can win on these step costs.
 Each figure is a decode speed-up: plain decoding's time over the method's, per prompt. Deterministic,
 about a second per prompt set; a replay does not see what the curve leaves out (numerics that part
 greedy answers at near-ties, a context that grows, other programs).
@@ -177,18 +179,48 @@ def replay_ngram_simple(recording: Recording) -> list[float]:
 
 
 def hindsight_bound(recording: Recording, max_draft: int = DEFAULT_MAX_DRAFT) -> list[float]:
+    """Per answer: the best draft lengths for the shipped proposer's proposals, knowing the answer."""
     proposer = LookupProposer(remember_requests=False)
     out = []
     for a in recording.answers:
-        n = len(a.answer)
-        proposals = [proposer.propose_one(a.prompt + a.answer[:i], max_draft).tokens for i in range(n)]
+        proposals = [proposer.propose_one(a.prompt + a.answer[:i], max_draft).tokens for i in range(len(a.answer))]
         kept = [_kept(p, a.answer, i) for i, p in enumerate(proposals)]
-        best = [0.0] * (n + 1)  # best[i]: least time to produce answer[i:] given answer[:i]
-        for i in range(n - 1, 0, -1):
-            best[i] = min(recording.seconds(k + 1) + best[min(n, i + 1 + min(k, kept[i]))]
-                          for k in range(0, min(len(proposals[i]), n - 1 - i) + 1))
-        out.append(_speed_up(n, recording.seconds(1), best[1]) if n > 1 else 1.0)
+        out.append(_best_schedule(recording, len(a.answer), kept, [len(p) for p in proposals]))
     return out
+
+
+def any_copy_bound(recording: Recording, max_draft: int = DEFAULT_MAX_DRAFT) -> list[float]:
+    """Per answer: the hindsight bound over every proposal that copies the history. At each step the draft
+    is the continuation of whichever earlier occurrence of the last token the answer goes on to follow
+    furthest (every prompt-lookup proposal, of any n-gram length or scoring, continues one of them; the
+    shipped proposer's own draft, which may repeat a period past the history's end, is a candidate too),
+    padded to any length, and the draft lengths are the best. No way of choosing what to copy beats it;
+    edits the proposer writes into a copy, and a draft model, are outside it."""
+    proposer = LookupProposer(remember_requests=False)
+    out = []
+    for a in recording.answers:
+        kept = []
+        for i in range(len(a.answer)):
+            history = a.prompt + a.answer[:i]
+            best = _kept(proposer.propose_one(history, max_draft).tokens, a.answer, i)
+            for e in range(len(history) - 1):
+                if history[e] == history[-1]:
+                    best = max(best, _kept(history[e + 1:e + 1 + max_draft], a.answer, i))
+            kept.append(best)
+        out.append(_best_schedule(recording, len(a.answer), kept, [max_draft] * len(a.answer)))
+    return out
+
+
+def _best_schedule(recording: Recording, n: int, kept: list[int], lengths: list[int]) -> float:
+    """The speed-up of the fastest schedule over an answer of n tokens, where a step at token i may verify up
+    to lengths[i] drafts of which the answer keeps kept[i] (dynamic programming, from the end)."""
+    if n <= 1:
+        return 1.0
+    best = [0.0] * (n + 1)  # best[i]: least time to produce answer[i:] given answer[:i]
+    for i in range(n - 1, 0, -1):
+        best[i] = min(recording.seconds(k + 1) + best[min(n, i + 1 + min(k, kept[i]))]
+                      for k in range(0, min(lengths[i], n - 1 - i) + 1))
+    return _speed_up(n, recording.seconds(1), best[1])
 
 
 def _kept(draft: list[int], answer: list[int], at: int) -> int:
@@ -207,15 +239,17 @@ def report(recording: Recording, max_draft: int) -> str:
     lookup = replay_lookup(recording, max_draft)
     ngram = replay_ngram_simple(recording)
     bound = hindsight_bound(recording, max_draft)
+    any_copy = any_copy_bound(recording, max_draft)
     lines = [f"{recording.model}: decode speed-up over plain decoding on the recorded step costs "
              f"(1 row {1000 * recording.seconds(1):.1f} ms, 16 rows {1000 * recording.seconds(16):.1f} ms), "
              f"max draft {max_draft}",
-             "| prompt | lookup | ngram-simple | lookup / ngram-simple | hindsight bound |", "|---|---|---|---|---|"]
-    for a, x, y, z in zip(recording.answers, lookup, ngram, bound):
-        lines.append(f"| {a.id} | {x:.2f}x | {y:.2f}x | {x / y:.2f} | {z:.2f}x |")
+             "| prompt | lookup | ngram-simple | lookup / ngram-simple | hindsight bound | any-copy bound "
+             "| any-copy bound / ngram-simple |", "|---|---|---|---|---|---|---|"]
+    for a, x, y, z, w in zip(recording.answers, lookup, ngram, bound, any_copy):
+        lines.append(f"| {a.id} | {x:.2f}x | {y:.2f}x | {x / y:.2f} | {z:.2f}x | {w:.2f}x | {w / y:.2f} |")
     med = statistics.median
     lines.append(f"| median | {med(lookup):.2f}x | {med(ngram):.2f}x | {med(x / y for x, y in zip(lookup, ngram)):.2f} "
-                 f"| {med(bound):.2f}x |")
+                 f"| {med(bound):.2f}x | {med(any_copy):.2f}x | {med(w / y for w, y in zip(any_copy, ngram)):.2f} |")
     return "\n".join(lines)
 
 

@@ -32,6 +32,24 @@ def test_a_copied_answer_is_drafted_and_a_fresh_one_costs_nothing():
     assert lookup[1] == pytest.approx(1.0) and ngram[1] == pytest.approx(1.0) and bound[1] == pytest.approx(1.0)
 
 
+def test_the_any_copy_bound_knows_which_earlier_place_the_answer_copies():
+    """Each of the answer's phrases occurs twice earlier, followed by other text each time; the answer goes
+    on as the older occurrence did. The proposer drafts the latest (so its hindsight bound misses at every
+    phrase's end), while the any-copy bound follows the older one."""
+    rng = random.Random(3)
+    tokens = iter(rng.sample(range(100, 9000), 2000))
+    take = lambda n: [next(tokens) for _ in range(n)]
+    phrases = [(take(4), take(10), take(10)) for _ in range(12)]  # (phrase, older continuation, newer one)
+    older = [t for p, o, _ in phrases for t in p + o + take(3)]
+    newer = [t for p, _, n in phrases for t in p + n + take(3)]
+    answer = [t for p, o, _ in phrases for t in p + o]
+    rec = synthetic([Answer("older", older + newer, answer), *copy_and_fresh()])
+    bound, any_copy = replay.hindsight_bound(rec), replay.any_copy_bound(rec)
+    assert all(a >= b - 1e-9 for a, b in zip(any_copy, bound))
+    assert any_copy[0] > 1.2 * bound[0], (any_copy, bound)
+    assert any_copy[2] == pytest.approx(1.0)  # nothing to copy from
+
+
 def test_ngram_simple_waits_for_twelve_tokens_and_drafts_up_to_48():
     history = list(range(100)) + list(range(20, 40))  # the last 20 tokens repeat 20..39
     assert replay.ngram_simple_draft(history[:-9]) == []  # the repeat is 11 tokens long: no 12-token match
@@ -69,4 +87,4 @@ def test_record_and_replay_from_the_command_line(model_path, tmp_path, capsys):
     capsys.readouterr()
     assert replay.main(["replay", str(out)]) == 0
     table = capsys.readouterr().out
-    assert "| count |" in table and "| median |" in table
+    assert "| count |" in table and "| median |" in table and "any-copy bound" in table
