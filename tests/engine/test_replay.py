@@ -88,3 +88,35 @@ def test_record_and_replay_from_the_command_line(model_path, tmp_path, capsys):
     assert replay.main(["replay", str(out)]) == 0
     table = capsys.readouterr().out
     assert "| count |" in table and "| median |" in table and "any-copy bound" in table
+
+
+def test_a_low_realism_recovers_while_not_drafting_when_the_shadows_hold():
+    """Early misses lower the planner's realism until drafting does not pay; the proposals scored while not
+    drafting (shadows) count towards it, so a copy that follows is drafted again long before the misses age
+    out (they did not count: Gemma 3's fix-json answer decoded two whole copies plainly)."""
+    import torch
+
+    from engine.decoding.cost_model import REALISM_HORIZON, SpeculationConfig
+    from engine.decoding.proposers.lookup import LookupProposer
+    from engine.decoding.stats import GenerationStats
+    from engine.decoding.step import SequenceState, StepLoop
+    from engine.decoding.verifier import Verifier
+
+    dear = {rows: 0.010 * (1 + 0.4 * (rows - 1)) for rows in CURVE}  # each extra row 40% of a step, as on CPUs
+    prompt, answer = copy_and_fresh()[0].prompt, copy_and_fresh()[0].answer
+    rec = Recording("synthetic", dear, [Answer("copy", prompt, answer)], ends=[])
+    target = replay.ReplayTarget(rec)
+    target.truth = prompt + answer
+    loop = StepLoop(target, LookupProposer(remember_requests=False), SpeculationConfig(), torch.device("cpu"),
+                    tune_threads=False, clock=target.clock)
+    loop.calibrate(0, len(prompt), answer[0])
+    for _ in range(6):  # six drafts that kept nothing of what was predicted
+        loop.planner._predicted = 5.0
+        loop.planner.record_step(8, 7, dear[8])
+        loop.planner.record_outcome(0)
+    seq = SequenceState(0, prompt + answer[:1], Verifier(SamplingParams(temperature=0), torch.device("cpu"), 0),
+                        GenerationStats(), stops_at_end=False)
+    steps = 0
+    while not loop.step([seq], [len(answer)])[0].accepted:
+        steps += 1
+    assert steps < REALISM_HORIZON // 2, steps

@@ -202,6 +202,27 @@ def test_a_low_realism_expires_so_drafting_can_resume():
     assert planner.realism == 1.0
 
 
+def test_settled_shadows_lift_a_low_realism_back_to_one_and_no_further():
+    """Proposals scored while not drafting count towards a realism below 1 (it stops drafting, so drafted
+    outcomes alone could not raise it), but never lift it past 1 nor lower a realism the drafts made."""
+    def planner_with(drafted: list[tuple[float, int]], shadows: list[tuple[float, int]]) -> DraftPlanner:
+        planner = DraftPlanner(SpeculationConfig(max_draft=16), costly_proposer=False)
+        planner.steps.take_calibration({1: 0.010, 8: 0.020, 16: 0.030})
+        for predicted, kept in drafted:
+            planner._predicted = predicted
+            planner.record_step(8, 7, 0.020)
+            planner.record_outcome(kept)
+        for predicted, kept in shadows:
+            planner.record_shadow_outcome(predicted, kept)
+        return planner
+
+    assert planner_with([(5.0, 1)] * 4, []).realism == pytest.approx(0.2)
+    assert planner_with([(5.0, 1)] * 4, [(2.0, 4)] * 2).realism == pytest.approx((4 + 8) / (20 + 4))
+    assert planner_with([(5.0, 1)] * 4, [(2.0, 8)] * 4).realism == 1.0  # held: lifted to 1, not past it
+    assert planner_with([(2.0, 2)] * 8, [(2.0, 0)] * 8).realism == 1.0  # failed: the drafts' own 1 stands
+    assert planner_with([(2.0, 3)] * 8, [(2.0, 0)] * 8).realism > 1.0
+
+
 def test_a_sequence_that_copies_drafts_though_the_others_do_not():
     """The shared acceptance table is every sequence's; one answer copying its prompt while the rest of the
     batch writes freely is judged by its own drafts, with the shared table as the prior."""
