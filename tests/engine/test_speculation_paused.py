@@ -48,8 +48,11 @@ def test_the_policy_choosing_plain_decoding_is_reported_as_paused(target, monkey
     decoder = SpeculativeDecoder(target, LookupProposer(), SpeculationConfig(max_draft=8, adaptive=True))
     trace = answer(decoder, target.tokenize(copying_prompt()), 24)
     assert decoder.stats.speculation_paused and decoder.stats.policy_draft_length == 0, trace
-    # Step costs were calibrated before the first step, so every plain choice is a prediction.
-    assert all(paused == (chosen == 0) for paused, chosen in trace[1:]), trace
+    # Step costs were calibrated before the first step, so every plain choice is a prediction. A step with no
+    # proposal has no choice and keeps the last verdict: where the answer opens with '"' (Gemma 3 on some CPUs),
+    # which the prompt does not hold, the first step has none and the verdict comes with the second.
+    first = next(i for i, (paused, _) in enumerate(trace) if paused)
+    assert first <= 2 and all(paused == (chosen == 0) for paused, chosen in trace[first:]), trace
 
 
 def test_a_plain_step_with_no_room_for_a_draft_is_not_called_a_prediction(target):
