@@ -10,7 +10,7 @@ from ..errors import InvalidSettingError, SpeculationUnavailable
 from .generate import SpeculativeDecoder
 from .proposers.base import NoProposer
 from .proposers.draft_model import DraftModelProposer
-from .proposers.lookup import LookupProposer
+from .proposers.lookup import DEFAULT_MAX_NGRAM, LookupProposer
 from .runtime import LoadSettings, Model
 
 METHODS = ("none", "lookup", "draft")
@@ -27,7 +27,7 @@ class DecoderSettings:
     adaptive: bool = True
     p_min: float = 0.75
     min_ngram: int = 1
-    max_ngram: int = 16
+    max_ngram: int = DEFAULT_MAX_NGRAM
     remember_requests: bool = True  # lookup also searches earlier answers (off where prompts repeat: bench)
     n_ctx: int = 4096
     n_gpu_layers: int = -1

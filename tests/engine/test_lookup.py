@@ -183,3 +183,17 @@ def test_history_array_self_match_agrees_with_longest_match():
                            else history[int(rng.integers(0, len(history)))])
             array = index.of(history)
             assert index.self_match(min_n, max_n) == longest_match(array, array, len(array) - 1, min_n, max_n)
+
+
+def test_deep_copies_are_told_from_fresh_ones_by_their_match_length():
+    """Matches are measured past 16 tokens, so the cost model's features for 24-token matches occur: a copy
+    well under way learns its own acceptance instead of sharing the estimate of one that has just begun."""
+    from engine.decoding.step import lookup_feature
+
+    source = list(range(100, 160))
+    early, deep = source + source[:17], source + source[:40]
+    proposer = LookupProposer(remember_requests=False)
+    found_early, found_deep = proposer.propose_one(early, 8), proposer.propose_one(deep, 8)
+    assert found_early.tokens == source[17:25] and found_deep.tokens == source[40:48]
+    assert lookup_feature(found_early.match_length, True) == (16, True)
+    assert lookup_feature(found_deep.match_length, True) == (24, True)
