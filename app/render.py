@@ -294,19 +294,14 @@ def code_tokens(code: str, language: str) -> list[tuple[str, object]] | None:
     return runs if "".join(text for text, _ in runs) == code else None
 
 
-def render_code(doc: QTextDocument, code: str, runs: list[tuple[str, object]] | None = None,
-                spans: list[list[int]] | None = None, dark: bool = False) -> None:
-    """Fill doc with code in a fixed-pitch font, coloured by runs (from code_tokens; None: plain, as
-    while it streams); spans (offsets into code) get the draft highlight."""
+def render_code(doc: QTextDocument, code: str, spans: list[list[int]] | None = None) -> None:
+    """Fill doc with code, plain, in a fixed-pitch font; spans (offsets into code) get the draft highlight.
+    Colours go on afterwards, a slice at a time (colour_ranges, apply_colours)."""
     doc.clear()
     doc.setDefaultFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
     cursor = QTextCursor(doc)
     cursor.beginEditBlock()
-    if runs is None:
-        cursor.insertText(code)
-    else:
-        for text, ttype in runs:
-            cursor.insertText(text, _token_format(ttype, dark))
+    cursor.insertText(code)
     if spans:
         fmt = QTextCharFormat()
         fmt.setBackground(DRAFT_COLOR)
@@ -316,6 +311,48 @@ def render_code(doc: QTextDocument, code: str, runs: list[tuple[str, object]] | 
                 cursor.setPosition(start)
                 cursor.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
                 cursor.mergeCharFormat(fmt)
+    cursor.endEditBlock()
+
+
+def append_code(doc: QTextDocument, code: str, start: int, spans: list[list[int]] | None = None) -> None:
+    """Add code[start:] to a doc that render_code (or this) filled with code[:start]: a streaming block grows by
+    its new text instead of being laid out again whole (a 400-line block: ~40 ms a delta on a 2-core CPU)."""
+    cursor = QTextCursor(doc)
+    cursor.beginEditBlock()
+    cursor.movePosition(QTextCursor.MoveOperation.End)
+    cursor.insertText(code[start:], QTextCharFormat())  # not the draft colour of the text before it
+    if spans:
+        fmt = QTextCharFormat()
+        fmt.setBackground(DRAFT_COLOR)
+        for a, b in spans:
+            a, b = max(a, start), min(b, len(code))
+            if a < b:
+                cursor.setPosition(a)
+                cursor.setPosition(b, QTextCursor.MoveMode.KeepAnchor)
+                cursor.mergeCharFormat(fmt)
+    cursor.endEditBlock()
+
+
+def colour_ranges(runs: list[tuple[str, object]], dark: bool = False) -> list[tuple[int, int, QTextCharFormat]]:
+    """(start, end, format) for the runs (from code_tokens) that have a colour or a weight; plain ones
+    need nothing (a 400-line block: 6,400 runs, 2,400 of them coloured)."""
+    out, pos = [], 0
+    for text, ttype in runs:
+        fmt = _token_format(ttype, dark)
+        if fmt.properties():
+            out.append((pos, pos + len(text), fmt))
+        pos += len(text)
+    return out
+
+
+def apply_colours(doc: QTextDocument, ranges: list[tuple[int, int, QTextCharFormat]]) -> None:
+    """Merge the formats onto code that render_code put in doc (draft highlights stay)."""
+    cursor = QTextCursor(doc)
+    cursor.beginEditBlock()
+    for start, end, fmt in ranges:
+        cursor.setPosition(start)
+        cursor.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
+        cursor.mergeCharFormat(fmt)
     cursor.endEditBlock()
 
 
