@@ -173,7 +173,9 @@ def test_batched_draft_model_equal_to_target_accepts_almost_everything(batch_tar
             result = decoder.run(requests[:2], concurrency, sampling, max_tokens=12, ignore_eos=True)
             drafted = sum(r.stats.drafted for r in result.runs)
             accepted = sum(r.stats.accepted for r in result.runs)
-            assert drafted >= 8 and accepted >= 0.9 * drafted, (sampling, drafted, accepted)
+            # Sampled, p and q can still part at rounding on some CPUs: 13 of 15 kept on an AMD EPYC without
+            # AVX-512 (the code before this test's last change too); a broken verifier keeps far fewer.
+            assert drafted >= 8 and accepted >= (0.9 if sampling.greedy else 0.8) * drafted, (sampling, drafted, accepted)
             if sampling.greedy:
                 for request, run in zip(requests, result.runs):
                     assert_self_consistent(batch_target, request.prompt, run.tokens, run.request_id)
