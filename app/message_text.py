@@ -117,9 +117,9 @@ class CodeBlock(QFrame):
         key = (fence.code, fence.language, str(code_spans), complete)
         if key == self._key:
             return
-        grown = self._key is not None and not self.highlighted and fence.code.startswith(self.code) and (
-            _clip(code_spans, len(self.code)) == _clip(self._spans, len(self.code)))
-        if grown or key[:3] != (self._key or ())[:3] or not self.highlighted:
+        if key[:3] != (self._key or ())[:3] or not self.highlighted:
+            grown = self._key is not None and not self.highlighted and fence.code.startswith(self.code) and (
+                _clip(code_spans, len(self.code)) == _clip(self._spans, len(self.code)))
             self.highlighted, self._uncoloured = False, []  # colours still to come are for other code
             if grown:  # streaming: only the new text is laid out
                 append_code(self.text.document(), fence.code, len(self.code), code_spans)

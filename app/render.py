@@ -299,19 +299,7 @@ def render_code(doc: QTextDocument, code: str, spans: list[list[int]] | None = N
     Colours go on afterwards, a slice at a time (colour_ranges, apply_colours)."""
     doc.clear()
     doc.setDefaultFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
-    cursor = QTextCursor(doc)
-    cursor.beginEditBlock()
-    cursor.insertText(code)
-    if spans:
-        fmt = QTextCharFormat()
-        fmt.setBackground(DRAFT_COLOR)
-        for start, end in spans:
-            start, end = max(start, 0), min(end, len(code))
-            if start < end:
-                cursor.setPosition(start)
-                cursor.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
-                cursor.mergeCharFormat(fmt)
-    cursor.endEditBlock()
+    append_code(doc, code, 0, spans)
 
 
 def append_code(doc: QTextDocument, code: str, start: int, spans: list[list[int]] | None = None) -> None:
@@ -321,15 +309,9 @@ def append_code(doc: QTextDocument, code: str, start: int, spans: list[list[int]
     cursor.beginEditBlock()
     cursor.movePosition(QTextCursor.MoveOperation.End)
     cursor.insertText(code[start:], QTextCharFormat())  # not the draft colour of the text before it
-    if spans:
-        fmt = QTextCharFormat()
-        fmt.setBackground(DRAFT_COLOR)
-        for a, b in spans:
-            a, b = max(a, start), min(b, len(code))
-            if a < b:
-                cursor.setPosition(a)
-                cursor.setPosition(b, QTextCursor.MoveMode.KeepAnchor)
-                cursor.mergeCharFormat(fmt)
+    fmt = QTextCharFormat()
+    fmt.setBackground(DRAFT_COLOR)
+    _merge_formats(cursor, [(max(a, start), min(b, len(code)), fmt) for a, b in spans or []])
     cursor.endEditBlock()
 
 
@@ -349,11 +331,16 @@ def apply_colours(doc: QTextDocument, ranges: list[tuple[int, int, QTextCharForm
     """Merge the formats onto code that render_code put in doc (draft highlights stay)."""
     cursor = QTextCursor(doc)
     cursor.beginEditBlock()
-    for start, end, fmt in ranges:
-        cursor.setPosition(start)
-        cursor.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
-        cursor.mergeCharFormat(fmt)
+    _merge_formats(cursor, ranges)
     cursor.endEditBlock()
+
+
+def _merge_formats(cursor: QTextCursor, ranges: list[tuple[int, int, QTextCharFormat]]) -> None:
+    for start, end, fmt in ranges:
+        if start < end:
+            cursor.setPosition(start)
+            cursor.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
+            cursor.mergeCharFormat(fmt)
 
 
 _lexing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="highlight")

@@ -17,7 +17,7 @@ import heapq
 import statistics
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Hashable
+from typing import Callable, Hashable, Sequence
 
 from ..errors import InvalidSettingError
 
@@ -279,7 +279,7 @@ REALISM_HORIZON = 64
 PLAIN_PROBE_EVERY = 32
 
 
-def _ratio(outcomes: list[tuple[int, float, int]]) -> float:
+def _ratio(outcomes: Sequence[tuple[int, float, int]]) -> float:
     """Kept / predicted over (step, predicted, kept) outcomes; 1 for fewer than four."""
     predicted = sum(p for _, p, _ in outcomes)
     if len(outcomes) < 4 or predicted <= 0:
@@ -375,7 +375,7 @@ class DraftPlanner:
         for outcomes in (self._outcomes, self._shadow_outcomes):
             while outcomes and outcomes[0][0] < self._step - REALISM_HORIZON:
                 outcomes.popleft()
-        drafted = _ratio(list(self._outcomes))
+        drafted = _ratio(self._outcomes)
         if drafted < 1.0:
             drafted = max(drafted, min(1.0, _ratio([*self._outcomes, *self._shadow_outcomes])))
         low, high = REALISM_RANGE

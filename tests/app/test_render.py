@@ -1,7 +1,7 @@
 """Markdown rendering and the accepted-draft highlight, which must land on the right words."""
 from PySide6.QtGui import QTextCursor, QTextDocument
 
-from app.render import DRAFT_COLOR, align, draft_runs, render
+from app.render import DRAFT_COLOR, align, draft_runs, render, render_code
 
 
 def highlighted(doc: QTextDocument) -> str:
@@ -165,8 +165,6 @@ def test_a_streaming_code_block_grows_by_its_new_text_with_its_draft_spans(qtbot
     for cut in cuts:
         source = head + code[:cut]
         body.set_content(source, [[a, min(b, len(source))] for a, b in drafts if a < len(source)], True, final=False)
-    from app.render import render_code
-
     block = body.code_blocks()[0]
     whole = QTextDocument()
     render_code(whole, block.code, [[a - len(head), b - len(head)] for a, b in drafts])
