@@ -53,6 +53,12 @@ WINDOW = 9  # recent observations whose median is an estimate
 ROW_COST_EXPONENT = 0.5
 OPTIMISTIC_ROW_COST = 0.1  # before any multi-row step: each extra row ~10% of a step (a GPU's figure)
 CONTENDED = 1.6  # the drift this much above the quietest seen: another process is using the cores
+# Steps that verify drafts cost more live than their calibrated base says, beyond the drift that the
+# (mostly one-row) plain steps set: on Gemma 3 270M here, after one-row steps, 4 rows took 2.9 one-row steps
+# against 2.44 calibrated, 8 rows 4.1 against 3.35, 16 rows 6.2 against 5.2 (a wide step after narrow ones
+# finds colder caches, and calibration keeps each size's fastest). So drafted steps keep their own factor over
+# base x drift, the median of recent ones, and the planner prices draft rows with it.
+DRAFTED_FACTOR_RANGE = (0.8, 1.5)
 # Calibration decodes once untimed first: the first decode after a load or a pause ran ~25% slow (SmolLM2,
 # 1 row: 6.9 ms against 5.5 after), and a slow one-row base made every verify look that much cheaper than
 # it is (8 rows: 3.4 plain steps predicted, 4.9 paid), so drafts that lose were taken.
@@ -87,17 +93,25 @@ class StepCosts:
         self._base: dict[int, float] = {}  # rows -> seconds, calibrated (or, uncalibrated, first seen)
         self._drift: deque[float] = deque(maxlen=WINDOW)  # recent steps' actual / base
         self._drift_now = 1.0  # their median, kept current: the planner reads it dozens of times a step
+        self._drafted: deque[float] = deque(maxlen=WINDOW)  # recent drafted steps' actual / (base x drift)
+        self.drafted_factor = 1.0  # their median, once three are in (DRAFTED_FACTOR_RANGE)
         self._quietest: float | None = None
         self._rows: list[int] = []  # the base's sizes, sorted, and their seconds: rebuilt on change
         self._secs: list[float] = []
         self._known: dict[int, float] = {}  # _base_of's answers, kept until the base changes (read ~50x a plan)
         self.calibrated = False  # take_calibration() has run
 
-    def record(self, rows: int, seconds: float) -> float:
-        """Take one step's time; returns it in one-row steps' seconds (the thread tuner compares those)."""
+    def record(self, rows: int, seconds: float, drafted: bool = False) -> float:
+        """Take one step's time (drafted: it verified drafts); returns it in one-row steps' seconds (the
+        thread tuner compares those)."""
         if not self.calibrated and rows not in self._base:  # learn the base from the first step of a size
             self._set_base({**self._base, rows: seconds / self.drift})
         ratio = seconds / self._base_of(rows)
+        if drafted:
+            self._drafted.append(ratio / self._drift_now)
+            if len(self._drafted) >= 3:
+                low, high = DRAFTED_FACTOR_RANGE
+                self.drafted_factor = min(high, max(low, statistics.median(self._drafted)))
         self._drift.append(ratio)
         self._drift_now = now = statistics.median(self._drift)
         if len(self._drift) >= 3 and (self._quietest is None or now < self._quietest):
@@ -134,8 +148,11 @@ class StepCosts:
         """Steps are much slower than this machine managed before."""
         return bool(self._drift and self._quietest and self.drift > CONTENDED * self._quietest)
 
-    def seconds(self, rows: int) -> float | None:
-        return self._base_of(rows) * self._drift_now if self._base else None
+    def seconds(self, rows: int, drafted: bool = False) -> float | None:
+        """Predicted seconds of a step of `rows` rows; drafted: one that verifies drafts."""
+        if not self._base:
+            return None
+        return self._base_of(rows) * self._drift_now * (self.drafted_factor if drafted else 1.0)
 
     def _base_of(self, rows: int) -> float:
         """Seconds of a step of `rows` rows before drift: measured, interpolated, or extrapolated."""
@@ -348,7 +365,7 @@ class DraftPlanner:
 
     def record_step(self, rows: int, drafted_rows: int, seconds: float) -> float:
         """Take one step's time; returns it in one-row steps' seconds."""
-        per_row = self.steps.record(rows, seconds)
+        per_row = self.steps.record(rows, seconds, drafted=drafted_rows > 0)
         self._step += 1
         self._steps_without_drafts = 0 if drafted_rows else self._steps_without_drafts + 1
         self._steps_with_drafts = self._steps_with_drafts + 1 if drafted_rows else 0
@@ -408,7 +425,7 @@ class DraftPlanner:
         d, plain = self.draft_seconds_per_token, self.steps.seconds(n)
         if not self._draft_per_token or plain is None:
             return False
-        return all((n + k) / (k * d + self.steps.seconds(n + k)) <= n / plain
+        return all((n + k) / (k * d + self.steps.seconds(n + k, drafted=True)) <= n / plain
                    for k in range(1, n * self.config.max_draft + 1))
 
     # --- decision -----------------------------------------------------------------------------
@@ -429,7 +446,9 @@ class DraftPlanner:
         raw = [self.acceptance.expected_tokens(f, o, c) for f, o, c in zip(features, own or [None] * n, caps)]
         h = self.realism
         expected = [[1.0 + (e - 1.0) * h for e in per] for per in raw]
-        lengths = allocate_draft_rows(expected, [len(e) - 1 for e in raw], n, self.steps.seconds,
+        steps = self.steps
+        lengths = allocate_draft_rows(expected, [len(e) - 1 for e in raw], n,
+                                      lambda rows: steps.seconds(rows, drafted=rows > n),
                                       self.draft_seconds_per_token, MIN_GAIN)
         lengths = [k if k >= cfg.min_draft else 0 for k in lengths]
         self._predicted = sum(e[k] - 1.0 for e, k in zip(raw, lengths))

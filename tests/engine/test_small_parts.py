@@ -123,6 +123,45 @@ def test_step_costs_follow_recent_medians_and_notice_a_busy_machine():
     assert costs.contended and costs.seconds(16) == pytest.approx(0.150)
 
 
+def test_drafted_steps_dearer_than_calibrated_are_priced_as_measured_and_plain_steps_keep_theirs():
+    costs = StepCosts()
+    costs.take_calibration({1: 0.010, 2: 0.020, 8: 0.040})
+    for _ in range(5):
+        costs.record(1, 0.010)
+    for _ in range(2):
+        costs.record(8, 0.048, drafted=True)
+    assert costs.seconds(8, drafted=True) == pytest.approx(0.040)  # two are not yet evidence
+    costs.record(8, 0.048, drafted=True)  # a third: drafted steps cost 20% over their base
+    assert costs.seconds(8, drafted=True) == pytest.approx(0.048) and costs.seconds(2, drafted=True) == pytest.approx(0.024)
+    assert costs.seconds(1) == pytest.approx(0.010) and costs.seconds(8) == pytest.approx(0.040)
+    for _ in range(9):
+        costs.record(8, 0.400, drafted=True)  # however dear they turn, the factor stays in its range
+    assert costs.drafted_factor == pytest.approx(1.5)
+
+
+def test_the_planner_stops_drafting_once_drafted_steps_prove_dearer_than_calibrated():
+    """Calibrated, each draft row costs 10% of a step; live, 35%. With 30% acceptance a draft pays at the
+    first price and not at the second: the planner drafts at first, then stops."""
+    import random
+    rng = random.Random(1)
+    planner = DraftPlanner(SpeculationConfig(max_draft=16), costly_proposer=False)
+    planner.steps.take_calibration({rows: 0.010 * (1 + 0.1 * (rows - 1)) for rows in range(1, 18)})
+    planner.record_step(1, 0, 0.010)
+    for _ in range(100):
+        planner.acceptance.record(FEATURE, 16, sum(1 for _ in iter(lambda: rng.random() < 0.3, False)))
+    assert _choose(planner) > 0
+    drafted = 0
+    for _ in range(200):
+        k = _choose(planner)
+        planner.record_step(k + 1, k, 0.010 * (1 + 0.35 * k))
+        accepted = 0
+        while accepted < min(k, 16) and rng.random() < 0.3:
+            accepted += 1
+        planner.acceptance.record(FEATURE, k or 16, accepted if k else sum(1 for _ in iter(lambda: rng.random() < 0.3, False)))
+        drafted += k > 0
+    assert _choose(planner) == 0 and drafted < 20
+
+
 def test_calibration_times_every_single_sequence_size_then_every_eighth():
     assert calibration_sizes(5) == [1, 2, 3, 4, 5]
     assert calibration_sizes(33) == list(range(1, 18)) + [24, 32, 33]
