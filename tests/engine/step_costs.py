@@ -27,6 +27,7 @@ def pin_step_costs(monkeypatch, cost: dict[int, float] | None = None, one_row_s:
         return one_row_s + extra_row_s * (rows - 1)
 
     record, take = StepCosts.record, StepCosts.take_calibration
-    monkeypatch.setattr(StepCosts, "record", lambda self, rows, seconds, drafted=False: record(self, rows, pinned(rows), drafted))
+    monkeypatch.setattr(StepCosts, "record",
+                        lambda self, rows, seconds, drafted=False: record(self, rows, pinned(rows), drafted))
     monkeypatch.setattr(StepCosts, "take_calibration",
                         lambda self, timings: take(self, {r: pinned(r) for r in timings}))

@@ -63,17 +63,19 @@ def _policy(accept_rate: float, row_cost: float, steps: int = 200) -> DraftPlann
     for _ in range(steps):
         k = planner.plan([FEATURE], [16]).lengths[0]
         planner.record_step(k + 1, k, 0.010 * (1 + row_cost * k))
-        accepted = 0
-        while accepted < k and rng.random() < accept_rate:
-            accepted += 1
         if k:
-            planner.acceptance.record(FEATURE, k, accepted)
+            planner.acceptance.record(FEATURE, k, _kept_run(rng, accept_rate, k))
         else:  # what the loop's shadow scoring feeds it while speculation is off
-            shadow = 0
-            while shadow < 16 and rng.random() < accept_rate:
-                shadow += 1
-            planner.acceptance.record(FEATURE, 16, shadow)
+            planner.acceptance.record(FEATURE, 16, _kept_run(rng, accept_rate, 16))
     return planner
+
+
+def _kept_run(rng, accept_rate: float, slots: int) -> int:
+    """How many of `slots` draft tokens are kept in a row when each is kept with accept_rate."""
+    kept = 0
+    while kept < slots and rng.random() < accept_rate:
+        kept += 1
+    return kept
 
 
 def _choose(planner: DraftPlanner) -> int:
@@ -132,7 +134,8 @@ def test_drafted_steps_dearer_than_calibrated_are_priced_as_measured_and_plain_s
         costs.record(8, 0.048, drafted=True)
     assert costs.seconds(8, drafted=True) == pytest.approx(0.040)  # two are not yet evidence
     costs.record(8, 0.048, drafted=True)  # a third: drafted steps cost 20% over their base
-    assert costs.seconds(8, drafted=True) == pytest.approx(0.048) and costs.seconds(2, drafted=True) == pytest.approx(0.024)
+    assert costs.seconds(8, drafted=True) == pytest.approx(0.048)
+    assert costs.seconds(2, drafted=True) == pytest.approx(0.024)
     assert costs.seconds(1) == pytest.approx(0.010) and costs.seconds(8) == pytest.approx(0.040)
     for _ in range(9):
         costs.record(8, 0.400, drafted=True)  # however dear they turn, the factor stays in its range
@@ -148,16 +151,13 @@ def test_the_planner_stops_drafting_once_drafted_steps_prove_dearer_than_calibra
     planner.steps.take_calibration({rows: 0.010 * (1 + 0.1 * (rows - 1)) for rows in range(1, 18)})
     planner.record_step(1, 0, 0.010)
     for _ in range(100):
-        planner.acceptance.record(FEATURE, 16, sum(1 for _ in iter(lambda: rng.random() < 0.3, False)))
+        planner.acceptance.record(FEATURE, 16, _kept_run(rng, 0.3, 16))
     assert _choose(planner) > 0
     drafted = 0
     for _ in range(200):
         k = _choose(planner)
         planner.record_step(k + 1, k, 0.010 * (1 + 0.35 * k))
-        accepted = 0
-        while accepted < min(k, 16) and rng.random() < 0.3:
-            accepted += 1
-        planner.acceptance.record(FEATURE, k or 16, accepted if k else sum(1 for _ in iter(lambda: rng.random() < 0.3, False)))
+        planner.acceptance.record(FEATURE, k or 16, _kept_run(rng, 0.3, k or 16))  # a shadow's 16 when not drafting
         drafted += k > 0
     assert _choose(planner) == 0 and drafted < 20
 
