@@ -69,6 +69,20 @@ def devices() -> list[Device]:
         return []
 
 
+# llama.cpp's AMX kernels (Intel Sapphire Rapids and later, in a build for that CPU) crash the process on
+# multi-row steps: Gemma 3 270M Q4_K_M segfaulted in ggml_backend_amx_mul_mat on its first 2-row decode here
+# (llama.cpp issue 20824, closed unfixed). Weights go to AMX buffers only as an "extra buffer type".
+AMX_FEATURE = b"AMX_INT8 = 1"
+
+
+@lru_cache(maxsize=1)
+def cpu_uses_amx() -> bool:
+    """The build's CPU backend has AMX kernels for this CPU (so weights would be repacked for them)."""
+    import llama_cpp
+
+    return AMX_FEATURE in (llama_cpp.llama_print_system_info() or b"")
+
+
 def backend_name() -> str:
     """"CUDA", "Metal", "Vulkan", ... for the first GPU device of the build, else "CPU"."""
     for dev in devices():

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import ContextOverflowError, EngineError, GenerationCancelled, ModelFileError
 from ..modelfiles.model_check import check_model_file
-from ..hardware import backend_name, physical_cores
+from ..hardware import backend_name, cpu_uses_amx, physical_cores
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,14 @@ def _init_backend() -> None:
     L.llama_backend_init()
 
 
+def model_params() -> L.llama_model_params:
+    """llama.cpp's default model parameters, less what crashes: extra buffer types repack the weights for
+    faster CPU kernels, but with AMX among them multi-row steps crash the process (hardware.py)."""
+    params = L.llama_model_default_params()
+    params.use_extra_bufts = not cpu_uses_amx()
+    return params
+
+
 class Model:
     """A loaded model and its context. Not thread-safe: one worker drives it."""
 
@@ -51,7 +59,7 @@ class Model:
         self.settings = settings
         check_model_file(self.path, vocab_only)  # in a child process first: llama.cpp aborts on some files
         _init_backend()
-        mparams = L.llama_model_default_params()
+        mparams = model_params()
         mparams.n_gpu_layers = settings.n_gpu_layers
         mparams.vocab_only = vocab_only
         self._model = L.llama_model_load_from_file(str(self.path).encode(), mparams)

@@ -274,3 +274,24 @@ def test_a_sequence_that_copies_drafts_though_the_others_do_not():
         copying.record(FEATURE, 8, 8)  # this answer's were kept whole
     assert planner.plan([FEATURE], [16], [fresh]).lengths == [0]
     assert planner.plan([FEATURE], [16], [copying]).lengths[0] >= 4
+
+
+@pytest.mark.parametrize("amx", [True, False])
+def test_weights_are_not_repacked_for_amx_kernels_which_crash(monkeypatch, amx):
+    """On a CPU whose llama.cpp build has AMX kernels, Gemma 3's first multi-row step segfaulted in them (an
+    Intel Xeon with AMX_INT8): SpecChat then loads without extra buffer types, and llama-server beside it
+    without repacking too, so both run the same kernels. Elsewhere the repacked kernels stay."""
+    import llama_cpp
+
+    from engine import hardware
+    from engine.decoding.runtime import model_params
+    from engine.measure.versus_server import same_weights_layout
+
+    features = b"CPU : AVX2 = 1 | AVX512 = 1 | " + (b"AMX_INT8 = 1 | " if amx else b"") + b"REPACK = 1 | "
+    monkeypatch.setattr(llama_cpp, "llama_print_system_info", lambda: features)
+    hardware.cpu_uses_amx.cache_clear()
+    try:
+        assert model_params().use_extra_bufts is not amx
+        assert same_weights_layout() == (["--no-repack"] if amx else [])
+    finally:
+        hardware.cpu_uses_amx.cache_clear()
