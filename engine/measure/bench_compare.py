@@ -15,13 +15,16 @@ import json
 import statistics
 import sys
 import time
+from contextlib import contextmanager
 
 import numpy as np
+import llama_cpp.llama
 from llama_cpp import Llama, LogitsProcessorList, StoppingCriteriaList
 
 from .bench import read_prompts
 from ..modelfiles.embedded import resolve_model
 from ..decoding.loader import DecoderSettings, build_decoder
+from ..decoding.runtime import model_params
 from ..modelfiles.model_check import check_model_file
 from ..decoding.sampling import SamplingParams
 
@@ -73,6 +76,19 @@ def what_was_compared(methods: list[str], max_tokens: int, ignore_eos: bool) -> 
             f"tokens, decode tokens/s = (tokens - 1) / time from the first token to the last; {eos}.")
 
 
+@contextmanager
+def safe_model_params():
+    """Llama() loads with llama.cpp's default model parameters; while this holds, it gets SpecChat's (the
+    same weights layout, and none that crash: runtime.model_params)."""
+    lowlevel = llama_cpp.llama.llama_cpp
+    default = lowlevel.llama_model_default_params
+    lowlevel.llama_model_default_params = model_params
+    try:
+        yield
+    finally:
+        lowlevel.llama_model_default_params = default
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m engine.measure.bench_compare")
     ap.add_argument("--model", default="embedded")
@@ -88,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     prompts = read_prompts(args.prompts)
     path = resolve_model(args.model)
     check_model_file(path)  # Llama() below loads it in this process, where a damaged file would abort it
-    llm = Llama(str(path), n_threads=args.threads, n_threads_batch=args.threads, n_ctx=4096, verbose=False)
+    with safe_model_params():
+        llm = Llama(str(path), n_threads=args.threads, n_threads_batch=args.threads, n_ctx=4096, verbose=False)
     methods = ["none", "lookup"] + (["draft"] if args.draft else [])
     decoders = {m: build_decoder(DecoderSettings(model=args.model, draft=args.draft, method=m, threads=args.threads,
                                                  max_draft=args.max_draft)) for m in methods}

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..decoding.loader import DecoderSettings, build_decoder
+from ..decoding.runtime import model_params
 from ..modelfiles.embedded import resolve_model
 from .bench import encode, greedy_answer, read_prompts
 
@@ -43,6 +44,12 @@ SERVER_METHODS = {
 PLAIN, LOOKUP = "SpecChat plain", "SpecChat lookup"
 SPECCHAT_METHODS = {PLAIN: "none", LOOKUP: "lookup"}
 STARTUP_S = 120
+
+
+def same_weights_layout() -> list[str]:
+    """llama-server's flags for SpecChat's weights layout: without repacking where SpecChat loads without it
+    (AMX CPUs, where it crashes: runtime.model_params), so both run the same kernels."""
+    return [] if model_params().use_extra_bufts else ["--no-repack"]
 
 
 @dataclass
@@ -60,7 +67,7 @@ class LlamaServer:
             self.port = s.getsockname()[1]
         self._proc = subprocess.Popen(
             [binary, "-m", model, "--host", "127.0.0.1", "--port", str(self.port), "-t", str(threads),
-             "-c", str(n_ctx), "-np", "1", "--no-webui", *extra],
+             "-c", str(n_ctx), "-np", "1", "--no-webui", *extra, *same_weights_layout()],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + STARTUP_S
         while not self._healthy():
