@@ -418,14 +418,16 @@ class DraftPlanner:
         return statistics.median(self._draft_per_token) * (self.steps.seconds(1) or 0.0)
 
     def _hopeless(self, n: int) -> bool:
-        """True when drafting could not beat plain decoding even if every drafted token were kept: for no
-        number of draft rows K does (n + K) tokens in K drafted tokens' time plus a step of n + K rows beat
-        a plain step of n. Probing such a draft again only costs (measured: a draft model as large as the
-        target lost 10-19% to its probes and their catch-up)."""
+        """True when drafting could not beat plain decoding by MIN_GAIN even if every drafted token were kept:
+        for no number of draft rows K does (n + K) tokens in K drafted tokens' time plus a step of n + K rows
+        beat a plain step of n by that much. The plan never drafts on less, so a probe could teach it nothing,
+        and probing only costs (measured: a draft model as large as the target lost 10-19% to its probes and
+        their catch-up; one timed 0.8x its target, by noise, was still probed and its first probe paid the
+        draft's prompt processing, 0.18 s of a Gemma 3 answer)."""
         d, plain = self.draft_seconds_per_token, self.steps.seconds(n)
         if not self._draft_per_token or plain is None:
             return False
-        return all((n + k) / (k * d + self.steps.seconds(n + k, drafted=True)) <= n / plain
+        return all((n + k) / (k * d + self.steps.seconds(n + k, drafted=True)) <= MIN_GAIN * n / plain
                    for k in range(1, n * self.config.max_draft + 1))
 
     # --- decision -----------------------------------------------------------------------------
@@ -445,7 +447,8 @@ class DraftPlanner:
             return Plan([0] * n, measuring_plain=True)
         raw = [self.acceptance.expected_tokens(f, o, c) for f, o, c in zip(features, own or [None] * n, caps)]
         h = self.realism
-        expected = [[1.0 + (e - 1.0) * h for e in per] for per in raw]
+        # Scaled by realism, but never past what a step can yield: k drafts make at most k + 1 tokens.
+        expected = [[min(1.0 + k, 1.0 + (e - 1.0) * h) for k, e in enumerate(per)] for per in raw]
         steps = self.steps
         lengths = allocate_draft_rows(expected, [len(e) - 1 for e in raw], n,
                                       lambda rows: steps.seconds(rows, drafted=rows > n),

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from engine.decoding.batch_decode import BatchDecoder, BatchRequest
-from engine.decoding.cost_model import PLAIN_PROBE_EVERY, DraftPlanner, SpeculationConfig, allocate_draft_rows
+from engine.decoding.cost_model import (MIN_GAIN, PLAIN_PROBE_EVERY, REALISM_RANGE, DraftPlanner, SpeculationConfig,
+                                        allocate_draft_rows)
 from engine.decoding.proposers.draft_model import DraftModelProposer
 from engine.decoding.step import StepLoop
 from engine.decoding.proposers.lookup import LookupProposer
@@ -363,6 +364,27 @@ def test_a_draft_as_slow_as_its_target_stays_hopeless_when_the_target_slows_down
     for step in range(300):
         assert planner.plan([feature], [4]).lengths == [0], step
         planner.record_step(1, 0, 2 * curve[1])
+
+
+def test_a_draft_that_could_win_only_by_less_than_the_plan_requires_is_not_probed():
+    """Kept whole, this draft would make a step 1.026x faster than plain decoding at best (3 drafts), short of the
+    MIN_GAIN the plan asks before it drafts; so a probe could teach the plan nothing, and none is made. (A
+    draft as large as its target, timed a little fast by noise, was probed, and its first probe paid the
+    draft's prompt processing.) At realism 1.2 the plan still does not count more tokens than a step can make."""
+    feature = ("draft",)
+    planner = DraftPlanner(SpeculationConfig(max_draft=4), costly_proposer=True)
+    planner.steps.take_calibration({1: 0.010, 2: 0.012, 4: 0.014, 8: 0.018})
+    planner.record_draft(1, 0.0085)
+    best = max((1 + k) / (k * 0.0085 + planner.steps.seconds(1 + k, drafted=True)) for k in range(1, 5))
+    assert 1.0 < best * 0.010 < MIN_GAIN  # it could win, a little: the old rule kept probing it
+    for step in range(6):  # drafts kept whole, more than predicted: realism rises to its ceiling
+        planner._outcomes.append((step, 1.0, 4))
+    for _ in range(8):
+        planner.acceptance.record(feature, 4, 4)
+    assert planner.realism == REALISM_RANGE[1]
+    for step in range(300):
+        assert planner.plan([feature], [4]).lengths == [0], step
+        planner.record_step(1, 0, 0.010)
 
 
 def test_a_shared_system_prompt_is_shared_and_a_conversation_keeps_its_cache(batch_target):
