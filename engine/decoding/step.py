@@ -254,15 +254,18 @@ class StepLoop:
         if not proposer.free:
             planner.record_draft(sum(len(p.tokens) for p in chosen), spent)
         chosen = [p if len(p.tokens) >= cfg.min_draft else Proposal() for p in chosen]
-        for s, k, p, cap in zip(active, plan.lengths, chosen, caps):
+        for s, k, p, cap, r in zip(active, plan.lengths, chosen, caps, room):
             s.stats.draft_s += spent / len(active)
             s.stats.policy_draft_length, s.stats.draft_length = k, len(p.tokens)
             # Paused only when the planner predicted plain decoding faster, never for a step taken to measure
-            # plain decoding; a step with no choice to make (no proposal, no room left) keeps the last verdict.
+            # plain decoding; a step with no choice to make (no proposal) or whose choice the token budget
+            # made (too little room left for a draft worth its rows) keeps the last verdict.
             if plan.measuring_plain or not cfg.adaptive:
                 s.stats.speculation_paused = False
-            elif cap >= cfg.min_draft:
-                s.stats.speculation_paused = k == 0
+            elif k:
+                s.stats.speculation_paused = False
+            elif cap >= cfg.min_draft and r >= cfg.max_draft:
+                s.stats.speculation_paused = True
         return chosen
 
     def _own(self, s: SequenceState) -> Acceptance:

