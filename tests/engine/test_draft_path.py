@@ -82,15 +82,17 @@ def test_the_first_token_does_not_wait_for_the_drafts_prompt(target, draft, monk
     """The first token comes from the target's prefill alone; the draft processes the prompt after it is
     out, and that time still counts as drafting."""
     deltas, prefills = [], []  # prefills: (deltas already yielded, rows, seconds) per draft decode
-    real_decode = draft.decode_multi
 
-    def watched_decode(tokens, *args, **kwargs):
-        t = time.perf_counter()
-        out = real_decode(tokens, *args, **kwargs)
-        prefills.append((len(deltas), len(tokens), time.perf_counter() - t))
-        return out
+    def watched(real_decode):
+        def watched_decode(tokens, *args, **kwargs):
+            t = time.perf_counter()
+            out = real_decode(tokens, *args, **kwargs)
+            prefills.append((len(deltas), len(tokens), time.perf_counter() - t))
+            return out
+        return watched_decode
 
-    monkeypatch.setattr(draft, "decode_multi", watched_decode)
+    for name in ("decode", "decode_multi"):  # the prompt goes through decode, drafting through decode_multi
+        monkeypatch.setattr(draft, name, watched(getattr(draft, name)))
     draft.forget_all()  # nothing of this prompt cached: the draft must process all of it
     prompt = target.tokenize(PROMPT)
     decoder = SpeculativeDecoder(target, DraftModelProposer(draft, target, p_min=0.0),

@@ -43,6 +43,7 @@ class _DraftSlot:
     device: torch.device
     seed: int  # the draft's own stream, still reproducible
     generator: torch.Generator
+    prompt: Sequence[int] = ()  # the request's prompt, which the target prefilled
     cached: list[int] = field(default_factory=list)  # tokens in the draft's KV cache for this sequence
 
 
@@ -59,7 +60,7 @@ class DraftModelProposer:
     def start(self, slot: int, prompt: Sequence[int], sampling: SamplingParams, device: torch.device,
               seed: int) -> None:
         old = self._slots.get(slot)
-        state = _DraftSlot(sampling, device, seed, make_generator(seed, device))
+        state = _DraftSlot(sampling, device, seed, make_generator(seed, device), prompt)
         if old is not None:  # the chat's next turn: its cache still holds the conversation so far
             state.cached = old.cached
         else:
@@ -87,6 +88,12 @@ class DraftModelProposer:
             keep = min(common_prefix(state.cached, history), len(history) - 1)
             self.model.forget_from(keep, slot)
             state.cached = list(history)
+            if keep < len(state.prompt) < len(history):
+                # The prompt in the target's own chunks: llama.cpp's CPU kernels round differently by batch
+                # size, so only the same chunks give the same cache (a draft equal to its target, greedy,
+                # lost 11% of its tokens to a prompt decoded with the answer's first token appended).
+                self.model.prefill(history[keep:len(state.prompt)], keep, slot)
+                keep = len(state.prompt)
             new = history[keep:]
             rows += [(t, keep + j, slot, j == len(new) - 1) for j, t in enumerate(new)]
         picks = self._decode_and_pick(rows)
