@@ -20,7 +20,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Callable
 
-from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
+from PySide6.QtCore import QCoreApplication, QObject, QThread, QTimer, Signal, Slot
 
 from engine.chat_format import ChatFormatter, answer_reserve
 from engine.modelfiles.embedded import DISPLAY_NAMES
@@ -395,7 +395,10 @@ class EngineClient(QObject):
         if self.worker.service is not None:  # the worker's thread is running the server's engine loop
             self.worker.generate_served(request)
         else:
-            self._generate.emit(request)
+            # Start on the next turn of the event loop, once the GUI has laid out the messages just
+            # added: the prompt's prefill takes every core, and that layout competing with it is
+            # what the window would stall on (tens of ms on 2 cores).
+            QTimer.singleShot(0, lambda: self._generate.emit(request))
         return request
 
     def start_server(self, options) -> None:
