@@ -160,6 +160,7 @@ class StepLoop:
             cell_budget = (self.free_cells(active) - n) // n  # ... and the shared cache
             room = [max(0, min(cfg.max_draft, row_budget, cell_budget, left - 1)) for left in tokens_left]
             proposals = self._propose(active, room)
+        self._switch_threads(self.threads.before_step(drafting=any(p.tokens for p in proposals)))
         totals = self.totals
         rows, positions, seq_ids = [], [], []
         for s, proposal in zip(active, proposals):
@@ -184,10 +185,7 @@ class StepLoop:
         seconds = self.clock() - t
         totals.record(len(rows), seconds)
         per_row = self.planner.record_step(len(rows), len(rows) - n, seconds)
-        switch = self.threads.record(per_row, self.planner.steps.contended, drafted=len(rows) > n)
-        if switch is not None:  # the scale measured at the old count no longer applies
-            target.set_threads(switch)
-            self.planner.steps.rescale()
+        self._switch_threads(self.threads.record(per_row, self.planner.steps.contended, drafted=len(rows) > n))
         self.planner.record_outcome(sum(v.accepted for v in verdicts))
         outcomes = []
         for s, proposal, verdict in zip(active, proposals, verdicts):
@@ -207,6 +205,11 @@ class StepLoop:
             s.history += tokens
             outcomes.append(StepOutcome(tokens, verdict.accepted))
         return outcomes
+
+    def _switch_threads(self, threads: int | None) -> None:
+        if threads is not None:  # the scale measured at the old count no longer applies
+            self.target.set_threads(threads)
+            self.planner.steps.rescale()
 
     def calibrate(self, slot: int = 0, start: int = 0, token: int = 0, sequences: int = 1) -> None:
         """Time a step of every size that `sequences` sequences may verify together, once, in free cells from

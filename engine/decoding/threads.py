@@ -28,7 +28,9 @@ TRIAL_MARGIN = 0.75
 # stayed at 38.8 tok/s on 2 threads). On a quiet machine a trial costs 8 steps at ~1.3x once per 512, but
 # only where steps are plain: 1 thread verifies 16 rows ~1.8x slower, and a trial that fell on an answer
 # copying its prompt (Gemma 3 270M, 16 steps of 16 rows) took it from 265 to 177 tok/s. So such a trial
-# waits for a step that drafted nothing.
+# waits for a step that drafted nothing, and ends, unjudged, before the first step that drafts (before_step):
+# it used to go on for its 8 steps, and on SmolLM2's copies those were 40-row verifies at 1 thread (add-docstring:
+# 8 of its 34 steps, decode time 4.2 s against 2.6 predicted).
 FIRST_PROBE_AFTER = 16
 PROBE_EVERY = 512
 
@@ -42,6 +44,7 @@ class ThreadTuner:
         self._trying: int | None = None  # the count on trial, judged against the one before it
         self._before: int | None = None
         self._probed = False  # the first trial without contention has been made
+        self._quiet_trial = False  # the trial on now was not prompted by contention
 
     def record(self, per_row_seconds: float, contended: bool, drafted: bool = False) -> int | None:
         """One step's cost in one-row steps' seconds (and whether it verified drafts); returns a thread count
@@ -54,16 +57,25 @@ class ThreadTuner:
             tried, before = self._median(self._trying), self._median(self._before)
             margin = TRIAL_MARGIN if self._trying < self._before else 1.0  # the full count needs no margin
             keep = self._trying if before is None or tried < margin * before else self._before
-            self._trying = None
+            self._trying, self._quiet_trial = None, False
             return self._switch(keep)
         if self.full < 2:
             return None
         probe_due = not drafted and self._steps_here >= (PROBE_EVERY if self._probed else FIRST_PROBE_AFTER)
         if self.current == self.full and self._steps_here >= TRIAL_STEPS and (contended or probe_due):
             self._probed = True
+            self._quiet_trial = not contended
             return self._try(max(1, self.full // 2))
         if self.current < self.full and self._steps_here >= RETRY_EVERY:
             return self._try(self.full)
+        return None
+
+    def before_step(self, drafting: bool) -> int | None:
+        """Called before each step's decode: a thread count to switch to first, or None. A trial of fewer threads
+        on a quiet machine ends before a step that drafts (see FIRST_PROBE_AFTER)."""
+        if drafting and self._quiet_trial and self._trying is not None and self._trying < self._before:
+            self._trying, self._quiet_trial = None, False
+            return self._switch(self._before)
         return None
 
     def _median(self, threads: int | None) -> float | None:

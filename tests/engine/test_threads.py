@@ -64,3 +64,21 @@ def test_a_trial_without_contention_waits_for_a_plain_step():
     # Contention is not kept waiting: halving may be what a busy machine needs most while drafting.
     tuner = ThreadTuner(2)
     assert run(tuner, {2: 0.026, 1: 0.011}, contended=True, steps=TRIAL_STEPS, drafted=True) == [1]
+
+
+def test_a_trial_without_contention_ends_before_a_step_that_drafts():
+    """The quiet trial's steps at 1 thread were meant to be plain ones; a copy that starts drafting during it
+    would verify wide steps at half the threads (SmolLM2: 8 of an answer's 34 steps, 1.6 s of its 4.2), so the
+    trial ends first, unjudged. A trial made for contention goes on: fewer threads may be what drafting needs."""
+    tuner = ThreadTuner(2)
+    quiet = {2: 0.010, 1: 0.013}
+    assert run(tuner, quiet, contended=False, steps=FIRST_PROBE_AFTER) == [1]
+    assert tuner.before_step(drafting=False) is None
+    assert tuner.before_step(drafting=True) == 2
+    assert tuner.current == 2
+    # Not tried again at once: the next quiet trial is PROBE_EVERY steps away.
+    assert run(tuner, quiet, contended=False, steps=PROBE_EVERY - 1) == []
+    tuner = ThreadTuner(2)
+    assert run(tuner, {2: 0.026, 1: 0.011}, contended=True, steps=TRIAL_STEPS) == [1]
+    assert tuner.before_step(drafting=True) is None
+    assert tuner.current == 1
