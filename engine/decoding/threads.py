@@ -73,7 +73,7 @@ class ThreadTuner:
     def before_step(self, drafting: bool) -> int | None:
         """Called before each step's decode: a thread count to switch to first, or None. A trial of fewer threads
         on a quiet machine ends before a step that drafts (see FIRST_PROBE_AFTER)."""
-        if drafting and self._quiet_trial and self._trying is not None and self._trying < self._before:
+        if drafting and self._quiet_trial:  # set only while fewer threads are on trial
             self._trying, self._quiet_trial = None, False
             return self._switch(self._before)
         return None
