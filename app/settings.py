@@ -20,7 +20,7 @@ from engine.decoding.sampling import SamplingParams
 
 FILE_NAME = "settings.json"
 METHOD_LABELS = {"draft": "Draft model", "lookup": "Prompt lookup", "none": "Off"}
-RELOAD_KEYS = ("model", "n_ctx", "n_gpu_layers", "threads")  # a change reloads the target model
+RELOAD_KEYS = ("model", "n_ctx", "n_gpu_layers", "threads", "flash_attention")  # a change reloads the target model
 SPECULATION_KEYS = ("speculation", "method", "draft", "max_draft", "min_draft", "p_min", "adaptive")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -49,6 +49,7 @@ class AppSettings:
     n_ctx: int = 4096
     n_gpu_layers: int = -1
     threads: int | None = None  # None = physical cores
+    flash_attention: bool | None = None  # None = by device: off on the CPU (engine runtime.flash_attention_type)
     # the API server (Model → Server…)
     server_port: int = 8765
     server_lan: bool = False  # listen on every interface, not only this machine (needs an API key)
@@ -70,7 +71,7 @@ class AppSettings:
         return DecoderSettings(model=self.model, draft=self.draft, method=self.effective_method,
                                max_draft=self.max_draft, min_draft=self.min_draft, adaptive=self.adaptive,
                                p_min=self.p_min, n_ctx=self.n_ctx, n_gpu_layers=self.n_gpu_layers,
-                               threads=self.threads)
+                               threads=self.threads, flash_attention=self.flash_attention)
 
     def serve_options(self):
         """engine.serving's ServeOptions (imported here: the HTTP stack loads only when it serves).
@@ -244,6 +245,7 @@ FIELDS = {
     "n_ctx": (_int(0, 1 << 20), "0 (the model's own) or a whole number up to 1048576"),
     "n_gpu_layers": (_int(-1), "-1 (all layers) or a whole number ≥ 0"),
     "threads": (_int(1, 512, none_ok=True), "a whole number 1..512, or empty for automatic"),
+    "flash_attention": (lambda v: v is None or isinstance(v, bool), "on, off, or empty for automatic"),
     "server_port": (_int(1, 65535), "a port number 1..65535"),
     "server_lan": (_is(bool), "on or off"),
     "server_api_key": (_is(str), "text"),

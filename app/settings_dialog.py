@@ -21,6 +21,7 @@ from .settings import METHOD_LABELS, AppSettings
 
 GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
 DEFAULT_SIZE = (560, 720)
+FLASH_ATTENTION = {"automatic": None, "on": True, "off": False}  # the combo's labels and AppSettings' values
 
 
 def spin_box(lo: int, hi: int, tip: str) -> QSpinBox:
@@ -116,6 +117,11 @@ class SettingsDialog(QDialog):
         self.threads = spin_box(0, 512, "0 uses the physical cores.")
         self.threads.setSpecialValueText("automatic")
         self.n_gpu_layers.setSpecialValueText("all")
+        self.flash_attention = QComboBox()
+        for label in FLASH_ATTENTION:
+            self.flash_attention.addItem(label)
+        self.flash_attention.setToolTip("Automatic: off on the CPU, whose flash-attention kernel slows down as the "
+                                        "context grows; llama.cpp's choice on a GPU.")
 
         models = form()
         models.addRow("Target model", self.target)
@@ -140,6 +146,7 @@ class SettingsDialog(QDialog):
         runtime.addRow("Context size", self.n_ctx)
         runtime.addRow("GPU layers", self.n_gpu_layers)
         runtime.addRow("Threads", self.threads)
+        runtime.addRow("Flash attention", self.flash_attention)
 
         body = QWidget()
         column = QVBoxLayout(body)
@@ -193,6 +200,7 @@ class SettingsDialog(QDialog):
         self.n_ctx.setValue(s.n_ctx)
         self.n_gpu_layers.setValue(s.n_gpu_layers)
         self.threads.setValue(s.threads or 0)
+        self.flash_attention.setCurrentIndex(list(FLASH_ATTENTION.values()).index(s.flash_attention))
         self._enable()
 
     def collect(self) -> AppSettings:
@@ -204,7 +212,8 @@ class SettingsDialog(QDialog):
             self.original, model=self.target.value(), draft=self.draft.value(),
             speculation=self.speculation.isChecked(), method=self.method.currentData(),
             max_draft=self.max_draft.value(), min_draft=self.min_draft.value(), p_min=round(self.p_min.value(), 4),
-            adaptive=self.adaptive.isChecked(), n_ctx=self.n_ctx.value(), n_gpu_layers=self.n_gpu_layers.value(), threads=self.threads.value() or None,
+            adaptive=self.adaptive.isChecked(), n_ctx=self.n_ctx.value(), n_gpu_layers=self.n_gpu_layers.value(),
+            threads=self.threads.value() or None, flash_attention=FLASH_ATTENTION[self.flash_attention.currentText()],
         ).validated()
 
     def accept(self) -> None:

@@ -32,6 +32,7 @@ class DecoderSettings:
     n_ctx: int = 4096
     n_gpu_layers: int = -1
     threads: int | None = None
+    flash_attention: bool | None = None  # None = by device (runtime.flash_attention_type)
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -45,7 +46,7 @@ class DecoderSettings:
 
     def load_settings(self, n_seq_max: int = 1) -> LoadSettings:
         return LoadSettings(n_ctx=self.n_ctx, n_gpu_layers=self.n_gpu_layers, threads=self.threads,
-                            n_seq_max=n_seq_max)
+                            n_seq_max=n_seq_max, flash_attention=self.flash_attention)
 
 
 def load_target(settings: DecoderSettings, n_seq_max: int = 1) -> Model:

@@ -31,8 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import llama_cpp as L
+
 from ..decoding.loader import DecoderSettings, build_decoder
-from ..decoding.runtime import model_params
+from ..decoding.runtime import LoadSettings, flash_attention_type, model_params
 from ..modelfiles.embedded import resolve_model
 from .bench import encode, greedy_answer, read_prompts
 
@@ -46,10 +48,14 @@ SPECCHAT_METHODS = {PLAIN: "none", LOOKUP: "lookup"}
 STARTUP_S = 120
 
 
-def same_weights_layout() -> list[str]:
-    """llama-server's flags for SpecChat's weights layout: without repacking where SpecChat loads without it
-    (AMX CPUs, where it crashes: runtime.model_params), so both run the same kernels."""
-    return [] if model_params().use_extra_bufts else ["--no-repack"]
+def same_kernels() -> list[str]:
+    """llama-server's flags for SpecChat's kernels, so the comparison is of decoding, not of kernels: without
+    repacking where SpecChat loads without it (AMX CPUs, where it crashes: runtime.model_params), and without
+    flash attention where SpecChat runs without it (the CPU: runtime.flash_attention_type)."""
+    flags = [] if model_params().use_extra_bufts else ["--no-repack"]
+    if flash_attention_type(LoadSettings()) == L.LLAMA_FLASH_ATTN_TYPE_DISABLED:
+        flags += ["--flash-attn", "off"]
+    return flags
 
 
 @dataclass
@@ -67,7 +73,7 @@ class LlamaServer:
             self.port = s.getsockname()[1]
         self._proc = subprocess.Popen(
             [binary, "-m", model, "--host", "127.0.0.1", "--port", str(self.port), "-t", str(threads),
-             "-c", str(n_ctx), "-np", "1", "--no-webui", *extra, *same_weights_layout()],
+             "-c", str(n_ctx), "-np", "1", "--no-webui", *extra, *same_kernels()],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + STARTUP_S
         while not self._healthy():

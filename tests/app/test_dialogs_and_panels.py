@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QDialog, QMessageBox, QWidget
 
 from app.conversation_list import ConversationPanel
 from app.input_box import ChatInput
-from app.settings import AppSettings, load_settings
+from app.settings import AppSettings, load_settings, what_changed
 from app.settings_dialog import SettingsDialog
 from app.store import Message, open_store
 
@@ -63,11 +63,15 @@ def test_settings_dialog_round_trip_and_refuses_bad_input(qtbot, dirs):
     assert dialog.collect() == original  # shows exactly what it was given
     dialog.max_draft.setValue(6)
     dialog.threads.setValue(0)
+    assert dialog.flash_attention.currentText() == "automatic"
+    dialog.flash_attention.setCurrentText("on")
     dialog.accept()
     assert dialog.result() == QDialog.DialogCode.Accepted
     got = dialog.result_settings
     # Sampling is per chat now (tests/app/test_presets.py): the app's values pass through unchanged.
     assert (got.temperature, got.max_draft, got.seed, got.threads, got.window_geometry) == (0.4, 6, 3, None, "abc")
+    assert got.flash_attention is True and got.decoder_settings().load_settings().flash_attention is True
+    assert what_changed(replace(got, flash_attention=None), got) == "reload"
 
     bad = SettingsDialog(original)
     qtbot.addWidget(bad)

@@ -11,7 +11,7 @@ from engine.errors import InvalidSettingError
 def test_round_trip_in_the_config_dir(dirs):
     s = AppSettings(model="/models/t.gguf", draft="/models/d.gguf", method="draft", max_draft=8, min_draft=2,
                     p_min=0.6, adaptive=False, temperature=0.3, top_k=20, top_p=0.9, min_p=0.1, seed=42,
-                    n_ctx=8192, n_gpu_layers=20, threads=3, max_tokens=300, system_prompt="Be kind.",
+                    n_ctx=8192, n_gpu_layers=20, threads=3, flash_attention=False, max_tokens=300, system_prompt="Be kind.",
                     color_drafts=True, show_sparkline=False)
     save_settings(s)
     assert settings_path().parent == dirs / "config"
@@ -38,11 +38,12 @@ def test_corrupt_file_falls_back_with_notice_and_is_kept(dirs, content):
 
 def test_invalid_values_reset_only_those_keys(dirs):
     raw = asdict(AppSettings(temperature=0.5, top_k=10))
-    raw.update(top_p=7, seed="abc", threads=0, method="magic", unknown_future_key=1)
+    raw.update(top_p=7, seed="abc", threads=0, method="magic", flash_attention="yes", unknown_future_key=1)
     settings_path().write_text(json.dumps(raw))
     settings, notices = load_settings()
     assert settings.temperature == 0.5 and settings.top_k == 10  # the good values survive
     assert settings.top_p == AppSettings().top_p and settings.seed is None and settings.threads is None
+    assert settings.flash_attention is None
     assert settings.method == AppSettings().method
     assert notices and all(k in notices[0] for k in ("top_p", "seed", "threads", "method"))
     assert "unknown_future_key" not in notices[0]
