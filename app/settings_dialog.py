@@ -130,7 +130,8 @@ class SettingsDialog(QDialog):
                            "vocabulary; Model → Models… offers matching pairs."))
         spec = form()
         spec.addRow(self.speculation)
-        spec.addRow(hint("The output is unchanged: the target model checks every drafted token."))
+        spec.addRow(hint("The target model checks every drafted token, so answers follow it as without speculation "
+                         "(a greedy answer may part where two tokens nearly tie)."))
         spec.addRow("Method", self.method)
         spec.addRow("Max draft tokens", self.max_draft)
         spec.addRow("Min draft tokens", self.min_draft)
