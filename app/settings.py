@@ -49,7 +49,7 @@ class AppSettings:
     n_ctx: int = 4096
     n_gpu_layers: int = -1
     threads: int | None = None  # None = physical cores
-    flash_attention: bool | None = None  # None = by device: off on the CPU (engine runtime.flash_attention_type)
+    flash_attention: bool | None = None  # None = llama.cpp's choice (engine runtime.flash_attention_type)
     # the API server (Model → Server…)
     server_port: int = 8765
     server_lan: bool = False  # listen on every interface, not only this machine (needs an API key)

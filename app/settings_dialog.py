@@ -120,8 +120,9 @@ class SettingsDialog(QDialog):
         self.flash_attention = QComboBox()
         for label in FLASH_ATTENTION:
             self.flash_attention.addItem(label)
-        self.flash_attention.setToolTip("Automatic: off on the CPU, whose flash-attention kernel slows down as the "
-                                        "context grows; llama.cpp's choice on a GPU.")
+        self.flash_attention.setToolTip("Automatic: llama.cpp's choice. Off can be much faster on a CPU as the context "
+                                        "grows, but greedy answers with speculation then part from plain decoding's "
+                                        "at near-ties more often.")
 
         models = form()
         models.addRow("Target model", self.target)

@@ -32,7 +32,7 @@ class DecoderSettings:
     n_ctx: int = 4096
     n_gpu_layers: int = -1
     threads: int | None = None
-    flash_attention: bool | None = None  # None = by device (runtime.flash_attention_type)
+    flash_attention: bool | None = None  # None = llama.cpp's choice (runtime.flash_attention_type)
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:

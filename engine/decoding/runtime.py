@@ -30,7 +30,7 @@ class LoadSettings:
     threads: int | None = None  # None = physical cores
     n_batch: int = 512
     n_seq_max: int = 1  # several sequences share the context in the lab
-    flash_attention: bool | None = None  # None = by device (flash_attention_type)
+    flash_attention: bool | None = None  # None = llama.cpp's choice (flash_attention_type)
 
     def resolved_threads(self) -> int:
         return self.threads or physical_cores()
@@ -53,14 +53,14 @@ def model_params() -> L.llama_model_params:
 
 
 def flash_attention_type(settings: LoadSettings) -> int:
-    """Flash attention as asked; if not asked, llama.cpp's choice where the model runs on a GPU (auto: on where
-    the backend has it) and off on the CPU, whose flash-attention kernel is slow and slower the longer the
-    context (llama.cpp issue 27137). Measured here, SmolLM2 135M at position 1500: one row 44 ms with it, 24
-    without; 49 rows 1874 ms against 483, so every draft row cost twice a plain step. Gemma 3 270M: level."""
-    if settings.flash_attention is not None:
-        return L.LLAMA_FLASH_ATTN_TYPE_ENABLED if settings.flash_attention else L.LLAMA_FLASH_ATTN_TYPE_DISABLED
-    on_gpu = settings.n_gpu_layers != 0 and backend_name() != "CPU"
-    return L.LLAMA_FLASH_ATTN_TYPE_AUTO if on_gpu else L.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    """Flash attention as asked, else llama.cpp's choice (auto: on where the backend has it, the CPU included).
+    Off is offered for the CPU, whose flash-attention kernel gets slower the longer the context (llama.cpp issue
+    27137; SmolLM2 135M at position 1500: one row 44 ms with it, 24 without; 49 rows 1874 ms against 483). It is
+    not the default because without it a verify batch rounds differently from one row from 2 rows on, so greedy
+    answers part from plain decoding's at near-ties far more often (with it, rows were bit-identical up to 6-12)."""
+    if settings.flash_attention is None:
+        return L.LLAMA_FLASH_ATTN_TYPE_AUTO
+    return L.LLAMA_FLASH_ATTN_TYPE_ENABLED if settings.flash_attention else L.LLAMA_FLASH_ATTN_TYPE_DISABLED
 
 
 class Model:

@@ -46,15 +46,17 @@ SERVER_METHODS = {
 PLAIN, LOOKUP = "SpecChat plain", "SpecChat lookup"
 SPECCHAT_METHODS = {PLAIN: "none", LOOKUP: "lookup"}
 STARTUP_S = 120
+FLASH_ATTENTION = {"auto": None, "on": True, "off": False}  # --flash-attn, as llama-server spells it
 
 
-def same_kernels() -> list[str]:
+def same_kernels(flash_attention: bool | None = None) -> list[str]:
     """llama-server's flags for SpecChat's kernels, so the comparison is of decoding, not of kernels: without
-    repacking where SpecChat loads without it (AMX CPUs, where it crashes: runtime.model_params), and without
-    flash attention where SpecChat runs without it (the CPU: runtime.flash_attention_type)."""
+    repacking where SpecChat loads without it (AMX CPUs, where it crashes: runtime.model_params), and with the
+    flash attention SpecChat runs with (runtime.flash_attention_type; both default to llama.cpp's auto)."""
     flags = [] if model_params().use_extra_bufts else ["--no-repack"]
-    if flash_attention_type(LoadSettings()) == L.LLAMA_FLASH_ATTN_TYPE_DISABLED:
-        flags += ["--flash-attn", "off"]
+    kind = flash_attention_type(LoadSettings(flash_attention=flash_attention))
+    if kind != L.LLAMA_FLASH_ATTN_TYPE_AUTO:
+        flags += ["--flash-attn", "on" if kind == L.LLAMA_FLASH_ATTN_TYPE_ENABLED else "off"]
     return flags
 
 
@@ -67,13 +69,14 @@ class Run:
 class LlamaServer:
     """One llama-server process on a free local port."""
 
-    def __init__(self, binary: str, model: str, extra: list[str], threads: int, n_ctx: int = 4096):
+    def __init__(self, binary: str, model: str, extra: list[str], threads: int, n_ctx: int = 4096,
+                 flash_attention: bool | None = None):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self._proc = subprocess.Popen(
             [binary, "-m", model, "--host", "127.0.0.1", "--port", str(self.port), "-t", str(threads),
-             "-c", str(n_ctx), "-np", "1", "--no-webui", *extra, *same_kernels()],
+             "-c", str(n_ctx), "-np", "1", "--no-webui", *extra, *same_kernels(flash_attention)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + STARTUP_S
         while not self._healthy():
@@ -105,9 +108,11 @@ class LlamaServer:
                 self._proc.kill()
 
 
-def specchat_runner(model: str, method: str, threads: int | None) -> Callable[[str, int], Run]:
+def specchat_runner(model: str, method: str, threads: int | None,
+                    flash_attention: bool | None = None) -> Callable[[str, int], Run]:
     """SpecChat's decoder for one method (calibrated first, as the chat is at load), as bench runs it."""
-    decoder = build_decoder(DecoderSettings(model=model, method=method, threads=threads, remember_requests=False))
+    decoder = build_decoder(DecoderSettings(model=model, method=method, threads=threads, remember_requests=False,
+                                            flash_attention=flash_attention))
     decoder.calibrate()
 
     def complete(prompt: str, max_tokens: int) -> Run:
@@ -214,15 +219,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=200)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--flash-attn", choices=FLASH_ATTENTION, default="auto",
+                    help="flash attention for both sides (default: llama.cpp's choice)")
     ap.add_argument("--out")
     args = ap.parse_args(argv)
     items = read_prompts(args.prompts)
-    runners = {m: specchat_runner(args.model, method, args.threads) for m, method in SPECCHAT_METHODS.items()}
+    flash = FLASH_ATTENTION[args.flash_attn]
+    runners = {m: specchat_runner(args.model, method, args.threads, flash) for m, method in SPECCHAT_METHODS.items()}
     model_path = str(resolve_model(args.model))  # 'embedded' or 'embedded-gemma' too
     servers = {}
     try:
         for m, extra in SERVER_METHODS.items():
-            servers[m] = LlamaServer(args.server, model_path, extra, args.threads)
+            servers[m] = LlamaServer(args.server, model_path, extra, args.threads, flash_attention=flash)
         runs = run_paired({**{m: s.complete for m, s in servers.items()}, **runners}, items, args.rounds,
                           args.max_tokens)
     finally:
