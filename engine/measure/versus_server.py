@@ -31,10 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import llama_cpp as L
-
 from ..decoding.loader import DecoderSettings, build_decoder
-from ..decoding.runtime import LoadSettings, flash_attention_type, model_params
+from ..decoding.runtime import model_params
 from ..modelfiles.embedded import resolve_model
 from .bench import encode, greedy_answer, read_prompts
 
@@ -52,11 +50,10 @@ FLASH_ATTENTION = {"auto": None, "on": True, "off": False}  # --flash-attn, as l
 def same_kernels(flash_attention: bool | None = None) -> list[str]:
     """llama-server's flags for SpecChat's kernels, so the comparison is of decoding, not of kernels: without
     repacking where SpecChat loads without it (AMX CPUs, where it crashes: runtime.model_params), and with the
-    flash attention SpecChat runs with (runtime.flash_attention_type; both default to llama.cpp's auto)."""
+    flash attention SpecChat is given (None: both leave it to llama.cpp, runtime.flash_attention_type)."""
     flags = [] if model_params().use_extra_bufts else ["--no-repack"]
-    kind = flash_attention_type(LoadSettings(flash_attention=flash_attention))
-    if kind != L.LLAMA_FLASH_ATTN_TYPE_AUTO:
-        flags += ["--flash-attn", "on" if kind == L.LLAMA_FLASH_ATTN_TYPE_ENABLED else "off"]
+    if flash_attention is not None:
+        flags += ["--flash-attn", "on" if flash_attention else "off"]
     return flags
 
 
