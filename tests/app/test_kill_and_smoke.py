@@ -23,8 +23,9 @@ COUNTING = "Count from 1 to 500, separated by commas: " + ", ".join(str(i) for i
 
 
 def child_env(dirs):
+    # PYTHONFAULTHANDLER: a child that crashes in native code (once rc -11 in CI, not reproduced) leaves a stack.
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", SPECCHAT_CONFIG_DIR=str(dirs / "config"),
-               SPECCHAT_DATA_DIR=str(dirs / "data"))
+               SPECCHAT_DATA_DIR=str(dirs / "data"), PYTHONFAULTHANDLER="1")
     env.pop("SPECCHAT_CACHE_DIR", None)
     return env
 
