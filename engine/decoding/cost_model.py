@@ -52,7 +52,15 @@ WINDOW = 9  # recent observations whose median is an estimate
 # this 2-core CPU, Gemma 3 270M: 2 rows 2.1x, 8 rows 3.8x, 16 rows 5.1x, 32 rows 9.1x one row).
 ROW_COST_EXPONENT = 0.5
 OPTIMISTIC_ROW_COST = 0.1  # before any multi-row step: each extra row ~10% of a step (a GPU's figure)
-CONTENDED = 1.6  # the drift this much above the quietest seen: another process is using the cores
+# Another process is using the cores when plain steps' drift runs this much above the quietest of the last
+# QUIET_MEMORY plain steps. Plain steps only, and a sliding memory, because a step also slows as the context
+# grows (SmolLM2 with flash attention on this CPU: one row 9.1 ms at position 0, 17.1 at 400, 27.3 at 800)
+# and a drafted step more so (24 rows 112.8, 257.5, 445.0 ms): judged on every step against the quietest
+# ever, answers that copied tripped the alarm every few dozen steps, and each false trial verified its
+# drafts on one thread (49 rows: 1.0 s against 0.53; repeat-email 52 tok/s against 112). Nor is calibration
+# the quiet mark: it decodes in an empty cache, and the first live steps ran 1.6x it.
+CONTENDED = 1.6
+QUIET_MEMORY = 64
 # Steps that verify drafts cost more live than their calibrated base says, beyond the drift that the
 # (mostly one-row) plain steps set: on Gemma 3 270M here, after one-row steps, 4 rows took 2.9 one-row steps
 # against 2.44 calibrated, 8 rows 4.1 against 3.35, 16 rows 6.2 against 5.2 (a wide step after narrow ones
@@ -95,7 +103,8 @@ class StepCosts:
         self._drift_now = 1.0  # their median, kept current: the planner reads it dozens of times a step
         self._drafted: deque[float] = deque(maxlen=WINDOW)  # recent drafted steps' actual / (base x drift)
         self.drafted_factor = 1.0  # their median, once three are in (DRAFTED_FACTOR_RANGE)
-        self._quietest: float | None = None
+        self._plain: deque[float] = deque(maxlen=WINDOW)  # recent plain steps' actual / base, since the last reset
+        self._quiet: deque[float] = deque(maxlen=QUIET_MEMORY)  # their medians, once three are in
         self._rows: list[int] = []  # the base's sizes, sorted, and their seconds: rebuilt on change
         self._secs: list[float] = []
         self._known: dict[int, float] = {}  # _base_of's answers, kept until the base changes (read ~50x a plan)
@@ -112,10 +121,12 @@ class StepCosts:
             if len(self._drafted) >= 3:
                 low, high = DRAFTED_FACTOR_RANGE
                 self.drafted_factor = min(high, max(low, statistics.median(self._drafted)))
+        else:
+            self._plain.append(ratio)
+            if len(self._plain) >= 3:
+                self._quiet.append(statistics.median(self._plain))
         self._drift.append(ratio)
-        self._drift_now = now = statistics.median(self._drift)
-        if len(self._drift) >= 3 and (self._quietest is None or now < self._quietest):
-            self._quietest = now
+        self._drift_now = statistics.median(self._drift)
         return ratio * self._base_of(1)
 
     def take_calibration(self, timings: dict[int, float]) -> None:
@@ -124,12 +135,18 @@ class StepCosts:
         self._set_base(dict(timings))
         self._drift.clear()
         self._drift.extend([1.0] * 3)
-        self._drift_now = self._quietest = 1.0
+        self._drift_now = 1.0
+        self._forget_quiet()
 
     def rescale(self) -> None:
         """The machine changed (fewer threads): keep the base curve, measure the drift afresh."""
         self._drift.clear()
-        self._drift_now, self._quietest = 1.0, None
+        self._drift_now = 1.0
+        self._forget_quiet()
+
+    def _forget_quiet(self) -> None:
+        self._plain.clear()
+        self._quiet.clear()
 
     def _set_base(self, base: dict[int, float]) -> None:
         self._base = base
@@ -145,8 +162,8 @@ class StepCosts:
 
     @property
     def contended(self) -> bool:
-        """Steps are much slower than this machine managed before."""
-        return bool(self._drift and self._quietest and self.drift > CONTENDED * self._quietest)
+        """Plain steps are much slower than this machine managed on them lately."""
+        return bool(self._quiet) and self._quiet[-1] > CONTENDED * min(self._quiet)
 
     def seconds(self, rows: int, drafted: bool = False) -> float | None:
         """Predicted seconds of a step of `rows` rows; drafted: one that verifies drafts."""

@@ -125,6 +125,26 @@ def test_step_costs_follow_recent_medians_and_notice_a_busy_machine():
     assert costs.contended and costs.seconds(16) == pytest.approx(0.150)
 
 
+def test_a_growing_context_and_dear_drafted_steps_are_not_taken_for_a_busy_machine():
+    """Measured step times of SmolLM2 here (flash attention on): one row 9.1 ms in an empty cache, 14 ms at
+    position 230, 27.3 ms at 800; 24 rows 112.8 ms empty, 445 ms at 800. None of it is another process."""
+    from engine.decoding.cost_model import QUIET_MEMORY
+    costs = StepCosts()
+    costs.take_calibration({1: 0.0091, 24: 0.1128})
+    for one_row in [0.014] * 10 + [0.016] * 10:  # live, above calibration from the first step
+        costs.record(1, one_row)
+    assert not costs.contended
+    for _ in range(9):  # an answer that copies: wide drafts, ever dearer
+        costs.record(24, 0.445, drafted=True)
+    assert not costs.contended
+    for i in range(QUIET_MEMORY * 2):  # the context grows plain step by plain step, 14 ms to 27 ms
+        costs.record(1, 0.014 + 0.013 * i / (QUIET_MEMORY * 2))
+        assert not costs.contended
+    for _ in range(5):  # then another process takes a core: 3x
+        costs.record(1, 0.081)
+    assert costs.contended
+
+
 def test_drafted_steps_dearer_than_calibrated_are_priced_as_measured_and_plain_steps_keep_theirs():
     costs = StepCosts()
     costs.take_calibration({1: 0.010, 2: 0.020, 8: 0.040})
