@@ -133,18 +133,13 @@ class StepCosts:
         """Take a measured curve: seconds by rows, with rows = 1 among them."""
         self.calibrated = True
         self._set_base(dict(timings))
-        self._drift.clear()
+        self.rescale()
         self._drift.extend([1.0] * 3)
-        self._drift_now = 1.0
-        self._forget_quiet()
 
     def rescale(self) -> None:
-        """The machine changed (fewer threads): keep the base curve, measure the drift afresh."""
+        """The machine changed (fewer threads): keep the base curve, measure the drift and the quiet mark afresh."""
         self._drift.clear()
         self._drift_now = 1.0
-        self._forget_quiet()
-
-    def _forget_quiet(self) -> None:
         self._plain.clear()
         self._quiet.clear()
 
