@@ -14,7 +14,8 @@ recorded curve, and sets the result beside two baselines on the same clock:
   the answer follows furthest. It bounds what any prompt-lookup proposer can win on these step costs.
 Each figure is a decode speed-up: plain decoding's time over the method's, per prompt. Deterministic,
 about a second per prompt set; a replay does not see what the curve leaves out (numerics that part
-greedy answers at near-ties, a context that grows, other programs).
+greedy answers at near-ties, a context that grows, other programs). `trace` prints every replayed step of
+chosen answers: what lookup offered, how much of it the answer keeps, and what the planner drafted.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import json
 import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -31,6 +32,7 @@ import torch
 from ..chat_format import ChatFormatter
 from ..decoding.cost_model import DEFAULT_MAX_DRAFT, MAX_DRAFT_LIMIT, SpeculationConfig, calibration_sizes
 from ..decoding.loader import DecoderSettings, build_decoder
+from ..decoding.proposers.base import Proposal
 from ..decoding.proposers.lookup import LookupProposer
 from ..decoding.sampling import SamplingParams
 from ..decoding.stats import GenerationStats
@@ -130,11 +132,41 @@ class ReplayTarget:
         return token in self._ends
 
 
-def replay_lookup(recording: Recording, max_draft: int = DEFAULT_MAX_DRAFT) -> list[float]:
-    """Prompt lookup's decode speed-up per answer, answered one after another as bench does (one planner)."""
+@dataclass(frozen=True)
+class TracedStep:
+    """One replayed step: what lookup offered, what the planner took of it, and what the answer keeps."""
+
+    answer: str
+    position: int  # answer tokens written before the step
+    match_length: int
+    continuing: bool
+    offered: int  # drafted tokens proposed
+    keepable: int  # of those, how many the recorded answer goes on to write
+    drafted: int  # how many the planner verified
+    accepted: int
+    realism: float
+
+
+class _WatchedLookup(LookupProposer):
+    """The shipped proposer, keeping its last proposal for a trace."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.last: list[Proposal] = []
+
+    def propose(self, wants):
+        self.last = super().propose(wants)
+        return self.last
+
+
+def replay_lookup(recording: Recording, max_draft: int = DEFAULT_MAX_DRAFT,
+                  on_step: Callable[[TracedStep], None] | None = None) -> list[float]:
+    """Prompt lookup's decode speed-up per answer, answered one after another as bench does (one planner);
+    on_step, if given, sees every step."""
     target = ReplayTarget(recording)
-    loop = StepLoop(target, LookupProposer(remember_requests=False), SpeculationConfig(max_draft=max_draft),
-                    torch.device("cpu"), tune_threads=False, clock=target.clock)
+    proposer = _WatchedLookup(remember_requests=False)
+    loop = StepLoop(target, proposer, SpeculationConfig(max_draft=max_draft), torch.device("cpu"),
+                    tune_threads=False, clock=target.clock)
     plain_step = recording.seconds(1)
     out = []
     for a in recording.answers:
@@ -147,7 +179,14 @@ def replay_lookup(recording: Recording, max_draft: int = DEFAULT_MAX_DRAFT) -> l
                             GenerationStats(), stops_at_end=False)
         started, produced = target.now, 1
         while produced < len(a.answer):
-            produced += len(loop.step([seq], [len(a.answer) - produced])[0].tokens)
+            continuing, proposer.last = seq.continuing, []
+            outcome = loop.step([seq], [len(a.answer) - produced])[0]
+            if on_step is not None:
+                offer = proposer.last[0] if proposer.last else Proposal()
+                on_step(TracedStep(a.id, produced, offer.match_length, continuing, len(offer.tokens),
+                                   _kept(offer.tokens, a.answer, produced), seq.stats.draft_length,
+                                   outcome.accepted, loop.planner.realism))
+            produced += len(outcome.tokens)
         out.append(_speed_up(len(a.answer), plain_step, target.now - started))
     return out
 
@@ -253,6 +292,22 @@ def report(recording: Recording, max_draft: int) -> str:
     return "\n".join(lines)
 
 
+def trace(recording: Recording, ids: Sequence[str], max_draft: int) -> str:
+    """Every step of the named answers (all when none are named), one line each: where the policy left
+    tokens the answer would have kept (offered and keepable, not drafted) is where it can still gain."""
+    lines = ["| prompt | at | match | continuing | offered | keepable | drafted | accepted | realism |",
+             "|---|---|---|---|---|---|---|---|---|"]
+
+    def show(t: TracedStep) -> None:
+        if not ids or t.answer in ids:
+            lines.append(f"| {t.answer} | {t.position} | {t.match_length} | {'yes' if t.continuing else 'no'} "
+                         f"| {t.offered} | {t.keepable} | {t.drafted} | {t.accepted} | {t.realism:.2f} |")
+
+    speed_ups = replay_lookup(recording, max_draft, show)
+    lines += [f"{a.id}: {x:.2f}x" for a, x in zip(recording.answers, speed_ups) if not ids or a.id in ids]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m engine.measure.replay", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -266,11 +321,17 @@ def main(argv: list[str] | None = None) -> int:
     rep = sub.add_parser("replay", help="replay lookup, ngram-simple and the hindsight bound on a recording")
     rep.add_argument("recording")
     rep.add_argument("--max-draft", type=int, default=DEFAULT_MAX_DRAFT)
+    tr = sub.add_parser("trace", help="every replayed lookup step: offered, keepable, drafted, accepted")
+    tr.add_argument("recording")
+    tr.add_argument("ids", nargs="*", help="answers to show (all when none)")
+    tr.add_argument("--max-draft", type=int, default=DEFAULT_MAX_DRAFT)
     args = parser.parse_args(argv)
     if args.command == "record":
         prompts = read_prompts(args.prompts)
         record(args.model, prompts, args.max_tokens, args.chat, args.threads).save(args.out)
         print(f"recorded {len(prompts)} answers to {args.out}")
+    elif args.command == "trace":
+        print(trace(Recording.load(args.recording), args.ids, args.max_draft))
     else:
         print(report(Recording.load(args.recording), args.max_draft))
     return 0

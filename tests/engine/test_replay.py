@@ -120,3 +120,25 @@ def test_a_low_realism_recovers_while_not_drafting_when_the_shadows_hold():
     while not loop.step([seq], [len(answer)])[0].accepted:
         steps += 1
     assert steps < REALISM_HORIZON // 2, steps
+
+
+def test_the_trace_shows_every_step_and_what_the_answer_would_have_kept(tmp_path, capsys):
+    rec = synthetic(copy_and_fresh())
+    steps = []
+    speed_ups = replay.replay_lookup(rec, on_step=steps.append)
+    assert speed_ups == replay.replay_lookup(rec)  # watching changes nothing
+    for answer in rec.answers:
+        mine = [t for t in steps if t.answer == answer.id]
+        # The steps write the whole answer, each its accepted drafts and one token of its own.
+        assert [t.position for t in mine] == sorted(t.position for t in mine)
+        assert 1 + sum(t.accepted + 1 for t in mine) == len(answer.answer)
+        assert all(t.accepted <= min(t.drafted, t.keepable) and t.keepable <= t.offered for t in mine)
+    copy = [t for t in steps if t.answer == "copy"]
+    assert any(t.drafted > 8 and t.accepted == t.drafted for t in copy) and any(t.continuing for t in copy)
+    assert all(t.offered == 0 for t in steps if t.answer == "fresh")  # no token of it occurs before
+
+    path = tmp_path / "rec.json"
+    rec.save(path)
+    assert replay.main(["trace", str(path), "copy"]) == 0
+    out = capsys.readouterr().out
+    assert "| copy | 1 |" in out and "| fresh |" not in out and f"copy: {speed_ups[0]:.2f}x" in out
