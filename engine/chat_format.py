@@ -25,16 +25,28 @@ ContextOverflowError with a message for a person.
 """
 from __future__ import annotations
 
+import logging
 import re
 import secrets
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from pathlib import Path
+from typing import Iterable, Protocol, Sequence
 
 from .errors import ContextOverflowError, EngineError
+from .template_sandbox import TemplateRefused, TemplateSandbox, shared_sandbox
+
+log = logging.getLogger(__name__)
 
 FALLBACK_STOPS = ("\nUser:", "\nAssistant:")
 FALLBACK_PREAMBLE = "A conversation between a user and a helpful, knowledgeable assistant."
 ROLES = ("system", "user", "assistant")
+# llama-cpp-python's built-in formats, for a model whose own template was refused: the control tokens its
+# vocabulary must have for each.
+FAMILY_FORMATS = {
+    "ChatML": ("<|im_start|>", "<|im_end|>"),
+    "Gemma": ("<start_of_turn>", "<end_of_turn>"),
+    "Llama 3": ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"),
+}
 
 # llama_token_attr bits (llama.h). Control and unknown tokens are what llama.cpp makes of their text only
 # when asked to parse special tokens; lstrip/rstrip tokens eat the whitespace beside them (Phi-3's do).
@@ -84,27 +96,47 @@ def fallback_prompt(messages: Sequence[dict]) -> str:
 class ChatFormatter:
     """Formats conversations for one loaded model."""
 
-    def __init__(self, model: _Tokenizer):
+    def __init__(self, model: _Tokenizer, sandbox: TemplateSandbox | None = None):
         self.model = model
         self.template = model.chat_template()
-        self._jinja = None
-        self.template_error: str | None = None
+        self.template_error: str | None = None  # why the model's own template is not used, for a person
+        self._unsaid: str | None = None  # that reason, until a prompt has carried it as a notice
+        self._family: str | None = None  # the built-in format used instead of a refused template
+        self._sandbox = sandbox
         if self.template:
-            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
             self._bos_text = _text(model, model.bos)
             eos_text = _text(model, model.eos)
-            try:
-                self._jinja = Jinja2ChatFormatter(template=self.template, eos_token=eos_text,
-                                                  bos_token=self._bos_text, add_generation_prompt=True)
-            except Exception as exc:  # a template jinja2 cannot parse: use the fallback, say so
-                self._jinja = None
-                self.template_error = f"The model's chat template could not be read ({exc}); using a plain format."
+            self._eos_text = eos_text
             self._stops = (eos_text,) if eos_text else ()
+            refused = getattr(model, "template_problem", None)  # the model check's probe (model_check.py)
+            if refused:
+                self._refuse(refused)
+                self._unsaid = None  # known from the start: the loader says it (template_error) with the model
 
     @property
     def uses_template(self) -> bool:
-        return self._jinja is not None
+        """The model's own chat template writes the prompts."""
+        return bool(self.template) and self.template_error is None
+
+    @property
+    def format_name(self) -> str:
+        """What writes the prompts: "template" (the model's own), a built-in format's name, or "plain"."""
+        return "template" if self.uses_template else self._family or "plain"
+
+    def _refuse(self, reason: str) -> None:
+        """The model's template is not used again: a built-in format that its control tokens match writes the
+        prompts instead, else the plain transcript."""
+        self._family = next((name for name, tokens in FAMILY_FORMATS.items()
+                             if all(self._is_control_text(t) for t in tokens)), None)
+        instead = (f"SpecChat uses the standard {self._family} format instead, which this model's control tokens "
+                   "match" if self._family else "SpecChat uses a plain transcript instead")
+        name = Path(str(getattr(self.model, "path", "") or "the model")).name
+        self.template_error = self._unsaid = f"The chat template in {name} was refused: {reason}. {instead}."
+        log.info("%s", self.template_error)  # the caller says it where a person sees it
+
+    def _is_control_text(self, text: str) -> bool:
+        tokens = self.model.tokenize(text, add_bos=False, special=True)
+        return len(tokens) == 1 and bool(self._attr(tokens[0]) & _SPECIAL)
 
     def render(self, messages: Sequence[dict], continue_last: bool = False) -> tuple[str, list[int], tuple[str, ...]]:
         """Prompt text, tokens and stop strings for these messages, untrimmed.
@@ -117,29 +149,40 @@ class ChatFormatter:
             if not messages or messages[-1]["role"] != "assistant":
                 raise EngineError("There is no answer to continue.")
             messages, partial = messages[:-1], messages[-1]["content"]
-        if self._jinja is None:
+        if self.uses_template:
+            # Control-token text inside a message is hidden behind markers while the template renders, so
+            # whatever the template does with the content (trim, split, drop), only its own text can hold
+            # control tokens; the markers are put back as plain text. (Text that only becomes a control token
+            # across a message's edge would still count, but no template writes half a control token.)
+            hidden = _Hidden()
+            try:
+                prompt, stops = self._sandboxed(self._hide_all(messages, hidden)), self._stops
+            except TemplateRefused as exc:
+                self._refuse(exc.reason)
+        if not self.uses_template and self._family:
+            hidden = _Hidden()
+            prompt, stops = family_prompt(self._family, self._hide_all(messages, hidden), self._eos_text)
+        elif not self.uses_template:
             # The answer began right after "Assistant:", its leading space included.
             text = fallback_prompt(messages) + (partial if partial[:1].isspace() or not partial else " " + partial)
             return text, self.model.tokenize(text, add_bos=self.model.adds_bos, special=False), FALLBACK_STOPS
-        # Control-token text inside a message is hidden behind markers while the template renders, so
-        # whatever the template does with the content (trim, split, drop), only its own text can hold
-        # control tokens; the markers are put back as plain text. (Text that only becomes a control token
-        # across a message's edge would still count, but no template writes half a control token.)
-        hidden = _Hidden()
-        safe = [{"role": m["role"], "content": hidden.hide(m["content"], self._control_texts(m["content"]))}
-                for m in messages]
-        try:
-            result = self._jinja(messages=safe)
-        except Exception as exc:  # templates raise for e.g. roles they do not support
-            raise EngineError(f"The model's chat template rejected this conversation: {exc}") from exc
         # A continued answer's text follows the template's generation prompt, hidden as message text is.
-        rendered = result.prompt + hidden.hide(partial, self._control_texts(partial))
+        rendered = prompt + hidden.hide(partial, self._control_texts(partial))
         tokens = self._tokenize(rendered, hidden)
         # The template writes BOS itself when it wants one (llama-cpp-python tokenizes with add_bos=False);
         # a template that forgets it, for a model that needs one, still gets exactly one.
         if self.model.adds_bos and (not tokens or tokens[0] != self.model.bos):
             tokens.insert(0, self.model.bos)
-        return hidden.restore(rendered), tokens, self._stops
+        return hidden.restore(rendered), tokens, stops
+
+    def _hide_all(self, messages: Sequence[dict], hidden: "_Hidden") -> list[dict]:
+        return [{"role": m["role"], "content": hidden.hide(m["content"], self._control_texts(m["content"]))}
+                for m in messages]
+
+    def _sandboxed(self, messages: list[dict]) -> str:
+        """The model's template rendered where a hang or a memory blow-up cannot reach (template_sandbox.py)."""
+        sandbox = self._sandbox or shared_sandbox()
+        return sandbox.render(self.template, messages, bos=self._bos_text, eos=self._eos_text)
 
     def _tokenize(self, rendered: str, hidden: "_Hidden") -> list[int]:
         """Tokens of rendered template text: its control-token text as control tokens, the rest, with the
@@ -186,10 +229,24 @@ class ChatFormatter:
         if not turns or (turns[-1]["role"] != "user" and not continue_last):
             raise EngineError("There is no user message to answer.")
         budget = self.model.n_ctx - reserve
-        # Kept parts start at a user turn; fewer turns never need more tokens, so search the start.
+        # Kept parts start at a user turn; fewer turns never need more tokens, so search the start. Starts
+        # whose text alone is more than the budget could hold are never rendered: a pasted book is refused
+        # from its size, not after templating and tokenizing it (minutes, and gigabytes).
         starts = [i for i, m in enumerate(turns) if m["role"] == "user"]
         if not starts:
             raise EngineError("There is no user message to answer.")
+        fits = [i for i in starts
+                if not provably_too_long(self.model, (m["content"] for m in system + turns[i:]), budget)]
+        if not fits:
+            size = provably_too_long(self.model, (m["content"] for m in system + turns[starts[-1]:]), budget)
+            raise ContextOverflowError(
+                f"{'Your message and the answer so far are' if continue_last else 'Your message is'} "
+                f"{size / 1024:,.0f} KB of text with the system prompt, far more than the {self.model.n_ctx}-token "
+                f"context can hold while keeping {reserve} tokens for the answer. Shorten the message, or attach "
+                "less of the file.")
+        if len(fits) < len(starts):
+            log.info("%d oldest turns left out unrendered: too long for the context", len(starts) - len(fits))
+        starts = fits
         lo, hi, best = 0, len(starts) - 1, None
         while lo <= hi:
             mid = (lo + hi) // 2
@@ -207,6 +264,9 @@ class ChatFormatter:
             )
         trimmed, (text, tokens, stops) = best
         prompt = ChatPrompt(tokens=tokens, text=text, stop=stops, trimmed=trimmed, uses_template=self.uses_template)
+        if self._unsaid:  # a template refused on the way: said once, with the first prompt written without it
+            prompt.notices.append(self._unsaid)
+            self._unsaid = None
         if trimmed:
             prompt.notices.append(
                 f"The {trimmed} oldest message{'s' if trimmed != 1 else ''} of this conversation did not fit the "
@@ -214,6 +274,34 @@ class ChatFormatter:
                 "model sees (they stay saved here)."
             )
         return prompt
+
+
+def family_prompt(family: str, messages: Sequence[dict], eos_text: str) -> tuple[str, tuple[str, ...]]:
+    """A prompt in one of FAMILY_FORMATS, written by llama-cpp-python's own formatter for it, and its stops."""
+    from llama_cpp import llama_chat_format as formats
+
+    messages = list(messages)
+    if family == "Gemma" and messages and messages[0]["role"] == "system":
+        # Gemma has no system turn: its own template puts the system prompt at the top of the first user turn.
+        system, messages = messages[0]["content"], messages[1:]
+        if messages and messages[0]["role"] == "user":
+            messages[0] = {"role": "user", "content": f"{system}\n\n{messages[0]['content']}"}
+        else:
+            messages.insert(0, {"role": "user", "content": system})
+    write = {"ChatML": formats.format_chatml, "Gemma": formats.format_gemma, "Llama 3": formats.format_llama3}[family]
+    result = write(messages=messages)
+    stops = [s.strip() for s in ([result.stop] if isinstance(result.stop, str) else result.stop or [])]
+    return result.prompt, tuple(dict.fromkeys(s for s in (eos_text, *stops) if s))
+
+
+def provably_too_long(model, texts: Iterable[str], tokens: int) -> int | None:
+    """The UTF-8 size of texts when it is more than `tokens` tokens could ever hold (no token stands for more
+    bytes than the vocabulary's longest token text), known without tokenizing; else None."""
+    longest = getattr(model, "max_token_bytes", None)
+    if longest is None:
+        return None
+    size = sum(len(t.encode("utf-8", "replace")) for t in texts)
+    return size if size > max(tokens, 0) and size > max(tokens, 0) * longest() else None
 
 
 def check_messages(messages: Sequence[dict]) -> None:

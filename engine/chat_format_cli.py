@@ -5,7 +5,8 @@
 FILE.json holds a list of {"role": "system"|"user"|"assistant", "content": "..."}. Prints JSON: the
 prompt `text`, `uses_template`, the `stop` strings and the `tokens`, one per line as
 {"id", "piece", "special"} (special: a control token, shown by its text). Bad input: one line on
-stderr and exit code 2.
+stderr and exit code 2. So is a chat template that breaks a limit (time, memory, output: see
+engine/template_sandbox.py); the line says what SpecChat's chat uses for that model instead.
 """
 from __future__ import annotations
 
@@ -60,6 +61,8 @@ def read_messages(path: Path) -> list[dict]:
 def describe(model, messages: list[dict]) -> dict:
     formatter = ChatFormatter(model)
     text, tokens, stop = formatter.render(messages)
+    if formatter.template and formatter.template_error:  # refused, now or by the model check: this tool's job
+        raise EngineError(formatter.template_error)
     return {
         "model": str(model.path),
         "uses_template": formatter.uses_template,

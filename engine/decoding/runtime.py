@@ -69,7 +69,8 @@ class Model:
     def __init__(self, path: str | Path, settings: LoadSettings = LoadSettings(), vocab_only: bool = False):
         self.path = Path(path)
         self.settings = settings
-        check_model_file(self.path, vocab_only)  # in a child process first: llama.cpp aborts on some files
+        # In a child process first: llama.cpp aborts on some files. Its chat template is probe-rendered there too.
+        self.template_problem = check_model_file(self.path, vocab_only)
         _init_backend()
         mparams = model_params()
         mparams.n_gpu_layers = settings.n_gpu_layers
@@ -87,6 +88,7 @@ class Model:
         self.can_roll_back = not (L.llama_model_is_recurrent(self._model) or L.llama_model_is_hybrid(self._model))
         self._pieces: dict[int, bytes] = {}
         self._ends: dict[int, bool] = {}
+        self._max_token_bytes: int | None = None
         self._ctx = None
         self._batch = None
         if vocab_only:
@@ -191,6 +193,14 @@ class Model:
 
     def token_text(self, token: int) -> bytes:
         return L.llama_vocab_get_text(self.vocab, token) or b""
+
+    def max_token_bytes(self) -> int:
+        """The longest token text in the vocabulary, in bytes: no token stands for more bytes of text (a piece
+        is never longer than its token's text), so a text of more than n times this is more than n tokens.
+        Read once (0.4 s for Gemma's 262,144 tokens, 0.09 s for SmolLM2's 49,152)."""
+        if self._max_token_bytes is None:
+            self._max_token_bytes = max(1, max(len(self.token_text(t)) for t in range(self.n_vocab)))
+        return self._max_token_bytes
 
     def tokenize(self, text: str, add_bos: bool = True, special: bool = True) -> list[int]:
         data = text.encode("utf-8")

@@ -5,6 +5,9 @@ check foresees every case. So each new or changed file is first loaded by a chil
 child dies, the file is refused with the child's last words and the app lives on. Verdicts are
 remembered by path, size, mtime and llama.cpp version, so each file is checked once.
 
+The child also probe-renders the file's chat template (a short conversation, in engine.template_sandbox's
+limits): a template that hangs or blows up is known before the first chat, and the verdict keeps why.
+
     python -m engine.modelfiles.model_check FILE [--vocab-only]     the child's side: prints one JSON verdict line
 """
 from __future__ import annotations
@@ -24,16 +27,21 @@ from ..paths import cache_dir, write_text_atomic
 
 CHECK_TIMEOUT_S = 300.0
 VERDICTS_FILE = "model-checks.json"
+CHECK_VERSION = "t1"  # verdicts made before the template probe are checked again
+PROBE_CONVERSATION = [{"role": "system", "content": "You are a helpful assistant."},
+                      {"role": "user", "content": "Hello!"}, {"role": "assistant", "content": "Hi. How can I help?"},
+                      {"role": "user", "content": "Tell me a short story."}]
 FROZEN_FLAG = "--check-model-file"  # how a PyInstaller bundle runs the child (packaging/specchat_launcher.py)
 _verdicts_lock = threading.Lock()
 _CRASH_SIGNALS = {signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE}
 _LAST_WORDS = re.compile(r"(GGML_ASSERT\(.*?\) failed|[^/\s]*error[^:]*:.*)", re.IGNORECASE)
 
 
-def check_model_file(path: str | Path, vocab_only: bool = False) -> None:
+def check_model_file(path: str | Path, vocab_only: bool = False) -> str | None:
     """Return if llama.cpp can load this file (only its vocabulary, with vocab_only); raise
     ModelFileError saying why not. A file seen before (same path, size, mtime, llama.cpp, load kind)
-    is answered from the remembered verdict."""
+    is answered from the remembered verdict. Returns why its chat template was refused, or None (fine,
+    or none)."""
     path = Path(path)
     read_gguf_header(path)  # missing, not GGUF, truncated: said at once, without a child
     key = _key(path, vocab_only)
@@ -41,7 +49,7 @@ def check_model_file(path: str | Path, vocab_only: bool = False) -> None:
         known = _read_verdicts()
     verdict = known.get(key)
     if verdict is None and vocab_only and known.get(_key(path, False), {}).get("ok"):
-        verdict = {"ok": True}  # a full load passed, so reading the vocabulary alone does too
+        verdict = {**known[_key(path, False)]}  # a full load passed, so reading the vocabulary alone does too
     if verdict is None:
         verdict = _check_in_child(path, vocab_only)
         if verdict.pop("final", True):
@@ -51,6 +59,7 @@ def check_model_file(path: str | Path, vocab_only: bool = False) -> None:
                 _write_verdicts(verdicts)
     if not verdict.get("ok"):
         raise ModelFileError(verdict.get("reason") or f"{path.name} cannot be loaded.")
+    return verdict.get("template") or None
 
 
 def _key(path: Path, vocab_only: bool) -> str:
@@ -60,7 +69,7 @@ def _key(path: Path, vocab_only: bool) -> str:
     kind = "vocab" if vocab_only else "model"
     # inode and ctime too: a copy that keeps size and mtime (cp -p, rsync -t) is still a new file
     changed = f"{stat.st_size}|{stat.st_mtime_ns}|{stat.st_ino}|{stat.st_ctime_ns}"
-    return f"{path.resolve()}|{changed}|{llama_cpp.__version__}|{kind}"
+    return f"{path.resolve()}|{changed}|{llama_cpp.__version__}+{CHECK_VERSION}|{kind}"
 
 
 def _check_in_child(path: Path, vocab_only: bool) -> dict:
@@ -114,13 +123,15 @@ def child_main(argv: list[str]) -> int:
         problem = metadata_problem(read_gguf_metadata(path), path.name)
     except ModelFileError as exc:
         problem = str(exc)
+    template = None
     if problem is None:
-        problem = _load_problem(path, vocab_only)
-    print(json.dumps({"ok": problem is None, "reason": problem or ""}), flush=True)
+        problem, template = _load_problem(path, vocab_only)
+    print(json.dumps({"ok": problem is None, "reason": problem or "", "template": template}), flush=True)
     return 0
 
 
-def _load_problem(path: Path, vocab_only: bool) -> str | None:
+def _load_problem(path: Path, vocab_only: bool) -> tuple[str | None, str | None]:
+    """Why llama.cpp cannot load the file (None: it can), and why its chat template is refused (None: fine)."""
     import llama_cpp as L
 
     L.llama_backend_init()
@@ -131,10 +142,11 @@ def _load_problem(path: Path, vocab_only: bool) -> str | None:
     model = L.llama_model_load_from_file(str(path).encode(), mparams)
     if not model:
         return (f"llama.cpp could not load {path.name}: the file may be damaged, or its architecture is newer "
-                "than this llama.cpp build (upgrade llama-cpp-python).")
+                "than this llama.cpp build (upgrade llama-cpp-python)."), None
+    template = _template_problem(L, model)
     if vocab_only:
         L.llama_model_free(model)
-        return None
+        return None, template
     cparams = L.llama_context_default_params()
     cparams.n_ctx = cparams.n_batch = cparams.n_ubatch = 256
     cparams.n_threads = cparams.n_threads_batch = 1
@@ -142,7 +154,32 @@ def _load_problem(path: Path, vocab_only: bool) -> str | None:
     if ctx:
         L.llama_free(ctx)
     L.llama_model_free(model)
-    return None if ctx else f"llama.cpp could not create a context for {path.name}: the file may be damaged."
+    return (None if ctx else f"llama.cpp could not create a context for {path.name}: the file may be damaged."), template
+
+
+def _template_problem(L, model) -> str | None:
+    """Why the model's chat template is refused (a limit broken rendering PROBE_CONVERSATION), or None."""
+    from ..template_sandbox import TemplateRefused, TemplateSandbox
+
+    raw = L.llama_model_chat_template(model, None)
+    if not raw:
+        return None
+    vocab = L.llama_model_get_vocab(model)
+
+    def text(token: int) -> str:
+        return (L.llama_vocab_get_text(vocab, token) or b"").decode("utf-8", "replace") if token >= 0 else ""
+
+    sandbox = TemplateSandbox()
+    try:
+        sandbox.render(raw.decode("utf-8", "replace"), PROBE_CONVERSATION, bos=text(L.llama_vocab_bos(vocab)),
+                       eos=text(L.llama_vocab_eos(vocab)))
+    except TemplateRefused as exc:
+        return exc.reason
+    except Exception:  # noqa: BLE001 - it rejected this conversation (a role it lacks): not a verdict on the file
+        return None
+    finally:
+        sandbox.close()
+    return None
 
 
 def _verdicts_path() -> Path:

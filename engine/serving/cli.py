@@ -11,6 +11,7 @@ import threading
 from ..decoding.cost_model import DEFAULT_MAX_DRAFT
 from ..decoding.loader import METHODS, DecoderSettings, load_draft, load_target, make_proposer
 from ..errors import EngineError
+from .openai_api import MAX_BODY_BYTES
 from .service import DEFAULT_PORT, ServeOptions, Service
 
 
@@ -27,6 +28,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="a browser origin allowed to call the API (repeatable; '*' for any)")
     ap.add_argument("--parallel", type=int, default=4, help="requests decoded together in one batch")
     ap.add_argument("--max-queue", type=int, default=32, help="requests that may wait beyond those (then 429)")
+    ap.add_argument("--max-body-mb", type=float, default=MAX_BODY_BYTES / (1 << 20),
+                    help="the largest request body taken, in MiB (then 413)")
     ap.add_argument("--threads", type=int)
     ap.add_argument("--ctx", type=int, default=8192, help="KV cells shared by all requests in flight")
     ap.add_argument("--max-draft", type=int, default=DEFAULT_MAX_DRAFT)
@@ -43,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
-        options = ServeOptions(args.host, args.port, args.api_key, tuple(args.cors), args.parallel, args.max_queue)
+        options = ServeOptions(args.host, args.port, args.api_key, tuple(args.cors), args.parallel, args.max_queue,
+                               int(args.max_body_mb * (1 << 20)))
         settings = DecoderSettings(model=args.model, draft=args.draft, method=args.method, max_draft=args.max_draft,
                                    n_ctx=args.ctx, threads=args.threads, remember_requests=not args.no_remember)
         target = load_target(settings, n_seq_max=args.parallel)

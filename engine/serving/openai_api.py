@@ -2,6 +2,13 @@
 
 Each request becomes a Job; the engine thread hands its deltas to this event loop through a queue.
 A client that goes away cancels its job, so its slot is free at the next step.
+
+The event loop never does model work: parsing a body, templating and tokenizing run on worker threads, so
+/health and every other request answer while a big one is prepared. A body over ApiConfig.max_body_bytes is
+refused (413) from its Content-Length, or as soon as that many bytes have come; a body still arriving after
+BODY_TIMEOUT_S is a 408; a prompt whose byte length alone is more than the context can hold is a 400 before it
+is templated or tokenized; a chat template the sandbox refused (engine/template_sandbox.py) makes chat requests
+fail with a clear 500 rather than guess another format for a client that cannot see a notice.
 """
 from __future__ import annotations
 
@@ -16,6 +23,7 @@ from typing import Callable
 
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
@@ -23,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from ..chat_format import ChatFormatter
+from ..chat_format import ChatFormatter, provably_too_long
 from ..decoding.answer import Delta
 from ..decoding.batch import Job
 from ..decoding.sampling import request_seed, stream_seeds
@@ -35,6 +43,8 @@ from .scheduler import QueueFull, Scheduler
 log = logging.getLogger(__name__)
 RETRY_AFTER_S = 1
 DISCONNECT_POLL_S = 0.25
+MAX_BODY_BYTES = 8 << 20  # a 128k-token conversation is ~0.5-1.5 MB of JSON; 20 MB took 72 s to refuse before
+BODY_TIMEOUT_S = 30.0  # for the whole body to arrive once the headers have
 
 
 @dataclass
@@ -62,6 +72,7 @@ class ApiConfig:
     cors_origins: tuple[str, ...] = ()
     on_record: Callable[[RequestRecord], None] | None = None  # called on the event loop's thread
     records: list[RequestRecord] = field(default_factory=list)
+    max_body_bytes: int = MAX_BODY_BYTES
 
 
 class _Feed:
@@ -96,16 +107,58 @@ def create_app(scheduler: Scheduler, formatter: ChatFormatter, config: ApiConfig
                            kind="authentication_error", code="invalid_api_key")
 
     async def read_body(request: Request) -> dict:
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > config.max_body_bytes:
+            raise too_large(int(declared))
         try:
-            body = json.loads(await request.body())
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ApiError(400, f"The request body is not valid JSON: {exc}") from exc
-        if not isinstance(body, dict):
-            raise ApiError(400, "The request body must be a JSON object.")
+            raw = await asyncio.wait_for(_read_capped(request, config.max_body_bytes), BODY_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            raise ApiError(408, f"The request body did not arrive within {BODY_TIMEOUT_S:g} s.", code="request_timeout",
+                           headers={"Connection": "close"}) from None
+        if raw is None:
+            raise too_large(None)
+        body = await run_in_threadpool(_parse_json, raw)  # a few MB of JSON is tens of ms: not on the event loop
         model = body.get("model")
         if model is not None and not isinstance(model, str):
             raise ApiError(400, "'model': expected a string", param="model")
         return body
+
+    def too_large(size: int | None) -> ApiError:
+        said = f"{size:,} bytes" if size is not None else "over the limit"
+        return ApiError(413, f"The request body is {said}; this server takes at most {config.max_body_bytes:,}.",
+                        code="request_too_large", headers={"Connection": "close"})
+
+    def chat_tokens(messages: list[dict]) -> tuple[list[int], tuple[str, ...]]:
+        """On a worker thread: the size check, then the template (in its sandbox) and the tokenizer."""
+        refuse_beyond_context(m["content"] for m in messages)
+        refused = template_refusal()
+        if refused is None:
+            try:
+                _, tokens, stops = formatter.render(messages)
+            except EngineError as exc:
+                raise ApiError(400, str(exc), param="messages") from exc
+            refused = template_refusal()  # refused by this very render
+        if refused is not None:
+            raise refused
+        return tokens, stops
+
+    def prompt_tokens(prompt: str) -> list[int]:
+        refuse_beyond_context([prompt])
+        return target.tokenize(prompt, add_bos=target.adds_bos, special=False)
+
+    def refuse_beyond_context(texts) -> None:
+        size = provably_too_long(target, texts, n_ctx - 1)
+        if size is not None:
+            raise ApiError(400, f"This request is {size:,} bytes of text: more than the model's {n_ctx}-token "
+                                "context can hold, whatever the tokens.", param="messages",
+                           code="context_length_exceeded")
+
+    def template_refusal() -> ApiError | None:
+        if not (formatter.template and formatter.template_error):
+            return None
+        return ApiError(500, f"{formatter.template_error.split(' SpecChat uses')[0]} This server does not guess "
+                             "another chat format: send a formatted prompt to /v1/completions, or serve a model "
+                             "whose template works.", kind="server_error", code="chat_template_refused")
 
     def make_job(kind: str, tokens: list[int], gen: Generation, stop: list[str]) -> Job:
         budget = fit_prompt(tokens, gen.max_tokens, n_ctx)
@@ -152,14 +205,10 @@ def create_app(scheduler: Scheduler, formatter: ChatFormatter, config: ApiConfig
             body = await read_body(request)
             gen = parse_generation(body, n_ctx)
             if chat:
-                messages = parse_messages(body)
-                try:
-                    _, tokens, template_stops = formatter.render(messages)
-                except EngineError as exc:
-                    raise ApiError(400, str(exc), param="messages") from exc
+                tokens, template_stops = await run_in_threadpool(chat_tokens, parse_messages(body))
                 stop = [*gen.stop, *template_stops]
             else:
-                tokens = target.tokenize(parse_prompt(body), add_bos=target.adds_bos, special=False)
+                tokens = await run_in_threadpool(prompt_tokens, parse_prompt(body))
                 stop = gen.stop
             job = make_job("chatcmpl" if chat else "cmpl", tokens, gen, stop)
             feed = submit(job)
@@ -246,7 +295,7 @@ def create_app(scheduler: Scheduler, formatter: ChatFormatter, config: ApiConfig
         return JSONResponse({"object": "list", "data": [
             {"id": config.model_id, "object": "model", "created": int(time.time()), "owned_by": "specchat",
              "meta": {"n_ctx": n_ctx, "method": scheduler.method, "parallel": scheduler.parallel,
-                      "backend": target.backend}}]})
+                      "backend": target.backend, "chat_template_error": formatter.template_error}}]})
 
     async def health(request: Request):
         load = scheduler.load()
@@ -271,6 +320,27 @@ def create_app(scheduler: Scheduler, formatter: ChatFormatter, config: ApiConfig
 
     return Starlette(routes=routes, middleware=middleware,
                      exception_handlers={HTTPException: http_error, Exception: crashed})
+
+
+async def _read_capped(request: Request, cap: int) -> bytes | None:
+    """The body, or None as soon as it passes cap bytes (what came is dropped, the rest never read)."""
+    parts, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > cap:
+            return None
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def _parse_json(raw: bytes) -> dict:
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(400, f"The request body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise ApiError(400, "The request body must be a JSON object.")
+    return body
 
 
 async def _collect(feed: _Feed, parts: list[str]) -> None:

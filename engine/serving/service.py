@@ -3,23 +3,28 @@ of its own, started and stopped as one. The command line (cli.py) and the window
 from __future__ import annotations
 
 import ipaddress
+import logging
 import socket
 import threading
 import time
 from dataclasses import dataclass
 
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ..chat_format import ChatFormatter
 from ..decoding.cost_model import SpeculationConfig, StepCosts
 from ..decoding.proposers.base import Proposer
 from ..decoding.runtime import Model
 from ..errors import InvalidSettingError, EngineError
-from .openai_api import ApiConfig, create_app
+from .openai_api import MAX_BODY_BYTES, ApiConfig, create_app
 from .scheduler import Scheduler
 
+log = logging.getLogger(__name__)
 DEFAULT_PORT = 8765  # LM Studio has 1234, llama-server 8080, Ollama 11434
 STARTUP_TIMEOUT_S = 30.0
+REQUEST_HEAD_TIMEOUT_S = 10.0  # from connecting (or the last answer) to a whole request line and headers
+KEEP_ALIVE_S = 5  # an idle connection between requests (uvicorn's default)
 
 
 @dataclass(frozen=True)
@@ -30,12 +35,15 @@ class ServeOptions:
     cors_origins: tuple[str, ...] = ()
     parallel: int = 4
     max_queue: int = 32
+    max_body_bytes: int = MAX_BODY_BYTES
 
     def __post_init__(self) -> None:
         if not (isinstance(self.port, int) and 0 <= self.port <= 65535):
             raise InvalidSettingError(f"port must be 0..65535, got {self.port!r}")
         if not (isinstance(self.parallel, int) and 1 <= self.parallel <= 64):
             raise InvalidSettingError(f"parallel must be 1..64, got {self.parallel!r}")
+        if not (isinstance(self.max_body_bytes, int) and self.max_body_bytes >= 1024):
+            raise InvalidSettingError(f"max body must be at least 1 KB, got {self.max_body_bytes!r}")
         if not is_loopback(self.host) and not self.api_key:
             raise InvalidSettingError(f"Serving on {self.host} reaches other machines: set an API key.")
 
@@ -63,6 +71,39 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+class TimedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with the timeout it lacks: a connection that sends no whole request head (request
+    line and headers) within REQUEST_HEAD_TIMEOUT_S of connecting, or of its last answer, is closed. uvicorn
+    times out idle keep-alive connections only after a first answer, so a client that connects and says nothing,
+    or one header byte a second, held a connection (and its memory) for good."""
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self._head_timer = None
+        self._arm_head_timer()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._arm_head_timer()
+
+    def connection_lost(self, exc) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+        super().connection_lost(exc)
+
+    def _arm_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+        self._head_timer = self.loop.call_later(REQUEST_HEAD_TIMEOUT_S, self._head_timed_out)
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self.cycle is not None and not self.cycle.response_complete:
+            return  # a request is being answered (its body has a deadline of its own); re-armed when it ends
+        if not self.transport.is_closing():
+            self.transport.close()
+
+
 class Service:
     """Serves one loaded target until stop(); the target is the caller's again afterwards."""
 
@@ -74,10 +115,15 @@ class Service:
         self.options = options
         self.scheduler = Scheduler(target, proposer, speculation, options.parallel, options.max_queue,
                                    step_costs=step_costs)
-        self.api = ApiConfig(model_id, options.api_key, options.cors_origins, on_record)
-        app = create_app(self.scheduler, ChatFormatter(target), self.api)
-        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off",
-                                                     timeout_graceful_shutdown=1))
+        self.api = ApiConfig(model_id, options.api_key, options.cors_origins, on_record,
+                             max_body_bytes=options.max_body_bytes)
+        self.formatter = ChatFormatter(target)
+        if self.formatter.template and self.formatter.template_error:
+            log.warning("%s Chat requests will be refused; /v1/completions works.",
+                        self.formatter.template_error.split(" SpecChat uses")[0])
+        app = create_app(self.scheduler, self.formatter, self.api)
+        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", http=TimedH11Protocol,
+                                                     timeout_keep_alive=KEEP_ALIVE_S, timeout_graceful_shutdown=1))
         self._thread: threading.Thread | None = None
         self.port = options.port
 

@@ -284,7 +284,8 @@ def _sha256(data: bytes) -> str:
 
 
 def write_tiny_gguf(path: Path, tokens: list[str] | None = None, payload_bytes: int = 0, seed: int = 0,
-                    control_tokens: list[str] = (), chat_template: str | None = None, complete: bool = False) -> Path:
+                    control_tokens: list[str] = (), chat_template: str | None = None, complete: bool = False,
+                    context_length: int = 64) -> Path:
     """A real, llama.cpp-loadable (vocab_only) GGUF: a 1-layer llama header and a SentencePiece vocab.
 
     payload_bytes of random weights make the file big enough to download in several pieces.
@@ -297,7 +298,7 @@ def write_tiny_gguf(path: Path, tokens: list[str] | None = None, payload_bytes: 
     tokens = list(tokens or default_tokens()) + list(control_tokens)
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_name(path.stem)
-    writer.add_context_length(64)
+    writer.add_context_length(context_length)
     writer.add_embedding_length(8)
     writer.add_block_count(1)
     writer.add_feed_forward_length(16)

@@ -183,6 +183,19 @@ def test_a_prompt_beyond_the_context_says_so(server):
     assert str(N_CTX) in response.json()["error"]["message"]
 
 
+def test_a_giant_prompt_is_refused_at_once_while_health_keeps_answering(server):
+    """A 6 MB message was templated and tokenized on the event loop before its size was checked: a 20 MB one
+    blocked every request for 72 s. Now its byte length alone refuses it, and /health never waits."""
+    from test_server_limits import while_healthy
+
+    giant = "The quick brown fox jumps over the lazy dog. " * 140_000
+    reply, slowest, _ = while_healthy(server.url, lambda: httpx.post(
+        server.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": giant}]}, timeout=120))
+    assert reply.status_code == 400 and reply.json()["error"]["code"] == "context_length_exceeded"
+    assert "6,300,000 bytes" in reply.json()["error"]["message"]
+    assert reply.elapsed.total_seconds() < 5 and slowest < 1.0
+
+
 def test_unknown_routes_and_methods_answer_in_json(server):
     assert httpx.get(server.url + "/v1/nothing").json()["error"]["message"]
     assert httpx.get(server.url + "/v1/chat/completions").status_code == 405

@@ -1,0 +1,188 @@
+"""The server under hostile requests and hostile models: a chat template that spins or hogs memory, a 20 MB
+body, a prompt far beyond the context, connections that say nothing. Each ends with a clear error, /health
+answers within 1 s meanwhile, and memory stays bounded. (A tiny real GGUF: it loads and decodes in ms.)"""
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+
+import httpx
+import psutil
+import pytest
+
+from engine.decoding.cost_model import SpeculationConfig
+from engine.decoding.proposers.lookup import LookupProposer
+from engine.decoding.runtime import LoadSettings, Model
+from engine.serving import openai_api, service as service_module
+from engine.serving.service import ServeOptions, Service
+from test_hostile_templates import CHATML, HOGS, SPINS, hostile_gguf
+
+HEALTH_WITHIN_S = 1.0
+# Fine on the probe's conversation; spins when a message holds the word w9.
+SPINS_ON_W9 = CHATML.replace("{% endfor %}", "{% if 'w9' in m['content'] %}" + SPINS + "{% endif %}{% endfor %}")
+HELLO = [{"role": "user", "content": "w1 w2"}]
+
+
+def serve(path, **options) -> tuple[Service, Model]:
+    model = Model(path, LoadSettings(n_ctx=512, threads=1, n_seq_max=2))
+    service = Service(model, LookupProposer(), SpeculationConfig(max_draft=4),
+                      ServeOptions(port=0, parallel=2, **options), model_id="tiny").start()
+    return service, model
+
+
+@pytest.fixture()
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path
+
+
+@pytest.fixture()
+def spinning(cache):
+    service, model = serve(hostile_gguf(cache / "spins-on-w9.gguf", SPINS_ON_W9, complete=True))
+    yield service
+    service.stop()
+    model.close()
+
+
+def chat(url: str, messages, **extra) -> httpx.Response:
+    return httpx.post(url + "/v1/chat/completions", json={"messages": messages, "max_tokens": 4, **extra},
+                      timeout=60)
+
+
+def tree_rss() -> int:
+    me = psutil.Process()
+    return sum(p.memory_info().rss for p in [me, *me.children(recursive=True)] if p.is_running())
+
+
+def while_healthy(url: str, work) -> tuple[object, float, int]:
+    """Run work() on a thread while /health is asked again and again: work's result, the slowest /health
+    answer and the largest growth of this process tree's memory meanwhile."""
+    result, base = {}, tree_rss()
+    thread = threading.Thread(target=lambda: result.setdefault("r", work()))
+    thread.start()
+    slowest, grew = 0.0, 0
+    with httpx.Client(timeout=10) as client:
+        while thread.is_alive():
+            started = time.monotonic()
+            assert client.get(url + "/health").json()["status"] == "ok"
+            slowest = max(slowest, time.monotonic() - started)
+            grew = max(grew, tree_rss() - base)
+            time.sleep(0.05)
+    thread.join()
+    return result["r"], slowest, grew
+
+
+def test_a_template_that_spins_is_a_clear_error_and_the_server_keeps_answering(spinning):
+    assert chat(spinning.url, HELLO).status_code == 200  # the template works on this conversation
+    reply, slowest, grew = while_healthy(spinning.url, lambda: chat(spinning.url, [{"role": "user", "content": "w9"}]))
+    assert reply.status_code == 500, reply.text
+    error = reply.json()["error"]
+    assert error["code"] == "chat_template_refused" and error["type"] == "server_error"
+    assert "spins-on-w9.gguf" in error["message"] and "took over 3 s" in error["message"]
+    assert "/v1/completions" in error["message"]
+    assert slowest < HEALTH_WITHIN_S and grew < 1 << 30, (slowest, grew)
+    # Refused for good (no second 3 s wait): chat says so at once; raw completions still work.
+    started = time.monotonic()
+    assert chat(spinning.url, HELLO).json()["error"]["code"] == "chat_template_refused"
+    assert time.monotonic() - started < 2
+    done = httpx.post(spinning.url + "/v1/completions", json={"prompt": "w1 w2", "max_tokens": 3}, timeout=60)
+    assert done.status_code == 200 and done.json()["usage"]["completion_tokens"] >= 1
+    meta = httpx.get(spinning.url + "/v1/models").json()["data"][0]["meta"]
+    assert "took over 3 s" in meta["chat_template_error"]
+
+
+def test_a_template_the_model_check_refused_is_said_at_once(cache, caplog):
+    service, model = serve(hostile_gguf(cache / "hogs.gguf", HOGS, complete=True))
+    try:
+        assert "hogs.gguf was refused" in caplog.text and "Chat requests will be refused" in caplog.text
+        reply, slowest, grew = while_healthy(service.url, lambda: chat(service.url, HELLO))
+        assert reply.status_code == 500 and "512 MB" in reply.json()["error"]["message"]
+        assert slowest < HEALTH_WITHIN_S and grew < 1 << 30
+    finally:
+        service.stop()
+        model.close()
+
+
+def test_a_20_mb_body_is_refused_before_it_is_read(spinning):
+    payload = json.dumps({"messages": [{"role": "user", "content": "w1 " * (7 << 20)}]}).encode()
+    assert len(payload) > 20 << 20
+    reply, slowest, _ = while_healthy(spinning.url, lambda: httpx.post(
+        spinning.url + "/v1/chat/completions", content=payload, headers={"content-type": "application/json"},
+        timeout=60))
+    assert reply.status_code == 413 and reply.json()["error"]["code"] == "request_too_large"
+    assert "8,388,608" in reply.json()["error"]["message"]
+    assert slowest < HEALTH_WITHIN_S
+
+    def chunks():  # no Content-Length: refused once the limit has come
+        for _ in range(40):
+            yield b"x" * (1 << 20)
+
+    try:
+        chunked = httpx.post(spinning.url + "/v1/completions", content=chunks(), timeout=60)
+        assert chunked.status_code == 413
+    except httpx.TransportError:
+        pass  # the server may close the connection while the client is still sending: it did not read it
+    assert httpx.get(spinning.url + "/health").status_code == 200
+
+
+def test_a_prompt_far_beyond_the_context_is_refused_from_its_size_without_tokenizing(spinning):
+    target = spinning.scheduler.target
+    tokenized: list[int] = []
+    real = target.tokenize
+
+    def watched(text, *args, **kwargs):
+        tokenized.append(len(text))
+        return real(text, *args, **kwargs)
+
+    target.tokenize = watched
+    try:
+        giant = "w1 " * (2 << 20)  # 6 MB, under the body limit
+        for reply in (chat(spinning.url, [{"role": "user", "content": giant}]),
+                      httpx.post(spinning.url + "/v1/completions", json={"prompt": giant}, timeout=60)):
+            assert reply.status_code == 400, reply.text
+            error = reply.json()["error"]
+            assert error["code"] == "context_length_exceeded" and "512-token context" in error["message"]
+        assert max(tokenized, default=0) < 1 << 16, "the giant prompt was tokenized"
+    finally:
+        del target.tokenize
+
+
+def test_connections_that_send_nothing_or_dribble_are_closed(spinning, monkeypatch):
+    monkeypatch.setattr(service_module, "REQUEST_HEAD_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(openai_api, "BODY_TIMEOUT_S", 1.0)
+    host, port = "127.0.0.1", spinning.port
+
+    def closed_within(sock: socket.socket, seconds: float, dribble: bytes = b"") -> bytes:
+        """What the server sent before closing the connection, which it must do within `seconds`."""
+        sock.settimeout(0.2)
+        got, deadline = b"", time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if dribble:
+                try:
+                    sock.sendall(dribble)
+                except OSError:
+                    return got
+            try:
+                chunk = sock.recv(65536)
+            except socket.timeout:
+                continue
+            except OSError:
+                return got
+            if not chunk:
+                return got
+            got += chunk
+        raise AssertionError(f"still open after {seconds} s; got {got[:200]!r}")
+
+    with socket.create_connection((host, port)) as silent:
+        assert closed_within(silent, 5) == b""
+    with socket.create_connection((host, port)) as dribbling:
+        dribbling.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+        closed_within(dribbling, 5, dribble=b"X")
+    with socket.create_connection((host, port)) as slow_body:
+        slow_body.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                          b"Content-Length: 1000\r\n\r\n{\"messages\"")
+        answer = closed_within(slow_body, 5)
+        assert answer.startswith(b"HTTP/1.1 408") and b"request_timeout" in answer
+    assert httpx.get(spinning.url + "/health").status_code == 200
