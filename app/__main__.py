@@ -5,7 +5,9 @@
     specchat --smoke-test         check the whole path offscreen: send one message to the embedded model
                                   with prompt lookup, print the response's figures, text and model as one
                                   JSON line, exit 0 (non-zero on any failure). Uses temporary settings and
-                                  storage. --prompt TEXT sends TEXT instead of the built-in passage.
+                                  storage. --prompt TEXT sends TEXT instead of the built-in passage;
+                                  --use-settings answers with the saved model and settings instead (read,
+                                  never written: conversations still go to temporary storage).
 
 One SpecChat runs per data folder: launched again, it brings the running window forward (handing it
 the --send message, if any) and exits 0.
@@ -30,10 +32,14 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                         help="send one message to the embedded model offscreen, print its figures as JSON, exit")
     parser.add_argument("--prompt", metavar="TEXT", help="with --smoke-test: send TEXT instead of the built-in "
                         "passage")
+    parser.add_argument("--use-settings", action="store_true", help="with --smoke-test: the saved model and "
+                        "settings instead of the embedded model's")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds the smoke test may take (600)")
     args, qt_args = parser.parse_known_args(argv)
     if args.prompt is not None and not args.smoke_test:
         parser.error("--prompt goes with --smoke-test; to open the window with a message, use --send")
+    if args.use_settings and not args.smoke_test:
+        parser.error("--use-settings goes with --smoke-test (the window always uses them)")
     if args.prompt is not None and not args.prompt.strip():
         parser.error("--prompt needs some text")
     return args, qt_args
@@ -55,10 +61,15 @@ def _setup_logging() -> None:
 def main(argv: list[str] | None = None) -> int:
     args, qt_args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.smoke_test:
+        from engine.paths import config_dir
+
+        saved = config_dir() if args.use_settings else None  # found before the temporary folders replace it
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
         scratch = tempfile.mkdtemp(prefix="specchat-smoke-")
         os.environ["SPECCHAT_CONFIG_DIR"] = os.path.join(scratch, "config")  # never the user's own files
         os.environ["SPECCHAT_DATA_DIR"] = os.path.join(scratch, "data")
+        if saved is not None:  # a copy: reading a damaged file must not set the user's own aside
+            shutil.copytree(saved, os.environ["SPECCHAT_CONFIG_DIR"], dirs_exist_ok=True)
     _setup_logging()
 
     from PySide6.QtWidgets import QApplication
@@ -86,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
 
     settings, notices = load_settings()
     store, store_notices = open_store()
-    if args.smoke_test:
+    if args.smoke_test and not args.use_settings:
         from .smoke import smoke_settings
         settings = smoke_settings()
     for text in notices + store_notices:

@@ -3,13 +3,17 @@ continue, and switching between the branches that regenerating and editing leave
 
 Connects the ChatModel (what is shown), the store (what is saved) and the engine client. A
 streaming response is saved at least every SAVE_EVERY_S, so a crash loses at most that much.
+
+An answer that gets no new text for STALL_AFTER_S says so under it, with the seconds counting, until text
+comes again. Stop always ends the answer in the window: the engine stops within a step, and if it has not
+said so within STOP_GRACE_S (a stuck engine), the answer is ended here, kept as far as it got.
 """
 from __future__ import annotations
 
 import time
 from typing import Callable
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 
 from engine.reasoning import ThoughtClock, without_thinking
 
@@ -21,6 +25,8 @@ from .worker import EngineClient, GenerationRequest
 
 SAVE_EVERY_S = 0.5
 TITLE_CHARS = 48
+STALL_AFTER_S = 20.0  # a long prompt on a slow CPU may take this long to read; beyond it, say so
+STOP_GRACE_S = 3.0  # the engine honours Stop within a step (or a template's 3 s limit); past this it is stuck
 
 
 def storable(text: str) -> str:
@@ -58,6 +64,10 @@ class ChatSession(QObject):
         self.request: GenerationRequest | None = None
         self._saved_at = 0.0
         self._thought = ThoughtClock()  # times the streaming response's <think> block
+        self._progress_at = 0.0  # when the streaming answer last got text (or started)
+        self._stall_notice = ""  # what the stall watch wrote under the answer, until text comes again
+        self._stall_timer = QTimer(self, interval=1000)
+        self._stall_timer.timeout.connect(self._watch_stall)
         w = engine.worker
         w.progress.connect(self._progress)
         w.finished.connect(self._finished)
@@ -166,6 +176,21 @@ class ChatSession(QObject):
     def stop(self) -> None:
         if self.request is not None:
             self.request.cancel.set()
+            rid = self.request.id
+            QTimer.singleShot(int(STOP_GRACE_S * 1000), lambda: self._stop_unanswered(rid))
+
+    def _stop_unanswered(self, rid: int) -> None:
+        """Stop was asked STOP_GRACE_S ago and the engine has not ended this answer: end it here. The engine's
+        late signals for it are then ignored (they are not this session's request any more)."""
+        if not self._mine(rid):
+            return
+        stats = dict(self.streaming.stats or {}) if self.streaming is not None else {}
+        if self.streaming is not None:
+            self.streaming.status = "stopped"
+            self.streaming.notice = (f"Stopped. The engine did not stop within {STOP_GRACE_S:g} s; it finishes what "
+                                     "it was doing in the background, and the next message waits for it.")
+        self._end()
+        self.responseFinished.emit({**stats, "finish_reason": "cancelled"})
 
     # --- this conversation's system prompt and sampling ----------------------------------------
     def conversation_settings(self) -> dict:
@@ -214,7 +239,23 @@ class ChatSession(QObject):
         self.request = self.engine.generate(GenerationRequest(messages=history, sampling=settings.sampling(),
                                                               max_tokens=settings.max_tokens,
                                                               continue_last=continue_last))
+        self._progress_at, self._stall_notice = time.monotonic(), ""
+        self._stall_timer.start()
         self.busyChanged.emit(True)
+
+    def _watch_stall(self) -> None:
+        """Once a second while an answer streams: after STALL_AFTER_S without new text, say so under it."""
+        if self.streaming is None or self.request is None:
+            return
+        waited = time.monotonic() - self._progress_at
+        if waited < STALL_AFTER_S:
+            return
+        if self.streaming.content:
+            said = f"No new text for {waited:.0f} s. The model may still be working on it; Stop ends it."
+        else:
+            said = f"No text yet after {waited:.0f} s. The model is still reading the prompt, or stuck; Stop ends it."
+        self.streaming.notice = self._stall_notice = said
+        self._changed()
 
     # --- engine signals -----------------------------------------------------------------------
     def _mine(self, rid: int) -> bool:
@@ -224,6 +265,10 @@ class ChatSession(QObject):
         if not self._mine(rid) or self.streaming is None:
             return
         add_segments(self.streaming, segments)
+        self._progress_at = time.monotonic()
+        if self._stall_notice and self.streaming.notice == self._stall_notice:  # text again: the notice goes
+            self.streaming.notice = ""
+        self._stall_notice = ""
         self.streaming.stats = self._with_thought(stats)
         self.streaming.model = self.streaming.model or self.model_name  # sent while the model was loading
         self._changed()
@@ -262,6 +307,10 @@ class ChatSession(QObject):
         return stats if seconds is None else {**stats, "thought_s": seconds}
 
     def _end(self) -> None:
+        self._stall_timer.stop()
+        if self._stall_notice and self.streaming is not None and self.streaming.notice == self._stall_notice:
+            self.streaming.notice = ""  # the answer ended: it no longer waits
+        self._stall_notice = ""
         self._before_continue = None
         self._changed()
         self._save()
@@ -283,6 +332,7 @@ class ChatSession(QObject):
 
     def close(self) -> None:
         """The app is closing: whatever is still streaming is saved as stopped."""
+        self._stall_timer.stop()
         if self.streaming is not None:
             self.streaming.status = "stopped"
             self.streaming.notice = self.streaming.notice or "Stopped because the app was closed."

@@ -264,7 +264,7 @@ class EngineWorker(QObject):
         self._apply(self.settings)
 
     def generate_served(self, request: GenerationRequest) -> None:
-        """From the GUI thread, while serving: the chat's answer as one more job in the server's batch. Its
+        """From a thread of its own (EngineClient.generate), while serving: the chat's answer as one more job in the server's batch. Its
         callbacks run on this worker's thread (the engine loop) and emit started/progress/finished/failed."""
         rid = request.id
         self.started.emit(rid)
@@ -393,7 +393,10 @@ class EngineClient(QObject):
     def generate(self, request: GenerationRequest) -> GenerationRequest:
         self.current = request
         if self.worker.service is not None:  # the worker's thread is running the server's engine loop
-            self.worker.generate_served(request)
+            # Templating and tokenizing a conversation is not the GUI thread's work (a template may take its
+            # sandbox's 3 s before it is refused): a thread of its own, whose signals are queued to the GUI.
+            threading.Thread(target=self.worker.generate_served, args=(request,), daemon=True,
+                             name="served-chat-prompt").start()
         else:
             # Start on the next turn of the event loop, once the GUI has laid out the messages just
             # added: the prompt's prefill takes every core, and that layout competing with it is
