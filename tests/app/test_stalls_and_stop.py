@@ -17,10 +17,10 @@ from app.settings import AppSettings, save_settings
 from engine.modelfiles.embedded import EMBEDDED_GEMMA
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
-from test_hostile_templates import CHATML, SPINS, hostile_gguf  # noqa: E402
+from test_hostile_templates import hostile_gguf  # noqa: E402
+from test_server_limits import SPINS_ON_W9  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-SPINS_ON_W9 = CHATML.replace("{% endfor %}", "{% if 'w9' in m['content'] %}" + SPINS + "{% endif %}{% endfor %}")
 
 
 def send(window, qtbot, text: str) -> None:

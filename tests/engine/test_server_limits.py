@@ -9,7 +9,6 @@ import threading
 import time
 
 import httpx
-import psutil
 import pytest
 
 from engine.decoding.cost_model import SpeculationConfig
@@ -17,7 +16,7 @@ from engine.decoding.proposers.lookup import LookupProposer
 from engine.decoding.runtime import LoadSettings, Model
 from engine.serving import openai_api, service as service_module
 from engine.serving.service import ServeOptions, Service
-from test_hostile_templates import CHATML, HOGS, SPINS, hostile_gguf
+from test_hostile_templates import CHATML, HOGS, SPINS, hostile_gguf, tree_rss
 
 HEALTH_WITHIN_S = 1.0
 # Fine on the probe's conversation; spins when a message holds the word w9.
@@ -49,11 +48,6 @@ def spinning(cache):
 def chat(url: str, messages, **extra) -> httpx.Response:
     return httpx.post(url + "/v1/chat/completions", json={"messages": messages, "max_tokens": 4, **extra},
                       timeout=60)
-
-
-def tree_rss() -> int:
-    me = psutil.Process()
-    return sum(p.memory_info().rss for p in [me, *me.children(recursive=True)] if p.is_running())
 
 
 def while_healthy(url: str, work) -> tuple[object, float, int]:
