@@ -215,7 +215,8 @@ class MainWindow(QMainWindow):
 
     def _action(self, menu, text, slot, shortcut=None) -> QAction:
         action = QAction(text, self)
-        action.triggered.connect(slot)
+        # triggered(bool) would hand its `checked` to the slot's first parameter (Export took False as a path).
+        action.triggered.connect(lambda _checked=False: slot())
         if shortcut is not None:
             action.setShortcut(shortcut)
         menu.addAction(action)
