@@ -49,6 +49,7 @@ class MainWindow(QMainWindow):
         self.presets, preset_notices = load_presets(settings)  # system prompt and sampling, per chat
         self.session = ChatSession(store, self.engine, lambda: self.settings, self, presets=lambda: self.presets)
         self.model_info: dict | None = None
+        self.working = ""  # what the engine is busy with besides loading, for the status bar
         self.loading = False
         self.editing = False
         self.edited = None  # the message being edited: its new text is sent as a branch beside it
@@ -163,6 +164,7 @@ class MainWindow(QMainWindow):
         self.session.model.rowsRemoved.connect(self._update_empty)
         w = self.engine.worker
         w.loadStarted.connect(self._load_started)
+        w.working.connect(self._engine_working)
         w.loaded.connect(self._loaded)
         w.loadFailed.connect(self._load_failed)
         w.speculationApplied.connect(self._speculation_applied)
@@ -447,6 +449,16 @@ class MainWindow(QMainWindow):
     def _engine_notice(self, text: str) -> None:
         self.notices.show_notice(text, "warning")
 
+    def _engine_working(self, what: str) -> None:
+        """The engine works on something a message sent now would wait for (timing its steps): said in the
+        status bar, the window usable meanwhile."""
+        self.working = what
+        self.progress.setVisible(self.loading or bool(what))
+        if what:
+            self.statusBar().showMessage(what)
+        else:
+            self.statusBar().clearMessage()
+
     def _load_started(self, what: str) -> None:
         self.progress.show()
         self.model_label.setText(f"Loading {what}…")
@@ -455,7 +467,7 @@ class MainWindow(QMainWindow):
         self.loading = False
         self.model_info = info
         self.session.model_name = info["name"]
-        self.progress.hide()
+        self.progress.setVisible(bool(self.working))
         self.notices.clear("load")
         fmt = "chat template" if info["chat_template"] else "plain transcript format (no chat template)"
         self.model_label.setText(f"{info['name']}  ·  {info['backend']}  ·  {info['n_ctx']} ctx  ·  {fmt}")
@@ -476,7 +488,7 @@ class MainWindow(QMainWindow):
         self.modelFailed.emit(message)
 
     def _speculation_applied(self, info: dict) -> None:
-        self.progress.setVisible(self.loading)
+        self.progress.setVisible(self.loading or bool(self.working))
         method = info.get("method", "none")
         text = f"Speculation: {METHOD_LABELS.get(method, method).lower()}"
         if method == "draft" and info.get("draft_name"):

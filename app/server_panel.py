@@ -138,6 +138,8 @@ class ServerPanel(QWidget):
     def toggle(self) -> None:
         if self.running is not None:
             self.status.setText("Stopping…")
+            self.start_button.setText("Stopping…")
+            self.start_button.setEnabled(False)  # until the engine says it stopped
             self.engine.stop_server()
             return
         from .settings import AppSettings
@@ -149,7 +151,7 @@ class ServerPanel(QWidget):
             self.status.setText(f"Not started: {exc}")
             return
         self.optionsChanged.emit(values)
-        self.status.setText("Starting (timing the model's steps for the batch)…")
+        self.status.setText("Starting…")
         self.start_button.setEnabled(False)
         self.engine.start_server(options)
 

@@ -89,6 +89,7 @@ class ProgressBatch:
 
 class EngineWorker(QObject):
     loadStarted = Signal(str)  # what is loading, for the progress indicator
+    working = Signal(str)  # background work the window may say it waits on ("" when done)
     loaded = Signal(object)  # model info (dict)
     loadFailed = Signal(str)
     notice = Signal(str)  # something the user should know that is not a failure
@@ -150,7 +151,8 @@ class EngineWorker(QObject):
         if self.formatter.template_error:
             self.notice.emit(self.formatter.template_error)
         info = self._apply(settings)
-        self.loaded.emit({**self._model_info(), **info})
+        self.loaded.emit({**self._model_info(), **info})  # the window is usable now; a message sent meanwhile
+        self._calibrate()                                  # is answered right after this
 
     @Slot(object)
     def apply_speculation(self, settings: DecoderSettings) -> None:
@@ -161,6 +163,7 @@ class EngineWorker(QObject):
             self.loadStarted.emit(f"draft model {settings.draft}")
         self.settings = settings
         self.speculationApplied.emit(self._apply(settings))
+        self._calibrate()
 
     def _apply(self, settings: DecoderSettings) -> dict:
         target = self.decoder.target
@@ -175,7 +178,6 @@ class EngineWorker(QObject):
                 self.draft_path = settings.draft
             proposer = make_proposer(settings, target, self.draft_model if settings.method == "draft" else None)
             self.decoder.set_speculation(proposer, settings.speculation())
-            self.decoder.calibrate()  # now, while "loading" shows, not during the first answer
             method, error = proposer.name, None
         except Exception as exc:  # noqa: BLE001 - a bad draft must not cost the loaded target
             if not isinstance(exc, EngineError):
@@ -188,6 +190,17 @@ class EngineWorker(QObject):
             self.notice.emit(error)
         draft_name = self.draft_model.name if self.draft_model is not None and method == "draft" else None
         return {"method": method, "draft_name": draft_name, "speculation_error": error}
+
+    def _calibrate(self) -> None:
+        """Time the verify sizes now, after the window has the model (it is usable meanwhile, and says what it
+        waits on), not during the first answer. Sizes timed before for this model are not timed again."""
+        self.working.emit("Timing this machine's steps for speculation (a few seconds, once per model)…")
+        try:
+            self.decoder.calibrate()
+        except Exception:  # noqa: BLE001 - an answer calibrates by itself if this did not
+            log.exception("calibration")
+        finally:
+            self.working.emit("")
 
     def _model_info(self) -> dict:
         t = self.decoder.target
@@ -235,11 +248,10 @@ class EngineWorker(QObject):
             self.serverFailed.emit(str(exc) if isinstance(exc, EngineError) else f"{type(exc).__name__}: {exc}")
             return
         self.service, self._stop_reason = service, ""
-        self.serverStarted.emit({"url": service.url, "method": service.scheduler.method,
-                                 "parallel": options.parallel,
-                                 "model": DISPLAY_NAMES.get(self.settings.model, target.path.stem)})
-        try:
-            service.scheduler.serve()  # returns after stop_server()
+        started = {"url": service.url, "method": service.scheduler.method, "parallel": options.parallel,
+                   "model": DISPLAY_NAMES.get(self.settings.model, target.path.stem)}
+        try:  # serves at once on the step costs the chat measured: nobody waits on timing the batch's sizes
+            service.scheduler.serve(on_ready=lambda: self.serverStarted.emit(started), timed_only=True)
         except Exception:  # noqa: BLE001 - the chat must get its engine back whatever happened
             log.exception("the server's engine loop failed")
             service.stop()
@@ -262,6 +274,7 @@ class EngineWorker(QObject):
                 model.reopen(1)
         self.decoder = SpeculativeDecoder(target)
         self._apply(self.settings)
+        self._calibrate()  # the sizes the chat timed before the server are kept: nothing to time, as a rule
 
     def generate_served(self, request: GenerationRequest) -> None:
         """From a thread of its own (EngineClient.generate), while serving: the chat's answer as one more job in the server's batch. Its

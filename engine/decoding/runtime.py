@@ -89,6 +89,7 @@ class Model:
         self._pieces: dict[int, bytes] = {}
         self._ends: dict[int, bool] = {}
         self._max_token_bytes: int | None = None
+        self.step_timings: dict[tuple[int, int], float] = {}  # (threads, rows) -> seconds: step.time_steps
         self._ctx = None
         self._batch = None
         if vocab_only:

@@ -57,7 +57,21 @@ def time_steps(target: Model, slot: int, start: int, token: int, sizes: list[int
     the sizes (those past CALIBRATION_REPEATED_UP_TO in the first only), the fastest of each size kept.
     Rounds, not repeats back to back: this VM's speed wanders over seconds, and two timings of one size a
     round apart are less alike than two in a row (the curve's ratios to one row varied 11% between
-    calibrations timed back to back, 5% in rounds, on SmolLM2 and Gemma 3 270M here)."""
+    calibrations timed back to back, 5% in rounds, on SmolLM2 and Gemma 3 270M here).
+
+    Timings are kept with the loaded model, by thread count: a size timed once is not timed again while the
+    model stays loaded (the server's start and stop, a speculation change: each had re-timed every size, up to
+    a minute and a half on a busy machine, while the window waited)."""
+    kept = target.step_timings
+    missing = [rows for rows in sizes if (target.threads, rows) not in kept]
+    if missing:
+        kept.update({(target.threads, rows): seconds
+                     for rows, seconds in _time_sizes(target, slot, start, token, missing, clock).items()})
+    return {rows: kept[target.threads, rows] for rows in sizes}
+
+
+def _time_sizes(target: Model, slot: int, start: int, token: int, sizes: list[int],
+                clock: Callable[[], float]) -> dict[int, float]:
     def timed(rows: int) -> float:
         t = clock()
         target.decode_multi([token] * rows, range(start, start + rows), [slot] * rows, [True] * rows)
@@ -211,17 +225,22 @@ class StepLoop:
             self.target.set_threads(threads)
             self.planner.steps.rescale()
 
-    def calibrate(self, slot: int = 0, start: int = 0, token: int = 0, sequences: int = 1) -> None:
+    def calibrate(self, slot: int = 0, start: int = 0, token: int = 0, sequences: int = 1,
+                  timed_only: bool = False) -> None:
         """Time a step of every size that `sequences` sequences may verify together, once, in free cells from
         `start` of sequence `slot` (rolled back after), so the planner knows what each verify costs before
         betting on one; and a costly proposer's token. Does nothing when calibrated already, or when nothing
-        is planned (no speculation, fixed lengths)."""
+        is planned (no speculation, fixed lengths). timed_only: time nothing now, take the sizes this model
+        has timed before (wider ones are extrapolated; with none, each size is learnt from its first step)."""
         target, planner = self.target, self.planner
         if not (self.speculating and self.speculation.adaptive):
             return
         top = min(sequences * (self.speculation.max_draft + 1), target.n_batch, target.n_ctx - start - 1)
-        if not planner.steps.calibrated and top >= 2:
-            planner.steps.take_calibration(time_steps(target, slot, start, token, calibration_sizes(top), self.clock))
+        sizes = calibration_sizes(top) if top >= 2 else []
+        if timed_only:
+            sizes = [rows for rows in sizes if (target.threads, rows) in target.step_timings]
+        if not planner.steps.calibrated and len(sizes) >= 2 and sizes[0] == 1:
+            planner.steps.take_calibration(time_steps(target, slot, start, token, sizes, self.clock))
         if not self.proposer.free and not planner.draft_timed:
             planner.record_draft(1, self.proposer.time_token(slot))
 

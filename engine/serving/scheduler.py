@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -96,14 +97,17 @@ class Scheduler:
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout)
 
-    def serve(self) -> None:
+    def serve(self, on_ready: Callable[[], None] | None = None, timed_only: bool = False) -> None:
         """The engine loop, on the calling thread, until stop(). Every decode of the target happens on this
         one thread, calibration included: llama.cpp's OpenMP threads belong to the thread that calls it, and
         while another thread that decoded before is alive, a decode from a new one ran 15 ms instead of 5.6
         (measured, SmolLM2, 1 row; the other thread's team keeps a core). So the app's worker calls this
-        itself rather than handing the model to a thread of ours."""
-        self.loop.calibrate(0, 0, max(self.target.bos, 0), sequences=self.parallel)
+        itself rather than handing the model to a thread of ours. timed_only: no step is timed before serving
+        (the window's chat timed its sizes already; see StepLoop.calibrate), so no request waits on it."""
+        self.loop.calibrate(0, 0, max(self.target.bos, 0), sequences=self.parallel, timed_only=timed_only)
         self._ready.set()
+        if on_ready is not None:  # (the window says "serving" from here: requests are answered at once)
+            on_ready()
         batch = self.batch
         while True:
             with self._wake:

@@ -107,7 +107,9 @@ def test_a_port_in_use_is_reported_and_the_chat_keeps_working(make_window, qtbot
         panel.port.setValue(taken.getsockname()[1])
         with qtbot.waitSignal(window.engine.worker.serverFailed, timeout=60_000):
             qtbot.mouseClick(panel.start_button, Qt.MouseButton.LeftButton)
-    assert "Could not listen" in panel.status.text() and panel.start_button.text() == "Start server"
+    # serverFailed comes from the worker's thread: the panel's own (queued) slot may not have run yet.
+    qtbot.waitUntil(lambda: "Could not listen" in panel.status.text(), timeout=5000)
+    assert panel.start_button.text() == "Start server"
     window.input.setPlainText(PASSAGE)
     qtbot.keyClick(window.input, Qt.Key.Key_Return)
     assert wait_response(window).status == "done"

@@ -197,6 +197,7 @@ def test_calibration_times_sizes_in_rounds_and_keeps_each_ones_fastest():
     class SlowThenFast:  # every decode of round 1 takes 2 ms a row, of later rounds 1 ms a row
         def __init__(self):
             self.now, self.decoded = 0.0, []
+            self.threads, self.step_timings = 2, {}
 
         def decode_multi(self, tokens, positions, seq_ids, want_logits):
             self.decoded.append(len(tokens))
@@ -212,6 +213,15 @@ def test_calibration_times_sizes_in_rounds_and_keeps_each_ones_fastest():
     timed = target.decoded[CALIBRATION_WARMUP + 1:]
     assert timed == sizes + sizes[:-1] * (CALIBRATION_REPEATS - 1)  # rounds; the widest once
     assert curve == pytest.approx({1: 0.001, 2: 0.002, 3: 0.003, sizes[-1]: 0.002 * sizes[-1]})
+    # Kept with the model: the same sizes again time nothing; a new size is timed alone; other threads afresh.
+    decoded = len(target.decoded)
+    assert time_steps(target, 0, 0, 7, sizes[:2], clock=lambda: target.now) == pytest.approx({1: 0.001, 2: 0.002})
+    assert len(target.decoded) == decoded
+    time_steps(target, 0, 0, 7, [1, 6], clock=lambda: target.now)
+    assert set(target.decoded[decoded + CALIBRATION_WARMUP:]) == {6}
+    target.threads = 1
+    time_steps(target, 0, 0, 7, [1], clock=lambda: target.now)
+    assert (1, 1) in target.step_timings and (2, 1) in target.step_timings
 
 
 def test_acceptance_keeps_its_sums_with_its_tables():

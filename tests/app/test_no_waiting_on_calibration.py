@@ -1,0 +1,46 @@
+"""Nothing a user waits for waits on calibration: the window has its model before the verify sizes are timed
+(and says what it is doing meanwhile), and sizes timed once are not timed again while the model stays loaded,
+so stopping the server gives the chat its engine back at once. (Start → first answer → Stop is timed in
+test_server_panel.py.)"""
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+
+import engine.decoding.step as step
+from test_server_panel import start
+
+
+def test_the_model_is_usable_before_its_steps_are_timed_and_the_window_says_so(make_window, qtbot):
+    seen = {}
+    window = make_window(wait_loaded=False)
+    window.modelLoaded.connect(lambda info: seen.setdefault(
+        "calibrated_when_loaded", window.engine.worker.decoder.loop.planner.steps.calibrated))
+    qtbot.waitUntil(lambda: "calibrated_when_loaded" in seen, timeout=120_000)
+    assert seen["calibrated_when_loaded"] is False
+    qtbot.waitUntil(lambda: window.statusBar().currentMessage().startswith("Timing this machine's steps"),
+                    timeout=10_000)
+    assert window.progress.isVisible() and window.input.isEnabled()
+    qtbot.waitUntil(lambda: window.statusBar().currentMessage() == "", timeout=120_000)
+    assert window.engine.worker.decoder.loop.planner.steps.calibrated and not window.progress.isVisible()
+
+
+def test_stopping_the_server_times_nothing_again(make_window, qtbot, monkeypatch):
+    window = make_window()
+    qtbot.waitUntil(lambda: window.engine.worker.decoder.loop.planner.steps.calibrated, timeout=120_000)
+    timed: list[list[int]] = []
+    real = step._time_sizes
+
+    def watched(target, slot, start_at, token, sizes, clock):
+        timed.append(list(sizes))
+        return real(target, slot, start_at, token, sizes, clock)
+
+    monkeypatch.setattr(step, "_time_sizes", watched)
+    panel = start(window, qtbot)
+    assert timed == []  # the server serves on the chat's measured costs at once
+    assert window.engine.worker.service.scheduler.loop.planner.steps.calibrated
+    with qtbot.waitSignal(window.engine.worker.serverStopped, timeout=30_000):
+        qtbot.mouseClick(panel.start_button, Qt.MouseButton.LeftButton)
+        assert panel.start_button.text() == "Stopping…" and not panel.start_button.isEnabled()
+    qtbot.waitUntil(lambda: panel.start_button.text() == "Start server", timeout=10_000)
+    qtbot.waitUntil(lambda: window.statusBar().currentMessage() == "", timeout=30_000)
+    assert timed == []  # the chat got its engine back without timing a step
