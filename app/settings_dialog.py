@@ -16,12 +16,15 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, 
 
 from engine.modelfiles.embedded import DESCRIPTION, EMBEDDED, EMBEDDED_GEMMA
 from engine.errors import InvalidSettingError
+from engine.hardware import gpu_offload_supported
 
 from .settings import METHOD_LABELS, AppSettings
 
 GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
 DEFAULT_SIZE = (560, 720)
 FLASH_ATTENTION = {"automatic": None, "on": True, "off": False}  # the combo's labels and AppSettings' values
+METHODS = ("draft", "lookup")  # the method "none" is the speculation check box, not a second way to say off
+NO_GPU_BACKEND = "n/a: this llama.cpp build has no GPU backend"
 
 
 def spin_box(lo: int, hi: int, tip: str) -> QSpinBox:
@@ -102,14 +105,15 @@ class SettingsDialog(QDialog):
         self.draft.setToolTip("A small model with the same vocabulary as the target, used by the draft-model method.")
         self.speculation = QCheckBox("Speed up responses with speculative decoding")
         self.method = QComboBox()
-        for key in ("draft", "lookup", "none"):
+        for key in METHODS:
             self.method.addItem(METHOD_LABELS[key], key)
         self.max_draft = spin_box(0, 64, "The most tokens drafted before the target model checks them.")
         self.min_draft = spin_box(1, 64, "Shorter drafts are not worth checking: decode normally instead.")
         self.p_min = double_spin_box(0.0, 0.99, 0.05, 2, "Draft model stops drafting when its top token's "
                                                          "probability falls below this.")
         self.adaptive = QCheckBox("Adaptive draft length")
-        self.adaptive.setToolTip("Choose the draft length each step from measured acceptance and step times.")
+        self.adaptive.setToolTip("The draft length follows what pays off (measured acceptance and step times), and "
+                                 "speculation pauses while it would be slower than plain decoding.")
         self.n_ctx = spin_box(0, 1 << 20, "Tokens the model can see at once (prompt + answer). "
                                           "0 uses the model's own. Changing it reloads the model.")
         self.n_ctx.setSingleStep(1024)
@@ -117,6 +121,19 @@ class SettingsDialog(QDialog):
         self.threads = spin_box(0, 512, "0 uses the physical cores.")
         self.threads.setSpecialValueText("automatic")
         self.n_gpu_layers.setSpecialValueText("all")
+        # A CPU-only build ignores GPU layers: say so, and keep the saved value (hidden) for a GPU build.
+        self.no_gpu_backend = hint(NO_GPU_BACKEND)
+        self.no_gpu_backend.setToolTip("Models run on the CPU. A llama.cpp build with CUDA, Metal or Vulkan can "
+                                       "offload layers to a GPU; the saved GPU layers value is kept for it.")
+        gpu_layers = QWidget()
+        gpu_row = QHBoxLayout(gpu_layers)
+        gpu_row.setContentsMargins(0, 0, 0, 0)
+        gpu_row.addWidget(self.n_gpu_layers, 1)
+        gpu_row.addWidget(self.no_gpu_backend, 1)
+        has_gpu_backend = gpu_offload_supported()
+        self.n_gpu_layers.setVisible(has_gpu_backend)
+        self.n_gpu_layers.setEnabled(has_gpu_backend)
+        self.no_gpu_backend.setVisible(not has_gpu_backend)
         self.flash_attention = QComboBox()
         for label in FLASH_ATTENTION:
             self.flash_attention.addItem(label)
@@ -127,8 +144,7 @@ class SettingsDialog(QDialog):
         models = form()
         models.addRow("Target model", self.target)
         models.addRow("Draft model", self.draft)
-        models.addRow(hint("Empty target: the embedded demo model. The draft model must share the target's "
-                           "vocabulary; Model → Models… offers matching pairs."))
+        models.addRow(hint("Draft and target must share a vocabulary: Model → Models… offers pairs."))
         spec = form()
         spec.addRow(self.speculation)
         spec.addRow(hint("The target model checks every drafted token, so answers follow it as without speculation "
@@ -138,15 +154,13 @@ class SettingsDialog(QDialog):
         spec.addRow("Min draft tokens", self.min_draft)
         spec.addRow("Draft confidence cutoff", self.p_min)
         spec.addRow(self.adaptive)
-        spec.addRow(hint("Adaptive: the draft length follows what pays off, and speculation pauses while it "
-                         "would be slower than plain decoding."))
         sampling = form()
         sampling.addRow(hint("Temperature, the system prompt and the other sampling values are set per chat: "
                              "the Preset button under the conversation (File → Chat settings…) picks a preset "
                              "and changes it for that chat. New chats start from the default preset."))
         runtime = form()
         runtime.addRow("Context size", self.n_ctx)
-        runtime.addRow("GPU layers", self.n_gpu_layers)
+        runtime.addRow("GPU layers", gpu_layers)
         runtime.addRow("Threads", self.threads)
         runtime.addRow("Flash attention", self.flash_attention)
 
@@ -178,23 +192,44 @@ class SettingsDialog(QDialog):
         layout.addWidget(buttons)
         self.speculation.toggled.connect(self._enable)
         self.method.currentIndexChanged.connect(self._enable)
+        for changed in (self.target.edit.textChanged, self.draft.edit.textChanged, self.speculation.toggled,
+                        self.method.currentIndexChanged, self.max_draft.valueChanged, self.min_draft.valueChanged,
+                        self.p_min.valueChanged, self.adaptive.toggled, self.n_ctx.valueChanged,
+                        self.n_gpu_layers.valueChanged, self.threads.valueChanged,
+                        self.flash_attention.currentIndexChanged):
+            changed.connect(self._recheck)
         self.setMinimumWidth(420)
         self.resize(*DEFAULT_SIZE)
         self.load(settings)
 
     def _enable(self) -> None:
-        on = self.speculation.isChecked() and self.method.currentData() != "none"
-        for w in (self.method,):
-            w.setEnabled(self.speculation.isChecked())
-        for w in (self.max_draft, self.min_draft, self.adaptive):
+        on = self.speculation.isChecked()
+        for w in (self.method, self.max_draft, self.min_draft, self.adaptive):
             w.setEnabled(on)
         self.p_min.setEnabled(on and self.method.currentData() == "draft")
+
+    def _uses_draft_model(self) -> bool:
+        return self.speculation.isChecked() and self.method.currentData() == "draft"
+
+    def _recheck(self) -> None:
+        """A shown error goes as soon as what it was about is fixed, or no longer used."""
+        if self.error.isHidden():
+            return
+        try:
+            self.collect()
+        except InvalidSettingError as exc:
+            self.error.setText(str(exc))
+        else:
+            self.error.hide()
 
     def load(self, s: AppSettings) -> None:
         self.target.set_value(s.model)
         self.draft.set_value(s.draft)
-        self.speculation.setChecked(s.speculation)
-        self.method.setCurrentIndex(max(self.method.findData(s.method), 0))
+        # Method "none" (an older file's "Off", or the lab's advice) is speculation off; the combo then
+        # shows the default method, the one a person gets by ticking the box.
+        self.speculation.setChecked(s.effective_method != "none")
+        method = self.method.findData(s.method)
+        self.method.setCurrentIndex(method if method >= 0 else self.method.findData(AppSettings.method))
         self.max_draft.setValue(s.max_draft)
         self.min_draft.setValue(s.min_draft)
         self.p_min.setValue(s.p_min)
@@ -207,7 +242,10 @@ class SettingsDialog(QDialog):
 
     def collect(self) -> AppSettings:
         """The settings the dialog shows; raises InvalidSettingError with a message for a person."""
-        for label, path in (("target", self.target.value()), ("draft", self.draft.value())):
+        checked = [("target", self.target.value())]
+        if self._uses_draft_model():  # a draft path kept for later is not an error while another method runs
+            checked.append(("draft", self.draft.value()))
+        for label, path in checked:
             if path not in (None, EMBEDDED, EMBEDDED_GEMMA) and not Path(path).expanduser().is_file():
                 raise InvalidSettingError(f"The {label} model file does not exist: {path}")
         return replace(

@@ -83,6 +83,19 @@ def cpu_uses_amx() -> bool:
     return AMX_FEATURE in (llama_cpp.llama_print_system_info() or b"")
 
 
+def gpu_offload_supported() -> bool:
+    """This llama.cpp build has a GPU backend (CUDA, Metal, Vulkan, ...), so GPU layers mean something.
+    Read from the build, not the device list: a GPU build on a machine without a GPU still says True.
+    True when the build cannot say, so a GPU setting is never locked by mistake."""
+    try:
+        import llama_cpp
+
+        return bool(llama_cpp.llama_supports_gpu_offload())
+    except (ImportError, AttributeError, OSError) as exc:  # an old or unusual build
+        log.warning("cannot read llama.cpp's GPU offload support: %s", exc)
+        return True
+
+
 def backend_name() -> str:
     """"CUDA", "Metal", "Vulkan", ... for the first GPU device of the build, else "CPU"."""
     for dev in devices():
