@@ -36,6 +36,11 @@ SAMPLED_STYLE = "background: rgba(127, 127, 127, 40); border-radius: 4px; paddin
 SAME_SPEED = 0.05  # within 5% the two speeds are called the same
 LITTLE_GAIN = 1.1  # fewer tokens per target step than this: speculation cannot be what made it faster
 DEFAULT_TOKENS = 256
+# Fewer tokens than this on either side and the ratio is shown without a speed claim. tokens/s counts only the
+# time after the first token: plain decoding's 10-token answer is 9 timed steps, and one step slowed to double
+# (another program on the cores) moves its rate by ~10%, twice SAME_SPEED. At 64 tokens such a step moves it
+# by under 2%. A quarter of DEFAULT_TOKENS, so the default run is long enough unless the answer ends early.
+MIN_SPEED_TOKENS = 64
 
 
 def first_difference(a: list[tuple[str, bool]], b: list[tuple[str, bool]]) -> tuple[int, int] | None:
@@ -60,9 +65,14 @@ def speed_ratio(plain: dict, speculative: dict) -> float | None:
     return s / p if p and s else None
 
 
-def speed_words(ratio: float | None) -> str:
+def speed_words(ratio: float | None, tokens: int | None = None) -> str:
+    """The speed comparison in words; tokens: the fewer either run generated (None: not known)."""
     if ratio is None:
         return "too few tokens to measure the speed"
+    if tokens is not None and tokens < MIN_SPEED_TOKENS:
+        return (f"{ratio:.2f}× plain decoding's tokens/s over only {tokens} tokens, too short a run to compare "
+                f"speed (that takes {MIN_SPEED_TOKENS} or more per run: raise “Tokens per run”, or ask for a longer "
+                "answer)")
     if abs(ratio - 1) < SAME_SPEED:
         return f"at the same speed ({ratio:.2f}×)"
     if ratio > 1:
@@ -72,8 +82,9 @@ def speed_words(ratio: float | None) -> str:
 
 def verdict(plain: RunPane, speculative: RunPane, greedy: bool, temperature: float) -> tuple[str, bool | None]:
     """(what the comparison showed, in words; whether the texts are the same, None when sampled)."""
-    speed = speed_words(speed_ratio(plain.stats, speculative.stats))
     spec = speculative.stats
+    shortest = min(plain.stats.get("generated") or 0, spec.get("generated") or 0)
+    speed = speed_words(speed_ratio(plain.stats, spec), shortest)
     note = ""
     if spec.get("method", "none") == "none":
         note = " Speculation was not available for this model (see the notices in the chat window), so both runs " \
@@ -208,7 +219,8 @@ class CompareWindow(QWidget):
                                             "given text: copying, quoting, editing code, reformatting.")
         self.prompt_edit.setMaximumHeight(110)
         self.max_tokens = QSpinBox(minimum=1, maximum=8192, value=DEFAULT_TOKENS)
-        self.max_tokens.setToolTip("The most tokens each run may write.")
+        self.max_tokens.setToolTip(f"The most tokens each run may write. Speeds are compared only when both runs "
+                                   f"write at least {MIN_SPEED_TOKENS}.")
         self.greedy = QCheckBox("Greedy (temperature 0), so the texts can be compared")
         self.greedy.setChecked(True)
         self.greedy.setToolTip("Off: both runs sample as this chat's settings say; the texts then differ "

@@ -17,14 +17,39 @@ from PySide6.QtWidgets import (QFileDialog, QGridLayout, QGroupBox, QHBoxLayout,
 
 from engine.errors import EngineError
 from engine.measure.lab import LabConfig, LabProgress
-from engine.measure.lab_report import METHOD_WORDS, crossover, with_analysis
+from engine.measure.lab_report import METHOD_WORDS, best_draft_length, crossover, with_analysis
 
 from .lab.chart import LabChart
 from .lab.form import CUSTOM, LEVELS, PROMPT_SETS, LabForm
-from .lab.results_table import NA, ResultsTable
+from .lab.results_table import LEGEND, NA, ResultsTable
 from .lab.runner import PROGRESS_EVERY_S, LabRunner, LabWorker
 
 __all__ = ["CUSTOM", "LEVELS", "NA", "PROGRESS_EVERY_S", "PROMPT_SETS", "LabChart", "LabWindow", "LabWorker"]
+
+
+def recommendation_words(results: dict, settings: dict) -> str:
+    """The recommended chat settings in words, squared with the advice above them: the advice names the
+    best *fixed* draft length k for one chat (lab_report.best_draft_length), while the recommendation keeps
+    the chat's adaptive drafting and its larger cap, so both numbers are named and told apart."""
+    method = settings.get("method", "none")
+    if method == "none":
+        return "Recommended for the chat: plain decoding (speculation off)."
+    words = METHOD_WORDS.get(method, method)
+    if method == "draft" and settings.get("draft"):
+        words += f" ({Path(settings['draft']).name})"
+    cap = settings.get("max_draft")
+    if not settings.get("adaptive"):
+        return f"Recommended for the chat: {words}, drafting {cap} tokens every step."
+    text = f"Recommended for the chat: {words}, adaptive, drafting at most {cap} tokens a step."
+    try:
+        k = best_draft_length(results, method)
+    except (KeyError, TypeError, ValueError):  # a saved document from before these figures were kept
+        k = None
+    if k and k != cap:
+        text += (f" k={k} above is the best fixed draft length for one chat, as measured. The chat does not draft "
+                 f"a fixed length: adaptive drafting picks each step's length from the acceptance it measures (a long "
+                 f"match drafts long), so {cap} is only its upper limit.")
+    return text
 
 
 class LabWindow(QWidget):
@@ -81,6 +106,11 @@ class LabWindow(QWidget):
         charts.addWidget(self.rate_chart)
         charts.addWidget(self.itl_chart)
         self.table = ResultsTable()
+        self.table_legend = QLabel(LEGEND)  # why aggregate and per-request tokens/s differ
+        self.table_legend.setWordWrap(True)
+        results_box = QVBoxLayout()
+        results_box.addWidget(self.table, 1)
+        results_box.addWidget(self.table_legend)
 
         self.advice = QLabel("")
         self.advice.setWordWrap(True)
@@ -102,7 +132,7 @@ class LabWindow(QWidget):
         grid = QGridLayout(self)
         grid.addLayout(left, 0, 0, 2, 1)
         grid.addLayout(charts, 0, 1)
-        grid.addWidget(self.table, 1, 1)
+        grid.addLayout(results_box, 1, 1)
         grid.addWidget(advice_box, 2, 0, 1, 2)
         grid.setColumnStretch(1, 1)
         self.resize(1200, 760)
@@ -195,9 +225,7 @@ class LabWindow(QWidget):
                 self.rate_chart.mark(cross.estimate or cross.stops_at, f"{METHOD_WORDS[method]} stops paying")
         advice = results["advice"]
         self.recommendation = dict(advice["settings"])
-        shown = ", ".join(f"{k.replace('_', ' ')}: {({True: 'on', False: 'off'}.get(v, v) if isinstance(v, bool) else v)}"
-                          for k, v in self.recommendation.items())
-        self.advice.setText("\n".join(advice["lines"]) + f"\n\nRecommended for the chat: {shown}.")
+        self.advice.setText("\n".join(advice["lines"]) + "\n\n" + recommendation_words(results, self.recommendation))
         self.apply_button.setEnabled(True)
         self._set_running(False)
 

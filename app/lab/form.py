@@ -3,11 +3,12 @@ the LabConfig they make."""
 from __future__ import annotations
 
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLineEdit,
-                               QPushButton, QSpinBox, QVBoxLayout)
+                               QPushButton, QSpinBox, QVBoxLayout, QWidget)
 
 from engine.errors import InvalidSettingError
 from engine.measure.lab import LabConfig
 from engine.measure.lab_report import METHOD_WORDS
+from engine.modelfiles.embedded import DISPLAY_NAMES, EMBEDDED
 from engine.paths import resources_dir
 
 PROMPT_SETS = {"grounded": "Grounded and editing tasks", "open": "Open-ended chat"}
@@ -19,9 +20,13 @@ class LabForm(QGroupBox):
     def __init__(self, parent=None):
         super().__init__("Experiment", parent)
         form = QFormLayout(self)
-        self.model_edit = QLineEdit("embedded")
-        self.model_edit.setToolTip("A GGUF file, 'embedded' for the built-in SmolLM2 135M Instruct, or "
-                                   "'embedded-gemma' for the built-in Gemma 3 270M base model.")
+        # The built-in models by their display names (the run gets their keys), or a typed or browsed GGUF path.
+        self.model_edit = QComboBox(editable=True)
+        self.model_edit.setInsertPolicy(QComboBox.NoInsert)
+        for key, name in DISPLAY_NAMES.items():
+            self.model_edit.addItem(name, key)
+        self.model_edit.setCurrentIndex(self.model_edit.findData(EMBEDDED))
+        self.model_edit.setToolTip("A built-in model, or the path of a GGUF file (Browse…).")
         form.addRow("Target model", self._with_browse(self.model_edit))
         self.draft_edit = QLineEdit()
         self.draft_edit.setPlaceholderText("none (needed for the draft-model method)")
@@ -81,7 +86,7 @@ class LabForm(QGroupBox):
         form.addRow("Threads", self.threads)
         form.addRow("Repeats", self.repeats)
 
-    def _with_browse(self, edit: QLineEdit) -> QHBoxLayout:
+    def _with_browse(self, edit: QWidget) -> QHBoxLayout:
         row = QHBoxLayout()
         row.addWidget(edit, 1)
         browse = QPushButton("Browse…")
@@ -89,10 +94,16 @@ class LabForm(QGroupBox):
         row.addWidget(browse)
         return row
 
-    def _browse_gguf(self, edit: QLineEdit) -> None:
+    def _browse_gguf(self, edit: QWidget) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Choose a GGUF model", "", "GGUF models (*.gguf)")
         if path:
-            edit.setText(path)
+            (edit.setEditText if isinstance(edit, QComboBox) else edit.setText)(path)
+
+    def model(self) -> str:
+        """What the run loads: a built-in model's key ('embedded', 'embedded-gemma') or a GGUF path."""
+        text = self.model_edit.currentText().strip()
+        keys = {name: key for key, name in DISPLAY_NAMES.items()}
+        return keys.get(text, text) or EMBEDDED
 
     def _draft_changed(self, text: str) -> None:
         box = self.method_boxes["draft"]
@@ -112,7 +123,7 @@ class LabForm(QGroupBox):
         if not prompts:
             raise InvalidSettingError("Choose a prompts file.")
         return LabConfig(
-            prompts=prompts, model=self.model_edit.text().strip() or "embedded",
+            prompts=prompts, model=self.model(),
             draft=self.draft_edit.text().strip() or None,
             methods=tuple(m for m, box in self.method_boxes.items() if box.isChecked()),
             concurrency=tuple(level for level, box in self.level_boxes.items() if box.isChecked()),

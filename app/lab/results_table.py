@@ -1,13 +1,39 @@
-"""The lab's measured cells as a table: one row per method and concurrency, "n/a" where nothing was read."""
+"""The lab's measured cells as a table: one row per method and concurrency, "n/a" where nothing was read.
+
+Each header says in a tooltip how its figure is measured (engine/measure/lab_metrics.py), and LEGEND,
+shown under the table, says why aggregate and per-request tokens/s differ even at concurrency 1."""
 from __future__ import annotations
 
-from PySide6.QtWidgets import QTableWidget, QTableWidgetItem
+from PySide6.QtWidgets import QHeaderView, QTableWidget, QTableWidgetItem
 
 from engine.measure.lab_report import METHOD_WORDS
 
 NA = "n/a"
-HEADERS = ["method", "concurrency", "aggregate tok/s", "per-request tok/s", "ITL p50 / p95 ms",
-           "end-to-end p50 / p95 s", "acceptance", "utilisation / memory"]
+# Two-line headers and two-line cells where they are wide: at the window's default size every column
+# fits beside the charts, so no header is cut and no column hides behind a scroll bar.
+HEADERS = ["method", "concur-\nrency", "aggregate\ntok/s", "per-request\ntok/s", "ITL ms\np50 / p95",
+           "end-to-end s\np50 / p95", "acceptance\n· tok/step", "utilisation\n· memory"]
+HEADER_TIPS = [
+    "The decoding method: plain decoding is the baseline every speed-up is measured against.",
+    "How many requests were decoded at once, in one batch. Each level decodes every prompt at least once.",
+    "Aggregate throughput: all requests' generated tokens ÷ the whole level's wall time, from its first "
+    "request's prefill to its last request's last token. Prefills and the time between requests count, so "
+    "even at concurrency 1 it is below the per-request speed.",
+    "Per-request decode speed: one request's tokens after its first ÷ the time from its first token to its "
+    "last, the mean over the level's requests. Prefill and waiting for a turn are left out.",
+    "Inter-token latency in milliseconds: the time between a request's tokens after its first (a step that "
+    "delivers m tokens counts as m gaps of 1/m of its time); median and 95th percentile over all tokens.",
+    "End-to-end seconds: from a request's admission (its prefill) to its last token; median and 95th "
+    "percentile over the level's requests.",
+    "Acceptance: accepted ÷ drafted tokens. tok/step: tokens each target step produced, 1 + accepted ÷ "
+    "verify steps. n/a for plain decoding, which drafts nothing.",
+    "Utilisation: the GPU's (NVML) where it can be read, else this process's CPU time ÷ wall time as a share "
+    "of all cores. Memory: VRAM where it can be read, else the process's resident RAM, after the level.",
+]
+LEGEND = ("Aggregate tok/s: all requests' tokens ÷ the level's whole wall time, prefills and the gaps between "
+          "requests included. Per-request tok/s: one request's decode speed, its tokens after the first ÷ the time "
+          "after its first token. So even at concurrency 1 aggregate is lower: it also pays for the prefills. "
+          "Hover a header for how each figure is measured.")
 
 
 def _fmt(value, fmt: str) -> str:
@@ -24,14 +50,21 @@ def cell_texts(c: dict) -> list[str]:
             _fmt(c.get("aggregate_tokens_per_s"), ".1f"), _fmt(c.get("per_request_tokens_per_s"), ".1f"),
             f"{_fmt(c.get('itl_p50_ms'), '.1f')} / {_fmt(c.get('itl_p95_ms'), '.1f')}",
             f"{_fmt(c.get('e2e_p50_s'), '.2f')} / {_fmt(c.get('e2e_p95_s'), '.2f')}",
-            NA if acc is None else f"{acc:.0%} (mean length {c['mean_acceptance_length']:.2f})",
-            f"{util_text} · {mem_text}"]
+            NA if acc is None else f"{acc:.0%} · {_fmt(c.get('mean_acceptance_length'), '.2f')}",
+            f"{util_text}\n{mem_text}"]
 
 
 class ResultsTable(QTableWidget):
     def __init__(self, parent=None):
         super().__init__(0, len(HEADERS), parent)
-        self.setHorizontalHeaderLabels(HEADERS)
+        for col, (text, tip) in enumerate(zip(HEADERS, HEADER_TIPS)):
+            item = QTableWidgetItem(text)
+            item.setToolTip(tip)
+            self.setHorizontalHeaderItem(col, item)
+        header = self.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeToContents)  # wide enough for header and cells, always
+        header.setStretchLastSection(True)
+        self.verticalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)  # two-line cells
         self.verticalHeader().setVisible(False)
         self.setEditTriggers(QTableWidget.NoEditTriggers)
 
@@ -40,4 +73,3 @@ class ResultsTable(QTableWidget):
         self.insertRow(row)
         for col, text in enumerate(cell_texts(cell)):
             self.setItem(row, col, QTableWidgetItem(text))
-        self.resizeColumnsToContents()
