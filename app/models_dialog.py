@@ -1,9 +1,10 @@
 """The Models dialog: get a catalog pair, see and manage installed models, pick target + draft.
 
 Its parts live in app/models/: the pairs tab and its download runner (pairs_tab.py,
-download_worker.py), the installed-models tab (installed_tab.py) and the target + draft picker with
-its compatibility check (model_picker.py). This module puts them together and passes news between
-them: a finished download is selected in the picker, an added or removed file redraws all three.
+download_worker.py), the installed-models tab (installed_tab.py), the target + draft picker with
+its compatibility check (model_picker.py) and the built-in models both of those list (builtin_models.py).
+This module puts them together and passes news between them: a finished download is selected in
+the picker, an added or removed file redraws all three.
 
 Downloads and compatibility checks run on QThreads (app/models/threads.py keeps them until they end);
 the GUI thread only receives their signals. A download stops (keeping what arrived) when the window
@@ -19,6 +20,7 @@ from engine.modelfiles.catalog import CatalogPair, load_catalog
 from engine.modelfiles.embedded import EMBEDDED
 from engine.errors import EngineError
 
+from .models.builtin_models import BuiltinModel, builtin_models
 from .models.download_worker import DownloadWorker
 from .models.installed_tab import GGUF_FILTER, InstalledTab
 from .models.model_picker import CompatibilityWorker, ModelPicker
@@ -46,6 +48,7 @@ class ModelsDialog(QDialog):
             catalog, catalog_error = [], str(exc)
         self.catalog = catalog
         self.installed: list[model_store.InstalledModel] = []
+        self.builtins: list[BuiltinModel] = []
         self.pairs = PairsTab(catalog, catalog_error)
         self.installed_tab = InstalledTab()
         self.picker = ModelPicker(str(current_target or EMBEDDED), current_draft)
@@ -80,9 +83,10 @@ class ModelsDialog(QDialog):
         except EngineError as exc:
             self.installed = []
             self.pairs.show_status(str(exc), error=True)
+        self.builtins = builtin_models()  # cheap: nothing is assembled or loaded
         self.pairs.refresh()
-        self.installed_tab.show_models(self.installed)
-        self.picker.show_models(self.installed, select_target)
+        self.installed_tab.show_models(self.installed, self.builtins)
+        self.picker.show_models(self.installed, self.builtins, select_target)
 
     def _download_finished(self, paths: list) -> None:
         self.picker.prefer_draft(paths[1])

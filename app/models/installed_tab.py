@@ -1,5 +1,5 @@
-"""The "Installed" tab: the models on disk (downloaded, or added from where they are), adding GGUF
-files and deleting (or, for added files, forgetting) one."""
+"""The "Installed" tab: the built-in models, the models on disk (downloaded, or added from where they are),
+adding GGUF files and deleting (or, for added files, forgetting) one. Built-in models cannot be deleted."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,6 +11,7 @@ from engine.modelfiles import model_store
 from engine.modelfiles.downloads import format_bytes
 from engine.errors import EngineError
 
+from .builtin_models import CANNOT_DELETE, BuiltinModel
 from .tables import make_table, selected_key, set_row
 
 GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
@@ -22,6 +23,7 @@ class InstalledTab(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.installed: list[model_store.InstalledModel] = []
+        self.builtins: list[BuiltinModel] = []
         self.table = make_table(["Model", "Size", "Location", "Source"])
         self.table.itemSelectionChanged.connect(self._selected)
         self.add_button = QPushButton("Add GGUF file…")
@@ -36,24 +38,33 @@ class InstalledTab(QWidget):
         layout.addWidget(self.table, 1)
         layout.addLayout(buttons)
 
-    def show_models(self, installed: list[model_store.InstalledModel]) -> None:
-        self.installed = installed
-        self.table.setRowCount(len(installed))
-        for row, model in enumerate(installed):
+    def show_models(self, installed: list[model_store.InstalledModel], builtins: list[BuiltinModel]) -> None:
+        self.installed, self.builtins = installed, builtins
+        self.table.setRowCount(len(builtins) + len(installed))
+        for row, builtin in enumerate(builtins):
+            size = format_bytes(builtin.size_bytes) if builtin.size_bytes is not None else "—"
+            set_row(self.table, row, [builtin.name, size, builtin.location, "built in"],
+                    data=builtin.spec, tooltip=builtin.about)
+        for row, model in enumerate(installed, start=len(builtins)):
             source = model.repo_id if model.origin == model_store.DOWNLOADED else "added from disk"
             set_row(self.table, row, [model.name, format_bytes(model.size_bytes), str(model.location), source],
                     data=str(model.path), tooltip=str(model.path))
-        self.delete_button.setEnabled(self.selected_model() is not None)
+        self._selected()
 
     def selected_model(self) -> model_store.InstalledModel | None:
         path = selected_key(self.table)
         return next((m for m in self.installed if str(m.path) == path), None) if path is not None else None
+
+    def selected_builtin(self) -> BuiltinModel | None:
+        spec = selected_key(self.table)
+        return next((b for b in self.builtins if b.spec == spec), None) if spec is not None else None
 
     def _selected(self) -> None:
         model = self.selected_model()
         local = model is not None and model.origin == model_store.LOCAL
         self.delete_button.setText("Remove from list" if local else "Delete")
         self.delete_button.setEnabled(model is not None)
+        self.delete_button.setToolTip(CANNOT_DELETE if self.selected_builtin() is not None else "")
 
     def add_local_files(self) -> None:
         paths, _ = QFileDialog.getOpenFileNames(self, "Add GGUF models", str(Path.home()), GGUF_FILTER)
@@ -68,6 +79,10 @@ class InstalledTab(QWidget):
             QMessageBox.warning(self, "Add GGUF file", "Not added:\n\n" + "\n\n".join(problems))
 
     def delete_selected(self) -> None:
+        builtin = self.selected_builtin()
+        if builtin is not None:  # the button is disabled for them; this covers any other way here
+            QMessageBox.information(self, "Models", f"{builtin.name}: {CANNOT_DELETE}")
+            return
         model = self.selected_model()
         if model is None:
             return

@@ -13,9 +13,10 @@ from PySide6.QtWidgets import QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QL
 
 from engine.modelfiles import model_store
 from engine.modelfiles.downloads import format_bytes
-from engine.modelfiles.embedded import DESCRIPTION, EMBEDDED, resolve_model
+from engine.modelfiles.embedded import DISPLAY_NAMES, EMBEDDED, resolve_model
 from engine.modelfiles.vocab_check import Compatibility
 
+from .builtin_models import BuiltinModel
 from .threads import start_worker, stop_and_wait
 
 log = logging.getLogger(__name__)
@@ -93,14 +94,16 @@ class ModelPicker(QGroupBox):
         """Preselect this draft once its compatibility is confirmed (a pair just downloaded)."""
         self._current_draft = spec
 
-    def show_models(self, installed: list[model_store.InstalledModel], select: str | None = None) -> None:
-        """Offer these installed models (and the embedded one); keep the target unless told another."""
+    def show_models(self, installed: list[model_store.InstalledModel], builtins: list[BuiltinModel],
+                    select: str | None = None) -> None:
+        """Offer the built-in and installed models as targets; keep the target unless told another."""
         self.installed = installed
         keep = select or self.target_combo.currentData() or self._current_target
         self.target_combo.blockSignals(True)
         self.target_combo.clear()
-        self.target_combo.addItem("Embedded demo model (SmolLM2 135M Instruct)", EMBEDDED)
-        self.target_combo.setItemData(0, DESCRIPTION, Qt.ToolTipRole)
+        for builtin in builtins:
+            self.target_combo.addItem(builtin.name, builtin.spec)
+            self.target_combo.setItemData(self.target_combo.count() - 1, builtin.about, Qt.ToolTipRole)
         for model in installed:
             self.target_combo.addItem(f"{model.name} ({format_bytes(model.size_bytes)})", str(model.path))
         if self.target_combo.findData(keep) < 0:
@@ -110,6 +113,8 @@ class ModelPicker(QGroupBox):
         self._target_changed()
 
     def _draft_candidates(self, target: str) -> list[str]:
+        # Not the built-in Gemma base model (unless it is the current draft): checking it would assemble its
+        # 250 MB file the first time and load its 262k-token vocabulary for every target.
         candidates = [EMBEDDED] + [str(m.path) for m in self.installed]
         if self._current_draft and self._current_draft not in candidates:
             candidates.append(self._current_draft)
@@ -135,7 +140,7 @@ class ModelPicker(QGroupBox):
         unusable = []
         for spec in self._draft_candidates(self._compat_target or EMBEDDED):
             result = self._compat.get(spec)
-            name = "embedded demo model" if spec == EMBEDDED else Path(spec).name
+            name = DISPLAY_NAMES.get(spec) or Path(spec).name
             if result is None:
                 continue
             if result.ok:

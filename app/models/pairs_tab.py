@@ -1,8 +1,9 @@
 """The "Get a pair" tab: the catalog's model pairs, what each holds, and downloading one (target and
-draft as one job) with a progress bar per file, cancel and resume."""
+draft as one job) with a progress bar per file, shown only while a download runs, cancel and resume."""
 from __future__ import annotations
 
 import html
+import re
 
 from PySide6.QtCore import Qt, QThread, Signal, Slot
 from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
@@ -16,6 +17,18 @@ from .tables import make_table, selected_key, set_row
 from .threads import start_worker, stop_and_wait
 
 BAR_STEPS = 1000
+WORD_JOINER = "\u2060"  # invisible; forbids a line break on either side
+CHAT_TOKEN = re.compile(r"<[^\s<>]+>")  # <|im_end|>, <start_of_turn>, <think>
+
+
+def keep_tokens_whole(text: str) -> str:
+    """Chat-format tokens are read as one thing, but Qt breaks lines after their '|' ("<|im_end|" then
+    ">"): word joiners between their characters leave breaks only at the spaces around them."""
+    return CHAT_TOKEN.sub(lambda token: WORD_JOINER.join(token.group()), text)
+
+
+def escape_keeping_tokens_whole(text: str) -> str:
+    return html.escape(keep_tokens_whole(text))
 
 
 class PairsTab(QWidget):
@@ -47,14 +60,18 @@ class PairsTab(QWidget):
         buttons.addWidget(self.download_button)
         buttons.addWidget(self.cancel_button)
         buttons.addStretch(1)
-        bars = QFormLayout()
+        # Empty bars look like text boxes: they show only while a download runs; the table says each pair's state.
+        self.progress_box = QWidget()
+        bars = QFormLayout(self.progress_box)
+        bars.setContentsMargins(0, 0, 0, 0)
         bars.addRow(self.target_bar_label, self.target_bar)
         bars.addRow(self.draft_bar_label, self.draft_bar)
+        self.progress_box.hide()
         layout = QVBoxLayout(self)
         layout.addWidget(self.table, 1)
         layout.addWidget(self.details)
         layout.addLayout(buttons)
-        layout.addLayout(bars)
+        layout.addWidget(self.progress_box)
         layout.addWidget(self.status_label)
 
     @property
@@ -89,7 +106,7 @@ class PairsTab(QWidget):
     def _pair_selected(self) -> None:
         pair = self.selected_pair()
         if pair is not None:
-            e = html.escape
+            e = escape_keeping_tokens_whole
             files = "<br>".join(f"{role}: {e(f.repo_id)} / {e(f.filename)} ({e(f.quantization)}, about "
                                 f"{format_bytes(f.size_bytes)})" for role, f in (("Target", pair.target),
                                                                                ("Draft", pair.draft)))
@@ -116,6 +133,7 @@ class PairsTab(QWidget):
         worker.stopped.connect(self._download_stopped)
         self.show_status(f"Asking the hub about {pair.name}…")
         self._download = start_worker(worker, self)
+        self.progress_box.show()
         self._update_buttons()
 
     def cancel_download(self) -> None:
@@ -177,6 +195,7 @@ class PairsTab(QWidget):
         thread, _ = self._download
         thread.wait()
         self._download = None
+        self.progress_box.hide()  # the status line says how it ended
 
     def _update_buttons(self) -> None:
         downloading = self._download is not None

@@ -15,9 +15,10 @@ from hub_server import Fault, LocalHub, default_tokens, write_tiny_gguf  # noqa:
 from app.models_dialog import BAR_STEPS, ModelsDialog  # noqa: E402
 from engine.modelfiles import downloads, model_store  # noqa: E402
 from engine.modelfiles.catalog import CatalogPair, ModelFile  # noqa: E402
-from engine.modelfiles.embedded import EMBEDDED  # noqa: E402
+from engine.modelfiles.embedded import DISPLAY_NAMES, EMBEDDED  # noqa: E402
 
 TARGET_REPO, DRAFT_REPO = "tester/tiny-target-GGUF", "tester/tiny-draft-GGUF"
+BUILT_IN = set(DISPLAY_NAMES.values())  # listed first in the Installed tab
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +86,7 @@ def test_a_pair_downloads_with_progress_survives_a_cut_and_becomes_selectable(qt
     target, draft = finished.args[0]
     assert any(0 < v < BAR_STEPS for v in seen)  # the bar moved while the file was arriving
     assert dialog.target_bar.value() == dialog.draft_bar.value() == BAR_STEPS
+    assert not dialog.target_bar.isVisible()  # the bars show only while a download runs
     assert "Installed Tiny pair" in dialog.status_label.text()
     resumed = hub.byte_requests("target.gguf")
     assert len(resumed) == 2 and resumed[1].range.startswith("bytes=")  # the cut was resumed, not restarted
@@ -92,7 +94,7 @@ def test_a_pair_downloads_with_progress_survives_a_cut_and_becomes_selectable(qt
 
     assert dialog.pairs_table.item(0, 2).text() == "Installed"
     rows = {dialog.installed_table.item(r, 0).text(): r for r in range(dialog.installed_table.rowCount())}
-    assert set(rows) == {"target.gguf", "draft.gguf"}
+    assert set(rows) == BUILT_IN | {"target.gguf", "draft.gguf"}
     assert dialog.installed_table.item(rows["draft.gguf"], 2).text() == str(Path(draft).parent)
     assert dialog.installed_table.item(rows["draft.gguf"], 3).text() == DRAFT_REPO
 
@@ -111,11 +113,13 @@ def test_a_download_can_be_cancelled_and_resumed(qtbot, hub, catalog, files):
     qtbot.mouseClick(dialog.download_button, Qt.LeftButton)
     qtbot.waitUntil(lambda: dialog.draft_bar.value() > 0, timeout=30_000)
     assert dialog.cancel_button.isEnabled() and not dialog.download_button.isEnabled()
+    assert dialog.target_bar.isVisible() and dialog.draft_bar.isVisible()
 
     with qtbot.waitSignal(dialog.downloadStopped, timeout=30_000):
         qtbot.mouseClick(dialog.cancel_button, Qt.LeftButton)
         hub.release()  # the held bytes arrive and the worker notices the cancel
     assert "kept" in dialog.status_label.text()
+    assert not dialog.draft_bar.isVisible()  # a stopped download leaves no half-full bar behind
     assert dialog.download_button.text() == "Resume"
     assert dialog.pairs_table.item(0, 2).text().startswith("Partly downloaded")
     kept = downloads.partial_bytes(downloads.FileRequest(DRAFT_REPO, "draft.gguf"))
@@ -154,13 +158,15 @@ def test_adding_local_files_reports_bad_ones_and_removing_keeps_the_file(qtbot, 
     dialog = open_dialog(qtbot)
 
     qtbot.mouseClick(dialog.add_button, Qt.LeftButton)
-    assert dialog.installed_table.rowCount() == 1 and dialog.installed_table.item(0, 3).text() == "added from disk"
+    added = len(BUILT_IN)  # the row after the built-in models
+    assert dialog.installed_table.rowCount() == added + 1
+    assert dialog.installed_table.item(added, 3).text() == "added from disk"
     assert "bad.gguf is not a GGUF model" in warnings[0]
 
-    dialog.installed_table.selectRow(0)
+    dialog.installed_table.selectRow(added)
     assert dialog.delete_button.text() == "Remove from list"
     qtbot.mouseClick(dialog.delete_button, Qt.LeftButton)
-    assert dialog.installed_table.rowCount() == 0 and files["draft"].is_file()
+    assert dialog.installed_table.rowCount() == added and files["draft"].is_file()
     wait_for_check(qtbot, dialog)
 
 
