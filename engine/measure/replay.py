@@ -110,6 +110,11 @@ class ReplayTarget:
         self._logits = np.zeros((MAX_DRAFT_LIMIT + 1, self.n_vocab), dtype=np.float32)
         self._hot: list[tuple[int, int]] = []
 
+    @property
+    def step_timings(self) -> dict:
+        """None kept: every replay calibrates on the virtual clock, as a freshly loaded model does."""
+        return {}
+
     def clock(self) -> float:
         return self.now
 

@@ -54,8 +54,14 @@ def make_window(qtbot, dirs, model_file):
         windows.append(window)
         qtbot.addWidget(window)
         if wait_loaded:
+            # Loaded, and the steps timed that the worker times right after (the window is usable meanwhile,
+            # but what a test asks of the engine next would wait behind it). A lambda runs on the worker's
+            # thread: it only appends.
+            states: list[str] = []
+            window.engine.worker.working.connect(lambda what: states.append(what))
             with qtbot.waitSignal(window.modelLoaded, timeout=120_000):
                 window.show()
+            qtbot.waitUntil(lambda: len(states) >= 2 and states[-1] == "", timeout=120_000)
         else:
             window.show()
         return window
