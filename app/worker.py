@@ -288,8 +288,11 @@ class EngineWorker(QObject):
             prompt = self.formatter.prompt(request.messages, answer_reserve(request.max_tokens,
                                                                              self.decoder.target.n_ctx),
                                            continue_last=request.continue_last)
-        except EngineError as exc:
-            self.failed.emit(rid, str(exc), {})
+        except Exception as exc:  # noqa: BLE001 - on a thread of its own: whatever fails, the chat is told
+            if not isinstance(exc, EngineError):
+                log.error("preparing a served answer failed:\n%s", traceback.format_exc())
+            self.failed.emit(rid, str(exc) if isinstance(exc, EngineError) else
+                             f"The engine failed: {type(exc).__name__}: {exc}", {})
             return
         for text in prompt.notices:
             self.notice.emit(text)

@@ -100,6 +100,7 @@ class ChatFormatter:
         self.model = model
         self.template = model.chat_template()
         self.template_error: str | None = None  # why the model's own template is not used, for a person
+        self.refusal: str | None = None  # the same, without what is used instead (the server uses nothing)
         self._unsaid: str | None = None  # that reason, until a prompt has carried it as a notice
         self._family: str | None = None  # the built-in format used instead of a refused template
         self._sandbox = sandbox
@@ -131,7 +132,8 @@ class ChatFormatter:
         instead = (f"SpecChat uses the standard {self._family} format instead, which this model's control tokens "
                    "match" if self._family else "SpecChat uses a plain transcript instead")
         name = Path(str(getattr(self.model, "path", "") or "the model")).name
-        self.template_error = self._unsaid = f"The chat template in {name} was refused: {reason}. {instead}."
+        self.refusal = f"The chat template in {name} was refused: {reason}."  # what, without what instead
+        self.template_error = self._unsaid = f"{self.refusal} {instead}."
         log.info("%s", self.template_error)  # the caller says it where a person sees it
 
     def _is_control_text(self, text: str) -> bool:

@@ -154,9 +154,9 @@ def create_app(scheduler: Scheduler, formatter: ChatFormatter, config: ApiConfig
                            code="context_length_exceeded")
 
     def template_refusal() -> ApiError | None:
-        if not (formatter.template and formatter.template_error):
+        if not (formatter.template and formatter.refusal):
             return None
-        return ApiError(500, f"{formatter.template_error.split(' SpecChat uses')[0]} This server does not guess "
+        return ApiError(500, f"{formatter.refusal} This server does not guess "
                              "another chat format: send a formatted prompt to /v1/completions, or serve a model "
                              "whose template works.", kind="server_error", code="chat_template_refused")
 

@@ -118,9 +118,8 @@ class Service:
         self.api = ApiConfig(model_id, options.api_key, options.cors_origins, on_record,
                              max_body_bytes=options.max_body_bytes)
         self.formatter = ChatFormatter(target)
-        if self.formatter.template and self.formatter.template_error:
-            log.warning("%s Chat requests will be refused; /v1/completions works.",
-                        self.formatter.template_error.split(" SpecChat uses")[0])
+        if self.formatter.template and self.formatter.refusal:
+            log.warning("%s Chat requests will be refused; /v1/completions works.", self.formatter.refusal)
         app = create_app(self.scheduler, self.formatter, self.api)
         self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", http=TimedH11Protocol,
                                                      timeout_keep_alive=KEEP_ALIVE_S, timeout_graceful_shutdown=1))
