@@ -237,10 +237,13 @@ class ChatFormatter:
         starts = [i for i, m in enumerate(turns) if m["role"] == "user"]
         if not starts:
             raise EngineError("There is no user message to answer.")
-        fits = [i for i in starts
-                if not provably_too_long(self.model, (m["content"] for m in system + turns[i:]), budget)]
+        sizes = [utf8_size([m["content"]]) for m in turns]  # each message encoded once, not once per start
+        tail = [utf8_size(m["content"] for m in system)] * (len(turns) + 1)  # bytes from turn i to the end
+        for i in range(len(turns) - 1, -1, -1):
+            tail[i] = tail[i + 1] + sizes[i]
+        fits = [i for i in starts if not provably_too_long(self.model, tail[i], budget)]
         if not fits:
-            size = provably_too_long(self.model, (m["content"] for m in system + turns[starts[-1]:]), budget)
+            size = tail[starts[-1]]
             raise ContextOverflowError(
                 f"{'Your message and the answer so far are' if continue_last else 'Your message is'} "
                 f"{size / 1024:,.0f} KB of text with the system prompt, far more than the {self.model.n_ctx}-token "
@@ -296,14 +299,15 @@ def family_prompt(family: str, messages: Sequence[dict], eos_text: str) -> tuple
     return result.prompt, tuple(dict.fromkeys(s for s in (eos_text, *stops) if s))
 
 
-def provably_too_long(model, texts: Iterable[str], tokens: int) -> int | None:
-    """The UTF-8 size of texts when it is more than `tokens` tokens could ever hold (no token stands for more
-    bytes than the vocabulary's longest token text), known without tokenizing; else None."""
+def utf8_size(texts: Iterable[str]) -> int:
+    return sum(len(t.encode("utf-8", "replace")) for t in texts)
+
+
+def provably_too_long(model, size: int, tokens: int) -> bool:
+    """Text of `size` UTF-8 bytes is more than `tokens` tokens could ever hold (no token stands for more bytes
+    than the vocabulary's longest token text): known without tokenizing it."""
     longest = getattr(model, "max_token_bytes", None)
-    if longest is None:
-        return None
-    size = sum(len(t.encode("utf-8", "replace")) for t in texts)
-    return size if size > max(tokens, 0) and size > max(tokens, 0) * longest() else None
+    return longest is not None and size > max(tokens, 0) and size > max(tokens, 0) * longest()
 
 
 def check_messages(messages: Sequence[dict]) -> None:

@@ -31,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from ..chat_format import ChatFormatter, provably_too_long
+from ..chat_format import ChatFormatter, provably_too_long, utf8_size
 from ..decoding.answer import Delta
 from ..decoding.batch import Job
 from ..decoding.sampling import request_seed, stream_seeds
@@ -147,8 +147,8 @@ def create_app(scheduler: Scheduler, formatter: ChatFormatter, config: ApiConfig
         return target.tokenize(prompt, add_bos=target.adds_bos, special=False)
 
     def refuse_beyond_context(texts) -> None:
-        size = provably_too_long(target, texts, n_ctx - 1)
-        if size is not None:
+        size = utf8_size(texts)
+        if provably_too_long(target, size, n_ctx - 1):
             raise ApiError(400, f"This request is {size:,} bytes of text: more than the model's {n_ctx}-token "
                                 "context can hold, whatever the tokens.", param="messages",
                            code="context_length_exceeded")
