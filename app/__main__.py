@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from PySide6.QtWidgets import QApplication
 
-    from .qt_compat import guard_none_refcount
+    from app.qt_compat import guard_none_refcount
     guard_none_refcount()  # also when `app` was imported as a namespace package (an editable install)
     app = QApplication.instance() or QApplication([sys.argv[0], *qt_args])
     app.setApplicationName("SpecChat")
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from engine.paths import data_dir
 
-    from .single_instance import claim, instance_name
+    from app.single_instance import claim, instance_name
     instance = claim(instance_name(data_dir()), {"send": args.send})
     if instance is None:  # before the store opens: the running one owns the conversation file
         logging.getLogger("specchat").info("SpecChat is already running; it was asked to come forward.")
@@ -91,14 +91,14 @@ def main(argv: list[str] | None = None) -> int:
 
     # Imported after the QApplication exists and before the window: the engine pulls in torch, and
     # loading it here keeps that one-off cost out of the running GUI.
-    from .main_window import MainWindow
-    from .settings import load_settings
-    from .store import open_store
+    from app.main_window import MainWindow
+    from app.settings.values import load_settings
+    from app.conversations.store import open_store
 
     settings, notices = load_settings()
     store, store_notices = open_store()
     if args.smoke_test and not args.use_settings:
-        from .smoke import smoke_settings
+        from app.smoke import smoke_settings
         settings = smoke_settings()
     for text in notices + store_notices:
         logging.getLogger("specchat").warning("%s", text)  # shown in the window too; kept in the log
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     _install_excepthook(window, smoke=args.smoke_test)
     window.show()
     if args.smoke_test:
-        from .smoke import SmokeTest
+        from app.smoke import SmokeTest
         window.smoke_test = SmokeTest(window, args.timeout, args.prompt)  # a child of the window: lives until exit
         code = app.exec()
         instance.close()

@@ -12,18 +12,18 @@ from PySide6.QtWidgets import (QCheckBox, QFileDialog, QHBoxLayout, QLabel, QMai
 from engine.modelfiles.embedded import EMBEDDED
 from engine.errors import InvalidSettingError
 
-from .attachments import AttachmentTray, FileDrops, compose, paperclip_icon, split_attachments
-from .chat_session import ChatSession, storable
-from .chat_settings_panel import ChatSettingsButton
-from .context_meter import ContextMeter, TokenCounter
-from .conversation_list import ConversationPanel
-from .input_box import ChatInput
-from .message_view import ChatView
-from .notices import NoticeArea
-from .presets import load_presets
-from .settings import METHOD_LABELS, AppSettings, save_settings, what_changed
-from .store import ConversationStore
-from .worker import EngineClient
+from app.chat.attachments import AttachmentTray, FileDrops, compose, paperclip_icon, split_attachments
+from app.chat.session import ChatSession, storable
+from app.chat.settings_panel import ChatSettingsButton
+from app.chat.context_meter import ContextMeter, TokenCounter
+from app.conversations.sidebar import ConversationPanel
+from app.chat.input_box import ChatInput
+from app.chat.message_view import ChatView
+from app.notices import NoticeArea
+from app.settings.presets import load_presets
+from app.settings.values import METHOD_LABELS, AppSettings, save_settings, what_changed
+from app.conversations.store import ConversationStore
+from app.worker import EngineClient
 
 log = logging.getLogger(__name__)
 
@@ -352,7 +352,7 @@ class MainWindow(QMainWindow):
         """The open conversation to a file: .json holds every branch, anything else is Markdown. Without
         a path, asks for one."""
 
-        from .conversation_io import export_json, export_markdown, suggested_file_name
+        from app.conversations.files import export_json, export_markdown, suggested_file_name
 
         cid = self.session.conversation_id
         if cid is None:
@@ -382,7 +382,7 @@ class MainWindow(QMainWindow):
         import sqlite3
 
 
-        from .conversation_io import ConversationFileError, import_json
+        from app.conversations.files import ConversationFileError, import_json
 
         if path is None:
             path, _ = QFileDialog.getOpenFileName(self, "Import conversation", str(Path.home()),
@@ -517,7 +517,7 @@ class MainWindow(QMainWindow):
                                      "warning", key="save")
 
     def open_settings(self) -> None:
-        from .settings_dialog import SettingsDialog
+        from app.settings.dialog import SettingsDialog
 
         dialog = SettingsDialog(self.settings, self)
         if dialog.exec() and dialog.result_settings is not None:
@@ -529,7 +529,7 @@ class MainWindow(QMainWindow):
             self._models_dialog.activateWindow()
             return
         try:
-            from .models_dialog import ModelsDialog
+            from app.models.dialog import ModelsDialog
             dialog = ModelsDialog(self.settings.model, self.settings.draft, self)
         except Exception as exc:  # noqa: BLE001 - an optional part missing or broken must not end the app
             log.exception("models dialog")
@@ -554,7 +554,7 @@ class MainWindow(QMainWindow):
 
     def open_lab(self) -> None:
         try:
-            from .lab_window import LabWindow
+            from app.lab.window import LabWindow
             if self._lab is None:
                 self._lab = LabWindow()
                 self._lab.applySettings.connect(self.apply_recommendation)
@@ -567,7 +567,7 @@ class MainWindow(QMainWindow):
 
     def open_server(self) -> None:
         """The OpenAI-compatible server on this window's engine."""
-        from .server_panel import ServerPanel
+        from app.server.panel import ServerPanel
         if self._server is None:
             self._server = ServerPanel(self.engine, self.settings, self)
             self._server.optionsChanged.connect(lambda values: self._store_settings(self.settings.merged(values)))
@@ -583,7 +583,7 @@ class MainWindow(QMainWindow):
 
     def open_compare(self) -> None:
         """The Compare view, on this window's engine; it starts with the text being typed, or the last question."""
-        from .compare_window import CompareWindow
+        from app.compare.window import CompareWindow
         if self._compare is None:
             self._compare = CompareWindow(self.engine, lambda: self.settings, self,
                                           chat_settings=self.session.chat_settings)

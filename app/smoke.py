@@ -9,7 +9,7 @@ import sys
 from PySide6.QtCore import QObject, QTimer
 from PySide6.QtWidgets import QApplication
 
-from .settings import AppSettings
+from app.settings.values import AppSettings
 
 # Copying a passage gives prompt lookup real material, so the figures show speculation at work.
 PROMPT = ("Passage: The lighthouse at Point Arden was built in 1871 from granite quarried on the island itself. "

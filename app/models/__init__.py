@@ -1,2 +1,1 @@
-"""The Models dialog's parts (app/models_dialog.py puts them together): the catalog pairs tab and its
-download runner, the installed-models tab, and the target + draft picker with its compatibility check."""
+"""The Models dialog: catalog pairs and their downloads, installed models, and the target + draft picker."""

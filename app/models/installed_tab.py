@@ -11,8 +11,8 @@ from engine.modelfiles import model_store
 from engine.modelfiles.downloads import format_bytes
 from engine.errors import EngineError
 
-from .builtin_models import CANNOT_DELETE, BuiltinModel
-from .tables import make_table, selected_key, set_row
+from app.models.builtin_models import CANNOT_DELETE, BuiltinModel
+from app.models.tables import make_table, selected_key, set_row
 
 GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
 

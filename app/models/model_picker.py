@@ -16,8 +16,8 @@ from engine.modelfiles.downloads import format_bytes
 from engine.modelfiles.embedded import DISPLAY_NAMES, EMBEDDED, resolve_model
 from engine.modelfiles.vocab_check import Compatibility
 
-from .builtin_models import BuiltinModel
-from .threads import start_worker, stop_and_wait
+from app.models.builtin_models import BuiltinModel
+from app.models.threads import start_worker, stop_and_wait
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ from engine.modelfiles import model_store
 from engine.modelfiles.catalog import CatalogPair
 from engine.modelfiles.downloads import Progress, format_bytes, partial_bytes
 
-from .download_worker import DownloadWorker
-from .tables import make_table, selected_key, set_row
-from .threads import start_worker, stop_and_wait
+from app.models.download_worker import DownloadWorker
+from app.models.tables import make_table, selected_key, set_row
+from app.models.threads import start_worker, stop_and_wait
 
 BAR_STEPS = 1000
 WORD_JOINER = "\u2060"  # invisible; forbids a line break on either side

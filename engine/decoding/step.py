@@ -59,9 +59,9 @@ def time_steps(target: Model, slot: int, start: int, token: int, sizes: list[int
     round apart are less alike than two in a row (the curve's ratios to one row varied 11% between
     calibrations timed back to back, 5% in rounds, on SmolLM2 and Gemma 3 270M here).
 
-    Timings are kept with the loaded model, by thread count: a size timed once is not timed again while the
-    model stays loaded (the server's start and stop, a speculation change: each had re-timed every size, up to
-    a minute and a half on a busy machine, while the window waited)."""
+    Timings are kept by model file and load settings (runtime.step_timings_of), by thread count: a size timed
+    once is not timed again in this process (the server's start and stop, a speculation change, a reload: each
+    had re-timed every size, up to a minute and a half on a busy machine, while the window waited)."""
     kept = target.step_timings
     missing = [rows for rows in sizes if (target.threads, rows) not in kept]
     if missing:

@@ -32,7 +32,7 @@ def dirs(tmp_path, monkeypatch):
 
 @pytest.fixture
 def quick_settings():
-    from app.settings import AppSettings
+    from app.settings.values import AppSettings
 
     return AppSettings(model=EMBEDDED_GEMMA, temperature=0.0, max_tokens=24, n_ctx=1024, threads=2)
 
@@ -41,8 +41,8 @@ def quick_settings():
 def make_window(qtbot, dirs, model_file):
     """make_window(settings=None, wait_loaded=True) -> a shown MainWindow on the tmp dirs."""
     from app.main_window import MainWindow
-    from app.settings import AppSettings
-    from app.store import open_store
+    from app.settings.values import AppSettings
+    from app.conversations.store import open_store
 
     windows = []
 

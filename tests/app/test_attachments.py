@@ -7,7 +7,7 @@ from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication, QFileDialog, QPlainTextEdit
 
-from app.attachments import Attachment, AttachmentTray, compose, split_attachments
+from app.chat.attachments import Attachment, AttachmentTray, compose, split_attachments
 from engine.modelfiles.embedded import EMBEDDED
 
 POEM = ("The quick brown fox jumps over the lazy dog.\n"

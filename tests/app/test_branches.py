@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 from PySide6.QtCore import Qt
 
-from app.chat_model import continuable
-from app.store import MIGRATIONS, ConversationStore, Message, _salvage, default_path, open_store
+from app.chat.model import continuable
+from app.conversations.store import MIGRATIONS, ConversationStore, Message, _salvage, default_path, open_store
 from engine.chat_format import ChatFormatter, fallback_prompt, is_special
 from engine.errors import EngineError
 

@@ -5,7 +5,7 @@ from dataclasses import replace
 
 from PySide6.QtCore import Qt
 
-from app.store import ConversationStore, Message, default_path
+from app.conversations.store import ConversationStore, Message, default_path
 
 from conftest import PASSAGE  # noqa: E402 - tests/app/conftest.py
 

@@ -86,8 +86,8 @@ def test_cancel_mid_run_leaves_the_window_usable_and_the_order_alternates(make_w
 def test_texts_that_part_are_named_by_token_and_shaded(qtbot, dirs):
     """Greedy plain and speculative texts part only at near-ties, which cannot be caused on demand:
     the two sides are filled with texts that part at the third token, as the engine streams them."""
-    from app.compare_window import CompareWindow, first_difference
-    from app.settings import AppSettings
+    from app.compare.window import CompareWindow, first_difference
+    from app.settings.values import AppSettings
     from app.worker import EngineClient
 
     plain = [("The", False), (" lamp", False), (" was", False), (" lit", False)]
@@ -115,7 +115,7 @@ def test_texts_that_part_are_named_by_token_and_shaded(qtbot, dirs):
         (shaded,) = pane.text.extraSelections()
         assert shaded.cursor.selectedText() == pane.plain_text()[9:]  # from where they part to the end
 
-    from app.compare_window import verdict
+    from app.compare.window import verdict
     compare.spec_pane.stats["mean_acceptance_length"] = 1.04  # drafting mostly paused: the speed-up is not its doing
     text, same = verdict(compare.plain_pane, compare.spec_pane, greedy=False, temperature=0.8)
     assert same is None and text.startswith("Sampled at temperature 0.8") and "1.6× faster" in text

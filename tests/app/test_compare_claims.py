@@ -10,7 +10,7 @@ RUN_TIMEOUT_MS = 300_000  # the engine may first time its steps for speculation,
 
 
 def test_a_short_run_shows_the_ratio_without_claiming_a_speed_up(make_window, qtbot, quick_settings):
-    from app.compare_window import MIN_SPEED_TOKENS
+    from app.compare.window import MIN_SPEED_TOKENS
 
     window = make_window(replace(quick_settings, adaptive=False))  # drafts every step: speculation is at work
     window.input.setPlainText(PASSAGE)
@@ -35,8 +35,8 @@ def test_a_short_run_shows_the_ratio_without_claiming_a_speed_up(make_window, qt
 def test_the_speed_is_compared_from_the_minimum_on(qtbot, dirs):
     """Panes filled as the engine fills them: at MIN_SPEED_TOKENS tokens a side the speed-up is claimed,
     one token fewer on either side and it is not."""
-    from app.compare_window import MIN_SPEED_TOKENS, CompareWindow, verdict
-    from app.settings import AppSettings
+    from app.compare.window import MIN_SPEED_TOKENS, CompareWindow, verdict
+    from app.settings.values import AppSettings
     from app.worker import EngineClient
 
     engine = EngineClient()

@@ -3,7 +3,7 @@ what the chat formatter would send (the conversation and the message being writt
 warns before sending would leave the oldest messages out."""
 from dataclasses import replace
 
-from app.context_meter import Measure, warning_text
+from app.chat.context_meter import Measure, warning_text
 from engine.chat_format import answer_reserve
 
 from test_render import store_conversation  # noqa: E402 - tests/app/test_render.py

@@ -6,8 +6,8 @@ from dataclasses import replace
 import pytest
 
 from app import conversation_io
-from app.conversation_io import ConversationFileError, export_json, export_markdown, import_json, markdown
-from app.store import ConversationStore, Message
+from app.conversations.files import ConversationFileError, export_json, export_markdown, import_json, markdown
+from app.conversations.store import ConversationStore, Message
 
 STATS = {"tokens_per_s": 41.5, "ttft_s": 0.12, "drafted": 10, "accepted": 7, "acceptance_rate": 0.7,
          "mean_acceptance_length": 1.7, "method": "lookup", "backend": "CPU", "memory_label": "RAM 310 MB",

@@ -9,11 +9,11 @@ from dataclasses import replace
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QDialog, QMessageBox, QWidget
 
-from app.conversation_list import ConversationPanel
-from app.input_box import ChatInput
-from app.settings import AppSettings, load_settings, what_changed
-from app.settings_dialog import SettingsDialog
-from app.store import Message, open_store
+from app.conversations.sidebar import ConversationPanel
+from app.chat.input_box import ChatInput
+from app.settings.values import AppSettings, load_settings, what_changed
+from app.settings.dialog import SettingsDialog
+from app.conversations.store import Message, open_store
 
 
 def test_enter_sends_and_shift_enter_adds_a_line(qtbot):
@@ -104,8 +104,8 @@ class FakeLab(QWidget):
 
 def test_models_and_lab_hooks(make_window, qtbot, monkeypatch, dirs, quick_settings):
     window = make_window(quick_settings)
-    monkeypatch.setitem(sys.modules, "app.models_dialog", types.SimpleNamespace(ModelsDialog=FakeModelsDialog))
-    monkeypatch.setitem(sys.modules, "app.lab_window", types.SimpleNamespace(LabWindow=FakeLab))
+    monkeypatch.setitem(sys.modules, "app.models.dialog", types.SimpleNamespace(ModelsDialog=FakeModelsDialog))
+    monkeypatch.setitem(sys.modules, "app.lab.window", types.SimpleNamespace(LabWindow=FakeLab))
 
     window.open_models_dialog()
     assert FakeModelsDialog.made[-1] == (quick_settings.model, None)
@@ -132,8 +132,8 @@ def test_models_and_lab_hooks(make_window, qtbot, monkeypatch, dirs, quick_setti
 
 def test_missing_models_dialog_or_lab_says_so(make_window, monkeypatch, quick_settings):
     window = make_window(quick_settings)
-    monkeypatch.setitem(sys.modules, "app.models_dialog", None)  # import fails
-    monkeypatch.setitem(sys.modules, "app.lab_window", None)
+    monkeypatch.setitem(sys.modules, "app.models.dialog", None)  # import fails
+    monkeypatch.setitem(sys.modules, "app.lab.window", None)
     warnings = []
     monkeypatch.setattr(QMessageBox, "warning", lambda parent, title, text: warnings.append((title, text)))
     window.open_models_dialog()
@@ -143,7 +143,7 @@ def test_missing_models_dialog_or_lab_says_so(make_window, monkeypatch, quick_se
 
 
 def test_settings_notices_are_shown_in_the_window(make_window, dirs, quick_settings):
-    from app.settings import settings_path
+    from app.settings.values import settings_path
 
     settings_path().write_text("{broken")
     settings, notices = load_settings()
@@ -157,8 +157,8 @@ def test_settings_notices_are_shown_in_the_window(make_window, dirs, quick_setti
 def test_long_conversation_opens_a_page_at_a_time(qtbot):
     import time
 
-    from app.chat_model import ChatModel
-    from app.message_view import PAGE, ChatView
+    from app.chat.model import ChatModel
+    from app.chat.message_view import PAGE, ChatView
 
     model = ChatModel()
     view = ChatView()

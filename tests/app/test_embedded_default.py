@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from app.main_window import EMBEDDED_NOTICE
-from app.settings import AppSettings
+from app.settings.values import AppSettings
 from engine.modelfiles.embedded import EMBEDDED, EMBEDDED_GEMMA
 
 
@@ -25,7 +25,7 @@ def test_default_settings_answer_a_simple_question_with_the_embedded_instruct_mo
 
 
 def test_gemma_base_model_is_still_a_choice_and_the_demo_notice_goes(make_window, qtbot):
-    from app.settings_dialog import SettingsDialog
+    from app.settings.dialog import SettingsDialog
 
     window = make_window(replace(AppSettings(), temperature=0.0, max_tokens=16, n_ctx=1024, threads=2))
     dialog = SettingsDialog(replace(window.settings, model=EMBEDDED_GEMMA), window)

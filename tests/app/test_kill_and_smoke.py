@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from app.chat_session import title_from
-from app.settings import AppSettings, save_settings
-from app.store import Message, default_path, open_store
+from app.chat.session import title_from
+from app.settings.values import AppSettings, save_settings
+from app.conversations.store import Message, default_path, open_store
 from engine.modelfiles.embedded import EMBEDDED_GEMMA, SMOLLM2_FILE
 
 

@@ -52,7 +52,7 @@ def results_document(kind="CPU", memory="RAM"):
 
 @pytest.fixture
 def lab(qtbot):
-    from app.lab_window import LabWindow
+    from app.lab.window import LabWindow
 
     window = LabWindow()  # at its default size
     qtbot.addWidget(window)

@@ -21,7 +21,7 @@ def tiny_prompts(tmp_path):
 
 @pytest.fixture
 def lab(qtbot, model_file, tiny_prompts):
-    from app.lab_window import CUSTOM, LabWindow
+    from app.lab.window import CUSTOM, LabWindow
 
     window = LabWindow()
     qtbot.addWidget(window)
@@ -63,7 +63,7 @@ def test_a_run_fills_the_chart_and_table_and_ends_in_advice(lab, qtbot, tmp_path
 
     saved = tmp_path / "saved.json"
     lab.save_results(saved)
-    from app.lab_window import LabWindow
+    from app.lab.window import LabWindow
 
     other = LabWindow()
     qtbot.addWidget(other)

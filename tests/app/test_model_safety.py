@@ -10,7 +10,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from app.settings import AppSettings, load_settings, save_settings
+from app.settings.values import AppSettings, load_settings, save_settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 from damaged_models import with_duplicate_token, write_tiny_mamba  # noqa: E402

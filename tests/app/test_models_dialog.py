@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QFileDialog, QMessageBox
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 from hub_server import Fault, LocalHub, default_tokens, write_tiny_gguf  # noqa: E402
 
-from app.models_dialog import BAR_STEPS, ModelsDialog  # noqa: E402
+from app.models.dialog import BAR_STEPS, ModelsDialog  # noqa: E402
 from engine.modelfiles import downloads, model_store  # noqa: E402
 from engine.modelfiles.catalog import CatalogPair, ModelFile  # noqa: E402
 from engine.modelfiles.embedded import DISPLAY_NAMES, EMBEDDED  # noqa: E402

@@ -9,7 +9,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QTextDocument
 from PySide6.QtWidgets import QApplication, QMessageBox, QProgressBar, QTabWidget
 
-from app.models_dialog import ModelsDialog
+from app.models.dialog import ModelsDialog
 from engine.modelfiles.catalog import CatalogPair, ModelFile, load_catalog
 from engine.modelfiles.downloads import format_bytes
 from engine.modelfiles.embedded import DISPLAY_NAMES, EMBEDDED, EMBEDDED_GEMMA, embedded_model_path

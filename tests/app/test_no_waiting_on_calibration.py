@@ -1,16 +1,31 @@
 """Nothing a user waits for waits on calibration: the window has its model before the verify sizes are timed
-(and says what it is doing meanwhile), and sizes timed once are not timed again while the model stays loaded,
-so stopping the server gives the chat its engine back at once. (Start → first answer → Stop is timed in
+(and says what it is doing meanwhile), and sizes timed once are not timed again in this process, so stopping
+the server gives the chat its engine back at once and a model loaded again is usable at once. (Start → first answer → Stop is timed in
 test_server_panel.py.)"""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
 
 import engine.decoding.step as step
+from engine.decoding.runtime import forget_step_timings
 from test_server_panel import start
 
 
+def watch_timing(monkeypatch) -> list[list[int]]:
+    """The sizes every calibration from now on really times, one list per calibration."""
+    timed: list[list[int]] = []
+    real = step._time_sizes
+
+    def watched(target, slot, start_at, token, sizes, clock):
+        timed.append(list(sizes))
+        return real(target, slot, start_at, token, sizes, clock)
+
+    monkeypatch.setattr(step, "_time_sizes", watched)
+    return timed
+
+
 def test_the_model_is_usable_before_its_steps_are_timed_and_the_window_says_so(make_window, qtbot):
+    forget_step_timings()  # as at the app's first start: nothing timed yet in this process
     seen = {}
     window = make_window(wait_loaded=False)
     window.modelLoaded.connect(lambda info: seen.setdefault(
@@ -27,14 +42,7 @@ def test_the_model_is_usable_before_its_steps_are_timed_and_the_window_says_so(m
 def test_stopping_the_server_times_nothing_again(make_window, qtbot, monkeypatch):
     window = make_window()
     qtbot.waitUntil(lambda: window.engine.worker.decoder.loop.planner.steps.calibrated, timeout=120_000)
-    timed: list[list[int]] = []
-    real = step._time_sizes
-
-    def watched(target, slot, start_at, token, sizes, clock):
-        timed.append(list(sizes))
-        return real(target, slot, start_at, token, sizes, clock)
-
-    monkeypatch.setattr(step, "_time_sizes", watched)
+    timed = watch_timing(monkeypatch)
     panel = start(window, qtbot)
     assert timed == []  # the server serves on the chat's measured costs at once
     assert window.engine.worker.service.scheduler.loop.planner.steps.calibrated
@@ -44,3 +52,15 @@ def test_stopping_the_server_times_nothing_again(make_window, qtbot, monkeypatch
     qtbot.waitUntil(lambda: panel.start_button.text() == "Start server", timeout=10_000)
     qtbot.waitUntil(lambda: window.statusBar().currentMessage() == "", timeout=30_000)
     assert timed == []  # the chat got its engine back without timing a step
+
+
+def test_a_model_loaded_again_is_usable_at_once(make_window, qtbot, monkeypatch):
+    """A second window (or a reload) of the same file with the same settings takes the timings this process
+    measured: nothing is timed again, and its planner starts calibrated."""
+    first = make_window()
+    qtbot.waitUntil(lambda: first.engine.worker.decoder.loop.planner.steps.calibrated, timeout=120_000)
+    first.close()
+    timed = watch_timing(monkeypatch)
+    again = make_window()
+    assert timed == []
+    assert again.engine.worker.decoder.loop.planner.steps.calibrated

@@ -8,8 +8,8 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QInputDialog, QMessageBox
 
-from app.presets import DEFAULT_NAME, Preset, PresetBook, load_presets, presets_path
-from app.settings import AppSettings, settings_path
+from app.settings.presets import DEFAULT_NAME, Preset, PresetBook, load_presets, presets_path
+from app.settings.values import AppSettings, settings_path
 from engine.errors import InvalidSettingError
 
 

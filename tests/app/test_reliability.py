@@ -8,7 +8,7 @@ from pathlib import Path
 
 from PySide6.QtNetwork import QLocalServer
 
-from app.settings import load_settings
+from app.settings.values import load_settings
 from app.single_instance import hand_over, instance_name
 
 ROOT = Path(__file__).resolve().parents[2]

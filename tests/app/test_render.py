@@ -1,7 +1,7 @@
 """Markdown rendering and the accepted-draft highlight, which must land on the right words."""
 from PySide6.QtGui import QTextCursor, QTextDocument
 
-from app.render import DRAFT_COLOR, align, draft_runs, render, render_code
+from app.chat.render import DRAFT_COLOR, align, draft_runs, render, render_code
 
 
 def highlighted(doc: QTextDocument) -> str:
@@ -55,7 +55,7 @@ def test_plain_mode_keeps_text_as_typed(qapp):
 
 
 def test_split_blocks_keeps_fences_and_lists_whole():
-    from app.render import split_blocks
+    from app.chat.render import split_blocks
 
     source = ("Intro para.\n\n```\ncode\n\nmore code\n```\n\n- a\n\n- b\n\n    indented\n\nLast *para*")
     pieces = [source[a:b] for a, b in split_blocks(source)]
@@ -66,7 +66,7 @@ def test_split_blocks_keeps_fences_and_lists_whole():
 
 
 def test_streaming_rerenders_only_the_last_chunk(qtbot):
-    from app.message_text import MessageBody
+    from app.chat.message_text import MessageBody
 
     body = MessageBody()
     qtbot.addWidget(body)
@@ -99,7 +99,7 @@ THOUGHT_ANSWER = "<think>\nSix sevens: 6, 12, 18, 24, 30, 36, 42.\n</think>\n\n6
 
 def store_conversation(*messages):
     """A conversation saved before the window opens: (role, content, stats) per message."""
-    from app.store import ConversationStore, Message, default_path
+    from app.conversations.store import ConversationStore, Message, default_path
 
     store = ConversationStore(default_path())
     cid = store.create_conversation("Saved")
@@ -135,7 +135,7 @@ def test_code_blocks_are_highlighted_and_copy_puts_exactly_the_code_on_the_clipb
 
 
 def test_a_streaming_code_block_is_coloured_only_once_it_is_complete(qtbot):
-    from app.message_text import MessageBody
+    from app.chat.message_text import MessageBody
 
     body = MessageBody()
     qtbot.addWidget(body)
@@ -154,7 +154,7 @@ def test_a_streaming_code_block_is_coloured_only_once_it_is_complete(qtbot):
 def test_a_streaming_code_block_grows_by_its_new_text_with_its_draft_spans(qtbot):
     """While a block streams, each update adds only its new text (laying 400 lines out again per delta held
     the window ~40 ms): the text and the draft highlight come out as a full render would make them."""
-    from app.message_text import MessageBody
+    from app.chat.message_text import MessageBody
 
     body = MessageBody()
     qtbot.addWidget(body)
@@ -221,7 +221,7 @@ def test_a_live_thought_shows_thinking_then_its_measured_time_which_is_saved(mak
     assert "Thinking…" in labels
     assert 0.6 <= reply.stats["thought_s"] < 5, reply.stats  # from the first text to the closing tag
     assert labels[-1] == f"Thought for {reply.stats['thought_s']:.1f} s"
-    from app.store import ConversationStore, default_path
+    from app.conversations.store import ConversationStore, default_path
 
     store = ConversationStore(default_path())
     try:

@@ -4,7 +4,7 @@ from dataclasses import asdict, replace
 
 import pytest
 
-from app.settings import AppSettings, load_settings, save_settings, settings_path, what_changed
+from app.settings.values import AppSettings, load_settings, save_settings, settings_path, what_changed
 from engine.errors import InvalidSettingError
 
 

@@ -9,8 +9,8 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QDialogButtonBox, QLabel
 
-from app.settings import AppSettings, load_settings, save_settings, settings_path
-from app.settings_dialog import DEFAULT_SIZE, SettingsDialog
+from app.settings.values import AppSettings, load_settings, save_settings, settings_path
+from app.settings.dialog import DEFAULT_SIZE, SettingsDialog
 
 MISSING_DRAFT = "/home/someone/models/qwen2.5-0.5b-instruct-q8_0-the-draft-for-speculative-decoding.gguf"
 

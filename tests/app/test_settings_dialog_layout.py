@@ -6,8 +6,8 @@ import pytest
 from PySide6.QtCore import QRect
 from PySide6.QtWidgets import QApplication, QCheckBox, QPushButton
 
-from app.settings import AppSettings
-from app.settings_dialog import DEFAULT_SIZE, SettingsDialog
+from app.settings.values import AppSettings
+from app.settings.dialog import DEFAULT_SIZE, SettingsDialog
 
 
 def shown_rect(widget, viewport) -> QRect:

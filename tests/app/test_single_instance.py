@@ -11,9 +11,9 @@ import pytest
 
 from PySide6.QtNetwork import QLocalServer
 
-from app.settings import AppSettings, save_settings
+from app.settings.values import AppSettings, save_settings
 from app.single_instance import claim, hand_over, instance_name
-from app.store import FILE_NAME
+from app.conversations.store import FILE_NAME
 
 from test_kill_and_smoke import ROOT, child_env  # noqa: E402 - tests/app/
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt
 
-import app.chat_session as chat_session
-from app.settings import AppSettings, save_settings
+import app.chat.session as chat_session
+from app.settings.values import AppSettings, save_settings
 from engine.modelfiles.embedded import EMBEDDED_GEMMA
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))

@@ -1,5 +1,5 @@
 """The figures under a response: measured values formatted, n/a where missing, labelled memory."""
-from app.stats_view import StatsBar, stat_items
+from app.chat.stats_view import StatsBar, stat_items
 
 
 def texts(stats):
@@ -53,7 +53,7 @@ def test_stats_bar_shows_text_and_sparkline(qtbot):
 
 
 def test_tooltip_details():
-    from app.stats_view import detail_lines
+    from app.chat.stats_view import detail_lines
 
     lines = detail_lines({"generated": 40, "verify_steps": 12, "prompt_tokens": 300, "reused_prompt_tokens": 250,
                           "per_position_acceptance": [0.9, 0.75, 0.5], "draft_time_share": 0.04, "method": "draft"})

@@ -3,7 +3,7 @@ import sqlite3
 
 import pytest
 
-from app.store import SCHEMA_VERSION, ConversationStore, Message, default_path, open_store
+from app.conversations.store import SCHEMA_VERSION, ConversationStore, Message, default_path, open_store
 
 
 def test_conversations_survive_reopening(dirs):
@@ -81,9 +81,9 @@ def test_an_unusable_data_folder_keeps_conversations_in_memory_and_says_so(tmp_p
 
 @pytest.mark.parametrize("journal, readable", [("wal", True), ("delete", False)])
 def test_a_file_locked_by_another_program_is_never_set_aside(dirs, monkeypatch, journal, readable):
-    import app.store
+    import app.conversations.store
 
-    monkeypatch.setattr(app.store, "BUSY_TIMEOUT_S", 0.3, raising=False)  # the real wait is longer; same outcome
+    monkeypatch.setattr(app.conversations.store, "BUSY_TIMEOUT_S", 0.3, raising=False)  # the real wait is longer; same outcome
     store, _ = open_store()
     store.add_message(store.create_conversation("Mine"), Message(None, "user", "keep me"))
     store.close()

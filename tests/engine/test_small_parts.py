@@ -224,6 +224,24 @@ def test_calibration_times_sizes_in_rounds_and_keeps_each_ones_fastest():
     assert (1, 1) in target.step_timings and (2, 1) in target.step_timings
 
 
+def test_step_timings_are_shared_by_loads_of_one_file_with_the_same_settings(model_path, tmp_path):
+    """A reload of the same file with the same settings finds the sizes timed before; another context size,
+    or a changed file, starts empty."""
+    from engine.decoding.runtime import LoadSettings, Model, step_timings_of
+
+    first = Model(model_path, LoadSettings(n_ctx=333), vocab_only=True)  # a size no other test loads: the
+    first.step_timings[(2, 1)] = 0.02                                    # made-up timing reaches no real run
+    again = Model(model_path, LoadSettings(n_ctx=333), vocab_only=True)
+    wider = Model(model_path, LoadSettings(n_ctx=334), vocab_only=True)
+    assert again.step_timings == {(2, 1): 0.02} and wider.step_timings == {}
+    copy = tmp_path / "copy.gguf"
+    copy.write_bytes(b"GGUF")
+    assert step_timings_of(copy, LoadSettings(n_ctx=333)) == {}
+    first.step_timings.clear()
+    for model in (first, again, wider):
+        model.close()
+
+
 def test_acceptance_keeps_its_sums_with_its_tables():
     """The pooled prior reads each feature's totals, kept current as slots are recorded and faded; and
     E(k) stops where a further slot adds under NEGLIGIBLE_TOKENS."""

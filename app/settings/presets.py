@@ -13,7 +13,7 @@ from engine.errors import InvalidSettingError
 from engine.paths import config_dir
 from engine.decoding.sampling import SamplingParams
 
-from .settings import AppSettings, check_field, read_json_object, set_aside, write_json_atomic
+from app.settings.values import AppSettings, check_field, read_json_object, set_aside, write_json_atomic
 
 FILE_NAME = "presets.json"
 DEFAULT_NAME = "Default"

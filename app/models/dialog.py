@@ -20,12 +20,12 @@ from engine.modelfiles.catalog import CatalogPair, load_catalog
 from engine.modelfiles.embedded import EMBEDDED
 from engine.errors import EngineError
 
-from .models.builtin_models import BuiltinModel, builtin_models
-from .models.download_worker import DownloadWorker
-from .models.installed_tab import GGUF_FILTER, InstalledTab
-from .models.model_picker import CompatibilityWorker, ModelPicker
-from .models.pairs_tab import BAR_STEPS, PairsTab
-from .models.threads import STOP_WAIT_MS
+from app.models.builtin_models import BuiltinModel, builtin_models
+from app.models.download_worker import DownloadWorker
+from app.models.installed_tab import GGUF_FILTER, InstalledTab
+from app.models.model_picker import CompatibilityWorker, ModelPicker
+from app.models.pairs_tab import BAR_STEPS, PairsTab
+from app.models.threads import STOP_WAIT_MS
 
 __all__ = ["BAR_STEPS", "GGUF_FILTER", "STOP_WAIT_MS", "CompatibilityWorker", "DownloadWorker", "ModelsDialog"]
 

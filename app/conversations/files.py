@@ -16,9 +16,9 @@ from pathlib import Path
 
 from engine.paths import write_text_atomic
 
-from .settings import FIELDS, check_field, write_json_atomic
-from .stats_view import stat_items
-from .store import STATUSES, ConversationStore, Message
+from app.settings.values import FIELDS, check_field, write_json_atomic
+from app.chat.stats_view import stat_items
+from app.conversations.store import STATUSES, ConversationStore, Message
 
 FORMAT = "specchat-conversation"
 VERSION = 1

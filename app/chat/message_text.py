@@ -12,10 +12,10 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QTextBro
 
 from engine.reasoning import find_thinking
 
-from .attachments import AttachmentRow, split_attachments
-from .render import (CodeFence, append_code, apply_colours, code_fence, colour_ranges, lex_in_background, render,
+from app.chat.attachments import AttachmentRow, split_attachments
+from app.chat.render import (CodeFence, append_code, apply_colours, code_fence, colour_ranges, lex_in_background, render,
                      render_code, spans_within, split_blocks)
-from .store import Message
+from app.conversations.store import Message
 
 
 class MessageText(QTextBrowser):

@@ -142,7 +142,7 @@ class ServerPanel(QWidget):
             self.start_button.setEnabled(False)  # until the engine says it stopped
             self.engine.stop_server()
             return
-        from .settings import AppSettings
+        from app.settings.values import AppSettings
 
         values = self.values()
         try:

@@ -17,11 +17,11 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from engine.reasoning import ThoughtClock, without_thinking
 
-from .chat_model import ChatModel, add_segments, continuable
-from .presets import Preset, PresetBook
-from .settings import AppSettings
-from .store import ConversationStore, Message
-from .worker import EngineClient, GenerationRequest
+from app.chat.model import ChatModel, add_segments, continuable
+from app.settings.presets import Preset, PresetBook
+from app.settings.values import AppSettings
+from app.conversations.store import ConversationStore, Message
+from app.worker import EngineClient, GenerationRequest
 
 SAVE_EVERY_S = 0.5
 TITLE_CHARS = 48

@@ -5,7 +5,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QPlainTextEdit
 
-from .attachments import local_files
+from app.chat.attachments import local_files
 
 
 class ChatInput(QPlainTextEdit):

@@ -8,7 +8,7 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (QAbstractItemView, QLineEdit, QListView, QMenu, QMessageBox, QPushButton,
                                QVBoxLayout, QWidget)
 
-from .store import Conversation, ConversationStore
+from app.conversations.store import Conversation, ConversationStore
 
 ConversationIdRole = Qt.ItemDataRole.UserRole + 1
 

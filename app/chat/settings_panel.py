@@ -13,9 +13,9 @@ from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QGridLayout
 
 from engine.errors import InvalidSettingError
 
-from .chat_session import ChatSession
-from .presets import Preset, check_values
-from .settings_dialog import double_spin_box, form, hint, spin_box
+from app.chat.session import ChatSession
+from app.settings.presets import Preset, check_values
+from app.settings.dialog import double_spin_box, form, hint, spin_box
 
 LABELS = {"system_prompt": "System prompt", "temperature": "Temperature", "top_k": "Top-k", "top_p": "Top-p",
           "min_p": "Min-p", "seed": "Seed", "max_tokens": "Max response tokens"}

@@ -21,12 +21,12 @@ from PySide6.QtWidgets import (QCheckBox, QGroupBox, QHBoxLayout, QLabel, QPlain
 
 from engine.decoding.sampling import SamplingParams
 
-from .chat_session import storable
-from .presets import Preset
-from .render import DRAFT_COLOR
-from .settings import METHOD_LABELS, AppSettings
-from .stats_view import stat_items
-from .worker import EngineClient, GenerationRequest
+from app.chat.session import storable
+from app.settings.presets import Preset
+from app.chat.render import DRAFT_COLOR
+from app.settings.values import METHOD_LABELS, AppSettings
+from app.chat.stats_view import stat_items
+from app.worker import EngineClient, GenerationRequest
 
 PLAIN, SPECULATIVE = "plain", "speculative"
 DIFFERENCE_COLOR = QColor(198, 40, 40, 60)  # translucent red: readable on light and dark themes

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, Qt
 
-from .store import Message
+from app.conversations.store import Message
 
 MessageRole = Qt.ItemDataRole.UserRole + 1  # the Message object itself
 BranchRole = Qt.ItemDataRole.UserRole + 2  # (position, count) among its siblings, from 1: the "2 / 3"

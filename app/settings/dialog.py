@@ -1,6 +1,6 @@
 """The Settings dialog: edits a copy of AppSettings and returns it only when it is valid.
 
-Sampling and the system prompt are per chat (app/chat_settings_panel.py); the app settings' values
+Sampling and the system prompt are per chat (app/chat/settings_panel.py); the app settings' values
 only seed the built-in Default preset. Every long explanation is a word-wrapped hint or a tooltip,
 so the dialog fits its default width without scrolling sideways.
 """
@@ -18,7 +18,7 @@ from engine.modelfiles.embedded import DESCRIPTION, EMBEDDED, EMBEDDED_GEMMA
 from engine.errors import InvalidSettingError
 from engine.hardware import gpu_offload_supported
 
-from .settings import METHOD_LABELS, AppSettings
+from app.settings.values import METHOD_LABELS, AppSettings
 
 GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
 DEFAULT_SIZE = (560, 720)

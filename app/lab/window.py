@@ -19,10 +19,10 @@ from engine.errors import EngineError
 from engine.measure.lab import LabConfig, LabProgress
 from engine.measure.lab_report import METHOD_WORDS, best_draft_length, crossover, with_analysis
 
-from .lab.chart import LabChart
-from .lab.form import CUSTOM, LEVELS, PROMPT_SETS, LabForm
-from .lab.results_table import LEGEND, NA, ResultsTable
-from .lab.runner import PROGRESS_EVERY_S, LabRunner, LabWorker
+from app.lab.chart import LabChart
+from app.lab.form import CUSTOM, LEVELS, PROMPT_SETS, LabForm
+from app.lab.results_table import LEGEND, NA, ResultsTable
+from app.lab.runner import PROGRESS_EVERY_S, LabRunner, LabWorker
 
 __all__ = ["CUSTOM", "LEVELS", "NA", "PROGRESS_EVERY_S", "PROMPT_SETS", "LabChart", "LabWindow", "LabWorker"]
 

@@ -13,10 +13,10 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QScrollA
 
 from engine.reasoning import without_thinking
 
-from .chat_model import ChatModel, continuable
-from .message_text import ResponseText, UserText
-from .stats_view import StatsBar
-from .store import Message
+from app.chat.model import ChatModel, continuable
+from app.chat.message_text import ResponseText, UserText
+from app.chat.stats_view import StatsBar
+from app.conversations.store import Message
 
 PAGE = 24
 STATUS_TEXT = {"streaming": "writing…", "stopped": "stopped", "error": "failed",

@@ -1,0 +1,1 @@
+"""The Compare window: one prompt answered with and without speculation, side by side."""

@@ -1,0 +1,1 @@
+"""Saved conversations: the database, the sidebar that lists them, and export and import."""

@@ -1,0 +1,1 @@
+"""The Server panel: the window's engine served to editors and scripts, and its request log."""
