@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 
-from app import conversation_io
+from app.conversations import files as conversation_io
 from app.conversations.files import ConversationFileError, export_json, export_markdown, import_json, markdown
 from app.conversations.store import ConversationStore, Message
 

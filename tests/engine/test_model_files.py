@@ -138,6 +138,7 @@ def test_a_verdict_is_remembered_until_the_file_changes(tmp_path, damaged, child
 def test_a_small_context_with_a_longer_prompt_decodes(model_path):
     """llama.cpp lowers its batch to a small context; prefill chunks follow, instead of aborting."""
     done = run_python(f"""
+        from engine.decoding.cost_model import SpeculationConfig
         from engine.decoding.generate import SpeculativeDecoder
         from engine.decoding.proposers.lookup import LookupProposer
         from engine.decoding.runtime import LoadSettings, Model
@@ -145,7 +146,8 @@ def test_a_small_context_with_a_longer_prompt_decodes(model_path):
         for n_ctx in (1, 100, 255):
             model = Model({str(model_path)!r}, LoadSettings(n_ctx=n_ctx, threads=2))
             prompt = model.tokenize("one two three four five six seven eight nine ten " * 15)[:200]
-            decoder = SpeculativeDecoder(model, LookupProposer())
+            # Fixed draft lengths: drafts are verified in the small batch, and no step sizes are timed first.
+            decoder = SpeculativeDecoder(model, LookupProposer(), SpeculationConfig(max_draft=8, adaptive=False))
             out = [t for d in decoder.generate(prompt, SamplingParams(temperature=0), max_tokens=8) for t in d.tokens]
             print(n_ctx, model.n_ctx, model.n_batch, len(out))
             model.close()
