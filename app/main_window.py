@@ -7,7 +7,7 @@ from pathlib import Path
 from PySide6.QtCore import QByteArray, QCoreApplication, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence, QPalette
 from PySide6.QtWidgets import (QCheckBox, QFileDialog, QHBoxLayout, QLabel, QMainWindow, QMessageBox, QProgressBar,
-                               QPushButton, QSplitter, QToolButton, QVBoxLayout, QWidget)
+                               QPushButton, QSizePolicy, QSplitter, QToolButton, QVBoxLayout, QWidget)
 
 from engine.modelfiles.embedded import EMBEDDED
 from engine.errors import InvalidSettingError
@@ -78,7 +78,9 @@ class MainWindow(QMainWindow):
         self.send_button.setDefault(True)
         self.send_button.setMinimumWidth(90)
         self.edit_label = QLabel("Editing a message: Enter sends it as a new branch (the old one is kept), "
-                                 "Esc cancels.")
+                                 "Esc cancels.", wordWrap=True)
+        # Its own row, wrapped, free to shrink: beside the checkboxes it widened the chat, narrowing the sidebar.
+        self.edit_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.input.setToolTip("Enter sends, Shift+Enter starts a new line, Esc stops a response being written.")
         self.edit_label.hide()
         self.color_toggle = QCheckBox("Colour accepted draft tokens")
@@ -93,7 +95,6 @@ class MainWindow(QMainWindow):
         options = QHBoxLayout()
         self.chat_settings_button = ChatSettingsButton(self.session)
         options.addWidget(self.chat_settings_button)
-        options.addWidget(self.edit_label)
         options.addStretch(1)
         options.addWidget(self.color_toggle)
         options.addWidget(self.sparkline_toggle)
@@ -109,6 +110,7 @@ class MainWindow(QMainWindow):
         column.addWidget(self.empty_hint, 1)
         column.addLayout(options)
         column.addWidget(self.tray)
+        column.addWidget(self.edit_label)
         column.addLayout(entry)
         column.addWidget(self.meter)
         self.splitter = QSplitter()

@@ -75,7 +75,17 @@ def draft_runs(rendered: str, source: str, spans: list[list[int]]) -> list[tuple
             start = None
     if start is not None:
         runs.append((start, len(rendered)))
-    return runs
+    # Drafted tokens often begin with a space (" the"): shading it makes ragged edges.
+    return [r for r in (trim_run(rendered, a, b) for a, b in runs) if r[0] < r[1]]
+
+
+def trim_run(text: str, start: int, end: int) -> tuple[int, int]:
+    """[start, end) of text without whitespace at either end (start == end when nothing is left)."""
+    while start < end and (text[start].isspace() or text[start] in _SEPARATORS):
+        start += 1
+    while end > start and (text[end - 1].isspace() or text[end - 1] in _SEPARATORS):
+        end -= 1
+    return start, end
 
 
 def split_blocks(source: str) -> list[tuple[int, int]]:
@@ -311,7 +321,12 @@ def append_code(doc: QTextDocument, code: str, start: int, spans: list[list[int]
     cursor.insertText(code[start:], QTextCharFormat())  # not the draft colour of the text before it
     fmt = QTextCharFormat()
     fmt.setBackground(DRAFT_COLOR)
-    _merge_formats(cursor, [(max(a, start), min(b, len(code)), fmt) for a, b in spans or []])
+    # Runs are trimmed of whitespace at their ends; whitespace the last delta ended on may now be inside one.
+    lo = start
+    while lo > 0 and code[lo - 1].isspace():
+        lo -= 1
+    runs = (trim_run(code, a, min(b, len(code))) for a, b in spans or [] if b > lo)
+    _merge_formats(cursor, [(max(a, lo), b, fmt) for a, b in runs])
     cursor.endEditBlock()
 
 

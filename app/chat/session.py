@@ -146,8 +146,18 @@ class ChatSession(QObject):
             message = next((m for m in reversed(self.model.items) if m.role == "user"), None)
         if self.busy or message is None or message.role != "user" or not text or self.model.row_of(message) < 0:
             return False
+        if message.parent_id is None:
+            self._retitle(message.content, text)
         self._ask(text, message.parent_id)
         return True
+
+    def _retitle(self, old: str, new: str) -> None:
+        """The first question shown changed from old to new: a title made from old follows it; one the user
+        chose stays."""
+        conv = self.store.conversation(self.conversation_id)
+        if conv is not None and conv.title == title_from(old) != title_from(new):
+            self.store.rename(self.conversation_id, title_from(new))
+            self.conversationsChanged.emit(self.conversation_id)  # the sidebar shows the new title
 
     def continue_answer(self, message: Message | None = None) -> bool:
         """Write more of the last answer, cut short by the length limit or a stop, into the same message."""
@@ -171,6 +181,8 @@ class ChatSession(QObject):
             return False
         self.store.set_active(sibling)
         self._show_path()
+        if message.parent_id is None and message.role == "user" and self.model.items:
+            self._retitle(message.content, self.model.items[0].content)  # the title follows the question shown
         return True
 
     def stop(self) -> None:
