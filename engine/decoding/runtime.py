@@ -19,6 +19,7 @@ import numpy as np
 from ..errors import ContextOverflowError, EngineError, GenerationCancelled, ModelFileError
 from ..modelfiles.model_check import check_model_file
 from ..hardware import backend_name, cpu_uses_amx, physical_cores
+from . import step_timings
 
 log = logging.getLogger(__name__)
 
@@ -63,28 +64,6 @@ def flash_attention_type(settings: LoadSettings) -> int:
     return L.LLAMA_FLASH_ATTN_TYPE_ENABLED if settings.flash_attention else L.LLAMA_FLASH_ATTN_TYPE_DISABLED
 
 
-# Step timings (step.time_steps) measured in this process, by model file and the settings that change what a
-# step costs: a file loaded again with them (a reload, a second window, the lab after the chat) is not timed
-# again. They are this machine's readings of this file, minutes old at most; nothing is kept on disk.
-_STEP_TIMINGS: dict[tuple, dict[tuple[int, int], float]] = {}
-
-
-def step_timings_of(path: Path, settings: LoadSettings) -> dict[tuple[int, int], float]:
-    """The shared, growing (threads, rows) -> seconds table for this file loaded with these settings."""
-    try:
-        stat = path.stat()
-        identity = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
-    except OSError:
-        return {}
-    key = (*identity, settings.n_ctx, settings.n_gpu_layers, settings.n_batch, settings.flash_attention)
-    return _STEP_TIMINGS.setdefault(key, {})
-
-
-def forget_step_timings() -> None:
-    """Time every model afresh from now on (tests of the timing itself)."""
-    _STEP_TIMINGS.clear()
-
-
 class Model:
     """A loaded model and its context. Not thread-safe: one worker drives it."""
 
@@ -111,7 +90,9 @@ class Model:
         self._pieces: dict[int, bytes] = {}
         self._ends: dict[int, bool] = {}
         self._max_token_bytes: int | None = None
-        self.step_timings = step_timings_of(self.path, settings)  # (threads, rows) -> seconds: step.time_steps
+        # (threads, rows) -> seconds (step.time_steps), shared by every load of this file with these settings
+        self.step_timings = step_timings.table_for(self.path, settings.n_ctx, settings.n_gpu_layers, settings.n_batch,
+                                                   settings.flash_attention)
         self._ctx = None
         self._batch = None
         if vocab_only:

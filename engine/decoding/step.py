@@ -17,6 +17,7 @@ from ..errors import GenerationCancelled
 from .cost_model import (CALIBRATION_REPEATED_UP_TO, CALIBRATION_REPEATS, CALIBRATION_WARMUP, Acceptance,
                          DraftPlanner, SpeculationConfig, StepCosts, calibration_sizes)
 from .proposers.base import NoProposer, Proposal, Proposer
+from . import step_timings
 from .runtime import Model
 from .stats import GenerationStats
 from .threads import ThreadTuner
@@ -59,14 +60,15 @@ def time_steps(target: Model, slot: int, start: int, token: int, sizes: list[int
     round apart are less alike than two in a row (the curve's ratios to one row varied 11% between
     calibrations timed back to back, 5% in rounds, on SmolLM2 and Gemma 3 270M here).
 
-    Timings are kept by model file and load settings (runtime.step_timings_of), by thread count: a size timed
-    once is not timed again in this process (the server's start and stop, a speculation change, a reload: each
+    Timings are kept by model file and load settings (step_timings.py), by thread count: a size timed
+    once is not timed again for a day (the server's start and stop, a speculation change, a reload: each
     had re-timed every size, up to a minute and a half on a busy machine, while the window waited)."""
     kept = target.step_timings
     missing = [rows for rows in sizes if (target.threads, rows) not in kept]
     if missing:
         kept.update({(target.threads, rows): seconds
                      for rows, seconds in _time_sizes(target, slot, start, token, missing, clock).items()})
+        step_timings.save()
     return {rows: kept[target.threads, rows] for rows in sizes}
 
 

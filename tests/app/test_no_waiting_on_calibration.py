@@ -1,5 +1,5 @@
 """Nothing a user waits for waits on calibration: the window has its model before the verify sizes are timed
-(and says what it is doing meanwhile), and sizes timed once are not timed again in this process, so stopping
+(and says what it is doing meanwhile), and sizes timed once are not timed again (for a day), so stopping
 the server gives the chat its engine back at once and a model loaded again is usable at once. (Start → first answer → Stop is timed in
 test_server_panel.py.)"""
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 
 import engine.decoding.step as step
-from engine.decoding.runtime import forget_step_timings
+from engine.decoding import step_timings
 from test_server_panel import start
 
 
@@ -25,7 +25,7 @@ def watch_timing(monkeypatch) -> list[list[int]]:
 
 
 def test_the_model_is_usable_before_its_steps_are_timed_and_the_window_says_so(make_window, qtbot):
-    forget_step_timings()  # as at the app's first start: nothing timed yet in this process
+    step_timings.forget()  # as at the app's first start on this machine: nothing timed yet
     seen = {}
     window = make_window(wait_loaded=False)
     window.modelLoaded.connect(lambda info: seen.setdefault(

@@ -224,22 +224,38 @@ def test_calibration_times_sizes_in_rounds_and_keeps_each_ones_fastest():
     assert (1, 1) in target.step_timings and (2, 1) in target.step_timings
 
 
-def test_step_timings_are_shared_by_loads_of_one_file_with_the_same_settings(model_path, tmp_path):
-    """A reload of the same file with the same settings finds the sizes timed before; another context size,
-    or a changed file, starts empty."""
-    from engine.decoding.runtime import LoadSettings, Model, step_timings_of
+def test_step_timings_are_kept_per_file_and_settings_for_a_day(model_path, tmp_path, monkeypatch):
+    """A reload of the same file with the same settings finds the sizes timed before, in this process and, from
+    the cache folder, in the next one; another context size, a changed file, a day-old or a damaged cache
+    start empty."""
+    import json
 
-    first = Model(model_path, LoadSettings(n_ctx=333), vocab_only=True)  # a size no other test loads: the
-    first.step_timings[(2, 1)] = 0.02                                    # made-up timing reaches no real run
-    again = Model(model_path, LoadSettings(n_ctx=333), vocab_only=True)
-    wider = Model(model_path, LoadSettings(n_ctx=334), vocab_only=True)
+    from engine.decoding import step_timings
+    from engine.decoding.runtime import LoadSettings, Model
+
+    monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path / "cache"))
+    step_timings.forget()  # as at a first start (the real cache folder is untouched)
+    first = Model(model_path, LoadSettings(n_ctx=512), vocab_only=True)
+    first.step_timings[(2, 1)] = 0.02
+    step_timings.save()
+    again = Model(model_path, LoadSettings(n_ctx=512), vocab_only=True)
+    wider = Model(model_path, LoadSettings(n_ctx=1024), vocab_only=True)
     assert again.step_timings == {(2, 1): 0.02} and wider.step_timings == {}
     copy = tmp_path / "copy.gguf"
     copy.write_bytes(b"GGUF")
-    assert step_timings_of(copy, LoadSettings(n_ctx=333)) == {}
-    first.step_timings.clear()
-    for model in (first, again, wider):
-        model.close()
+    assert step_timings.table_for(copy, 512, -1, 512, None) == {}
+
+    saved = tmp_path / "cache" / step_timings.FILE_NAME
+    kept = saved.read_text()
+    step_timings._tables.clear()  # the next launch: only the cache folder remembers
+    assert Model(model_path, LoadSettings(n_ctx=512), vocab_only=True).step_timings == {(2, 1): 0.02}
+    for text in (json.dumps({k: {**v, "measured_at": v["measured_at"] - step_timings.MAX_AGE_S}
+                             for k, v in json.loads(kept).items()}),  # a day old
+                 kept.replace("0.02", '"fast"'), "{not json", "[]"):
+        saved.write_text(text)
+        step_timings._tables.clear()
+        assert Model(model_path, LoadSettings(n_ctx=512), vocab_only=True).step_timings == {}, text
+    step_timings.forget()  # the made-up timings go; later loads read the real cache folder again
 
 
 def test_acceptance_keeps_its_sums_with_its_tables():

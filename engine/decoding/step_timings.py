@@ -1,0 +1,84 @@
+"""How long a target step of each size takes on this machine (step.time_steps measures them), kept so a model is
+timed once, not at every load: in memory for this process, and in the cache folder for a day.
+
+A table belongs to one model file (path, size, modification time) loaded with the settings that change what a
+step costs, on one llama.cpp build and CPU; it maps (threads, rows) to seconds. A day, because this machine's
+speed is what they describe, and a busy or idle spell, a driver or a BIOS change make older readings wrong; the
+planner's live step medians correct smaller drifts meanwhile (cost_model.StepCosts)."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import threading
+import time
+from pathlib import Path
+
+import llama_cpp
+
+from ..paths import cache_dir, write_text_atomic
+
+FILE_NAME = "step-timings.json"
+MAX_AGE_S = 24 * 3600
+log = logging.getLogger(__name__)
+
+_tables: dict[str, dict[tuple[int, int], float]] = {}
+_measured_at: dict[str, float] = {}
+_lock = threading.Lock()
+
+
+def table_for(path: Path, n_ctx: int, n_gpu_layers: int, n_batch: int, flash_attention: bool | None) -> dict:
+    """The shared, growing (threads, rows) -> seconds table of this file loaded with these settings: what this
+    process measured, else what the cache folder holds from the last day, else a new empty one."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return {}
+    key = "|".join(map(str, (path.resolve(), stat.st_size, stat.st_mtime_ns, n_ctx, n_gpu_layers, n_batch,
+                              flash_attention, llama_cpp.__version__, platform.machine(), platform.processor(),
+                              os.cpu_count())))
+    with _lock:
+        if key not in _tables:
+            _measured_at[key], _tables[key] = _saved_table(_read().get(key))
+        return _tables[key]
+
+
+def save() -> None:
+    """Write every table measured so far to the cache folder (a read-only one only means timing again)."""
+    with _lock:
+        kept = {k: v for k, v in _read().items() if time.time() - v.get("measured_at", 0) < MAX_AGE_S}
+        for key, table in _tables.items():
+            if table:
+                kept[key] = {"measured_at": _measured_at[key],
+                             "seconds": {f"{t},{r}": s for (t, r), s in sorted(table.items())}}
+        try:
+            write_text_atomic(cache_dir() / FILE_NAME, json.dumps(kept, indent=1))
+        except OSError as exc:
+            log.info("step timings not saved: %s", exc)
+
+
+def forget() -> None:
+    """Time every model afresh from now on, as at a first start (tests of the timing itself)."""
+    with _lock:
+        _tables.clear()
+        _measured_at.clear()
+        (cache_dir() / FILE_NAME).unlink(missing_ok=True)
+
+
+def _saved_table(saved) -> tuple[float, dict[tuple[int, int], float]]:
+    """(when measured, table) of a saved entry from the last day; (now, {}) for none, an old or a damaged one."""
+    try:
+        if time.time() - saved["measured_at"] < MAX_AGE_S:
+            return saved["measured_at"], {tuple(map(int, k.split(","))): float(v) for k, v in saved["seconds"].items()}
+    except (KeyError, TypeError, ValueError, AttributeError):
+        pass
+    return time.time(), {}
+
+
+def _read() -> dict:
+    try:
+        saved = json.loads((cache_dir() / FILE_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # none yet, or damaged: time again
+        return {}
+    return saved if isinstance(saved, dict) else {}
