@@ -116,12 +116,12 @@ class RunPane(QGroupBox):
         self.stats: dict = {}
         self.second = False  # ran after the other side, so its prompt was already processed
         self.text = QPlainTextEdit(readOnly=True)
-        self.speed = QLabel("")
+        self.speed = QLabel("–")  # before a run too: the space above the text is not left blank
         font = self.speed.font()
         font.setPointSizeF(font.pointSizeF() * 1.6)
         font.setBold(True)
         self.speed.setFont(font)
-        self.figures = QLabel("")
+        self.figures = QLabel("Not run yet.")
         self.figures.setWordWrap(True)
         self.figures.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.legend = QLabel("Shaded: tokens that came from accepted drafts." if kind == SPECULATIVE else "")

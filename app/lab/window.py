@@ -98,6 +98,11 @@ class LabWindow(QWidget):
             buttons.addWidget(b)
 
         self.progress = QProgressBar(minimum=0, maximum=100)
+        # Shown only while a run measures (an empty bar at rest looks like a text box); its room is kept.
+        policy = self.progress.sizePolicy()
+        policy.setRetainSizeWhenHidden(True)
+        self.progress.setSizePolicy(policy)
+        self.progress.hide()
         self.status = QLabel("Choose what to compare, then Run.")
         self.status.setWordWrap(True)
         self.rate_chart = LabChart("Aggregate throughput", "tokens/s", "aggregate_tokens_per_s")
@@ -166,6 +171,7 @@ class LabWindow(QWidget):
         for w in (self.run_button, self.load_button):
             w.setEnabled(not running)
         self.cancel_button.setEnabled(running)
+        self.progress.setVisible(running)
         self.save_button.setEnabled(not running and self.results is not None)
 
     def _clear(self) -> None:

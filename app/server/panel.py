@@ -120,6 +120,7 @@ class ServerPanel(QWidget):
         self.table.verticalHeader().hide()
         self.table.setWordWrap(False)
         self.table.horizontalHeader().setStretchLastSection(True)
+        self.table.resizeColumnsToContents()  # as wide as the headers: ten columns of 100 px would scroll sideways
         self.log.rowsInserted.connect(self._row_added)
         layout = QVBoxLayout(self)
         layout.addLayout(form)

@@ -41,11 +41,14 @@ def lab(qtbot, model_file, tiny_prompts):
 def test_a_run_fills_the_chart_and_table_and_ends_in_advice(lab, qtbot, tmp_path):
     seen = []
     lab.progress.valueChanged.connect(seen.append)  # on the GUI thread, as the window sees progress
+    assert not lab.progress.isVisible()  # at rest an empty bar looked like a text box
     with qtbot.waitSignal(lab.runFinished, timeout=RUN_TIMEOUT_MS) as done:
         lab.run_button.click()
         assert lab.running and not lab.run_button.isEnabled() and lab.cancel_button.isEnabled()
+        assert lab.progress.isVisible()
     results = done.args[0]
     assert lab.progress.value() == 100 and not lab.running and lab.run_button.isEnabled()
+    assert not lab.progress.isVisible()
     assert len(seen) >= 3 and seen == sorted(seen) and seen[-1] == 100
     assert lab.table.rowCount() == 4
     for chart in (lab.rate_chart, lab.itl_chart):

@@ -1,0 +1,106 @@
+"""Screenshots of every window and dialog the menus open, at its default size, into docs/window-<name>.png.
+
+Not a test: run it under a virtual X server, on temporary settings and conversations:
+    xvfb-run -a -s "-screen 0 1280x900x24" .venv/bin/python tests/app/screenshots.py
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+scratch = tempfile.mkdtemp(prefix="specchat-shots-")
+os.environ["SPECCHAT_CONFIG_DIR"] = os.path.join(scratch, "config")  # never the user's own files
+os.environ["SPECCHAT_DATA_DIR"] = os.path.join(scratch, "data")
+sys.path.insert(0, str(ROOT))
+
+from PySide6.QtCore import QEventLoop, QTimer  # noqa: E402
+from PySide6.QtWidgets import QApplication  # noqa: E402
+
+# Menu item → picture name; every item that opens a window or a dialog.
+SHOTS = {"File → Chat settings…": "chat-settings", "Model → Models…": "models",
+         "Model → Speculation lab…": "lab", "Model → Compare plain vs speculation…": "compare",
+         "Model → Server…": "server", "Model → Settings…": "settings",
+         "Help → About the figures": "figures", "Help → About SpecChat": "about"}
+
+
+def wait(ms: int) -> None:
+    loop = QEventLoop()
+    QTimer.singleShot(ms, loop.quit)
+    loop.exec()
+
+
+def wait_until(done, timeout_s: float = 180) -> None:
+    end = time.monotonic() + timeout_s
+    while not done():
+        if time.monotonic() > end:
+            raise TimeoutError("the window did not get there in time")
+        wait(50)
+
+
+def save(widget, name: str) -> None:
+    path = DOCS / f"window-{name}.png"
+    widget.grab().save(str(path))
+    print(f"{path.relative_to(ROOT)}: {widget.width()}x{widget.height()} ({widget.windowTitle()})")
+
+
+def shoot(window, action, name: str) -> None:
+    """Trigger the menu item; picture what it opened, modal (then closed, as Cancel would) or not."""
+    before = set(QApplication.topLevelWidgets())
+
+    def modal_shot() -> None:  # modal dialogs block trigger(): pictured from the event loop they run
+        box = QApplication.activeModalWidget()
+        if box is not None:
+            save(box, name)
+            box.reject()
+
+    QTimer.singleShot(800, modal_shot)  # time for its layout to settle
+    action.trigger()
+    wait(1000)
+    if QApplication.activeModalWidget() is None:
+        opened = [w for w in QApplication.topLevelWidgets()
+                  if w.isVisible() and w is not window and w not in before and w.isWindow() and not w.isModal()]
+        for shown in opened[:1]:  # a non-modal window stays open: pictured now
+            save(shown, name)
+    wait_until(lambda: QApplication.activeModalWidget() is None)
+
+
+def main() -> None:
+    app = QApplication([sys.argv[0]])
+    app.setApplicationName("SpecChat")
+    app.setApplicationDisplayName("SpecChat")
+    from app.qt_compat import guard_none_refcount
+    guard_none_refcount()
+    from app.conversations.store import open_store
+    from app.main_window import MainWindow
+    from app.settings.values import AppSettings
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_every_menu import menu_actions
+
+    store, notices = open_store()
+    window = MainWindow(AppSettings(temperature=0.0, max_tokens=64, n_ctx=2048), store, notices)
+    states: list[str] = []  # the worker loads, then times the steps: the answer's figures wait for both
+    window.engine.worker.working.connect(lambda what: states.append(what))  # runs on its thread: only appends
+    window.show()
+    wait_until(lambda: len(states) >= 2 and states[-1] == "")
+    window.input.setPlainText("What is the capital of France? Answer in one sentence.")
+    window.send_message()
+    wait(200)
+    wait_until(lambda: not window.session.busy)
+    wait(500)
+    save(window, "main")
+    actions = dict(menu_actions(window))
+    for label, name in SHOTS.items():
+        shoot(window, actions[label], name)
+    window.close()
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
