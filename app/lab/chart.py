@@ -25,7 +25,7 @@ class LabChart(QChartView):
         self.chart_.addAxis(self.y_axis, Qt.AlignLeft)
         self.setChart(self.chart_)
         self.setRenderHint(QPainter.Antialiasing)
-        self.setMinimumSize(300, 260)  # two side by side beside the form fit the window's 1200 px default
+        self.setMinimumSize(300, 260)  # two side by side beside the form fit the window's default width
         self.series: dict[str, QLineSeries] = {}
         self._marker: QLineSeries | None = None
         self.clear()

@@ -140,7 +140,7 @@ class LabWindow(QWidget):
         grid.addLayout(results_box, 1, 1)
         grid.addWidget(advice_box, 2, 0, 1, 2)
         grid.setColumnStretch(1, 1)
-        self.resize(1200, 760)
+        self.resize(1240, 760)  # the charts side by side and every results column in sight
 
     # --- running ------------------------------------------------------------------------------
     def config(self) -> LabConfig:
