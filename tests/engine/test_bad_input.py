@@ -5,6 +5,7 @@ import pytest
 
 from engine.measure.bench import main as bench_main
 from engine.errors import ContextOverflowError, InvalidSettingError, ModelFileError, VocabMismatchError
+from engine.decoding.cost_model import SpeculationConfig
 from engine.decoding.generate import SpeculativeDecoder
 from engine.decoding.loader import DecoderSettings
 from engine.decoding.proposers.lookup import LookupProposer
@@ -42,9 +43,14 @@ def test_draft_with_another_vocabulary_is_refused(tmp_path, target):
     draft.close()
 
 
+# Adaptive, as in the chat, with drafts of up to 8: these tests are about the context, and a model loaded with a
+# context of its own times every verify size first (up to 49 rows: ~12 s here, 9 rows: ~1.5 s).
+SHORT_DRAFTS = SpeculationConfig(max_draft=8)
+
+
 def test_prompt_longer_than_the_context(model_path):
     model = Model(model_path, LoadSettings(n_ctx=256, threads=2))
-    decoder = SpeculativeDecoder(model, LookupProposer())
+    decoder = SpeculativeDecoder(model, LookupProposer(), SHORT_DRAFTS)
     prompt = model.tokenize("word " * 400)
     with pytest.raises(ContextOverflowError, match="context holds 256"):
         list(decoder.generate(prompt, SamplingParams(temperature=0), max_tokens=4))
@@ -55,7 +61,7 @@ def test_prompt_longer_than_the_context(model_path):
 
 def test_generation_stops_cleanly_when_the_context_fills(model_path):
     model = Model(model_path, LoadSettings(n_ctx=64, threads=2))
-    decoder = SpeculativeDecoder(model, LookupProposer())
+    decoder = SpeculativeDecoder(model, LookupProposer(), SHORT_DRAFTS)
     out = [t for d in decoder.generate(model.tokenize("Count: 1 2 3 4 5 6 7 8 9 10"), SamplingParams(temperature=0),
                                        max_tokens=500, ignore_eos=True) for t in d.tokens]
     assert decoder.stats.finish_reason == "context"
@@ -91,7 +97,7 @@ def test_bench_cli_end_to_end(tmp_path, model_path):
     out = tmp_path / "out.json"
     shutil.copy(model_path, tmp_path / "m.gguf")
     assert bench_main(["--model", str(tmp_path / "m.gguf"), "--method", "lookup", "--max-tokens", "12",
-                       "--ignore-eos", "--threads", "2", "--prompts", str(prompts), "--out", str(out)]) == 0
+                       "--ignore-eos", "--threads", "2", "--max-draft", "8", "--prompts", str(prompts), "--out", str(out)]) == 0
     run = json.loads(out.read_text())["runs"][0]
     assert set(run) >= {"id", "method", "text", "tokens", "decode_tokens_per_s", "ttft_s", "drafted", "accepted",
                         "acceptance_rate", "mean_acceptance_length", "verify_steps"}
