@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import threading
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -64,6 +65,18 @@ def flash_attention_type(settings: LoadSettings) -> int:
     return L.LLAMA_FLASH_ATTN_TYPE_ENABLED if settings.flash_attention else L.LLAMA_FLASH_ATTN_TYPE_DISABLED
 
 
+# llama.cpp's loads, context opens and frees must not overlap: a model freed by the garbage collector on the GUI
+# thread while the lab's thread opened a context crashed the process (a test run, 5 December). They take this
+# lock; a collector's free that would have to wait for it leaves the model to the next one instead.
+_lifecycle = threading.RLock()
+_unfreed: list["Model"] = []
+
+
+def _free_unfreed() -> None:
+    while _unfreed:
+        _unfreed.pop().close()
+
+
 class Model:
     """A loaded model and its context. Not thread-safe: one worker drives it."""
 
@@ -72,6 +85,12 @@ class Model:
         self.settings = settings
         # In a child process first: llama.cpp aborts on some files. Its chat template is probe-rendered there too.
         self.template_problem = check_model_file(self.path, vocab_only)
+        self._model = self._ctx = self._batch = None
+        with _lifecycle:
+            _free_unfreed()
+            self._load(settings, vocab_only)
+
+    def _load(self, settings: LoadSettings, vocab_only: bool) -> None:
         _init_backend()
         mparams = model_params()
         mparams.n_gpu_layers = settings.n_gpu_layers
@@ -148,12 +167,13 @@ class Model:
             return
         settings = replace(self.settings, n_seq_max=n_seq_max)
         threads = self.threads
-        self._close_context()
-        try:
-            self._open_context(settings)
-        except ModelFileError:  # no memory for the wider context: keep the one that worked
-            self._open_context(self.settings)
-            raise
+        with _lifecycle:
+            self._close_context()
+            try:
+                self._open_context(settings)
+            except ModelFileError:  # no memory for the wider context: keep the one that worked
+                self._open_context(self.settings)
+                raise
         self.settings = settings
         if threads != self.threads:
             self.set_threads(threads)
@@ -366,10 +386,12 @@ class Model:
         self._interrupt_installed = False
 
     def close(self) -> None:
-        self._close_context()
-        if self._model:
-            L.llama_model_free(self._model)
-            self._model = None
+        with _lifecycle:
+            self._close_context()
+            if self._model:
+                L.llama_model_free(self._model)
+                self._model = None
+            _free_unfreed()
 
     def __enter__(self) -> "Model":
         return self
@@ -378,10 +400,17 @@ class Model:
         self.close()
 
     def __del__(self) -> None:
+        if not getattr(self, "_model", None) and not getattr(self, "_ctx", None):
+            return
+        if not _lifecycle.acquire(blocking=False):  # another thread loads or frees: never wait in a collector
+            _unfreed.append(self)
+            return
         try:
             self.close()
         except Exception:
             pass
+        finally:
+            _lifecycle.release()
 
 
 

@@ -376,3 +376,32 @@ def test_flash_attention_is_llama_cpps_choice_unless_asked(asked, kind, server_f
         assert runtime.flash_attention_type(settings) == getattr(llama_cpp, f"LLAMA_FLASH_ATTN_TYPE_{kind}")
     flags = versus_server.same_kernels(asked)
     assert [f for f in flags if f != "--no-repack"] == server_flags
+
+
+def test_a_model_collected_while_another_thread_loads_is_freed_by_the_next_load(model_path):
+    """The garbage collector never frees a model while another thread loads or frees one (that crashed the
+    process once); the model waits for the next load or close, which frees it."""
+    import gc
+    import threading
+
+    from engine.decoding import runtime
+    from engine.decoding.runtime import LoadSettings, Model
+
+    model = Model(model_path, LoadSettings(n_gpu_layers=0), vocab_only=True)
+    holding, release = threading.Event(), threading.Event()
+
+    def loading_elsewhere():
+        with runtime._lifecycle:
+            holding.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=loading_elsewhere)
+    thread.start()
+    assert holding.wait(30)
+    del model
+    gc.collect()
+    assert len(runtime._unfreed) == 1 and runtime._unfreed[0]._model  # left for later, not freed meanwhile
+    release.set()
+    thread.join()
+    Model(model_path, LoadSettings(n_gpu_layers=0), vocab_only=True).close()
+    assert runtime._unfreed == []
