@@ -210,7 +210,8 @@ def test_context_overflow_trims_old_turns_or_refuses(make_window, qtbot, wait_re
         store.add_message(cid, Message(None, "user", f"Tell me fact number {i} about the sea. " * 3))
         store.add_message(cid, Message(None, "assistant", f"Fact {i}: the sea is large and deep. " * 3))
     store.close()
-    window = make_window(replace(quick_settings, n_ctx=256, max_tokens=16))
+    # Drafts of up to 8: a context of its own times its verify sizes first (9 sizes, not 49); this is about trimming.
+    window = make_window(replace(quick_settings, n_ctx=256, max_tokens=16, max_draft=8))
     assert window.session.conversation_id == cid
     window.session.send("And one more?")
     reply = wait_response(window)

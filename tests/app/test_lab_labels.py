@@ -10,6 +10,7 @@ from PySide6.QtWidgets import QComboBox, QStyle
 
 from engine.measure.lab_report import best_draft_length
 from engine.modelfiles.embedded import DISPLAY_NAMES, EMBEDDED, EMBEDDED_GEMMA
+from conftest import collect_garbage_now  # noqa: E402 - tests/app/conftest.py
 
 # Acceptance by draft slot and step times by verified rows, as a CPU run of prompt lookup reads them: the
 # best fixed draft length for one chat comes out at 6, well under the chat's cap of 48.
@@ -60,6 +61,7 @@ def lab(qtbot):
         window.show()
     yield window
     window.shutdown()
+    collect_garbage_now()
 
 
 def load(lab, tmp_path, document):

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from conftest import collect_garbage_now  # tests/app/conftest.py
 
 RUN_TIMEOUT_MS = 180_000
 
@@ -36,6 +37,7 @@ def lab(qtbot, model_file, tiny_prompts):
     window.show()
     yield window
     window.shutdown()
+    collect_garbage_now()
 
 
 def test_a_run_fills_the_chart_and_table_and_ends_in_advice(lab, qtbot, tmp_path):
