@@ -81,11 +81,11 @@ class Model:
     """A loaded model and its context. Not thread-safe: one worker drives it."""
 
     def __init__(self, path: str | Path, settings: LoadSettings = LoadSettings(), vocab_only: bool = False):
+        self._model = self._ctx = self._batch = None  # first: __del__ runs even when a check below raises
         self.path = Path(path)
         self.settings = settings
         # In a child process first: llama.cpp aborts on some files. Its chat template is probe-rendered there too.
         self.template_problem = check_model_file(self.path, vocab_only)
-        self._model = self._ctx = self._batch = None
         with _lifecycle:
             _free_unfreed()
             self._load(settings, vocab_only)
@@ -112,8 +112,6 @@ class Model:
         # (threads, rows) -> seconds (step.time_steps), shared by every load of this file with these settings
         self.step_timings = step_timings.table_for(self.path, settings.n_ctx, settings.n_gpu_layers, settings.n_batch,
                                                    settings.flash_attention)
-        self._ctx = None
-        self._batch = None
         if vocab_only:
             return
         try:
@@ -400,7 +398,7 @@ class Model:
         self.close()
 
     def __del__(self) -> None:
-        if not getattr(self, "_model", None) and not getattr(self, "_ctx", None):
+        if not (self._model or self._ctx):
             return
         if not _lifecycle.acquire(blocking=False):  # another thread loads or frees: never wait in a collector
             _unfreed.append(self)

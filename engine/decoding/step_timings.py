@@ -1,7 +1,7 @@
 """How long a target step of each size takes on this machine (step.time_steps measures them), kept so a model is
 timed once, not at every load: in memory for this process, and in the cache folder for a day.
 
-A table belongs to one model file (path, size, modification time) loaded with the settings that change what a
+A table belongs to one model file (as model_check.file_identity tells files apart) loaded with the settings that change what a
 step costs, on one llama.cpp build and CPU; it maps (threads, rows) to seconds. A day, because this machine's
 speed is what they describe, and a busy or idle spell, a driver or a BIOS change make older readings wrong; the
 planner's live step medians correct smaller drifts meanwhile (cost_model.StepCosts)."""
@@ -17,6 +17,7 @@ from pathlib import Path
 
 import llama_cpp
 
+from ..modelfiles.model_check import file_identity
 from ..paths import cache_dir, write_text_atomic
 
 FILE_NAME = "step-timings.json"
@@ -32,12 +33,11 @@ def table_for(path: Path, n_ctx: int, n_gpu_layers: int, n_batch: int, flash_att
     """The shared, growing (threads, rows) -> seconds table of this file loaded with these settings: what this
     process measured, else what the cache folder holds from the last day, else a new empty one."""
     try:
-        stat = path.stat()
+        identity = file_identity(path)
     except OSError:
         return {}
-    key = "|".join(map(str, (path.resolve(), stat.st_size, stat.st_mtime_ns, n_ctx, n_gpu_layers, n_batch,
-                              flash_attention, llama_cpp.__version__, platform.machine(), platform.processor(),
-                              os.cpu_count())))
+    key = "|".join(map(str, (identity, n_ctx, n_gpu_layers, n_batch, flash_attention, llama_cpp.__version__,
+                              platform.machine(), platform.processor(), os.cpu_count())))
     with _lock:
         if key not in _tables:
             _measured_at[key], _tables[key] = _saved_table(_read().get(key))

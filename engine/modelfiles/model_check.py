@@ -62,14 +62,18 @@ def check_model_file(path: str | Path, vocab_only: bool = False) -> str | None:
     return verdict.get("template") or None
 
 
+def file_identity(path: Path) -> str:
+    """One file as it is now: its path, size and times, and inode and ctime too, since a copy that keeps size and
+    mtime (cp -p, rsync -t) is still a new file. Raises OSError when it cannot be read."""
+    stat = path.stat()
+    return f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{stat.st_ino}|{stat.st_ctime_ns}"
+
+
 def _key(path: Path, vocab_only: bool) -> str:
     import llama_cpp
 
-    stat = path.stat()
     kind = "vocab" if vocab_only else "model"
-    # inode and ctime too: a copy that keeps size and mtime (cp -p, rsync -t) is still a new file
-    changed = f"{stat.st_size}|{stat.st_mtime_ns}|{stat.st_ino}|{stat.st_ctime_ns}"
-    return f"{path.resolve()}|{changed}|{llama_cpp.__version__}+{CHECK_VERSION}|{kind}"
+    return f"{file_identity(path)}|{llama_cpp.__version__}+{CHECK_VERSION}|{kind}"
 
 
 def _check_in_child(path: Path, vocab_only: bool) -> dict:
