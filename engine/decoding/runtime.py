@@ -110,7 +110,7 @@ class Model:
         self._ends: dict[int, bool] = {}
         self._max_token_bytes: int | None = None
         # (threads, rows) -> seconds (step.time_steps), shared by every load of this file with these settings
-        self.step_timings = step_timings.table_for(self.path, settings.n_ctx, settings.n_gpu_layers, settings.n_batch,
+        self.step_timings = step_timings.table_for(self.path, settings.n_gpu_layers, settings.n_batch,
                                                    settings.flash_attention)
         if vocab_only:
             return

@@ -19,7 +19,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .sampling import Candidates, SamplingParams, filter_logits, make_generator, position_seed
+from .sampling import Candidates, SamplingParams, draw, filter_logits, make_generator, position_seed
 
 
 @dataclass(frozen=True)
@@ -86,5 +86,4 @@ class Verifier:
         residual = torch.clamp(p.probs[i] - q_on_support, min=0.0)
         if float(residual.sum()) <= 0.0:  # p == q up to rounding: a rejection had ~0 probability
             residual = p.probs[i]
-        j = torch.multinomial(residual, 1, generator=self.generator)
-        return Verdict(i, int(p.ids[i, j]))
+        return Verdict(i, int(p.ids[i, draw(residual, self.generator)]))
