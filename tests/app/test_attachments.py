@@ -45,7 +45,7 @@ def test_a_dropped_file_is_sent_as_a_chip_and_prompt_lookup_copies_from_it(make_
     poem = dirs / "poem.txt"
     poem.write_text(POEM, encoding="utf-8")
     # The embedded SmolLM2 follows the instruction (the Gemma base model would not); greedy, lookup on.
-    window = make_window(replace(quick_settings, model=EMBEDDED, max_tokens=80, method="lookup", speculation=True))
+    window = make_window(replace(quick_settings, max_tokens=80, method="lookup", speculation=True))
     assert drop(window.input.viewport(), poem)
     qtbot.waitUntil(lambda: len(window.tray.attachments) == 1, timeout=30_000)  # sized in the model's tokens
     chip = window.tray.chips[0]

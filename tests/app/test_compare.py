@@ -18,13 +18,13 @@ def open_compare(window, prompt):
 
 
 def test_a_copied_passage_gives_the_same_answer_with_measured_figures_on_both_sides(
-        make_window, qtbot, wait_response, quick_settings):
+        make_window, qtbot, wait_response, gemma_settings):
     # Temperature 0, prompt lookup; a fixed draft length, so that drafts are verified whatever the shared
-    # machine's timings make the adaptive length choose.
-    window = make_window(replace(quick_settings, adaptive=False))
+    # machine's timings make the adaptive length choose. Gemma: a base model copies the passage at length.
+    window = make_window(replace(gemma_settings, adaptive=False))
     compare = open_compare(window, PASSAGE)
     assert compare.isVisible() and compare.prompt_edit.toPlainText() == PASSAGE
-    assert f"prompt lookup, up to {quick_settings.max_draft} draft tokens, fixed length" in compare.spec_pane.title()
+    assert f"prompt lookup, up to {gemma_settings.max_draft} draft tokens, fixed length" in compare.spec_pane.title()
     compare.max_tokens.setValue(60)
     shown = []  # tokens/s as each side showed it while streaming
 

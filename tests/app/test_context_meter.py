@@ -47,9 +47,9 @@ def test_meter_warns_near_the_limit_and_before_the_oldest_turns_are_dropped(make
                   ("assistant", f"Bridge {i} was built of stone in the year {1500 + i * 37} and rebuilt twice.",
                    {"tokens_per_s": 30.0})]
     store_conversation(*turns)
-    window = make_window(replace(quick_settings, n_ctx=256, max_tokens=40))
+    window = make_window(replace(quick_settings, n_ctx=256, max_tokens=24))
     m = wait_measured(qtbot, window, formatter_count(window))
-    assert 0.85 * m.budget <= m.tokens < m.budget == 256 - 40  # it fits, just
+    assert 0.85 * m.budget <= m.tokens < m.budget == 256 - 24  # it fits, just
     assert window.meter.warning.isVisible()
     assert window.meter.warning.text() == f"Nearly full: {m.budget - m.tokens:,} tokens left before the oldest " \
                                           "messages are left out."

@@ -1,4 +1,4 @@
-"""Model → Server…: the window serves its loaded model (the real embedded Gemma) through the OpenAI API,
+"""Model → Server…: the window serves its loaded model (the real embedded SmolLM2) through the OpenAI API,
 its chat joins the same batch while a client streams, the log lists requests, and stopping gives the chat
 its engine back."""
 import socket
