@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from app.settings.values import AppSettings, load_settings, save_settings
+from engine.modelfiles.embedded import embedded_model_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 from damaged_models import with_duplicate_token, write_tiny_mamba  # noqa: E402
@@ -35,8 +36,8 @@ def wait_for(condition, timeout: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_a_saved_damaged_model_does_not_crash_the_launch(dirs, model_file):
-    bad, _ = with_duplicate_token(model_file, dirs / "damaged.gguf")
+def test_a_saved_damaged_model_does_not_crash_the_launch(dirs):
+    bad, _ = with_duplicate_token(embedded_model_path(), dirs / "damaged.gguf")
     (dirs / "config").mkdir()
     save_settings(AppSettings(model=str(bad), threads=2), dirs / "config" / "settings.json")
     log = dirs / "data" / "specchat.log"
@@ -50,9 +51,9 @@ def test_a_saved_damaged_model_does_not_crash_the_launch(dirs, model_file):
         child.wait(30)
 
 
-def test_a_crash_while_loading_is_not_repeated_at_the_next_start(dirs, model_file, make_window, quick_settings):
+def test_a_crash_while_loading_is_not_repeated_at_the_next_start(dirs, make_window, quick_settings):
     mine = dirs / "my-model.gguf"
-    shutil.copyfile(model_file, mine)  # the user's own file, which (let us say) crashes SpecChat
+    shutil.copyfile(embedded_model_path(), mine)  # the user's own file, which (let us say) crashes SpecChat
     (dirs / "config").mkdir()
     save_settings(replace(quick_settings, model=str(mine)), dirs / "config" / "settings.json")
     marker = dirs / "data" / "loading.json"

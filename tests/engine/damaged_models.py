@@ -66,14 +66,20 @@ def with_number(src: Path, dst: Path, key: str, value: int) -> Path:
     return _patched_copy(src, dst, values[key], struct.pack("<I", value))
 
 
-def with_duplicate_token(src: Path, dst: Path) -> tuple[Path, bytes]:
-    """A copy where one bit flip turns a token's text into another token's ('ing' -> 'Ing')."""
+def token_to_duplicate(src: Path) -> tuple[int, bytes]:
+    """(offset, text) of a lowercase token whose capitalised text is another token ('ing', as 'Ing' exists)."""
     _, tokens = _layout(Path(src), Path(src).stat().st_mtime_ns)
     texts = {text for _, text in tokens}
     for offset, token in tokens:
         if len(token) > 2 and token.isalpha() and token.islower() and token.capitalize() in texts:
-            return _patched_copy(src, dst, offset, bytes([token[0] ^ 0x20])), token.capitalize()
+            return offset, token
     raise AssertionError("no token to duplicate")
+
+
+def with_duplicate_token(src: Path, dst: Path) -> tuple[Path, bytes]:
+    """A copy where one bit flip turns a token's text into another token's ('ing' -> 'Ing')."""
+    offset, token = token_to_duplicate(src)
+    return _patched_copy(src, dst, offset, bytes([token[0] ^ 0x20])), token.capitalize()
 
 
 def with_added_key(src: Path, dst: Path, key: str, value: int | str) -> Path:
