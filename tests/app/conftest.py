@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import gc
 import time
+from contextlib import contextmanager
 
 import pytest
+from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QApplication
 
 from engine.modelfiles.embedded import EMBEDDED, EMBEDDED_GEMMA, embedded_gemma_path
@@ -82,6 +84,31 @@ def make_window(qtbot, dirs, model_file):
     for window in windows:
         window.close()  # stops the worker thread; closing twice is harmless
     collect_garbage_now()
+
+
+class _Relay(QObject):
+    """Receives a signal on the GUI thread, as the window's own slots do, and keeps its arguments."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[tuple] = []
+
+    def receive(self, *args) -> None:  # a QObject's method: Qt queues it to the thread this relay lives in
+        self.calls.append(args)
+
+
+@contextmanager
+def handled_on_gui(qtbot, signal, timeout: int):
+    """qtbot.waitSignal for a signal the engine's worker emits on its own thread, waiting until the GUI thread
+    has handled it. pytest-qt's blocker is not a QObject, so its slot runs on the emitting thread: the test went
+    on while the window's own (queued) slots had not run yet, and read the panel before it knew it was serving."""
+    relay = _Relay()
+    signal.connect(relay.receive)  # queued after the window's slots, which were connected first
+    try:
+        yield relay.calls
+        qtbot.waitUntil(lambda: bool(relay.calls), timeout=timeout)
+    finally:
+        signal.disconnect(relay.receive)
 
 
 def collect_garbage_now() -> None:

@@ -11,6 +11,7 @@ from PySide6.QtCore import Qt
 import engine.decoding.step as step
 from engine.decoding import step_timings
 from test_server_panel import start
+from tests.app.conftest import handled_on_gui
 
 
 def watch_timing(monkeypatch) -> list[list[int]]:
@@ -57,7 +58,7 @@ def test_stopping_the_server_times_nothing_again(make_window, qtbot, monkeypatch
     # a stop can end before the test reads the button afterwards.
     seen = []
     panel.start_button.clicked.connect(lambda: seen.append((panel.start_button.text(), panel.start_button.isEnabled())))
-    with qtbot.waitSignal(window.engine.worker.serverStopped, timeout=30_000):
+    with handled_on_gui(qtbot, window.engine.worker.serverStopped, 30_000):
         qtbot.mouseClick(panel.start_button, Qt.MouseButton.LeftButton)
     assert seen == [("Stopping…", False)]
     qtbot.waitUntil(lambda: panel.start_button.text() == "Start server", timeout=10_000)

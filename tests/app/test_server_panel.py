@@ -9,7 +9,7 @@ from dataclasses import replace
 import httpx
 from PySide6.QtCore import Qt
 
-from tests.app.conftest import PASSAGE
+from tests.app.conftest import PASSAGE, handled_on_gui
 
 
 def free_port() -> int:
@@ -24,7 +24,7 @@ def start(window, qtbot, **values):
     panel.port.setValue(free_port())
     for key, value in values.items():
         getattr(panel, key).setText(value) if isinstance(value, str) else getattr(panel, key).setChecked(value)
-    with qtbot.waitSignal(window.engine.worker.serverStarted, timeout=60_000):
+    with handled_on_gui(qtbot, window.engine.worker.serverStarted, 60_000):
         qtbot.mouseClick(panel.start_button, Qt.MouseButton.LeftButton)
     return panel
 
@@ -66,7 +66,7 @@ def test_the_window_serves_its_model_and_its_chat_shares_the_batch(make_window, 
     thread.join(120)
     assert done.is_set()
 
-    with qtbot.waitSignal(window.engine.worker.serverStopped, timeout=30_000):
+    with handled_on_gui(qtbot, window.engine.worker.serverStopped, 30_000):
         qtbot.mouseClick(panel.start_button, Qt.MouseButton.LeftButton)
     # The signal comes from the worker's thread: waitSignal can return before the window's own (queued) slots
     # have run, so wait for them rather than read the widgets at once (CI failed on that once).
@@ -105,7 +105,7 @@ def test_a_port_in_use_is_reported_and_the_chat_keeps_working(make_window, qtbot
         window.open_server()
         panel = window._server
         panel.port.setValue(taken.getsockname()[1])
-        with qtbot.waitSignal(window.engine.worker.serverFailed, timeout=60_000):
+        with handled_on_gui(qtbot, window.engine.worker.serverFailed, 60_000):
             qtbot.mouseClick(panel.start_button, Qt.MouseButton.LeftButton)
     # serverFailed comes from the worker's thread: the panel's own (queued) slot may not have run yet.
     qtbot.waitUntil(lambda: "Could not listen" in panel.status.text(), timeout=5000)
@@ -134,7 +134,7 @@ def test_start_first_answer_and_stop_wait_on_nothing(make_window, qtbot, quick_s
         answers.append(clock() - began)
         assert reply["usage"]["completion_tokens"] == 24
     began = clock()
-    with qtbot.waitSignal(window.engine.worker.serverStopped, timeout=30_000):
+    with handled_on_gui(qtbot, window.engine.worker.serverStopped, 30_000):
         qtbot.mouseClick(panel.start_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: panel.start_button.text() == "Start server", timeout=10_000)
     stopped = clock() - began
