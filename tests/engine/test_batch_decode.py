@@ -1,5 +1,6 @@
-"""Batched multi-sequence decoding with the real embedded model: lossless per sequence, and each
-sequence's KV cache rolled back on its own."""
+"""Batched multi-sequence decoding with the real embedded SmolLM2 (Gemma's 262k vocabulary is exercised by
+test_generation; here a batch's many rows are what costs, and SmolLM2's are half the price): lossless per
+sequence, and each sequence's KV cache rolled back on its own."""
 import time
 
 import llama_cpp as L
@@ -14,6 +15,7 @@ from engine.decoding.step import StepLoop
 from engine.decoding.proposers.lookup import LookupProposer
 from engine.decoding.runtime import LoadSettings, Model, common_prefix
 from engine.decoding.sampling import SamplingParams
+from engine.modelfiles.embedded import embedded_model_path
 
 SLOTS = 4
 CHECK_SEQ = SLOTS - 1  # a sequence id the decoder is not given, for reference logits
@@ -22,6 +24,11 @@ CHECK_SEQ = SLOTS - 1  # a sequence id the decoder is not given, for reference l
 NEAR_TIE = 1.25
 EXACT_SHARE = 0.9  # ... but most tokens must be the exact argmax
 GREEDY = SamplingParams(temperature=0.0)
+
+
+@pytest.fixture(scope="module")
+def model_path():
+    return embedded_model_path()
 
 
 @pytest.fixture(scope="module")

@@ -64,8 +64,12 @@ def test_the_replay_is_deterministic_and_max_draft_bounds_the_steps():
     assert replay.replay_lookup(rec, max_draft=4)[0] <= 5 / 1.6 + 1e-9
 
 
-def test_record_and_replay_from_the_command_line(model_path, tmp_path, capsys):
-    """Recorded answers are the model's plain greedy answers; the replay prints one row per prompt."""
+def test_record_and_replay_from_the_command_line(tmp_path, capsys):
+    """Recorded answers are the model's plain greedy answers; the replay prints one row per prompt (SmolLM2:
+    recording times 65-row steps, which cost Gemma's 262k-token rows twice as much)."""
+    from engine.modelfiles.embedded import embedded_model_path
+
+    model_path = embedded_model_path()
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"id": "count", "prompt": "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,"}\n')
     out = tmp_path / "rec.json"
