@@ -24,7 +24,7 @@ from PySide6.QtCore import QCoreApplication, QObject, QThread, QTimer, Signal, S
 
 from engine.chat_format import ChatFormatter, answer_reserve
 from engine.modelfiles.embedded import DISPLAY_NAMES
-from engine.errors import EngineError
+from engine.errors import EngineError, GenerationCancelled
 from engine.decoding.generate import SpeculativeDecoder
 from engine.modelfiles.load_marker import LoadMarker
 from engine.decoding.loader import DecoderSettings, load_draft, load_target, make_proposer
@@ -113,6 +113,7 @@ class EngineWorker(QObject):
         self.draft_path: str | None = None
         self.marker = LoadMarker()  # says, after a crash mid-load, which model not to load again
         self.service = None  # engine.serving.service.Service, while serving (this thread then runs its engine loop)
+        self.closing = threading.Event()  # set from the GUI thread at shutdown: a step timing stops mid-way
         self._stop_reason = ""
 
     # --- models -------------------------------------------------------------------------------
@@ -195,11 +196,16 @@ class EngineWorker(QObject):
         """Time the verify sizes now, after the window has the model (it is usable meanwhile, and says what it
         waits on), not during the first answer. Sizes timed before for this model are not timed again."""
         self.working.emit("Timing this machine's steps for speculation (a few seconds, once per model)…")
+        target = self.decoder.target
+        target.set_interrupt(self.closing.is_set)  # closing waited for it: ~20 s for Gemma 3 270M's first timing
         try:
             self.decoder.calibrate()
+        except GenerationCancelled:
+            log.info("step timing stopped: the window is closing")
         except Exception:  # noqa: BLE001 - an answer calibrates by itself if this did not
             log.exception("calibration")
         finally:
+            target.set_interrupt(None)
             self.working.emit("")
 
     def _model_info(self) -> dict:
@@ -442,5 +448,6 @@ class EngineClient(QObject):
         self.stop_server("")
         if not self.thread.isRunning():
             return True
+        self.worker.closing.set()
         self._close.emit()
         return self.thread.wait(timeout_ms)

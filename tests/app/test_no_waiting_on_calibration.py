@@ -4,6 +4,7 @@ server gives the chat its engine back at once and a model loaded again is usable
 → Stop is timed in test_server_panel.py.)"""
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 from PySide6.QtCore import Qt
@@ -45,6 +46,23 @@ def test_the_model_is_usable_before_its_steps_are_timed_and_the_window_says_so(m
     assert window.progress.isVisible() and window.input.isEnabled()
     qtbot.waitUntil(lambda: window.statusBar().currentMessage() == "", timeout=120_000)
     assert window.engine.worker.decoder.loop.planner.steps.calibrated and not window.progress.isVisible()
+
+
+def test_closing_the_window_stops_a_step_timing_at_once(make_window, qtbot, gemma_settings, monkeypatch, tmp_path):
+    """Closing while the steps are timed ends the timing mid-way (Gemma's first took ~20 s here, and the window
+    waited for it); nothing half-timed is kept."""
+    monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(step_timings, "_tables", {})
+    monkeypatch.setattr(step_timings, "_measured_at", {})
+    window = make_window(gemma_settings, wait_loaded=False)
+    qtbot.waitUntil(lambda: window.statusBar().currentMessage().startswith("Timing this machine's steps"),
+                    timeout=120_000)
+    qtbot.wait(300)  # into the wide batches
+    started = time.perf_counter()
+    window.close()
+    assert time.perf_counter() - started < 3.0
+    assert not window.engine.thread.isRunning()
+    assert not any(step_timings._tables.values())  # a timing cut short is not kept
 
 
 def test_stopping_the_server_times_nothing_again(make_window, qtbot, monkeypatch):
