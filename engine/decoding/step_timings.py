@@ -49,7 +49,7 @@ def table_for(path: Path, n_gpu_layers: int, n_batch: int, flash_attention: bool
 def save() -> None:
     """Write every table measured so far to the cache folder (a read-only one only means timing again)."""
     with _lock:
-        kept = {k: v for k, v in _read().items() if time.time() - v.get("measured_at", 0) < MAX_AGE_S}
+        kept = {k: v for k, v in _read().items() if _saved_table(v)[1]}  # a day-old or damaged entry goes
         for key, table in _tables.items():
             if table:
                 kept[key] = {"measured_at": _measured_at[key],

@@ -227,7 +227,7 @@ def test_calibration_times_sizes_in_rounds_and_keeps_each_ones_fastest():
 def test_step_timings_are_kept_per_file_and_settings_for_a_day(tmp_path, monkeypatch):
     """A reload of the same file with the same settings, or another context size, finds the sizes timed before,
     in this process and, from the cache folder, in the next one; another batch size, a changed file, a day-old
-    or a damaged cache start empty."""
+    or a damaged cache start empty, and saving drops damaged entries."""
     import json
 
     from engine.decoding import step_timings
@@ -258,6 +258,11 @@ def test_step_timings_are_kept_per_file_and_settings_for_a_day(tmp_path, monkeyp
         saved.write_text(text)
         step_timings._tables.clear()
         assert Model(model_path, LoadSettings(n_ctx=512), vocab_only=True).step_timings == {}, text
+    saved.write_text(json.dumps({"someone else's": 5, "odd": {"measured_at": "today"}}))  # damaged entries ...
+    step_timings._tables.clear()
+    step_timings.table_for(model_path, -1, 512, None)[(2, 1)] = 0.02
+    step_timings.save()  # ... are dropped when the next timings are saved, not a crash
+    assert list(json.loads(saved.read_text())) == list(json.loads(kept))
     step_timings.forget()  # the made-up timings go; later loads read the real cache folder again
 
 
