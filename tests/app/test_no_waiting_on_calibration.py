@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+import pytest
 from PySide6.QtCore import Qt
 
 import engine.decoding.step as step
@@ -28,13 +29,18 @@ def watch_timing(monkeypatch) -> list[list[int]]:
     return timed
 
 
-def test_the_model_is_usable_before_its_steps_are_timed_and_the_window_says_so(make_window, qtbot, quick_settings,
-                                                                               monkeypatch, tmp_path):
-    # As at the app's first start on this machine: nothing timed yet (the run's own timings are set aside, not
-    # lost), and drafts of up to 8 so that only 9 sizes are timed.
+@pytest.fixture
+def first_start(monkeypatch, tmp_path):
+    """As at the app's first start on this machine: nothing timed yet (the run's own timings are set aside, not
+    lost)."""
     monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(step_timings, "_tables", {})
     monkeypatch.setattr(step_timings, "_measured_at", {})
+
+
+def test_the_model_is_usable_before_its_steps_are_timed_and_the_window_says_so(make_window, qtbot, quick_settings,
+                                                                               first_start):
+    # Drafts of up to 8, so that only 9 sizes are timed.
     seen = {}
     window = make_window(replace(quick_settings, max_draft=8), wait_loaded=False)
     window.modelLoaded.connect(lambda info: seen.setdefault(
@@ -48,12 +54,9 @@ def test_the_model_is_usable_before_its_steps_are_timed_and_the_window_says_so(m
     assert window.engine.worker.decoder.loop.planner.steps.calibrated and not window.progress.isVisible()
 
 
-def test_closing_the_window_stops_a_step_timing_at_once(make_window, qtbot, gemma_settings, monkeypatch, tmp_path):
+def test_closing_the_window_stops_a_step_timing_at_once(make_window, qtbot, gemma_settings, first_start):
     """Closing while the steps are timed ends the timing mid-way (Gemma's first took ~20 s here, and the window
     waited for it); nothing half-timed is kept."""
-    monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(step_timings, "_tables", {})
-    monkeypatch.setattr(step_timings, "_measured_at", {})
     window = make_window(gemma_settings, wait_loaded=False)
     qtbot.waitUntil(lambda: window.statusBar().currentMessage().startswith("Timing this machine's steps"),
                     timeout=120_000)

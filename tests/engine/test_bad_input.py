@@ -3,8 +3,6 @@ import shutil
 
 import pytest
 
-from engine.modelfiles.embedded import embedded_model_path
-
 from engine.measure.bench import main as bench_main
 from engine.errors import ContextOverflowError, InvalidSettingError, ModelFileError, VocabMismatchError
 from engine.decoding.cost_model import SpeculationConfig
@@ -12,6 +10,7 @@ from engine.decoding.generate import SpeculativeDecoder
 from engine.decoding.loader import DecoderSettings
 from engine.decoding.proposers.lookup import LookupProposer
 from engine.decoding.runtime import LoadSettings, Model
+from engine.modelfiles.embedded import embedded_model_path
 from engine.decoding.sampling import SamplingParams
 from engine.modelfiles.vocab_check import require_compatible
 
