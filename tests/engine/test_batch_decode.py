@@ -406,8 +406,8 @@ def test_a_shared_system_prompt_is_shared_and_a_conversation_keeps_its_cache(bat
     first = system + batch_target.tokenize("Question: what colour is the sky?", add_bos=False)
     second = system + batch_target.tokenize("Question: what do cats eat?", add_bos=False)
 
-    def answer(prompt: list[int]) -> Job:
-        job = Job(f"j{len(prompt)}", list(prompt), GREEDY, max_tokens=24, ignore_eos=True)
+    def answer(prompt: list[int], max_tokens: int = 24) -> Job:
+        job = Job(f"j{len(prompt)}", list(prompt), GREEDY, max_tokens=max_tokens, ignore_eos=True)
         batch.submit(job)
         run_jobs(batch)
         return job
@@ -429,7 +429,7 @@ def test_a_shared_system_prompt_is_shared_and_a_conversation_keeps_its_cache(bat
     # the context: more conversations give up the least recently used ones.
     for topic in ("rivers", "mountains", "deserts", "forests"):
         question = f"Question: name three famous {topic}, say where they are and why people visit them. " * 8
-        last = answer(system + batch_target.tokenize(question, add_bos=False))
+        last = answer(system + batch_target.tokenize(question, add_bos=False), max_tokens=2)  # they only fill
     held = [len(tokens) for tokens in batch.cached.values()]
     assert 2 * len(last.prompt) > KEPT_SHARE * batch_target.n_ctx  # two such conversations would not fit ...
     assert sum(held) <= KEPT_SHARE * batch_target.n_ctx and len(held) < SLOTS - 1  # ... so others were given up

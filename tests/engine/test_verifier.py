@@ -25,9 +25,10 @@ def first_token_counts(params: SamplingParams, draft_kind: str, trials: int = 20
     verifier = Verifier(params, device, seed=1234)
     q = filter_logits(torch.from_numpy(DRAFT), params)
     counts = np.zeros(TARGET.shape[1], dtype=np.int64)
+    guesses = q.ids[0][torch.multinomial(q.probs[0], trials, replacement=True, generator=gen)].tolist()  # d ~ q
     for trial in range(trials):  # each trial stands for a different position in a sequence
         if draft_kind == "model":
-            d = q.sample(0, gen)
+            d = guesses[trial]
             verdict = verifier.verify(TARGET, [d], q, position=trial)
         else:  # lookup: a fixed point-mass guess
             d = 1
