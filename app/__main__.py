@@ -2,6 +2,8 @@
 
     specchat                      open the window
     specchat --send "Hello"       open it and send a message in a new conversation
+    specchat doctor [--json]      the system check (engine.doctor): llama.cpp's build and devices, the VRAM
+                                  reader, where the model's layers went, a 15-second bench
     specchat --smoke-test         check the whole path offscreen: send one message to the embedded model
                                   with prompt lookup, print the response's figures, text and model as one
                                   JSON line, exit 0 (non-zero on any failure). Uses temporary settings and
@@ -59,7 +61,12 @@ def _setup_logging() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args, qt_args = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["doctor"]:  # the system check, without a window (also how the bundle runs it as a child)
+        from engine.doctor import main as doctor
+
+        return doctor(argv[1:])
+    args, qt_args = parse_args(argv)
     if args.smoke_test:
         from engine.paths import config_dir
 

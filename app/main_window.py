@@ -55,6 +55,7 @@ class MainWindow(QMainWindow):
         self.edited = None  # the message being edited: its new text is sent as a branch beside it
         self._lab = None
         self._compare = None
+        self._system_check = None
         self._server = None
         self._models_dialog = None
         self._changed_conversation: int | None = None
@@ -214,6 +215,7 @@ class MainWindow(QMainWindow):
         model_menu.addSeparator()
         self._action(model_menu, "&Reload model", self.load_models)
         help_menu = self.menuBar().addMenu("&Help")
+        self._action(help_menu, "System &check…", self.open_system_check)
         self._action(help_menu, "About the &figures", self._explain_figures)
         self._action(help_menu, "&About SpecChat", self._about)
 
@@ -595,6 +597,20 @@ class MainWindow(QMainWindow):
         self._compare.show()
         self._compare.raise_()
 
+    def open_system_check(self) -> None:
+        """engine.doctor's report: the build, the devices, the VRAM reader, and a bench on this window's model."""
+        from app.doctor.dialog import SystemCheckDialog
+        if self._system_check is None:
+            self._system_check = SystemCheckDialog(self._doctor_arguments, self)
+        self._system_check.show()
+        self._system_check.raise_()
+
+    def _doctor_arguments(self) -> list[str]:
+        s = self.settings
+        draft = ["--draft", s.draft] if s.draft and s.effective_method == "draft" else []
+        threads = ["--threads", str(s.threads)] if s.threads else []
+        return ["--model", s.model, *draft, "--gpu-layers", str(s.n_gpu_layers), *threads]
+
     def apply_recommendation(self, changes: dict) -> None:
         changes = dict(changes)
         if changes.get("method") in ("draft", "lookup"):
@@ -628,7 +644,7 @@ class MainWindow(QMainWindow):
 
     # --- closing ------------------------------------------------------------------------------
     def closeEvent(self, event) -> None:
-        for window in (self._lab, self._models_dialog, self._compare):  # a Compare run is cancelled too
+        for window in (self._lab, self._models_dialog, self._compare, self._system_check):  # a Compare run is cancelled too
             if window is not None:
                 window.close()
         self.session.stop()

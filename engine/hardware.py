@@ -7,6 +7,8 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import shutil
+import subprocess
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -159,3 +161,53 @@ def read_memory(backend: str) -> MemoryReading:
         if device is not None:
             return MemoryReading(device, "VRAM", "llama.cpp device memory, whole GPU")
     return MemoryReading(psutil.Process().memory_info().rss, "RAM", "process resident set")
+
+
+def device_memory(device: Device) -> tuple[int, int] | None:
+    """(free, total) bytes of one llama.cpp device, as its backend reports them; None when it reports nothing."""
+    free, total = ctypes.c_size_t(), ctypes.c_size_t()
+    try:
+        _ggml().ggml_backend_dev_memory(device.handle, ctypes.byref(free), ctypes.byref(total))
+    except (OSError, AttributeError) as exc:
+        log.debug("cannot read %s's memory: %s", device.name, exc)
+        return None
+    return (free.value, total.value) if total.value else None
+
+
+def nvidia_gpus() -> tuple[list[str], str]:
+    """The NVIDIA GPUs this machine shows, whatever llama.cpp was built with, and how they were seen (or why
+    none could be): NVML first (nvidia-ml-py), else `nvidia-smi -L`."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        names = [pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
+                 for i in range(pynvml.nvmlDeviceGetCount())]
+        return [n.decode() if isinstance(n, bytes) else str(n) for n in names], "NVML"
+    except ImportError:
+        nvml = "nvidia-ml-py not installed"
+    except Exception as exc:  # no driver, a container without the device
+        nvml = f"NVML: {exc}"
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return [], f"{nvml}; nvidia-smi not found"
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return [], f"{nvml}; nvidia-smi failed: {exc}"
+    names = [line.split(":", 1)[1].split("(UUID")[0].strip() for line in out.stdout.splitlines()
+             if line.startswith("GPU ") and ":" in line]
+    return names, "nvidia-smi" if names else f"{nvml}; nvidia-smi lists no GPU"
+
+
+def vram_reader(backend: str) -> tuple[str | None, str]:
+    """Which reading read_memory gives for a model on `backend`: (source, why), source None when VRAM cannot be
+    read (the figure then shows the process's RAM, labelled RAM)."""
+    if backend == "CPU":
+        return None, "the model runs on the CPU (this llama.cpp build, or GPU layers set to 0): RAM is shown"
+    if _nvml_process_bytes() is not None:
+        return "NVML, this process", "per-process VRAM from the NVIDIA driver"
+    if _ggml_gpu_bytes() is not None:
+        return "llama.cpp device memory, whole GPU", ("NVML gives no per-process figure here (install "
+                                                      "nvidia-ml-py on NVIDIA), so the whole GPU's use is shown")
+    return None, f"neither NVML nor the {backend} backend reports memory"

@@ -8,6 +8,7 @@ from PySide6.QtCore import Qt
 from app.conversations.store import ConversationStore, Message, default_path
 
 from conftest import PASSAGE, STALL_LIMIT_S  # noqa: E402 - tests/app/conftest.py
+from this_build import BACKEND, MEMORY_KIND  # tests/this_build.py: read from the build
 
 
 def saved_messages(conversation_id):
@@ -42,14 +43,14 @@ def test_send_streams_text_with_live_stats_and_saves_them(make_window, qtbot, wa
     assert stats["generated"] >= 2 and stats["tokens_per_s"] > 0 and stats["ttft_s"] > 0
     assert stats["method"] == "lookup" and stats["drafted"] > 0 and stats["accepted"] > 0
     assert 0 < stats["acceptance_rate"] <= 1 and stats["mean_acceptance_length"] > 1
-    assert stats["memory_kind"] == "RAM" and stats["memory_bytes"] > 50e6 and stats["backend"] == "CPU"
+    assert stats["memory_kind"] == MEMORY_KIND and stats["memory_bytes"] > 50e6 and stats["backend"] == BACKEND
     assert reply.draft_spans  # accepted-draft characters are known, for the colour toggle
 
     shown = window.view.widget_for(window.session.model.rowCount() - 1)
     assert "lighthouse" in shown.text.toPlainText()
     line = shown.stats.text()
     for part in (f"{stats['tokens_per_s']:.1f} tok/s", f"TTFT {stats['ttft_s']:.2f} s",
-                 f"({stats['accepted']}/{stats['drafted']})", "prompt lookup", "RAM ", "CPU"):
+                 f"({stats['accepted']}/{stats['drafted']})", "prompt lookup", f"{MEMORY_KIND} ", BACKEND):
         assert part in line, (part, line)
 
     saved = saved_messages(window.session.conversation_id)

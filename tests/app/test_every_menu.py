@@ -90,7 +90,7 @@ def test_every_menu_item_works_when_triggered(make_window, qtbot, wait_response,
     assert json.loads(export.read_text())["messages"]
     assert len(window.store.conversations()) == conversations + 1
     assert {"The figures under each response", "About SpecChat"} <= set(closed)
-    for opened in (window._lab, window._compare, window._server, window._models_dialog):
+    for opened in (window._lab, window._compare, window._server, window._models_dialog, window._system_check):
         assert opened is not None and opened.isVisible()
         opened.close()
     dict(actions)[quit_label].trigger()

@@ -104,6 +104,6 @@ def test_every_window_fits_its_default_size(make_window, qtbot, wait_response, a
     for shown in open_windows(window)[1:]:
         shown.close()
     expected = {"Settings", "Chat settings", "Models", "Speculation lab", "Compare plain vs speculation", "Server",
-                "About SpecChat", "The figures under each response"}
+                "About SpecChat", "The figures under each response", "System check"}
     assert expected <= looked_at, f"not checked: {expected - looked_at}"
     assert not problems, "\n".join(problems)

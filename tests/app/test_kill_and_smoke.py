@@ -15,6 +15,7 @@ from app.chat.session import title_from
 from app.settings.values import AppSettings, save_settings
 from app.conversations.store import Message, default_path, open_store
 from engine.modelfiles.embedded import EMBEDDED_GEMMA, SMOLLM2_FILE
+from this_build import BACKEND, MEMORY_KIND  # tests/this_build.py: read from the build
 
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,7 +112,7 @@ def test_smoke_test_prints_real_stats(dirs):
     assert stats["drafted"] > 0 and 0 <= stats["accepted"] <= stats["drafted"]
     assert stats["acceptance_rate"] == pytest.approx(stats["accepted"] / stats["drafted"])
     assert stats["mean_acceptance_length"] >= 1
-    assert stats["memory_bytes"] > 50e6 and stats["memory_kind"] == "RAM" and stats["backend"] == "CPU"
+    assert stats["memory_bytes"] > 50e6 and stats["memory_kind"] == MEMORY_KIND and stats["backend"] == BACKEND
     assert stats["method"] == "lookup"
     assert not (dirs / "config" / "settings.json").exists()  # the smoke test leaves the user's files alone
 

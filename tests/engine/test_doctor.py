@@ -1,0 +1,113 @@
+"""python -m engine.doctor: what this machine really has (here a CPU-only llama.cpp: no GPU offload, no VRAM
+reading, every layer on the CPU; on a GPU build, what tests/this_build.py reads) and a measured bench, on the real
+embedded SmolLM2; and the usual mistake, an NVIDIA GPU beside a CPU-only build, named with its fix (the GPU is a
+stand-in `nvidia-smi`, as none is here)."""
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import llama_cpp
+import pytest
+import torch
+
+from engine import hardware
+from engine.measure import doctor
+from this_build import BACKEND, GPU_OFFLOAD, MEMORY_KIND, ON_GPU  # tests/this_build.py: read from the build
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_doctor(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "engine.doctor", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600, env=env)
+
+
+@pytest.fixture(scope="module")
+def report() -> dict:
+    done = run_doctor("--json", "--seconds", "0")  # one round of each method: the bench's path, not its length
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1, done.stdout  # one JSON line, llama.cpp's chatter kept off stdout
+    return json.loads(lines[0])
+
+
+def test_the_build_and_devices_are_read_not_assumed(report):
+    ll = report["llama_cpp"]
+    assert ll["version"] == llama_cpp.__version__ and ll["backend"] == BACKEND
+    assert ll["gpu_offload"] is GPU_OFFLOAD  # here False: a CPU-only build
+    assert "CPU" in ll["system_info"]
+    cpu = [d for d in report["devices"] if d["name"] == "CPU"]
+    assert cpu and not cpu[0]["gpu"] and cpu[0]["total_bytes"] > 2**30  # the machine's RAM, as ggml reads it
+    assert report["torch"]["device"] == ("cuda" if torch.cuda.is_available() else "cpu")
+    if not ON_GPU:
+        assert report["vram_reader"]["source"] is None and "CPU" in report["vram_reader"]["why"]
+        assert report["nvidia_gpus"] == [] and report["problems"] == []
+    else:
+        assert [d for d in report["devices"] if d["gpu"] and d["total_bytes"]]
+
+
+def test_the_model_placement_comes_from_llama_cpps_load_log(report):
+    model = report["model"]
+    assert model["backend"] == BACKEND and model["layers"] == 31  # SmolLM2's 30 blocks and its output layer
+    assert model["layers_on_gpu"] == (31 if ON_GPU else 0)  # every layer, where the build can offload
+    if not GPU_OFFLOAD:
+        assert model["layers_by_device"] == {"CPU": 31} and model["note"] == "this llama.cpp build has no GPU backend"
+    assert sum(model["weights_bytes_by_buffer"].values()) > 80 * 2**20  # the 98 MB file's weights
+    assert report["memory"]["kind"] == MEMORY_KIND and report["memory"]["bytes"] > 0
+
+
+def test_the_bench_is_measured_for_each_method(report):
+    bench = report["bench"]
+    assert set(bench["methods"]) == {"plain", "lookup"}
+    plain, lookup = bench["methods"]["plain"], bench["methods"]["lookup"]
+    assert plain["tokens_per_s"] > 0 and plain["acceptance_rate"] is None and plain["vs_plain"] == 1.0
+    assert lookup["tokens_per_s"] > 0 and lookup["runs"] >= 1
+    assert lookup["vs_plain"] == round(lookup["tokens_per_s"] / plain["tokens_per_s"], 3)
+    text = doctor.describe(report)
+    assert f"backend {BACKEND}" in text and f"layers on the GPU {31 if ON_GPU else 0}/31" in text
+    assert "lookup" in text and "tok/s" in text
+    if not ON_GPU:
+        assert "not supported by this build" in text and "VRAM reader: n/a" in text and "No problems found." in text
+
+
+@pytest.fixture
+def fake_nvidia_smi(tmp_path, monkeypatch):
+    """An `nvidia-smi` on PATH that lists one GPU, as the real one prints it."""
+    tool = tmp_path / "nvidia-smi"
+    tool.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-4f6d2a1e-0000-0000-0000-000000000000)'\n")
+    tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    return tool
+
+
+@pytest.mark.skipif(GPU_OFFLOAD, reason="needs a CPU-only llama.cpp build")
+def test_an_nvidia_gpu_beside_a_cpu_only_build_is_named_with_the_rebuild_command(fake_nvidia_smi, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # as without nvidia-ml-py: nvidia-smi is asked
+    names, how = hardware.nvidia_gpus()
+    assert names == ["NVIDIA H200"] and how == "nvidia-smi"
+    facts = doctor.system_facts()
+    first = facts["problems"][0]
+    assert "NVIDIA H200" in first["problem"] and "CPU-only" in first["problem"]
+    assert first["fix"].startswith(f'CMAKE_ARGS="-DGGML_CUDA=on" {sys.executable} -m pip install --force-reinstall')
+    assert f"llama-cpp-python=={llama_cpp.__version__}" in first["fix"]
+    assert any("torch is a CPU build" in p["problem"] for p in facts["problems"]) is not torch.cuda.is_available()
+    assert "PROBLEM: An NVIDIA GPU is here" in doctor.describe(facts)
+
+
+@pytest.mark.skipif(GPU_OFFLOAD, reason="needs a CPU-only llama.cpp build")
+def test_the_command_line_says_the_problem_and_specchat_doctor_runs_it(fake_nvidia_smi):
+    done = subprocess.run([sys.executable, "-m", "app", "doctor", "--no-model"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env=dict(os.environ))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "NVIDIA GPUs: NVIDIA H200 (nvidia-smi)" in done.stdout and "-DGGML_CUDA=on" in done.stdout
+
+
+def test_a_model_that_cannot_load_is_a_clear_error(tmp_path):
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"GGUF" + b"\0" * 64)
+    done = run_doctor("--json", "--no-bench", "--model", str(bad))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "broken.gguf" in json.loads(done.stdout)["error"]
