@@ -12,7 +12,8 @@ recorded curve, and sets the result beside two baselines on the same clock:
   answer, longest-match proposals without learned edits). It bounds what choosing draft lengths can win;
 - the any-copy bound: the same, with each step's draft copied from whichever earlier place in the history
   the answer follows furthest. It bounds what any prompt-lookup proposer can win on these step costs.
-Each figure is a decode speed-up: plain decoding's time over the method's, per prompt. Deterministic,
+Each figure is a decode speed-up: plain decoding's time over the method's, per prompt. `replay --curves FILE
+--shape NAME` charges another device's curve instead (engine.measure.gpu_kit): a prediction for that device. Deterministic,
 about a second per prompt set; a replay does not see what the curve leaves out (numerics that part
 greedy answers at near-ties, a context that grows, other programs). `trace` prints every replayed step of
 chosen answers: what lookup offered, how much of it the answer keeps, and what the planner drafted.
@@ -91,6 +92,17 @@ def record(model: str, prompts: Sequence[dict], max_tokens: int, chat: bool = Fa
         return Recording(target.name, curve, answers, sorted(t for t in used if target.is_end(t)))
     finally:
         target.close()
+
+
+def on_device(recording: Recording, curves_path: str | Path, shape: str) -> Recording:
+    """The recording's answers on another device's step costs: one shape's curve from a gpu_kit curves file."""
+    shapes = json.loads(Path(curves_path).read_text())["shapes"]
+    if shape not in shapes:
+        raise ValueError(f"{curves_path} has no curve for {shape!r}; it has {', '.join(shapes)}")
+    found = shapes[shape]
+    curve = {int(rows): seconds for rows, seconds in found["seconds_by_rows"].items()}
+    return Recording(f"{recording.model} on {shape}'s {found.get('backend', '?')} step costs", curve,
+                     recording.answers, recording.ends)
 
 
 class ReplayTarget:
@@ -326,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
     rep = sub.add_parser("replay", help="replay lookup, ngram-simple and the hindsight bound on a recording")
     rep.add_argument("recording")
     rep.add_argument("--max-draft", type=int, default=DEFAULT_MAX_DRAFT)
+    rep.add_argument("--curves", help="a curves file from engine.measure.gpu_kit: predict on that device's step costs")
+    rep.add_argument("--shape", help="with --curves: whose curve (e.g. qwen2-7b)")
     tr = sub.add_parser("trace", help="every replayed lookup step: offered, keepable, drafted, accepted")
     tr.add_argument("recording")
     tr.add_argument("ids", nargs="*", help="answers to show (all when none)")
@@ -338,7 +352,12 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "trace":
         print(trace(Recording.load(args.recording), args.ids, args.max_draft))
     else:
-        print(report(Recording.load(args.recording), args.max_draft))
+        recording = Recording.load(args.recording)
+        if args.curves:
+            if not args.shape:
+                parser.error("--curves needs --shape")
+            recording = on_device(recording, args.curves, args.shape)
+        print(report(recording, args.max_draft))
     return 0
 
 

@@ -146,3 +146,24 @@ def test_the_trace_shows_every_step_and_what_the_answer_would_have_kept(tmp_path
     assert replay.main(["trace", str(path), "copy"]) == 0
     out = capsys.readouterr().out
     assert "| copy | 1 |" in out and "| fresh |" not in out and f"copy: {speed_ups[0]:.2f}x" in out
+
+
+def test_the_same_answers_gain_more_on_a_device_whose_extra_rows_are_nearly_free(tmp_path, capsys):
+    """A prediction for another device: the recording's answers replayed on a gpu_kit curve. Where a verified row
+    costs 1% of a step (a GPU) the planner drafts longer and gains more than on the CPU-like curve; nothing in it
+    assumes a CPU."""
+    import json
+
+    rec_path, curves = tmp_path / "rec.json", tmp_path / "curves.json"
+    synthetic(copy_and_fresh()).save(rec_path)
+    flat = {str(rows): 0.010 * (1 + 0.01 * (rows - 1)) for rows in (1, 2, 4, 8, 16, 32, 64)}
+    curves.write_text(json.dumps({"shapes": {"qwen2-7b": {"backend": "CUDA", "seconds_by_rows": flat}}}))
+    on_gpu = replay.on_device(Recording.load(rec_path), curves, "qwen2-7b")
+    assert on_gpu.curve[64] == pytest.approx(0.0163) and on_gpu.answers == synthetic(copy_and_fresh()).answers
+    cpu, gpu = replay.replay_lookup(synthetic(copy_and_fresh())), replay.replay_lookup(on_gpu)
+    assert gpu[0] > cpu[0] * 1.3 and gpu[1] == pytest.approx(1.0)  # the copy pays more; the fresh answer still 1.0x
+    capsys.readouterr()
+    assert replay.main(["replay", str(rec_path), "--curves", str(curves), "--shape", "qwen2-7b"]) == 0
+    assert "on qwen2-7b's CUDA step costs" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="no curve for 'llama3-8b'"):
+        replay.on_device(Recording.load(rec_path), curves, "llama3-8b")
