@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The GPU check in one run, for a bare NVIDIA machine without network (like the lent one: CUDA's nvcc, CMake,
+# ninja, Python with torch, numpy, psutil and huggingface_hub; no PySide6). It writes OUT/report.json:
+#   engine.doctor (backend, devices, VRAM reader, layers on the GPU, a bench), the GPU kit's step-cost curves for
+#   four real model shapes, the sampling math timed on the CPU and on CUDA, and the engine tests that run there.
+#
+#   bash packaging/gpu_check.sh OUT         on the GPU machine: builds llama-cpp-python with -DGGML_CUDA=on for
+#                                           this GPU's architecture only, from the pack that
+#                                           packaging/gpu_check_pack.sh made here (build/gpu-pack, < 64 MiB)
+#   bash packaging/gpu_check.sh --cpu OUT   anywhere, on this project's .venv: no build, small shapes (CI runs it)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=gpu
+[ "${1:-}" = "--cpu" ] && { mode=cpu; shift; }
+out=$(mkdir -p "${1:?usage: gpu_check.sh [--cpu] OUT}" && cd "$1" && pwd)
+pack=${GPU_PACK:-build/gpu-pack}
+log() { echo "[gpu_check $(date +%H:%M:%S)] $*" >&2; }
+
+if [ "$mode" = gpu ]; then
+  venv=${GPU_VENV:-/tmp/specchat-gpu-venv}
+  # The machine's own torch, numpy and psutil; the rest from the pack's wheels, offline.
+  [ -x "$venv/bin/python" ] || python3 -m venv --system-site-packages "$venv"
+  py="$venv/bin/python"
+  "$py" -m pip install -q --no-index --find-links "$pack/wheels" "$pack"/wheels/*.whl
+  if ! "$py" -c 'import llama_cpp, sys; sys.exit(0 if llama_cpp.llama_supports_gpu_offload() else 1)' 2>/dev/null; then
+    arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '. ')
+    log "building llama-cpp-python with CUDA for sm_${arch} on $(nproc) cores"
+    CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=${arch} -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF" \
+      CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+      "$py" -m pip install -q --no-index --no-build-isolation --no-deps "$pack"/llama_cpp_python-*.tar.gz \
+      > "$out/build.log" 2>&1 || { tail -50 "$out/build.log" >&2; exit 1; }
+    log "built"
+  fi
+  shapes=qwen2-0.5b,qwen2-1.5b,qwen2-7b,llama3-8b
+  target=qwen2-1.5b draft=qwen2-0.5b max_rows=64 bench_s=10
+  tests=(tests/engine/test_gpu_kit.py tests/engine/test_verifier.py)
+  kit=${GPU_KIT_DIR:-/tmp/specchat-gpu-kit}
+else
+  py=.venv/bin/python
+  shapes=tiny-test,qwen2-0.5b
+  target=tiny-test draft=tiny-test max_rows=16 bench_s=0  # small and one round: the path, quickly
+  tests=(tests/engine/test_gpu_kit.py)  # the verifier's run in the suite already
+  kit="$out/kit"
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # the engine from this tree, installed or not
+
+log "doctor (system)"
+"$py" -m engine.doctor --json --no-model > "$out/doctor-system.json"
+log "kit: writing $shapes"
+"$py" -m engine.measure.gpu_kit write --out "$kit" --shapes "$shapes"
+log "kit: curves up to $max_rows rows"
+"$py" -m engine.measure.gpu_kit curves --models "$kit" --out "$out/curves.json" --max-rows "$max_rows"
+log "kit: sampling math by device"
+"$py" -m engine.measure.gpu_kit sampling --out "$out/sampling.json"
+# The kit's files are random: the bench's speeds are real, its acceptance says nothing about real models.
+doctor_draft=()
+[ "$mode" = gpu ] && doctor_draft=(--draft "$kit/$draft.gguf")
+log "doctor (random-weight $target${doctor_draft:+, draft $draft})"
+"$py" -m engine.doctor --json --model "$kit/$target.gguf" "${doctor_draft[@]}" --seconds "$bench_s" > "$out/doctor-model.json"
+log "engine tests that need neither Qt nor the embedded models"
+set +e
+"$py" -m pytest -q -p no:cacheprovider "${tests[@]}" > "$out/tests.txt" 2>&1
+tests_rc=$?
+set -e
+"$py" - "$out" "$mode" "$tests_rc" <<'EOF'
+import json, sys
+from pathlib import Path
+out, mode, rc = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+report = {"mode": mode, "tests": {"returncode": rc, "summary": (out / "tests.txt").read_text().strip().splitlines()[-1:]}}
+for name in ("doctor-system", "doctor-model", "curves", "sampling"):
+    report[name] = json.loads((out / f"{name}.json").read_text())
+(out / "report.json").write_text(json.dumps(report, indent=1))
+print(json.dumps({"mode": mode, "backend": report["doctor-model"]["llama_cpp"]["backend"],
+                  "layers_on_gpu": report["doctor-model"]["model"]["layers_on_gpu"], "tests": report["tests"]}))
+EOF
+exit "$tests_rc"
