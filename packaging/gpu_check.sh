@@ -21,7 +21,7 @@ if [ "$mode" = gpu ]; then
   # The machine's own torch, numpy and psutil; the rest from the pack's wheels, offline.
   [ -x "$venv/bin/python" ] || python3 -m venv --system-site-packages "$venv"
   py="$venv/bin/python"
-  "$py" -m pip install -q --no-index --find-links "$pack/wheels" "$pack"/wheels/*.whl
+  "$py" -m pip install -q --no-index --no-deps "$pack"/wheels/*.whl
   if ! "$py" -c 'import llama_cpp, sys; sys.exit(0 if llama_cpp.llama_supports_gpu_offload() else 1)' 2>/dev/null; then
     arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '. ')
     log "building llama-cpp-python with CUDA for sm_${arch} on $(nproc) cores"
