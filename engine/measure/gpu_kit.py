@@ -1,10 +1,10 @@
 """Step-cost curves of real model shapes on any llama.cpp backend, with nothing to download.
 
-python -m engine.measure.gpu_kit write --out DIR [--shapes qwen2-0.5b,qwen2-1.5b,qwen2-7b,llama3-8b]
+python -m engine.measure.gpu_kit write --out DIR [--shapes qwen2-0.5b,qwen2-1.5b,qwen2-7b,llama3-8b] [--quant Q4_0]
 python -m engine.measure.gpu_kit curves --models DIR --out curves.json [--max-rows 64] [--gpu-layers N]
 python -m engine.measure.gpu_kit sampling --out sampling.json
 
-`write` makes GGUF files with random Q4_0 weights in the shapes of real models (their vocabulary, width, depth,
+`write` makes GGUF files with random weights (Q4_0 unless --quant says) in the shapes of real models (their vocabulary, width, depth,
 heads and feed-forward size): a step's cost depends on the shapes and the quantisation, not on the weights, and
 such files are made in seconds where a real 7B could neither be downloaded nor carried. `curves` loads each one
 (every layer on the GPU where the build has one) and times a target step per number of verified rows, 1 to
@@ -14,7 +14,9 @@ curves.json --shape qwen2-7b` then predicts what prompt lookup would gain on tha
 CUDA (where torch has it), so the faster place for that math is measured, not assumed.
 
 Q4_0 rather than the usual Q4_K_M: it is the one 4-bit type every backend has and every row size here allows
-(Q4_K needs widths in 256s; Qwen2 0.5B's is 896). Its steps cost about what Q4_K_M's do.
+(Q4_K needs widths in 256s; Qwen2 0.5B's is 896). The type matters on a CPU, where llama.cpp repacks some types
+for faster multi-row kernels: a curve meant to stand for a real file is taken in that file's type (--quant Q4_1
+for the embedded SmolLM2, whose Q4_0 curve made several verified rows 25-40% cheaper than its own).
 """
 from __future__ import annotations
 
@@ -28,7 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
-Q4_0_BLOCK, Q4_0_BYTES = 32, 18  # weights per block, bytes per block (an f16 scale and 16 bytes of nibbles)
+BLOCK = 32  # weights per block in each type below
+# bytes per block, and how many leading f16 values (scale, then minimum) each block starts with
+QUANTS = {"Q4_0": (18, 1), "Q4_1": (20, 2), "Q8_0": (34, 1)}
+DEFAULT_QUANT = "Q4_0"
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,8 @@ SHAPES = {s.name: s for s in (
     Shape("qwen2-1.5b", "qwen2", 151936, 1536, 28, 12, 2, 8960, 1_000_000.0, True),
     Shape("qwen2-7b", "qwen2", 152064, 3584, 28, 28, 4, 18944, 1_000_000.0, False),
     Shape("llama3-8b", "llama", 128256, 4096, 32, 32, 8, 14336, 500_000.0, False),
+    # The embedded default's shape, so the kit's curve can be checked against live runs of the real model here.
+    Shape("smollm2-135m", "llama", 49152, 576, 30, 9, 3, 1536, 100_000.0, True),
     # Not a real model: small enough for a test to write and time in a second or two.
     Shape("tiny-test", "llama", 4096, 256, 2, 4, 2, 512, 10_000.0, True),
 )}
@@ -67,17 +74,18 @@ CURVE_ROWS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 16, 20, 24, 32, 40, 48, 56,
 
 
 class _WeightPool:
-    """Random Q4_0 blocks with a small, finite scale, of which every tensor is a view: a 7B file writes ~4 GB,
-    and one pool as large as the largest tensor keeps memory to that one tensor."""
+    """Random blocks of one type with small, finite f16 scales, of which every tensor is a view: a 7B file writes
+    ~4 GB, and one pool as large as the largest tensor keeps memory to that one tensor."""
 
-    def __init__(self, largest_bytes: int, seed: int = 0):
-        blocks = -(-largest_bytes // Q4_0_BYTES)
-        pool = np.random.default_rng(seed).integers(0, 256, size=(blocks, Q4_0_BYTES), dtype=np.uint8)
-        pool[:, :2] = np.array([0.002], dtype=np.float16).view(np.uint8)  # the f16 scale of every block
+    def __init__(self, quant: str, largest_weights: int, seed: int = 0):
+        self.block_bytes, halves = QUANTS[quant]
+        blocks = -(-largest_weights // BLOCK)
+        pool = np.random.default_rng(seed).integers(0, 256, size=(blocks, self.block_bytes), dtype=np.uint8)
+        pool[:, :2 * halves] = np.full(halves, 0.002, dtype=np.float16).view(np.uint8)  # scale (and minimum)
         self.bytes = pool.reshape(-1)
 
     def matrix(self, rows: int, cols: int) -> np.ndarray:
-        width = cols // Q4_0_BLOCK * Q4_0_BYTES
+        width = cols // BLOCK * self.block_bytes
         return self.bytes[:rows * width].reshape(rows, width)
 
 
@@ -108,12 +116,12 @@ def _vectors(shape: Shape) -> list[tuple[str, np.ndarray]]:
     return out
 
 
-def write(shape: Shape, path: Path) -> Path:
-    """A GGUF file of `shape` with random Q4_0 weights and a made-up SentencePiece vocabulary of its size."""
+def write(shape: Shape, path: Path, quant: str = DEFAULT_QUANT) -> Path:
+    """A GGUF file of `shape` with random weights of type `quant` and a made-up SentencePiece vocabulary of its size."""
     import gguf  # the writer from llama.cpp's gguf-py: a test dependency, and carried to a GPU machine
 
     matrices = _matrices(shape)
-    pool = _WeightPool(max(rows * cols // Q4_0_BLOCK * Q4_0_BYTES for _, rows, cols in matrices))
+    pool = _WeightPool(quant, max(rows * cols for _, rows, cols in matrices))
     writer = gguf.GGUFWriter(str(path), shape.arch)
     writer.add_name(f"random {shape.name} (SpecChat GPU kit)")
     writer.add_context_length(8192)
@@ -124,7 +132,7 @@ def write(shape: Shape, path: Path) -> Path:
     writer.add_head_count_kv(shape.n_head_kv)
     writer.add_rope_freq_base(shape.rope_theta)
     writer.add_layer_norm_rms_eps(1e-6)
-    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0)
+    writer.add_file_type(getattr(gguf.LlamaFileType, f"MOSTLY_{quant}"))
     # SentencePiece: <unk> <s> </s>, the 256 byte tokens, then made-up pieces up to the vocabulary's size.
     tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
     types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL] + [gguf.TokenType.BYTE] * 256
@@ -137,7 +145,7 @@ def write(shape: Shape, path: Path) -> Path:
     writer.add_bos_token_id(1)
     writer.add_eos_token_id(2)
     for name, rows, cols in matrices:
-        writer.add_tensor(name, pool.matrix(rows, cols), raw_dtype=gguf.GGMLQuantizationType.Q4_0)
+        writer.add_tensor(name, pool.matrix(rows, cols), raw_dtype=getattr(gguf.GGMLQuantizationType, quant))
     for name, vector in _vectors(shape):
         writer.add_tensor(name, vector)
     writer.write_header_to_file()
@@ -207,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     w = sub.add_parser("write", help="write random-weight GGUF files in real shapes")
     w.add_argument("--out", required=True)
     w.add_argument("--shapes", default=",".join(DEFAULT_SHAPES), help=f"any of {', '.join(SHAPES)}")
+    w.add_argument("--quant", choices=sorted(QUANTS), default=DEFAULT_QUANT)
     c = sub.add_parser("curves", help="time each file's steps by rows verified")
     c.add_argument("--models", required=True, help="the folder `write` filled")
     c.add_argument("--out", required=True)
@@ -232,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         for name in names:
             started = time.perf_counter()
-            path = write(SHAPES[name], out / f"{name}.gguf")
+            path = write(SHAPES[name], out / f"{name}.gguf", args.quant)
             print(f"{path}: {path.stat().st_size / 2**30:.2f} GiB in {time.perf_counter() - started:.1f} s",
                   file=sys.stderr)
         return 0

@@ -24,7 +24,7 @@ def test_the_shapes_have_their_models_parameter_counts(name, published):
 def test_a_real_shape_loads_in_llama_cpp_and_decodes(tmp_path):
     shape = gpu_kit.SHAPES["qwen2-0.5b"]
     path = gpu_kit.write(shape, tmp_path / "qwen2-0.5b.gguf")
-    weights = shape.parameters * gpu_kit.Q4_0_BYTES / gpu_kit.Q4_0_BLOCK
+    weights = shape.parameters * gpu_kit.QUANTS["Q4_0"][0] / gpu_kit.BLOCK
     assert weights < path.stat().st_size < weights * 1.1  # Q4_0 weights, little else
     with Model(path, LoadSettings(n_ctx=256, threads=2)) as model:
         assert model.n_vocab == 151936 and model.meta("general.architecture") == "qwen2"
@@ -35,13 +35,16 @@ def test_a_real_shape_loads_in_llama_cpp_and_decodes(tmp_path):
 def test_curves_are_timed_on_this_backend_from_the_command_line(tmp_path):
     models = tmp_path / "kit"
     done = subprocess.run([sys.executable, "-m", "engine.measure.gpu_kit", "write", "--out", str(models),
-                           "--shapes", "tiny-test"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+                           "--shapes", "tiny-test", "--quant", "Q4_1"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     out = tmp_path / "curves.json"
     done = subprocess.run([sys.executable, "-m", "engine.measure.gpu_kit", "curves", "--models", str(models),
                            "--out", str(out), "--max-rows", "16", "--threads", "2"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+    from engine.modelfiles.gguf_header import read_gguf_metadata
+    assert read_gguf_metadata(models / "tiny-test.gguf")["general.file_type"] == 3  # llama.cpp's MOSTLY_Q4_1
     tiny = json.loads(out.read_text())["shapes"]["tiny-test"]
     assert tiny["backend"] == BACKEND and tiny["context_cells"] == 257
     seconds = {int(rows): s for rows, s in tiny["seconds_by_rows"].items()}
