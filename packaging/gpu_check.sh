@@ -24,8 +24,10 @@ if [ "$mode" = gpu ]; then
   "$py" -m pip install -q --no-index --no-deps "$pack"/wheels/*.whl
   if ! "$py" -c 'import llama_cpp, sys; sys.exit(0 if llama_cpp.llama_supports_gpu_offload() else 1)' 2>/dev/null; then
     arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '. ')
-    log "building llama-cpp-python with CUDA for sm_${arch} on $(nproc) cores"
-    CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=${arch} -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF" \
+    # GPU_CHECK_BACKEND_ARGS replaces the CUDA flags, to try the offline build on a machine without CUDA.
+    backend=${GPU_CHECK_BACKEND_ARGS:--DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=${arch}}
+    log "building llama-cpp-python ($backend) on $(nproc) cores"
+    CMAKE_ARGS="$backend -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF" \
       CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
       "$py" -m pip install -q --no-index --no-build-isolation --no-deps "$pack"/llama_cpp_python-*.tar.gz \
       > "$out/build.log" 2>&1 || { tail -50 "$out/build.log" >&2; exit 1; }
