@@ -22,6 +22,7 @@ import sys
 import time
 from collections import Counter
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator
 
 import llama_cpp
@@ -222,7 +223,8 @@ def describe(report: dict) -> str:
         if key in report:
             m = report[key]
             on_gpu = "n/a" if m["layers_on_gpu"] is None else f"{m['layers_on_gpu']}/{m['layers']}"
-            lines.append(f"{key}: {m['name']}: layers on the GPU {on_gpu}" + (f" ({m['note']})" if "note" in m else ""))
+            lines.append(f"{key}: {Path(m['path']).name} ({m['name']}): layers on the GPU {on_gpu}"
+                         + (f" ({m['note']})" if "note" in m else ""))
     if "memory" in report:
         lines.append(f"memory: {report['memory']['kind']} {_gib(report['memory']['bytes'])} "
                      f"({report['memory']['source']})")

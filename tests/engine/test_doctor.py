@@ -68,6 +68,7 @@ def test_the_bench_is_measured_for_each_method(report):
     assert lookup["vs_plain"] == round(lookup["tokens_per_s"] / plain["tokens_per_s"], 3)
     text = doctor.describe(report)
     assert f"backend {BACKEND}" in text and f"layers on the GPU {31 if ON_GPU else 0}/31" in text
+    assert "model: SmolLM2-135M-Instruct.Q4_1.gguf (" in text  # the file, whatever its header calls itself
     assert "lookup" in text and "tok/s" in text
     if not ON_GPU:
         assert "not supported by this build" in text and "VRAM reader: n/a" in text and "No problems found." in text
