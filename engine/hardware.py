@@ -151,15 +151,19 @@ def _ggml_gpu_bytes() -> int | None:
     return used if seen else None
 
 
+NVML_SOURCE = "NVML, this process"
+WHOLE_GPU_SOURCE = "llama.cpp device memory, whole GPU"
+
+
 def read_memory(backend: str) -> MemoryReading:
     """VRAM when a GPU runs the model and can be read; otherwise this process's resident RAM."""
     if backend != "CPU":
         nvml = _nvml_process_bytes()
         if nvml is not None:
-            return MemoryReading(nvml, "VRAM", "NVML, this process")
+            return MemoryReading(nvml, "VRAM", NVML_SOURCE)
         device = _ggml_gpu_bytes()
         if device is not None:
-            return MemoryReading(device, "VRAM", "llama.cpp device memory, whole GPU")
+            return MemoryReading(device, "VRAM", WHOLE_GPU_SOURCE)
     return MemoryReading(psutil.Process().memory_info().rss, "RAM", "process resident set")
 
 
@@ -200,14 +204,19 @@ def nvidia_gpus() -> tuple[list[str], str]:
     return names, "nvidia-smi" if names else f"{nvml}; nvidia-smi lists no GPU"
 
 
+_READER_WHY = {
+    NVML_SOURCE: "per-process VRAM from the NVIDIA driver",
+    WHOLE_GPU_SOURCE: "NVML gives no per-process figure here (install nvidia-ml-py on NVIDIA), so the whole GPU's "
+                      "use is shown",
+}
+
+
 def vram_reader(backend: str) -> tuple[str | None, str]:
     """Which reading read_memory gives for a model on `backend`: (source, why), source None when VRAM cannot be
     read (the figure then shows the process's RAM, labelled RAM)."""
     if backend == "CPU":
         return None, "the model runs on the CPU (this llama.cpp build, or GPU layers set to 0): RAM is shown"
-    if _nvml_process_bytes() is not None:
-        return "NVML, this process", "per-process VRAM from the NVIDIA driver"
-    if _ggml_gpu_bytes() is not None:
-        return "llama.cpp device memory, whole GPU", ("NVML gives no per-process figure here (install "
-                                                      "nvidia-ml-py on NVIDIA), so the whole GPU's use is shown")
+    reading = read_memory(backend)
+    if reading.kind == "VRAM":
+        return reading.source, _READER_WHY[reading.source]
     return None, f"neither NVML nor the {backend} backend reports memory"

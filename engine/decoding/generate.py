@@ -51,6 +51,11 @@ class SpeculativeDecoder:
         token = self._cached[-1] if self._cached else max(self.target.bos, 0)
         self.loop.calibrate(CHAT_SLOT, self.target.next_position(CHAT_SLOT), token)
 
+    def forget(self) -> None:
+        """Empty the KV cache: the next prompt is processed from its first token (a benchmark's fresh start)."""
+        self.target.forget_all()
+        self._cached, self._prompt_logits = [], None
+
     @property
     def proposer(self) -> Proposer:
         return self.loop.proposer

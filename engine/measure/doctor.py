@@ -55,6 +55,7 @@ def summarize(orders):
 ```"""
 BENCH_TOKENS = 96
 DEFAULT_SECONDS = 15.0
+CONTEXT = 2048  # room for the prompt and the bench's answer
 _LAYER = re.compile(r"load_tensors: layer +\d+ assigned to device (\S+?),")
 _BUFFER = re.compile(r"load_tensors: +(\S+) model buffer size = +([\d.]+) MiB")
 
@@ -80,11 +81,11 @@ def llama_log() -> Iterator[list[str]]:
 
 def placement(log_text: str) -> dict:
     """Where llama.cpp put a model's layers (the output layer counted as one) and its weights, from its load log."""
-    layers = Counter(_LAYER.findall(log_text))
+    layers = Counter(_LAYER.findall(log_text))  # empty: the log said nothing, so "n/a" rather than 0
+    on_gpu = sum(n for device, n in layers.items() if not device.upper().startswith("CPU"))
     weights = {name: round(float(mib) * 2**20) for name, mib in _BUFFER.findall(log_text)}
-    cpu = {name for name in layers if name.upper().startswith("CPU")}
-    return {"layers": sum(layers.values()) or None, "layers_on_gpu": sum(n for d, n in layers.items() if d not in cpu)
-            if layers else None, "layers_by_device": dict(layers), "weights_bytes_by_buffer": weights}
+    return {"layers": sum(layers.values()) or None, "layers_on_gpu": on_gpu if layers else None,
+            "layers_by_device": dict(layers), "weights_bytes_by_buffer": weights}
 
 
 def rebuild_command(flag: str) -> str:
@@ -128,14 +129,15 @@ def problems(facts: dict) -> list[dict]:
                        "CPU-only, so models run on the CPU.",
             "fix": rebuild_command("-DGGML_CUDA=on") + "   (needs the CUDA toolkit's nvcc; then restart SpecChat)",
         })
-    if facts["nvidia_gpus"] and facts["llama_cpp"]["gpu_offload"] and facts["vram_reader"]["source"] != \
-            "NVML, this process":
+    if facts["nvidia_gpus"] and facts["llama_cpp"]["gpu_offload"] and \
+            facts["vram_reader"]["source"] != hardware.NVML_SOURCE:
         found.append({"problem": "VRAM is read for the whole GPU, not for SpecChat alone.",
                       "fix": f"{sys.executable} -m pip install nvidia-ml-py"})
     if facts["nvidia_gpus"] and not facts["torch"]["cuda_available"]:
         found.append({"problem": "torch is a CPU build: the sampling math runs on the CPU (correct, a little "
                                  "slower per step on large vocabularies).",
-                      "fix": f"{sys.executable} -m pip install torch --index-url https://download.pytorch.org/whl/cu128"})
+                      "fix": f"{sys.executable} -m pip install torch "
+                             "--index-url https://download.pytorch.org/whl/cu128"})
     return found
 
 
@@ -153,8 +155,7 @@ def bench(target: Model, draft: Model | None, seconds: float) -> dict:
     while not runs["plain"] or time.perf_counter() - started < seconds:
         for name, proposer in methods.items():
             decoder.proposer = proposer
-            decoder.target.forget_all()
-            decoder._cached = []  # each run prefills the prompt afresh, so none starts ahead
+            decoder.forget()  # each run prefills the prompt afresh, so none starts ahead
             for _ in decoder.generate(prompt, SamplingParams(temperature=0.0), max_tokens=BENCH_TOKENS,
                                       ignore_eos=True):
                 pass
@@ -179,8 +180,8 @@ def load_with_placement(spec: str, settings: LoadSettings) -> tuple[Model, dict]
     return model, where
 
 
-def check(model: str | None, draft: str | None, seconds: float | None, load: LoadSettings = LoadSettings(n_ctx=2048)
-          ) -> dict:
+def check(model: str | None, draft: str | None, seconds: float | None,
+          load: LoadSettings = LoadSettings(n_ctx=CONTEXT)) -> dict:
     """The whole report. model None: system facts only."""
     report = system_facts()
     if model is None:
@@ -261,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report = check(None if args.no_model else args.model, args.draft,
                        None if args.no_bench else max(args.seconds, 0.0),
-                       LoadSettings(n_ctx=2048, n_gpu_layers=args.gpu_layers, threads=args.threads))
+                       LoadSettings(n_ctx=CONTEXT, n_gpu_layers=args.gpu_layers, threads=args.threads))
     except (EngineError, OSError) as exc:
         print(json.dumps({"error": str(exc)}) if args.json else f"error: {exc}", file=sys.stdout if args.json
               else sys.stderr)

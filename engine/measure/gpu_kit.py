@@ -1,16 +1,18 @@
 """Step-cost curves of real model shapes on any llama.cpp backend, with nothing to download.
 
-python -m engine.measure.gpu_kit write --out DIR [--shapes qwen2-0.5b,qwen2-1.5b,qwen2-7b,llama3-8b] [--quant Q4_0]
+python -m engine.measure.gpu_kit write --out DIR [--shapes qwen2-0.5b,qwen2-1.5b,qwen2-7b,llama3-8b]
+    [--quant Q4_0]
 python -m engine.measure.gpu_kit curves --models DIR --out curves.json [--max-rows 64] [--gpu-layers N]
 python -m engine.measure.gpu_kit sampling --out sampling.json
 
-`write` makes GGUF files with random weights (Q4_0 unless --quant says) in the shapes of real models (their vocabulary, width, depth,
-heads and feed-forward size): a step's cost depends on the shapes and the quantisation, not on the weights, and
-such files are made in seconds where a real 7B could neither be downloaded nor carried. `curves` loads each one
-(every layer on the GPU where the build has one) and times a target step per number of verified rows, 1 to
---max-rows, as the decode loop's own calibration does (step.time_steps: warm, fastest of rounds). The qwen2-0.5b
-curve's one-row step is what a draft token of that size costs. `python -m engine.measure.replay replay REC --curves
-curves.json --shape qwen2-7b` then predicts what prompt lookup would gain on that device on answers recorded here. `sampling` times one sampled verification on the CPU and on
+`write` makes GGUF files with random weights (Q4_0 unless --quant says) in the shapes of real models (their
+vocabulary, width, depth, heads and feed-forward size): a step's cost depends on the shapes and the quantisation,
+not on the weights, and such files are made in seconds where a real 7B could neither be downloaded nor carried.
+`curves` loads each one (every layer on the GPU where the build has one) and times a target step per number of
+verified rows, 1 to --max-rows, as the decode loop's own calibration does (step.time_sizes: warm, fastest of
+rounds). The qwen2-0.5b curve's one-row step is what a draft token of that size costs.
+`python -m engine.measure.replay replay REC --curves curves.json --shape qwen2-7b` then predicts what prompt lookup
+would gain on that device on answers recorded here. `sampling` times one sampled verification on the CPU and on
 CUDA (where torch has it), so the faster place for that math is measured, not assumed.
 
 Q4_0 rather than the usual Q4_K_M: it is the one 4-bit type every backend has and every row size here allows
@@ -50,9 +52,13 @@ class Shape:
     tied_output: bool  # the output layer is the token embedding (no output.weight)
 
     @property
+    def kv_width(self) -> int:
+        """Width of the k and v projections: the kv heads times the head size (grouped-query attention)."""
+        return self.n_head_kv * (self.n_embd // self.n_head)
+
+    @property
     def parameters(self) -> int:
-        head = self.n_embd // self.n_head
-        attn = self.n_embd * (self.n_embd + 2 * self.n_head_kv * head) + self.n_embd * self.n_embd
+        attn = self.n_embd * (self.n_embd + 2 * self.kv_width) + self.n_embd * self.n_embd
         per_layer = attn + 3 * self.n_embd * self.n_ff
         return self.n_layer * per_layer + self.n_vocab * self.n_embd * (1 if self.tied_output else 2)
 
@@ -91,14 +97,12 @@ class _WeightPool:
 
 def _matrices(shape: Shape) -> list[tuple[str, int, int]]:
     """(name, rows, cols) of every 2-D weight, as llama.cpp names them (numpy order: out × in)."""
-    head = shape.n_embd // shape.n_head
-    kv = shape.n_head_kv * head
-    out = [("token_embd.weight", shape.n_vocab, shape.n_embd)]
+    d, kv, ff = shape.n_embd, shape.kv_width, shape.n_ff
+    out = [("token_embd.weight", shape.n_vocab, d)]
     for i in range(shape.n_layer):
-        out += [(f"blk.{i}.attn_q.weight", shape.n_embd, shape.n_embd), (f"blk.{i}.attn_k.weight", kv, shape.n_embd),
-                (f"blk.{i}.attn_v.weight", kv, shape.n_embd), (f"blk.{i}.attn_output.weight", shape.n_embd, shape.n_embd),
-                (f"blk.{i}.ffn_gate.weight", shape.n_ff, shape.n_embd), (f"blk.{i}.ffn_up.weight", shape.n_ff, shape.n_embd),
-                (f"blk.{i}.ffn_down.weight", shape.n_embd, shape.n_ff)]
+        out += [(f"blk.{i}.attn_q.weight", d, d), (f"blk.{i}.attn_k.weight", kv, d), (f"blk.{i}.attn_v.weight", kv, d),
+                (f"blk.{i}.attn_output.weight", d, d), (f"blk.{i}.ffn_gate.weight", ff, d),
+                (f"blk.{i}.ffn_up.weight", ff, d), (f"blk.{i}.ffn_down.weight", d, ff)]
     if not shape.tied_output:
         out.append(("output.weight", shape.n_vocab, shape.n_embd))
     return out
@@ -107,17 +111,18 @@ def _matrices(shape: Shape) -> list[tuple[str, int, int]]:
 def _vectors(shape: Shape) -> list[tuple[str, np.ndarray]]:
     ones = np.ones(shape.n_embd, dtype=np.float32)
     out = [("output_norm.weight", ones)]
-    kv = shape.n_head_kv * (shape.n_embd // shape.n_head)
+    q_bias, kv_bias = np.zeros(shape.n_embd, np.float32), np.zeros(shape.kv_width, np.float32)
     for i in range(shape.n_layer):
         out += [(f"blk.{i}.attn_norm.weight", ones), (f"blk.{i}.ffn_norm.weight", ones)]
         if shape.arch == "qwen2":  # Qwen2 has biases on q, k and v
-            out += [(f"blk.{i}.attn_q.bias", np.zeros(shape.n_embd, np.float32)),
-                    (f"blk.{i}.attn_k.bias", np.zeros(kv, np.float32)), (f"blk.{i}.attn_v.bias", np.zeros(kv, np.float32))]
+            out += [(f"blk.{i}.attn_q.bias", q_bias), (f"blk.{i}.attn_k.bias", kv_bias),
+                    (f"blk.{i}.attn_v.bias", kv_bias)]
     return out
 
 
 def write(shape: Shape, path: Path, quant: str = DEFAULT_QUANT) -> Path:
-    """A GGUF file of `shape` with random weights of type `quant` and a made-up SentencePiece vocabulary of its size."""
+    """A GGUF file of `shape` with random weights of type `quant`, and a made-up SentencePiece vocabulary of its
+    size."""
     import gguf  # the writer from llama.cpp's gguf-py: a test dependency, and carried to a GPU machine
 
     matrices = _matrices(shape)
@@ -158,15 +163,15 @@ def write(shape: Shape, path: Path, quant: str = DEFAULT_QUANT) -> Path:
 def curve(path: Path, max_rows: int = DEFAULT_MAX_ROWS, n_gpu_layers: int = -1, threads: int | None = None) -> dict:
     """Seconds of one target step by rows verified, timed on this machine's backend."""
     from ..decoding.runtime import LoadSettings, Model
-    from ..decoding.step import time_steps
+    from ..decoding.step import time_sizes
 
     rows = [r for r in CURVE_ROWS if r < max_rows] + [max_rows]
-    model = Model(path, LoadSettings(n_ctx=1024, n_gpu_layers=n_gpu_layers, threads=threads, n_batch=max(512, max_rows)))
+    model = Model(path, LoadSettings(n_ctx=1024, n_gpu_layers=n_gpu_layers, threads=threads,
+                                     n_batch=max(512, max_rows)))
     try:
         context = [max(model.bos, 0)] + list(range(300, 556))  # the steps attend to 257 cells, as after a prompt
         model.prefill(context)
-        model.step_timings.clear()  # a fresh reading every time: the kit measures, it does not reuse
-        seconds = time_steps(model, 0, len(context), 300, rows)
+        seconds = time_sizes(model, 0, len(context), 300, rows)  # afresh, and not kept: the kit measures
         return {"backend": model.backend, "threads": model.threads, "context_cells": len(context),
                 "seconds_by_rows": {str(r): seconds[r] for r in rows}}
     finally:
