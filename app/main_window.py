@@ -644,7 +644,8 @@ class MainWindow(QMainWindow):
 
     # --- closing ------------------------------------------------------------------------------
     def closeEvent(self, event) -> None:
-        for window in (self._lab, self._models_dialog, self._compare, self._system_check):  # a Compare run is cancelled too
+        # A Compare run is cancelled too, and a system check's child stopped.
+        for window in (self._lab, self._models_dialog, self._compare, self._system_check):
             if window is not None:
                 window.close()
         self.session.stop()

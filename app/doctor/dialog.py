@@ -131,9 +131,8 @@ class SystemCheckDialog(QDialog):
 
     def closeEvent(self, event) -> None:
         if self.process is not None:  # a bench would go on loading the cores for nothing
-            process, self.process = self.process, None
+            process = self.process
+            self._done("Stopped when this window was closed.")  # first: its finished signal is then ignored
             process.kill()
             process.waitForFinished(3000)
-        self.busy.hide()
-        self.bench_button.setEnabled(True)
         super().closeEvent(event)

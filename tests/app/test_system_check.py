@@ -45,3 +45,4 @@ def test_closing_the_check_mid_bench_stops_its_child(make_window, qtbot):
     dialog.close()
     assert not dialog.running and process.state() == process.ProcessState.NotRunning
     assert dialog.bench_button.isEnabled() and not dialog.busy.isVisible()
+    assert dialog.status.text() == "Stopped when this window was closed."  # not "Measuring…" when opened again
