@@ -19,13 +19,13 @@ from tests.app.conftest import handled_on_gui
 def watch_timing(monkeypatch) -> list[list[int]]:
     """The sizes every calibration from now on really times, one list per calibration."""
     timed: list[list[int]] = []
-    real = step._time_sizes
+    real = step.time_sizes
 
     def watched(target, slot, start_at, token, sizes, clock):
         timed.append(list(sizes))
         return real(target, slot, start_at, token, sizes, clock)
 
-    monkeypatch.setattr(step, "_time_sizes", watched)
+    monkeypatch.setattr(step, "time_sizes", watched)
     return timed
 
 
