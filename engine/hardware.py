@@ -20,7 +20,16 @@ _GPU_DEVICE_TYPES = (1, 2)  # ggml_backend_dev_type: 0 CPU, 1 GPU, 2 integrated 
 
 
 def physical_cores() -> int:
-    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+    """Cores llama.cpp should use by default: the physical ones, but no more than this process may run on."""
+    return min(psutil.cpu_count(logical=False) or os.cpu_count() or 1, allowed_cpus())
+
+
+def allowed_cpus() -> int:
+    """CPUs this process may run on (`taskset`, a container's cpuset), which can be fewer than the machine's."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # macOS and Windows have no affinity call here
+        return os.cpu_count() or 1
 
 
 @lru_cache(maxsize=1)

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import ContextOverflowError, EngineError, GenerationCancelled, ModelFileError
 from ..modelfiles.model_check import check_model_file
-from ..hardware import backend_name, cpu_uses_amx, physical_cores
+from ..hardware import allowed_cpus, backend_name, cpu_uses_amx, physical_cores
 from . import step_timings
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,9 @@ class LoadSettings:
     flash_attention: bool | None = None  # None = llama.cpp's choice (flash_attention_type)
 
     def resolved_threads(self) -> int:
-        return self.threads or physical_cores()
+        # Never more threads than CPUs this process may use: llama.cpp's threads wait for each other at every
+        # graph node, so two threads sharing one CPU make each step several times slower.
+        return min(self.threads or physical_cores(), allowed_cpus())
 
 
 @lru_cache(maxsize=None)
