@@ -16,7 +16,7 @@ import bisect
 import heapq
 import statistics
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Hashable, Sequence
 
 from ..errors import InvalidSettingError
@@ -351,6 +351,10 @@ def allocate_draft_rows(expected: list[list[float]], caps: list[int], base_rows:
 class Plan:
     lengths: list[int]  # draft rows per sequence
     measuring_plain: bool = False  # all zero to measure a plain step, not because plain is predicted faster
+    # Per sequence, the drafted tokens expected kept at its length: as acceptance says, and as the plan bet
+    # on (scaled by realism). Empty when nothing was predicted (no proposals, fixed lengths, a probe).
+    predicted: list[float] = field(default_factory=list)
+    expected: list[float] = field(default_factory=list)
 
 
 class DraftPlanner:
@@ -378,10 +382,21 @@ class DraftPlanner:
     def record_step(self, rows: int, drafted_rows: int, seconds: float) -> float:
         """Take one step's time; returns it in one-row steps' seconds."""
         per_row = self.steps.record(rows, seconds, drafted=drafted_rows > 0)
-        self._step += 1
-        self._steps_without_drafts = 0 if drafted_rows else self._steps_without_drafts + 1
-        self._steps_with_drafts = self._steps_with_drafts + 1 if drafted_rows else 0
+        self.count_step(drafted_rows > 0)
         return per_row
+
+    def count_step(self, drafted: bool) -> None:
+        """One step went by, verifying this planner's drafts or not (a second planner sharing the step costs,
+        as --method auto's draft model beside lookup, counts its steps without timing them twice)."""
+        self._step += 1
+        self._steps_without_drafts = 0 if drafted else self._steps_without_drafts + 1
+        self._steps_with_drafts = self._steps_with_drafts + 1 if drafted else 0
+
+    def keep_only(self, plan: Plan, used: list[bool]) -> None:
+        """Only these sequences' drafts from `plan` are verified (another proposer's won the rest): the
+        realism check then weighs what is kept against what was predicted for those alone."""
+        if plan.predicted:
+            self._predicted = sum(p for p, u in zip(plan.predicted, used) if u)
 
     def record_outcome(self, kept: int) -> None:
         """Drafted tokens the step just verified kept, all sequences together (after a plan that drafted)."""
@@ -443,9 +458,11 @@ class DraftPlanner:
                    for k in range(1, n * self.config.max_draft + 1))
 
     # --- decision -----------------------------------------------------------------------------
-    def plan(self, features: list[Hashable], caps: list[int], own: list[Acceptance | None] | None = None) -> Plan:
+    def plan(self, features: list[Hashable], caps: list[int], own: list[Acceptance | None] | None = None,
+             taken_rows: int = 0) -> Plan:
         """Draft lengths for sequences with these proposal features; caps bound each (room, proposal); own:
-        each sequence's own acceptance table, if it keeps one."""
+        each sequence's own acceptance table, if it keeps one; taken_rows: draft rows this step verifies anyway
+        (another proposer's, planned first), which every row planned here is added to."""
         cfg, n = self.config, len(caps)
         caps = [max(0, min(c, cfg.max_draft)) for c in caps]
         if not cfg.adaptive or cfg.max_draft == 0:
@@ -462,14 +479,15 @@ class DraftPlanner:
         # Scaled by realism, but never past what a step can yield: k drafts make at most k + 1 tokens.
         expected = [[min(1.0 + k, 1.0 + (e - 1.0) * h) for k, e in enumerate(per)] for per in raw]
         steps = self.steps
-        lengths = allocate_draft_rows(expected, [len(e) - 1 for e in raw], n,
+        lengths = allocate_draft_rows(expected, [len(e) - 1 for e in raw], n + taken_rows,
                                       lambda rows: steps.seconds(rows, drafted=rows > n),
                                       self.draft_seconds_per_token, MIN_GAIN)
         lengths = [k if k >= cfg.min_draft else 0 for k in lengths]
-        self._predicted = sum(e[k] - 1.0 for e, k in zip(raw, lengths))
+        predicted = [e[k] - 1.0 for e, k in zip(raw, lengths)]
+        self._predicted = sum(predicted)
         if any(lengths):
             self._probe_interval = FIRST_PROBE_AFTER
-            return Plan(lengths)
+            return Plan(lengths, predicted=predicted, expected=[e[k] - 1.0 for e, k in zip(expected, lengths)])
         if self.costly and self._steps_without_drafts >= self._probe_interval and any(caps) and not self._hopeless(n):
             self._probe_interval = min(2 * self._probe_interval, LONGEST_PROBE_INTERVAL)
             return Plan([min(max(cfg.min_draft, 2), c) for c in caps])  # a probe keeps acceptance current

@@ -8,12 +8,14 @@ from .cost_model import DEFAULT_MAX_DRAFT, SpeculationConfig
 from ..modelfiles.embedded import resolve_model
 from ..errors import InvalidSettingError, SpeculationUnavailable
 from .generate import SpeculativeDecoder
+from .proposers.auto import AutoProposer
 from .proposers.base import NoProposer
 from .proposers.draft_model import DraftModelProposer
 from .proposers.lookup import DEFAULT_MAX_NGRAM, LookupProposer
 from .runtime import LoadSettings, Model
 
-METHODS = ("none", "lookup", "draft")
+METHODS = ("none", "lookup", "draft", "auto")
+DRAFT_METHODS = ("draft", "auto")  # the methods that load a draft model
 log = logging.getLogger(__name__)
 
 
@@ -37,8 +39,8 @@ class DecoderSettings:
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise InvalidSettingError(f"method must be one of {', '.join(METHODS)}, got {self.method!r}")
-        if self.method == "draft" and not self.draft:
-            raise InvalidSettingError("The draft method needs a draft model.")
+        if self.method in DRAFT_METHODS and not self.draft:
+            raise InvalidSettingError(f"The {self.method} method needs a draft model.")
 
     def speculation(self) -> SpeculationConfig:
         return SpeculationConfig(max_draft=self.max_draft, min_draft=min(self.min_draft, max(self.max_draft, 1)),
@@ -76,10 +78,14 @@ def make_proposer(settings: DecoderSettings, target: Model, draft: Model | None)
         require_rollback(target, draft)
     if settings.method == "lookup":
         return LookupProposer(settings.min_ngram, settings.max_ngram, settings.remember_requests)
-    if settings.method == "draft":
+    if settings.method in DRAFT_METHODS:
         if draft is None:
-            raise InvalidSettingError("The draft method needs a draft model.")
-        return DraftModelProposer(draft, target, settings.p_min)
+            raise InvalidSettingError(f"The {settings.method} method needs a draft model.")
+        drafter = DraftModelProposer(draft, target, settings.p_min)
+        if settings.method == "auto":
+            return AutoProposer(LookupProposer(settings.min_ngram, settings.max_ngram, settings.remember_requests),
+                                drafter)
+        return drafter
     return NoProposer()
 
 
@@ -87,7 +93,7 @@ def build_decoder(settings: DecoderSettings) -> SpeculativeDecoder:
     """Load the target (and draft) and return a decoder; raises EngineError subclasses on bad input."""
     target = load_target(settings)
     try:
-        draft = load_draft(settings, target) if settings.method == "draft" else None
+        draft = load_draft(settings, target) if settings.method in DRAFT_METHODS else None
         try:
             proposer = make_proposer(settings, target, draft)
         except SpeculationUnavailable as exc:

@@ -15,7 +15,8 @@ import torch
 
 from ..errors import GenerationCancelled
 from .cost_model import (CALIBRATION_REPEATED_UP_TO, CALIBRATION_REPEATS, CALIBRATION_WARMUP, Acceptance,
-                         DraftPlanner, SpeculationConfig, StepCosts, calibration_sizes)
+                         DraftPlanner, Plan, SpeculationConfig, StepCosts, calibration_sizes)
+from .proposers.auto import AutoProposer
 from .proposers.base import NoProposer, Proposal, Proposer
 from . import step_timings
 from .runtime import Model
@@ -148,6 +149,14 @@ class StepLoop:
         self.speculation = speculation
         self.device = device
         self.planner = DraftPlanner(speculation, costly_proposer=not self.proposer.free, steps=step_costs)
+        # --method auto: self.planner plans lookup's copies, and a second planner, sharing the step costs, the
+        # draft model's guesses (each keeps its own acceptance, realism and probing); otherwise the one planner.
+        self.auto = isinstance(self.proposer, AutoProposer)
+        if self.auto:
+            self.planner.costly = False
+            self.draft_planner = DraftPlanner(speculation, costly_proposer=True, steps=self.planner.steps)
+        else:
+            self.draft_planner = self.planner
         self.totals = StepTotals()
         self.threads = ThreadTuner(getattr(target, "threads", 1) if tune_threads else 1)  # 1: never switches
         self.held_cells = 0  # cells kept by finished sequences' caches (a batch with keep_caches)
@@ -203,7 +212,13 @@ class StepLoop:
         totals.record(len(rows), seconds)
         per_row = self.planner.record_step(len(rows), len(rows) - n, seconds)
         self._switch_threads(self.threads.record(per_row, self.planner.steps.contended, drafted=len(rows) > n))
-        self.planner.record_outcome(sum(v.accepted for v in verdicts))
+        if self.auto:  # each planner learns from its own proposer's drafts
+            drafted = [p.from_draft for p in proposals]
+            self.draft_planner.count_step(any(p.tokens and p.from_draft for p in proposals))
+            self.draft_planner.record_outcome(sum(v.accepted for v, d in zip(verdicts, drafted) if d))
+            self.planner.record_outcome(sum(v.accepted for v, d in zip(verdicts, drafted) if not d))
+        else:
+            self.planner.record_outcome(sum(v.accepted for v in verdicts))
         outcomes = []
         for s, proposal, verdict in zip(active, proposals, verdicts):
             k = len(proposal.tokens)
@@ -214,7 +229,7 @@ class StepLoop:
                 s.stats.speculative_steps += 1
                 s.stats.record_verdict(k, verdict.accepted)
                 feature = self._feature(s, proposal)
-                for table in self._tables(s):
+                for table in self._tables(s, proposal.from_draft):
                     table.record(feature, k, verdict.accepted)
                 s.continuing = verdict.accepted == k
             tokens = [*proposal.tokens[:verdict.accepted], verdict.next_token]
@@ -244,40 +259,26 @@ class StepLoop:
             sizes = [rows for rows in sizes if (target.threads, rows) in target.step_timings]
         if not planner.steps.calibrated and len(sizes) >= 2 and sizes[0] == 1:
             planner.steps.take_calibration(time_steps(target, slot, start, token, sizes, self.clock))
-        if not self.proposer.free and not planner.draft_timed:
-            planner.record_draft(1, self.proposer.time_token(slot))
+        if not self.proposer.free and not self.draft_planner.draft_timed:
+            self.draft_planner.record_draft(1, self.proposer.time_token(slot))
 
     # --- proposing and planning -----------------------------------------------------------------
     def _feature(self, s: SequenceState, proposal: Proposal) -> Hashable:
-        if self.proposer.free:
-            return lookup_feature(proposal.match_length, s.continuing)
-        return DRAFT_FEATURE
+        if proposal.from_draft:
+            return DRAFT_FEATURE
+        return lookup_feature(proposal.match_length, s.continuing)
 
     def _propose(self, active: list[SequenceState], room: list[int]) -> list[Proposal]:
-        cfg, planner, proposer = self.speculation, self.planner, self.proposer
+        cfg, proposer = self.speculation, self.proposer
         t = self.clock()
         if proposer.free:  # propose first (it costs nothing), then plan knowing each proposal
-            offered = [self._up_to_end(p) if s.stops_at_end else p
-                       for s, p in zip(active, proposer.propose([(s.slot, s.history, cfg.max_draft) for s in active]))]
-            features = [self._feature(s, p) for s, p in zip(active, offered)]
-            caps = [min(r, len(p.tokens)) for r, p in zip(room, offered)]
-            plan = planner.plan(features, caps, [self._own(s) for s in active])
-            chosen = [Proposal(p.tokens[:k], None, p.match_length) if k else Proposal()
-                      for p, k in zip(offered, plan.lengths)]
-            for s, p, f, k in zip(active, offered, features, plan.lengths):
-                if not k and p.tokens and not s.shadow:  # not drafting: score what it would have said
-                    s.shadow, s.shadow_feature, s.shadow_hits = p.tokens[:SHADOW_TOKENS], f, 0
-                    s.shadow_predicted = planner.acceptance.expected_tokens(f, self._own(s), len(s.shadow))[-1] - 1.0
+            chosen, plan, caps = self._propose_free(proposer, active, room)
+        elif self.auto:
+            chosen, plan, caps = self._propose_auto(proposer, active, room)
         else:  # a draft model costs a decode per token: plan first, then draft only what is wanted
-            caps = room
-            plan = planner.plan([DRAFT_FEATURE] * len(active), caps, [self._own(s) for s in active])
-            wants = [(s.slot, s.history, k) for s, k in zip(active, plan.lengths) if k]
-            made = iter(proposer.propose(wants) if wants else [])
-            chosen = [next(made) if k else Proposal() for k in plan.lengths]
+            chosen, plan, caps = self._propose_draft(proposer, active, room)
         spent = self.clock() - t
         self.totals.draft_s += spent
-        if not proposer.free:
-            planner.record_draft(sum(len(p.tokens) for p in chosen), spent)
         chosen = [p if len(p.tokens) >= cfg.min_draft else Proposal() for p in chosen]
         for s, k, p, cap, r in zip(active, plan.lengths, chosen, caps, room):
             s.stats.draft_s += spent / len(active)
@@ -293,15 +294,72 @@ class StepLoop:
                 s.stats.speculation_paused = True
         return chosen
 
+    def _propose_free(self, proposer: Proposer, active: list[SequenceState],
+                      room: list[int]) -> tuple[list[Proposal], Plan, list[int]]:
+        """A free proposer's proposals, cut to what the planner chose to verify; unchosen ones become shadows."""
+        planner = self.planner
+        offered = [self._up_to_end(p) if s.stops_at_end else p for s, p in
+                   zip(active, proposer.propose([(s.slot, s.history, self.speculation.max_draft) for s in active]))]
+        features = [self._feature(s, p) for s, p in zip(active, offered)]
+        caps = [min(r, len(p.tokens)) for r, p in zip(room, offered)]
+        plan = planner.plan(features, caps, [self._own(s) for s in active])
+        chosen = [Proposal(p.tokens[:k], None, p.match_length) if k else Proposal()
+                  for p, k in zip(offered, plan.lengths)]
+        for s, p, f, k in zip(active, offered, features, plan.lengths):
+            if not k and p.tokens and not s.shadow:  # not drafting: score what it would have said
+                s.shadow, s.shadow_feature, s.shadow_hits = p.tokens[:SHADOW_TOKENS], f, 0
+                s.shadow_predicted = planner.acceptance.expected_tokens(f, self._own(s), len(s.shadow))[-1] - 1.0
+        return chosen, plan, caps
+
+    def _propose_draft(self, proposer: Proposer, active: list[SequenceState], room: list[int],
+                       plan: Plan | None = None) -> tuple[list[Proposal], Plan, list[int]]:
+        """A costly proposer's: the planner decides each length first (or `plan` did), then only those are
+        drafted (and timed)."""
+        planner = self.draft_planner
+        t = self.clock()
+        plan = plan or planner.plan([DRAFT_FEATURE] * len(active), room, [self._own(s) for s in active])
+        wants = [(s.slot, s.history, k) for s, k in zip(active, plan.lengths) if k]
+        made = iter(proposer.propose(wants) if wants else [])
+        chosen = [next(made) if k else Proposal() for k in plan.lengths]
+        planner.record_draft(sum(len(p.tokens) for p in chosen), self.clock() - t)
+        return chosen, plan, room
+
+    def _propose_auto(self, proposer: AutoProposer, active: list[SequenceState],
+                      room: list[int]) -> tuple[list[Proposal], Plan, list[int]]:
+        """Both planners plan (planning is cheap); each sequence verifies whichever proposal promises more tokens
+        per second of its step, the draft's own tokens counted; the draft model then drafts for those sequences
+        alone, so a copy that wins costs no draft decode."""
+        copies, copy_plan, caps = self._propose_free(proposer.lookup, active, room)
+        if copy_plan.measuring_plain:
+            return copies, copy_plan, caps
+        n, steps = len(active), self.planner.steps
+        guess_plan = self.draft_planner.plan([DRAFT_FEATURE] * n, room, [self._own(s) for s in active])
+        d = self.draft_planner.draft_seconds_per_token
+
+        def rate(expected: list[float], k: int, i: int, drafting: float) -> float:
+            gained = expected[i] if k else 0.0
+            return (n + gained) / ((steps.seconds(n + k, drafted=k > 0) or 1.0) + drafting * k)
+
+        use_draft = [bool(g) and rate(guess_plan.expected or [0.0] * n, g, i, d) >
+                     rate(copy_plan.expected or [float(c) for c in copy_plan.lengths], c, i, 0.0)
+                     for i, (c, g) in enumerate(zip(copy_plan.lengths, guess_plan.lengths))]
+        self.planner.keep_only(copy_plan, [not u for u in use_draft])
+        self.draft_planner.keep_only(guess_plan, use_draft)
+        wanted = Plan([g if u else 0 for g, u in zip(guess_plan.lengths, use_draft)], guess_plan.measuring_plain)
+        guesses, _, _ = self._propose_draft(proposer.draft, active, room, wanted)
+        chosen = [g if u else c for c, g, u in zip(copies, guesses, use_draft)]
+        lengths = [g if u else c for c, g, u in zip(copy_plan.lengths, guess_plan.lengths, use_draft)]
+        return chosen, Plan(lengths, guess_plan.measuring_plain), [max(c, r) for c, r in zip(caps, room)]
+
     def _own(self, s: SequenceState) -> Acceptance:
         """The sequence's own acceptance table, made on first use."""
         if s.acceptance is None:
             s.acceptance = Acceptance(self.planner.acceptance.max_draft)
         return s.acceptance
 
-    def _tables(self, s: SequenceState) -> tuple[Acceptance, Acceptance]:
-        """Where a draft's fate is recorded: the planner's shared table and the sequence's own."""
-        return self.planner.acceptance, self._own(s)
+    def _tables(self, s: SequenceState, from_draft: bool = False) -> tuple[Acceptance, Acceptance]:
+        """Where a draft's fate is recorded: its planner's shared table and the sequence's own."""
+        return (self.draft_planner if from_draft else self.planner).acceptance, self._own(s)
 
     def _up_to_end(self, proposal: Proposal) -> Proposal:
         """A draft that copies its source past an end token (a prompt's turn into the chat template that

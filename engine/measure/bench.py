@@ -47,7 +47,7 @@ def read_prompts(path: str | Path) -> list[dict]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m engine.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True, help="a GGUF path, or 'embedded'")
-    ap.add_argument("--draft", help="draft GGUF path, or 'embedded' (for --method draft)")
+    ap.add_argument("--draft", help="draft GGUF path, or 'embedded' (for --method draft or auto)")
     ap.add_argument("--method", choices=METHODS, required=True)
     ap.add_argument("--max-draft", type=int, default=DEFAULT_MAX_DRAFT)
     ap.add_argument("--no-adaptive", action="store_true", help="always draft --max-draft tokens")

@@ -2,8 +2,9 @@
 
 python -m engine.measure.bench_compare --model embedded --prompts resources/prompts/grounded.jsonl --max-tokens 200 [--ignore-eos]
 
-Methods: llama-cpp-python's own create_completion (the reference), and this engine's none / lookup
-(/ draft with --draft), all greedy on the same prompt tokens. Both sides count sampled tokens (not
+Methods: llama-cpp-python's own create_completion (the reference; --no-reference leaves it out), and this
+engine's none / lookup (/ draft / auto with --draft), all greedy on the same prompt tokens (--chat: each prompt
+as one user message through the model's chat template). Both sides count sampled tokens (not
 stream chunks, which can merge tokens) and follow one end-token rule: both stop at the first end
 token, or with --ignore-eos both go on to --max-tokens. Prints what was compared, decode tokens/s per
 prompt and the median ratio against each baseline.
@@ -21,7 +22,8 @@ import numpy as np
 import llama_cpp.llama
 from llama_cpp import Llama, LogitsProcessorList, StoppingCriteriaList
 
-from .bench import read_prompts
+from .bench import encode, read_prompts
+from ..chat_format import ChatFormatter
 from ..modelfiles.embedded import resolve_model
 from ..decoding.loader import DecoderSettings, build_decoder
 from ..decoding.runtime import model_params
@@ -99,32 +101,38 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-draft", type=int, default=16)
     ap.add_argument("--ignore-eos", action="store_true")
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--chat", action="store_true", help="each prompt as one user message in the chat template")
+    ap.add_argument("--no-reference", action="store_true", help="leave llama-cpp-python's create_completion out")
     ap.add_argument("--out")
     args = ap.parse_args(argv)
     prompts = read_prompts(args.prompts)
     path = resolve_model(args.model)
     check_model_file(path)  # Llama() below loads it in this process, where a damaged file would abort it
-    with safe_model_params():
-        llm = Llama(str(path), n_threads=args.threads, n_threads_batch=args.threads, n_ctx=4096, verbose=False)
-    methods = ["none", "lookup"] + (["draft"] if args.draft else [])
+    llm = None
+    if not args.no_reference:
+        with safe_model_params():
+            llm = Llama(str(path), n_threads=args.threads, n_threads_batch=args.threads, n_ctx=4096, verbose=False)
+    methods = ["none", "lookup"] + (["draft", "auto"] if args.draft else [])
     decoders = {m: build_decoder(DecoderSettings(model=args.model, draft=args.draft, method=m, threads=args.threads,
                                                  max_draft=args.max_draft)) for m in methods}
     target = decoders["none"].target
+    formatter = ChatFormatter(target) if args.chat else None
     end_tokens = [t for t in range(target.n_vocab) if target.is_end(t)] if args.ignore_eos else None
     compared = what_was_compared(methods, args.max_tokens, args.ignore_eos)
     print(compared)
     rows = []
     for _ in range(args.repeats):
         for item in prompts:
-            tokens = target.tokenize(item["prompt"])  # one tokenization, so both sides decode the same prompt
+            tokens, _ = encode(target, formatter, item["prompt"])  # once, so every side decodes the same prompt
             row = {"id": item["id"]}
-            row[REFERENCE], row[REFERENCE + "_detail"] = reference_run(llm, tokens, args.max_tokens, end_tokens)
+            if llm is not None:
+                row[REFERENCE], row[REFERENCE + "_detail"] = reference_run(llm, tokens, args.max_tokens, end_tokens)
             for m, decoder in decoders.items():
                 row[m], row[m + "_detail"] = engine_rate(decoder, tokens, args.max_tokens, args.ignore_eos)
             rows.append(row)
             print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()
                               if not k.endswith("_detail")}), file=sys.stderr)
-    ratios = {f"none / {REFERENCE}": median_ratio(rows, "none", REFERENCE),
+    ratios = {**({f"none / {REFERENCE}": median_ratio(rows, "none", REFERENCE)} if llm is not None else {}),
               **{f"{m} / none": median_ratio(rows, m, "none") for m in methods[1:]}}
     for name, value in ratios.items():
         print(f"{name}: " + ("n/a" if value is None else f"{value:.2f}x") + f" (median over {len(rows)} prompt runs)")

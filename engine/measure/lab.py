@@ -31,7 +31,8 @@ from ..decoding.cost_model import SpeculationConfig
 from ..modelfiles.embedded import resolve_model
 from ..errors import EngineError, InvalidSettingError
 from .lab_metrics import UtilisationMeter, memory_figure, summarise_cell
-from ..decoding.loader import METHODS, require_rollback
+from ..decoding.loader import DRAFT_METHODS, METHODS, require_rollback
+from ..decoding.proposers.auto import AutoProposer
 from ..decoding.proposers.base import NoProposer
 from ..decoding.proposers.draft_model import DraftModelProposer
 from ..decoding.proposers.lookup import LookupProposer
@@ -65,8 +66,8 @@ class LabConfig:
         unknown = [m for m in self.methods if m not in METHODS]
         if unknown or not self.methods:
             raise InvalidSettingError(f"methods must be some of {', '.join(METHODS)}, got {list(self.methods)}")
-        if "draft" in self.methods and not self.draft:
-            raise InvalidSettingError("The draft method needs a draft model (--draft PATH or embedded).")
+        if set(self.methods) & set(DRAFT_METHODS) and not self.draft:
+            raise InvalidSettingError("The draft and auto methods need a draft model (--draft PATH or embedded).")
         if not self.concurrency or any(not isinstance(c, int) or not 1 <= c <= 64 for c in self.concurrency):
             raise InvalidSettingError(f"concurrency levels must be whole numbers 1..64, got {list(self.concurrency)}")
         if not (isinstance(self.max_tokens, int) and 1 <= self.max_tokens <= 8192):
@@ -110,6 +111,8 @@ def _drafter(method: str, target: Model, draft: Model | None):
         return LookupProposer(remember_requests=False)
     if method == "draft":
         return DraftModelProposer(draft, target)
+    if method == "auto":
+        return AutoProposer(LookupProposer(remember_requests=False), DraftModelProposer(draft, target))
     return NoProposer()
 
 
@@ -134,7 +137,7 @@ def run_lab(config: LabConfig, on_progress: Callable[[LabProgress], None] | None
             raise InvalidSettingError(f"{slots} sequences of up to {longest + config.max_tokens} tokens need a "
                                       f"{load.n_ctx}-token context; this model holds {target.n_ctx}. "
                                       "Lower the concurrency or max tokens.")
-        if "draft" in config.methods:
+        if set(config.methods) & set(DRAFT_METHODS):
             draft = Model(resolve_model(config.draft), load)
             if load.n_ctx > draft.n_ctx:  # its cache follows every sequence too
                 raise InvalidSettingError(f"The draft model holds {draft.n_ctx} tokens; {slots} sequences need "

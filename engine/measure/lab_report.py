@@ -15,11 +15,12 @@ from pathlib import Path
 
 from ..decoding.cost_model import SpeculationConfig, StepCosts, allocate_draft_rows
 
-METHOD_WORDS = {"none": "plain decoding", "lookup": "prompt lookup", "draft": "the draft model"}
+METHOD_WORDS = {"none": "plain decoding", "lookup": "prompt lookup", "draft": "the draft model",
+                "auto": "lookup and the draft model, chosen per step"}
 # Speculation "pays" at a level when it beats plain decoding's throughput by 5% or more: repeated runs
 # of one cell on this shared 2-core machine differ by about that much, so a smaller lead is a tie.
 PAYS = 1.05
-METHOD_COLOURS = {"none": "#555555", "lookup": "#1f77b4", "draft": "#d62728"}
+METHOD_COLOURS = {"none": "#555555", "lookup": "#1f77b4", "draft": "#d62728", "auto": "#2ca02c"}
 
 
 def _threads(env: dict) -> str:
@@ -113,7 +114,7 @@ def best_draft_length(results: dict, method: str) -> int | None:
     costs = _step_costs(results, 1)
     if not cell or not cell["per_position_acceptance"] or costs is None:
         return None
-    draft_s = (cell.get("draft_ms_per_token") or 0.0) / 1000.0 if method == "draft" else 0.0
+    draft_s = (cell.get("draft_ms_per_token") or 0.0) / 1000.0 if method in ("draft", "auto") else 0.0
     expected = [1.0]
     for acceptance in cell["per_position_acceptance"]:
         expected.append(expected[-1] + acceptance)  # share of steps whose draft was kept through slot k
@@ -169,7 +170,7 @@ def advise(results: dict) -> Advice:
     # information, not a cap. Capping the chat at it cost 1.89x -> 1.57x plain (Gemma, held-out repeating
     # prompts, k=7 from a grounded lab run), so the advice keeps the chat's own cap.
     recommended = {"method": best, "max_draft": SpeculationConfig().max_draft, "adaptive": True}
-    if best == "draft":
+    if best in ("draft", "auto"):
         recommended["draft"] = settings.get("draft")
     return Advice(lines, recommended)
 

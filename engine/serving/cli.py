@@ -9,7 +9,7 @@ import sys
 import threading
 
 from ..decoding.cost_model import DEFAULT_MAX_DRAFT
-from ..decoding.loader import METHODS, DecoderSettings, load_draft, load_target, make_proposer
+from ..decoding.loader import DRAFT_METHODS, METHODS, DecoderSettings, load_draft, load_target, make_proposer
 from ..errors import EngineError
 from .openai_api import MAX_BODY_BYTES
 from .service import DEFAULT_PORT, ServeOptions, Service
@@ -18,7 +18,7 @@ from .service import DEFAULT_PORT, ServeOptions, Service
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m engine.serve", description=__doc__)
     ap.add_argument("--model", default="embedded", help="a GGUF path, 'embedded' or 'embedded-gemma'")
-    ap.add_argument("--draft", help="draft GGUF path (for --method draft)")
+    ap.add_argument("--draft", help="draft GGUF path (for --method draft or auto)")
     ap.add_argument("--method", choices=METHODS, default="lookup")
     ap.add_argument("--host", default="127.0.0.1", help="0.0.0.0 serves the local network (needs --api-key)")
     ap.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 picks a free port")
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = DecoderSettings(model=args.model, draft=args.draft, method=args.method, max_draft=args.max_draft,
                                    n_ctx=args.ctx, threads=args.threads, remember_requests=not args.no_remember)
         target = load_target(settings, n_seq_max=args.parallel)
-        draft = load_draft(settings, target, n_seq_max=args.parallel) if args.method == "draft" else None
+        draft = load_draft(settings, target, n_seq_max=args.parallel) if args.method in DRAFT_METHODS else None
         proposer = make_proposer(settings, target, draft)
         service = Service(target, proposer, settings.speculation(), options, model_id=target.path.stem).start()
     except EngineError as exc:

@@ -9,6 +9,7 @@ import pytest
 from engine.decoding.cost_model import SpeculationConfig
 from engine.decoding.generate import SpeculativeDecoder
 from engine.paths import resources_dir
+from engine.decoding.proposers.auto import AutoProposer
 from engine.decoding.proposers.draft_model import DraftModelProposer
 from engine.decoding.proposers.lookup import LookupProposer
 from engine.decoding.runtime import LoadSettings, Model
@@ -60,9 +61,12 @@ def checker(model_path):
     model.close()
 
 
-@pytest.mark.parametrize("method", ["lookup", "draft"])
+@pytest.mark.parametrize("method", ["lookup", "draft", "auto"])
 def test_greedy_speculation_emits_only_the_targets_argmax(target, draft_model, checker, method):
-    proposer = LookupProposer() if method == "lookup" else DraftModelProposer(draft_model, target, p_min=0.0)
+    proposer = {"lookup": lambda: LookupProposer(),
+                "draft": lambda: DraftModelProposer(draft_model, target, p_min=0.0),
+                "auto": lambda: AutoProposer(LookupProposer(), DraftModelProposer(draft_model, target, p_min=0.0)),
+                }[method]()
     decoder = SpeculativeDecoder(target, proposer, SpeculationConfig(max_draft=8, adaptive=False))
     prompt, out, _ = generate(decoder, grounded_prompt(0), sampling=GREEDY, max_tokens=48, ignore_eos=True)
     assert len(out) == 48

@@ -15,6 +15,7 @@ class Proposal:
     tokens: list[int] = field(default_factory=list)
     probs: Candidates | None = None  # q for each token; None means point-mass drafts (lookup)
     match_length: int = 0  # lookup: how many tokens of the history's end matched where the draft was found
+    from_draft: bool = False  # made by a draft model (its acceptance and cost are kept apart from lookup's)
 
 
 # (sequence id, its history: prompt + everything generated, most tokens wanted)

@@ -118,8 +118,8 @@ class DraftModelProposer:
             live = still
             if rows:
                 picks = self._decode_and_pick(rows)
-        return [Proposal(tokens=drafts[slot], probs=stack_candidates(q_rows[slot]) if q_rows[slot] else None)
-                for slot, _, _ in wants]
+        return [Proposal(tokens=drafts[slot], probs=stack_candidates(q_rows[slot]) if q_rows[slot] else None,
+                         from_draft=True) for slot, _, _ in wants]
 
     def _decode_and_pick(self, rows: list[tuple[int, int, int, bool]]) -> dict[int, tuple[int, float, Candidates | None]]:
         """Decode rows (in n_batch chunks); pick each sequence's next draft token from its logits row."""

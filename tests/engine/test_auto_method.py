@@ -1,0 +1,98 @@
+"""--method auto: prompt lookup and a draft model offered every step, one chosen per sequence and step.
+
+The real Gemma 3 270M is the target and a second copy of it the draft; step and draft costs are pinned (as in
+test_draft_path), so what is chosen follows the real acceptance and the pinned machine, not what else runs."""
+import pytest
+
+from engine.decoding.cost_model import DraftPlanner, SpeculationConfig
+from engine.decoding.generate import SpeculativeDecoder
+from engine.decoding.loader import DecoderSettings, make_proposer
+from engine.decoding.proposers.auto import AutoProposer
+from engine.decoding.proposers.draft_model import DraftModelProposer
+from engine.decoding.proposers.lookup import LookupProposer
+from engine.decoding.runtime import LoadSettings, Model
+from engine.decoding.sampling import SamplingParams
+from engine.decoding.step import DRAFT_FEATURE, StepLoop
+from engine.errors import InvalidSettingError
+
+from step_costs import ONE_ROW_S, pin_step_costs
+
+GREEDY = SamplingParams(temperature=0.0)
+OPEN = "The best way to spend three days in Kyoto is"  # nothing to copy: the draft's to guess
+COPY = ("Passage: The lighthouse at Point Arden was built in 1871 from granite quarried on the island itself. "
+          "For ninety years its keepers climbed one hundred and twelve steps every evening to light the lamp.\n\n"
+          "The same passage, copied word for word:\nPassage: The lighthouse at")
+
+
+@pytest.fixture(scope="module")
+def draft(model_path):
+    model = Model(model_path, LoadSettings(n_ctx=2048, threads=2))
+    yield model
+    model.close()
+
+
+def run_traced(target, draft, monkeypatch, draft_token_s: float):
+    """Greedy answers to OPEN, then COPY, as one chat with --method auto on GPU-like pinned step costs (extra rows
+    nearly free) and a draft token pinned at draft_token_s; returns the decoder, and for each answer its tokens
+    and per step (lookup tokens verified, draft tokens verified, rows the draft model decoded proposing)."""
+    pin_step_costs(monkeypatch, one_row_s=ONE_ROW_S, extra_row_s=0.02 * ONE_ROW_S)
+    record_draft = DraftPlanner.record_draft
+    monkeypatch.setattr(DraftPlanner, "record_draft",
+                        lambda self, tokens, seconds: record_draft(self, tokens, draft_token_s * tokens))
+    decoder = SpeculativeDecoder(target, AutoProposer(LookupProposer(), DraftModelProposer(draft, target, p_min=0.0)),
+                                 SpeculationConfig(max_draft=8))
+    decoder.calibrate()
+    draft_rows = []
+    real_decode = draft.decode_multi
+    monkeypatch.setattr(draft, "decode_multi", lambda tokens, *a, **k: draft_rows.append(len(tokens)) or
+                        real_decode(tokens, *a, **k))
+    steps = []
+    real_propose = StepLoop._propose
+
+    def traced(loop, active, room):
+        draft_rows.clear()
+        chosen = real_propose(loop, active, room)
+        p = chosen[0]
+        steps.append((0 if p.from_draft else len(p.tokens), len(p.tokens) if p.from_draft else 0, sum(draft_rows)))
+        return chosen
+
+    monkeypatch.setattr(StepLoop, "_propose", traced)
+    answers = []
+    for text in (OPEN, COPY):
+        steps = []
+        out = [t for d in decoder.generate(target.tokenize(text), GREEDY, max_tokens=40, ignore_eos=True)
+               for t in d.tokens]
+        answers.append((out, steps))
+    return decoder, answers
+
+
+def test_auto_copies_with_lookup_guesses_with_the_draft_and_never_runs_the_draft_on_a_copy(target, draft, monkeypatch):
+    decoder, [(open_out, open_steps), (copy_out, copy_steps)] = run_traced(target, draft, monkeypatch, 0.1 * ONE_ROW_S)
+    assert len(open_out) == len(copy_out) == 40 and decoder.stats.method == "auto"
+    guessed = [s for s in open_steps if s[1]]
+    assert sum(s[1] for s in guessed) >= 16, open_steps  # nothing to copy: the draft (= target) guessed
+    copied = [s for s in copy_steps if s[0]]
+    assert sum(s[0] for s in copied) >= 24, copy_steps  # the passage came from lookup's copies ...
+    assert all(rows == 0 for _, _, rows in copied), copy_steps  # ... and the draft model did not decode for them
+    assert decoder.loop.draft_planner is not decoder.loop.planner
+    assert decoder.loop.draft_planner.acceptance.slot_acceptance(DRAFT_FEATURE)[0] > 0.5  # draft = target
+
+
+def test_auto_with_a_draft_that_cannot_pay_is_lookup_alone(target, draft, monkeypatch):
+    """A draft token as dear as a target step can never pay (test_draft_path): auto then never drafts with it,
+    and its copies are lookup's."""
+    decoder, answers = run_traced(target, draft, monkeypatch, draft_token_s=1.0 * ONE_ROW_S)
+    steps = [s for _, answer_steps in answers for s in answer_steps]
+    assert not any(s[1] or s[2] for s in steps), steps
+    assert sum(s[0] for s in steps) >= 24
+
+
+def test_auto_needs_a_draft_model_and_says_so():
+    with pytest.raises(InvalidSettingError, match="auto method needs a draft model"):
+        DecoderSettings(method="auto")
+
+
+def test_auto_proposer_is_built_from_settings(target, draft):
+    proposer = make_proposer(DecoderSettings(method="auto", draft="x"), target, draft)
+    assert isinstance(proposer, AutoProposer) and proposer.name == "auto"
+    assert isinstance(proposer.lookup, LookupProposer) and proposer.draft.model is draft
