@@ -10,6 +10,7 @@ from PySide6.QtWidgets import (QCheckBox, QFileDialog, QHBoxLayout, QLabel, QMai
                                QPushButton, QSizePolicy, QSplitter, QToolButton, QVBoxLayout, QWidget)
 
 from engine.modelfiles.embedded import EMBEDDED
+from engine.decoding.loader import DRAFT_METHODS
 from engine.errors import InvalidSettingError
 
 from app.chat.attachments import AttachmentTray, FileDrops, compose, paperclip_icon, split_attachments
@@ -428,7 +429,7 @@ class MainWindow(QMainWindow):
                                      f"this time. {advice} Model → Reload model tries again.", "error", key="crashed")
             return False
         changes = {"model": EMBEDDED}
-        if self.settings.method == "draft":
+        if self.settings.method in DRAFT_METHODS:
             changes["method"] = "lookup"  # its draft was chosen for the model that crashed
         self._store_settings(self.settings.merged(changes))
         self.notices.show_notice(f"SpecChat closed while loading {name} last time, so it was not loaded again: "
@@ -495,7 +496,7 @@ class MainWindow(QMainWindow):
         self.progress.setVisible(self.loading or bool(self.working))
         method = info.get("method", "none")
         text = f"Speculation: {METHOD_LABELS.get(method, method).lower()}"
-        if method == "draft" and info.get("draft_name"):
+        if method in DRAFT_METHODS and info.get("draft_name"):
             text += f" ({info['draft_name']})"
         self.spec_label.setText(text)
         if self.model_info is not None:
@@ -547,9 +548,9 @@ class MainWindow(QMainWindow):
     def use_models(self, target: str, draft: str | None) -> None:
         s = self.settings
         changes = {"model": target or EMBEDDED, "draft": draft}
-        if draft:
-            changes.update(method="draft", speculation=True)
-        elif s.method == "draft":
+        if draft:  # a pair: lookup and its draft, chosen per step
+            changes.update(method="auto", speculation=True)
+        elif s.method in DRAFT_METHODS:
             changes.update(method="lookup")
         try:
             self.apply_settings(s.merged(changes).validated())
@@ -607,13 +608,13 @@ class MainWindow(QMainWindow):
 
     def _doctor_arguments(self) -> list[str]:
         s = self.settings
-        draft = ["--draft", s.draft] if s.draft and s.effective_method == "draft" else []
+        draft = ["--draft", s.draft] if s.draft and s.effective_method in DRAFT_METHODS else []
         threads = ["--threads", str(s.threads)] if s.threads else []
         return ["--model", s.model, *draft, "--gpu-layers", str(s.n_gpu_layers), *threads]
 
     def apply_recommendation(self, changes: dict) -> None:
         changes = dict(changes)
-        if changes.get("method") in ("draft", "lookup"):
+        if changes.get("method") in ("draft", "lookup", "auto"):
             changes.setdefault("speculation", True)
         try:
             new = self.settings.merged(changes).validated()

@@ -27,7 +27,7 @@ from engine.modelfiles.embedded import DISPLAY_NAMES
 from engine.errors import EngineError, GenerationCancelled
 from engine.decoding.generate import SpeculativeDecoder
 from engine.modelfiles.load_marker import LoadMarker
-from engine.decoding.loader import DecoderSettings, load_draft, load_target, make_proposer
+from engine.decoding.loader import DRAFT_METHODS, DecoderSettings, load_draft, load_target, make_proposer
 from engine.decoding.proposers.base import NoProposer
 from engine.decoding.batch import Job
 from engine.decoding.sampling import SamplingParams, request_seed, stream_seeds
@@ -160,7 +160,7 @@ class EngineWorker(QObject):
         """Change speculation for the next response; the target and its KV cache stay."""
         if self.decoder is None:
             return
-        if settings.method == "draft" and settings.draft != self.draft_path:
+        if settings.method in DRAFT_METHODS and settings.draft != self.draft_path:
             self.loadStarted.emit(f"draft model {settings.draft}")
         self.settings = settings
         self.speculationApplied.emit(self._apply(settings))
@@ -169,7 +169,7 @@ class EngineWorker(QObject):
     def _apply(self, settings: DecoderSettings) -> dict:
         target = self.decoder.target
         try:
-            if settings.method == "draft" and settings.draft != self.draft_path:
+            if settings.method in DRAFT_METHODS and settings.draft != self.draft_path:
                 self._close_draft()
                 self.marker.begin("draft", settings.draft)
                 try:
@@ -177,7 +177,7 @@ class EngineWorker(QObject):
                 finally:
                     self.marker.end()
                 self.draft_path = settings.draft
-            proposer = make_proposer(settings, target, self.draft_model if settings.method == "draft" else None)
+            proposer = make_proposer(settings, target, self.draft_model if settings.method in DRAFT_METHODS else None)
             self.decoder.set_speculation(proposer, settings.speculation())
             method, error = proposer.name, None
         except Exception as exc:  # noqa: BLE001 - a bad draft must not cost the loaded target
@@ -189,7 +189,7 @@ class EngineWorker(QObject):
             self.decoder.set_speculation(NoProposer(), settings.speculation())
             method, error = "none", f"Speculation is off: {exc}"
             self.notice.emit(error)
-        draft_name = self.draft_model.name if self.draft_model is not None and method == "draft" else None
+        draft_name = self.draft_model.name if self.draft_model is not None and method in DRAFT_METHODS else None
         return {"method": method, "draft_name": draft_name, "speculation_error": error}
 
     def _calibrate(self) -> None:
@@ -240,7 +240,7 @@ class EngineWorker(QObject):
             self.serverFailed.emit("Load a model first.")
             return
         target = self.decoder.target
-        draft = self.draft_model if self.settings.method == "draft" else None
+        draft = self.draft_model if self.settings.method in DRAFT_METHODS else None
         try:
             for model in (target, draft):
                 if model is not None:

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, 
 
 from engine.modelfiles.embedded import DESCRIPTION, EMBEDDED, EMBEDDED_GEMMA
 from engine.errors import InvalidSettingError
+from engine.decoding.loader import DRAFT_METHODS
 from engine.hardware import gpu_offload_supported
 
 from app.settings.values import METHOD_LABELS, AppSettings
@@ -23,7 +24,7 @@ from app.settings.values import METHOD_LABELS, AppSettings
 GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
 DEFAULT_SIZE = (560, 720)
 FLASH_ATTENTION = {"automatic": None, "on": True, "off": False}  # the combo's labels and AppSettings' values
-METHODS = ("draft", "lookup")  # the method "none" is the speculation check box, not a second way to say off
+METHODS = ("auto", "draft", "lookup")  # "none" is the speculation check box, not a second way to say off
 NO_GPU_BACKEND = "n/a: this llama.cpp build has no GPU backend"
 
 
@@ -102,7 +103,8 @@ class SettingsDialog(QDialog):
         self.target = ModelPicker(True)
         self.target.setToolTip(f"Empty means the embedded model: {DESCRIPTION}")
         self.draft = ModelPicker(False)
-        self.draft.setToolTip("A small model with the same vocabulary as the target, used by the draft-model method.")
+        self.draft.setToolTip("A small model with the same vocabulary as the target, used by the draft-model and "
+                              "auto methods.")
         self.speculation = QCheckBox("Speed up responses with speculative decoding")
         self.method = QComboBox()
         for key in METHODS:
@@ -201,15 +203,24 @@ class SettingsDialog(QDialog):
         self.setMinimumWidth(420)
         self.resize(*DEFAULT_SIZE)
         self.load(settings)
+        self._draft_before = self.draft.value()
+        self.draft.edit.textChanged.connect(self._draft_chosen)
 
     def _enable(self) -> None:
         on = self.speculation.isChecked()
         for w in (self.method, self.max_draft, self.min_draft, self.adaptive):
             w.setEnabled(on)
-        self.p_min.setEnabled(on and self.method.currentData() == "draft")
+        self.p_min.setEnabled(on and self.method.currentData() in DRAFT_METHODS)
 
     def _uses_draft_model(self) -> bool:
-        return self.speculation.isChecked() and self.method.currentData() == "draft"
+        return self.speculation.isChecked() and self.method.currentData() in DRAFT_METHODS
+
+    def _draft_chosen(self, text: str) -> None:
+        """A draft chosen where there was none: auto is then the method (lookup's copies and the draft's
+        guesses, each where it pays), as a pair from the Models window gets."""
+        if text and not self._draft_before and self.method.currentData() == "lookup":
+            self.method.setCurrentIndex(self.method.findData("auto"))
+        self._draft_before = text
 
     def _recheck(self) -> None:
         """A shown error goes as soon as what it was about is fixed, or no longer used."""

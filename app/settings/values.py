@@ -14,12 +14,13 @@ from pathlib import Path
 
 from engine.errors import InvalidSettingError
 from engine.decoding.cost_model import DEFAULT_MAX_DRAFT
-from engine.decoding.loader import DecoderSettings
+from engine.decoding.loader import DRAFT_METHODS, DecoderSettings
 from engine.paths import config_dir, write_text_atomic, unwritable_reason
 from engine.decoding.sampling import SamplingParams
 
 FILE_NAME = "settings.json"
-METHOD_LABELS = {"draft": "Draft model", "lookup": "Prompt lookup", "none": "Off"}
+METHOD_LABELS = {"auto": "Lookup + draft model (auto)", "draft": "Draft model", "lookup": "Prompt lookup",
+                 "none": "Off"}
 RELOAD_KEYS = ("model", "n_ctx", "n_gpu_layers", "threads", "flash_attention")  # a change reloads the target model
 SPECULATION_KEYS = ("speculation", "method", "draft", "max_draft", "min_draft", "p_min", "adaptive")
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -29,10 +30,10 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 class AppSettings:
     # models
     model: str = "embedded"  # "embedded" or a path to a GGUF file
-    draft: str | None = None  # a path to a GGUF file for the draft-model method
+    draft: str | None = None  # a path to a GGUF file for the draft-model and auto methods
     # speculation
     speculation: bool = True
-    method: str = "lookup"  # "draft" | "lookup" | "none"
+    method: str = "lookup"  # "auto" | "draft" | "lookup" | "none" (auto: lookup and the draft, per step)
     max_draft: int = DEFAULT_MAX_DRAFT
     min_draft: int = 1
     p_min: float = 0.75  # draft confidence cutoff
@@ -95,8 +96,9 @@ class AppSettings:
         if self.min_draft > max(self.max_draft, 1):
             raise InvalidSettingError(f"min draft tokens ({self.min_draft}) must not exceed max draft tokens "
                                       f"({self.max_draft}).")
-        if self.speculation and self.method == "draft" and not self.draft:
-            raise InvalidSettingError("The draft-model method needs a draft model: choose one, or use prompt lookup.")
+        if self.speculation and self.method in DRAFT_METHODS and not self.draft:
+            raise InvalidSettingError(f"The {METHOD_LABELS[self.method].lower()} method needs a draft model: choose "
+                                      "one, or use prompt lookup.")
         return self
 
     def merged(self, changes: dict) -> "AppSettings":
@@ -230,7 +232,7 @@ FIELDS = {
     "model": (lambda v: isinstance(v, str) and bool(v.strip()), "'embedded' or a path to a GGUF file"),
     "draft": (lambda v: v is None or isinstance(v, str), "a path to a GGUF file, or none"),
     "speculation": (_is(bool), "on or off"),
-    "method": (lambda v: v in METHOD_LABELS, "draft, lookup or none"),
+    "method": (lambda v: v in METHOD_LABELS, "auto, draft, lookup or none"),
     "max_draft": (_int(0, 64), "a whole number 0..64"),
     "min_draft": (_int(1, 64), "a whole number 1..64"),
     "p_min": (_float(0.0, 1.0, hi_open=True), "a number in [0, 1)"),

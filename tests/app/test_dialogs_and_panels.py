@@ -116,7 +116,7 @@ def test_models_and_lab_hooks(make_window, qtbot, monkeypatch, dirs, quick_setti
     with qtbot.waitSignal(window.speculationChanged, timeout=60_000):
         window._models_dialog.modelsChosen.emit(quick_settings.model, str(draft))  # same target: no reload
     assert reloads == []
-    assert (window.settings.draft, window.settings.method) == (str(draft), "draft")
+    assert (window.settings.draft, window.settings.method) == (str(draft), "auto")  # a pair: lookup + draft
     assert load_settings()[0].draft == str(draft)  # saved
     qtbot.waitUntil(lambda: any("Speculation is off" in t for t in window.notices.texts()), timeout=10_000)
 

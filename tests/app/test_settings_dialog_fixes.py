@@ -49,8 +49,8 @@ def shown_texts(dialog: SettingsDialog) -> list[str]:
 def test_the_check_box_is_the_only_way_to_turn_speculation_off(qtbot, dirs):
     dialog = open_dialog(qtbot, AppSettings())
     methods = [dialog.method.itemText(i) for i in range(dialog.method.count())]
-    assert methods == ["Draft model", "Prompt lookup"]  # no "Off" beside the check box
-    assert [dialog.method.itemData(i) for i in range(dialog.method.count())] == ["draft", "lookup"]
+    assert methods == ["Lookup + draft model (auto)", "Draft model", "Prompt lookup"]  # no "Off" beside the box
+    assert [dialog.method.itemData(i) for i in range(dialog.method.count())] == ["auto", "draft", "lookup"]
 
     dialog.speculation.click()
     assert not dialog.method.isEnabled() and not dialog.max_draft.isEnabled()
