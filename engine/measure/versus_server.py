@@ -2,6 +2,11 @@
 
 python -m engine.measure.versus_server --server PATH/llama-server --model PATH|embedded|embedded-gemma
     --prompts FILE.jsonl [--rounds 3] [--max-tokens 200] [--threads 2] [--out FILE.json]
+    [--draft PATH [--chat]]
+
+With --draft (a pair) the methods are instead: llama-server plain, --spec-type draft-simple (-md PATH), and
+draft-simple,ngram-simple; SpecChat plain, lookup, draft and auto. --chat sends each prompt as one user message
+in the model's chat template (llama-server gets the same rendered text, its special tokens parsed).
 
 For every prompt and round it runs, back to back (the order rotated each time, so a slow spell of a
 shared machine falls on every method alike): llama-server plain, llama-server --spec-type ngram-simple,
@@ -32,8 +37,9 @@ from pathlib import Path
 from typing import Callable
 
 from ..decoding.loader import DecoderSettings, build_decoder
-from ..decoding.runtime import model_params
+from ..decoding.runtime import Model, model_params
 from ..modelfiles.embedded import resolve_model
+from ..chat_format import ChatFormatter
 from .bench import encode, greedy_answer, read_prompts
 
 SERVER_METHODS = {
@@ -43,6 +49,13 @@ SERVER_METHODS = {
 }
 PLAIN, LOOKUP = "SpecChat plain", "SpecChat lookup"
 SPECCHAT_METHODS = {PLAIN: "none", LOOKUP: "lookup"}
+SPECCHAT_PAIR_METHODS = {PLAIN: "none", LOOKUP: "lookup", "SpecChat draft": "draft", "SpecChat auto": "auto"}
+
+
+def server_pair_methods(draft: str) -> dict[str, list[str]]:
+    """llama-server with a draft model: -md alone drafts nothing, --spec-type draft-simple turns it on."""
+    return {"server plain": [], "server draft-simple": ["-md", draft, "--spec-type", "draft-simple"],
+            "server draft-simple,ngram-simple": ["-md", draft, "--spec-type", "draft-simple,ngram-simple"]}
 STARTUP_S = 120
 FLASH_ATTENTION = {"auto": None, "on": True, "off": False}  # --flash-attn, as llama-server spells it
 
@@ -105,15 +118,16 @@ class LlamaServer:
                 self._proc.kill()
 
 
-def specchat_runner(model: str, method: str, threads: int | None,
-                    flash_attention: bool | None = None) -> Callable[[str, int], Run]:
+def specchat_runner(model: str, method: str, threads: int | None, flash_attention: bool | None = None,
+                    draft: str | None = None, chat: bool = False) -> Callable[[str, int], Run]:
     """SpecChat's decoder for one method (calibrated first, as the chat is at load), as bench runs it."""
     decoder = build_decoder(DecoderSettings(model=model, method=method, threads=threads, remember_requests=False,
-                                            flash_attention=flash_attention))
+                                            flash_attention=flash_attention, draft=draft))
     decoder.calibrate()
+    formatter = ChatFormatter(decoder.target) if chat else None
 
     def complete(prompt: str, max_tokens: int) -> Run:
-        tokens, _ = encode(decoder.target, None, prompt)
+        tokens, _ = encode(decoder.target, formatter, prompt)
         out = greedy_answer(decoder, tokens, max_tokens)
         return Run(decoder.stats.decode_tokens_per_s or 0.0, out)
     return complete
@@ -218,25 +232,38 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--flash-attn", choices=FLASH_ATTENTION, default="auto",
                     help="flash attention for both sides (default: llama.cpp's choice)")
+    ap.add_argument("--draft", help="a draft GGUF: compare the pair's methods (see above)")
+    ap.add_argument("--chat", action="store_true", help="each prompt as one user message in the chat template")
     ap.add_argument("--out")
     args = ap.parse_args(argv)
     items = read_prompts(args.prompts)
     flash = FLASH_ATTENTION[args.flash_attn]
-    runners = {m: specchat_runner(args.model, method, args.threads, flash) for m, method in SPECCHAT_METHODS.items()}
+    ours = SPECCHAT_PAIR_METHODS if args.draft else SPECCHAT_METHODS
+    runners = {m: specchat_runner(args.model, method, args.threads, flash, args.draft, args.chat)
+               for m, method in ours.items()}
     model_path = str(resolve_model(args.model))  # 'embedded' or 'embedded-gemma' too
+    rendered = {i["prompt"]: i["prompt"] for i in items}
+    if args.chat:  # what SpecChat's runners decode, as text for the server
+        with Model(Path(model_path), vocab_only=True) as vocab:
+            formatter = ChatFormatter(vocab)
+            rendered = {i["prompt"]: formatter.render([{"role": "user", "content": i["prompt"]}])[0] for i in items}
     servers = {}
     try:
-        for m, extra in SERVER_METHODS.items():
+        for m, extra in (server_pair_methods(args.draft) if args.draft else SERVER_METHODS).items():
             servers[m] = LlamaServer(args.server, model_path, extra, args.threads, flash_attention=flash)
-        runs = run_paired({**{m: s.complete for m, s in servers.items()}, **runners}, items, args.rounds,
-                          args.max_tokens)
+        runs = run_paired({**{m: (lambda prompt, n, s=s: s.complete(rendered[prompt], n)) for m, s in servers.items()},
+                           **runners}, items, args.rounds, args.max_tokens)
     finally:
         for s in servers.values():
             s.close()
     summary = summarise(runs, {str(i["id"]): i["kind"] for i in items})
     print(table(summary))
-    print()
-    print(kind_table(summary))
+    if not args.draft:
+        print()
+        print(kind_table(summary))
+    else:
+        for kind, s in (summary.get("by_kind") or {}).items():
+            print(f"\n{kind}:\n{table(s)}")
     if args.out:
         Path(args.out).write_text(json.dumps({"summary": summary, "runs": {
             m: {i: [{"tokens_per_s": r.tokens_per_s, "tokens": r.tokens} for r in rs] for i, rs in per.items()}

@@ -82,3 +82,38 @@ def test_llama_server_with_specchats_cache_settings_writes_specchats_answer(mode
         server.close()
     ours = specchat_runner(str(model_path), "none", 2)("The capital of France is", 16)
     assert theirs.tokens_per_s > 0 and json.dumps(theirs.tokens) == json.dumps(ours.tokens)
+
+
+def test_a_pair_in_the_chat_template_on_both_sides(tmp_path):
+    """--draft --chat: SpecChat's auto and draft runners decode the prompt as one user message in the template, and
+    the server gets the same rendered text, with -md and --spec-type (the draft drafts nothing without it).
+    SmolLM2 drafts for itself here: the same vocabulary, and small."""
+    from engine.chat_format import ChatFormatter
+    from engine.decoding.runtime import Model
+    from engine.measure.versus_server import server_pair_methods
+    from engine.modelfiles.embedded import embedded_model_path
+
+    path = str(embedded_model_path())
+    assert server_pair_methods(path)["server draft-simple"] == ["-md", path, "--spec-type", "draft-simple"]
+    auto = specchat_runner(path, "auto", 2, draft=path, chat=True)("Say hello.", 6)
+    plain = specchat_runner(path, "none", 2, chat=True)("Say hello.", 6)
+    with Model(Path(path), vocab_only=True) as vocab:
+        text = ChatFormatter(vocab).render([{"role": "user", "content": "Say hello."}])[0]
+    raw = specchat_runner(path, "none", 2)(text, 6)  # the server's text, tokenized with its special tokens
+    assert auto.tokens == plain.tokens == raw.tokens and len(plain.tokens) == 6
+
+
+@pytest.mark.skipif(not (SERVER and Path(SERVER).exists()), reason="set SPECCHAT_LLAMA_SERVER to a llama-server binary")
+def test_the_pair_comparison_runs_against_llama_server(tmp_path):
+    from engine.measure.versus_server import main
+    from engine.modelfiles.embedded import embedded_model_path
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "copy", "kind": "repeating", "prompt": "Repeat: one two three four."}) + "\n")
+    path = str(embedded_model_path())
+    assert main(["--server", SERVER, "--model", path, "--draft", path, "--chat", "--prompts", str(prompts),
+                 "--rounds", "1", "--max-tokens", "8", "--out", str(tmp_path / "out.json")]) == 0
+    runs = json.loads((tmp_path / "out.json").read_text())["runs"]
+    assert set(runs) == {"server plain", "server draft-simple", "server draft-simple,ngram-simple", "SpecChat plain",
+                         "SpecChat lookup", "SpecChat draft", "SpecChat auto"}
+    assert all(len(r["copy"][0]["tokens"]) == 8 for r in runs.values())
