@@ -53,7 +53,7 @@ class SystemCheckDialog(QDialog):
         self.text.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
         self.bench_button = QPushButton("Measure speed (~20 s)")
         self.bench_button.setToolTip("Loads the current model a second time and times plain decoding against "
-                                     "prompt lookup (and the draft model, if one is set) on a code edit.")
+                                     "prompt lookup (and the draft model and auto, if a draft is set) on a code edit.")
         self.bench_button.clicked.connect(self.measure)
         self.copy_button = QPushButton("Copy report")
         self.copy_button.clicked.connect(self.copy_report)

@@ -31,6 +31,7 @@ import torch
 from .. import hardware
 from ..chat_format import ChatFormatter
 from ..decoding.generate import SpeculativeDecoder
+from ..decoding.proposers.auto import AutoProposer
 from ..decoding.proposers.base import NoProposer
 from ..decoding.proposers.draft_model import DraftModelProposer
 from ..decoding.proposers.lookup import LookupProposer
@@ -142,19 +143,20 @@ def problems(facts: dict) -> list[dict]:
 
 
 def bench(target: Model, draft: Model | None, seconds: float) -> dict:
-    """Plain decoding against prompt lookup (and the draft model) on BENCH_PROMPT, greedy, BENCH_TOKENS tokens
+    """Plain decoding against prompt lookup (and the draft model, and both as auto) on BENCH_PROMPT, greedy, BENCH_TOKENS tokens
     each, taking turns until `seconds` have passed (at least one round); each method's fastest run is kept, as
     other work on the machine only ever slows a run down."""
     _, prompt, _ = ChatFormatter(target).render([{"role": "user", "content": BENCH_PROMPT}])  # as the chat sends it
     methods = {"plain": NoProposer(), "lookup": LookupProposer(remember_requests=False)}
     if draft is not None:
         methods["draft"] = DraftModelProposer(draft, target)
+        methods["auto"] = AutoProposer(LookupProposer(remember_requests=False), DraftModelProposer(draft, target))
     decoder = SpeculativeDecoder(target, NoProposer())
     decoder.calibrate()  # timed once per model file and kept (step_timings): the planner's costs are measured
     started, runs = time.perf_counter(), {name: [] for name in methods}
     while not runs["plain"] or time.perf_counter() - started < seconds:
         for name, proposer in methods.items():
-            decoder.proposer = proposer
+            decoder.set_speculation(proposer, decoder.speculation)  # a planner of its kind; the step costs kept
             decoder.forget()  # each run prefills the prompt afresh, so none starts ahead
             for _ in decoder.generate(prompt, SamplingParams(temperature=0.0), max_tokens=BENCH_TOKENS,
                                       ignore_eos=True):

@@ -112,3 +112,16 @@ def test_a_model_that_cannot_load_is_a_clear_error(tmp_path):
     done = run_doctor("--json", "--no-bench", "--model", str(bad))
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "broken.gguf" in json.loads(done.stdout)["error"]
+
+
+def test_with_a_draft_the_bench_times_draft_and_auto_each_with_a_planner_of_its_kind():
+    """Each method gets its own planner (set_speculation): a draft model is priced as costly, and auto plans both."""
+    from engine.decoding.runtime import LoadSettings, Model
+    from engine.modelfiles.embedded import embedded_model_path
+
+    path = embedded_model_path()
+    with Model(path, LoadSettings(n_ctx=1024, threads=2)) as target, \
+            Model(path, LoadSettings(n_ctx=1024, threads=2)) as draft:
+        result = doctor.bench(target, draft, seconds=0)
+    assert list(result["methods"]) == ["plain", "lookup", "draft", "auto"]
+    assert all(run["tokens_per_s"] and run["runs"] == 1 for run in result["methods"].values())
