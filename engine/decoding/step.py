@@ -336,12 +336,13 @@ class StepLoop:
         guess_plan = self.draft_planner.plan([DRAFT_FEATURE] * n, room, [self._own(s) for s in active])
         d = self.draft_planner.draft_seconds_per_token
 
-        def rate(expected: list[float], k: int, i: int, drafting: float) -> float:
-            gained = expected[i] if k else 0.0
+        def rate(plan: Plan, k: int, i: int, drafting: float) -> float:
+            gained = plan.expected[i] if k else 0.0
             return (n + gained) / ((steps.seconds(n + k, drafted=k > 0) or 1.0) + drafting * k)
 
-        use_draft = [bool(g) and rate(guess_plan.expected or [0.0] * n, g, i, d) >
-                     rate(copy_plan.expected or [float(c) for c in copy_plan.lengths], c, i, 0.0)
+        # A draft plan that bets on nothing (a probe, or fixed lengths) is taken where lookup offers no copy.
+        use_draft = [bool(g) and (rate(guess_plan, g, i, d) > rate(copy_plan, c, i, 0.0) if guess_plan.expected
+                                  else not c)
                      for i, (c, g) in enumerate(zip(copy_plan.lengths, guess_plan.lengths))]
         self.planner.keep_only(copy_plan, [not u for u in use_draft])
         self.draft_planner.keep_only(guess_plan, use_draft)
@@ -349,7 +350,7 @@ class StepLoop:
         guesses, _, _ = self._propose_draft(proposer.draft, active, room, wanted)
         chosen = [g if u else c for c, g, u in zip(copies, guesses, use_draft)]
         lengths = [g if u else c for c, g, u in zip(copy_plan.lengths, guess_plan.lengths, use_draft)]
-        return chosen, Plan(lengths, guess_plan.measuring_plain), [max(c, r) for c, r in zip(caps, room)]
+        return chosen, Plan(lengths, guess_plan.measuring_plain), room  # room bounds both proposals
 
     def _own(self, s: SequenceState) -> Acceptance:
         """The sequence's own acceptance table, made on first use."""

@@ -96,3 +96,14 @@ def test_auto_proposer_is_built_from_settings(target, draft):
     proposer = make_proposer(DecoderSettings(method="auto", draft="x"), target, draft)
     assert isinstance(proposer, AutoProposer) and proposer.name == "auto"
     assert isinstance(proposer.lookup, LookupProposer) and proposer.draft.model is draft
+
+
+def test_with_fixed_lengths_auto_guesses_with_the_draft_where_lookup_has_no_copy(target, draft):
+    """adaptive off (Settings' check box): no plan bets on anything, yet the draft still guesses where lookup offers
+    nothing (it never did before this was fixed: only rate-bearing plans could win over lookup's empty one)."""
+    decoder = SpeculativeDecoder(target, AutoProposer(LookupProposer(), DraftModelProposer(draft, target, p_min=0.0)),
+                                 SpeculationConfig(max_draft=4, adaptive=False))
+    for _ in decoder.generate(target.tokenize(OPEN), GREEDY, max_tokens=24, ignore_eos=True):
+        pass
+    assert decoder.loop.draft_planner.acceptance.slot_acceptance(DRAFT_FEATURE)[0] > 0.5
+    assert decoder.stats.accepted >= 8, decoder.stats.to_dict()
