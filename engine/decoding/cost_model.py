@@ -303,6 +303,14 @@ REALISM_RANGE = (0.2, 1.2)
 # next 460 steps, through answers that copied their prompts whole). Meanwhile the shadow proposals keep
 # the acceptance tables current, so after a pause the planner bets on what they have seen since.
 REALISM_HORIZON = 64
+# A probe of a costly proposer costs its catch-up (the rows its cache lags: a whole prompt, at first), its tokens
+# and its wider verify. It is made only when that is at most this share of the answer's time still to come at
+# plain speed, so probing never costs more than a few percent (the 0.5B draft's first probe of a Qwen2.5-Coder
+# chat answer paid 2.6 s of prompt processing, a third of the answer's 8 s plain decode, for 2 tokens).
+PROBE_SHARE = 0.02
+# The tokens still to come are not known (an answer stops when it will): a sequence is taken to go on for as
+# long as it has gone so far, at least this long, within its budget.
+HORIZON_FLOOR = 32
 # Speculative steps between plain ones while a costly proposer drafts every step (it may never stop on
 # its own at p_min 0): without a measured plain step there is nothing to judge drafting against.
 PLAIN_PROBE_EVERY = 32
@@ -366,6 +374,7 @@ class DraftPlanner:
         self.steps = steps or StepCosts()
         self.acceptance = Acceptance(max(config.max_draft, 1))
         self._draft_per_token: deque[float] = deque(maxlen=WINDOW)
+        self._catch_up_per_row: deque[float] = deque(maxlen=WINDOW)
         self._steps_without_drafts = 0
         self._steps_with_drafts = 0
         self._probe_interval = FIRST_PROBE_AFTER
@@ -434,6 +443,19 @@ class DraftPlanner:
         if tokens and one_row:
             self._draft_per_token.append(seconds / tokens / one_row)
 
+    def record_catch_up(self, rows: int, seconds: float) -> None:
+        """Take the time a costly proposer spent catching up on `rows` tokens (prompt processing), kept apart
+        from its drafted tokens' and, as theirs, in units of the target's one-row step."""
+        one_row = self.steps.seconds(1)
+        if rows and one_row:
+            self._catch_up_per_row.append(seconds / rows / one_row)
+
+    def catch_up_seconds(self, rows: int) -> float:
+        """Predicted seconds for the costly proposer to catch up on `rows` tokens (0 before any timing)."""
+        if not (self.costly and rows and self._catch_up_per_row):
+            return 0.0
+        return rows * statistics.median(self._catch_up_per_row) * (self.steps.seconds(1) or 0.0)
+
     @property
     def draft_timed(self) -> bool:
         return bool(self._draft_per_token)
@@ -459,10 +481,12 @@ class DraftPlanner:
 
     # --- decision -----------------------------------------------------------------------------
     def plan(self, features: list[Hashable], caps: list[int], own: list[Acceptance | None] | None = None,
-             taken_rows: int = 0) -> Plan:
+             taken_rows: int = 0, lags: list[int] | None = None, horizon: list[int] | None = None) -> Plan:
         """Draft lengths for sequences with these proposal features; caps bound each (room, proposal); own:
         each sequence's own acceptance table, if it keeps one; taken_rows: draft rows this step verifies anyway
-        (another proposer's, planned first), which every row planned here is added to."""
+        (another proposer's, planned first), which every row planned here is added to. For a costly proposer,
+        lags: the tokens each sequence's draft cache must catch up on before it drafts; horizon: the tokens
+        each sequence is expected still to make (HORIZON_FLOOR). A draft must repay its catch-up within them."""
         cfg, n = self.config, len(caps)
         caps = [max(0, min(c, cfg.max_draft)) for c in caps]
         if not cfg.adaptive or cfg.max_draft == 0:
@@ -483,12 +507,41 @@ class DraftPlanner:
                                       lambda rows: steps.seconds(rows, drafted=rows > n),
                                       self.draft_seconds_per_token, MIN_GAIN)
         lengths = [k if k >= cfg.min_draft else 0 for k in lengths]
+        gained = [e[k] - 1.0 for e, k in zip(expected, lengths)]
+        if any(lengths) and not self._repays(lengths, gained, n + taken_rows, lags, horizon):
+            lengths = [0] * n
         predicted = [e[k] - 1.0 for e, k in zip(raw, lengths)]
         self._predicted = sum(predicted)
         if any(lengths):
             self._probe_interval = FIRST_PROBE_AFTER
             return Plan(lengths, predicted=predicted, expected=[e[k] - 1.0 for e, k in zip(expected, lengths)])
-        if self.costly and self._steps_without_drafts >= self._probe_interval and any(caps) and not self._hopeless(n):
-            self._probe_interval = min(2 * self._probe_interval, LONGEST_PROBE_INTERVAL)
-            return Plan([min(max(cfg.min_draft, 2), c) for c in caps])  # a probe keeps acceptance current
+        if (self.costly and self._steps_without_drafts >= self._probe_interval and any(caps)
+                and not self._hopeless(n)):
+            probe = [min(max(cfg.min_draft, 2), c) for c in caps]
+            if self._probe_affordable(probe, n + taken_rows, lags, horizon):
+                self._probe_interval = min(2 * self._probe_interval, LONGEST_PROBE_INTERVAL)
+                return Plan(probe)  # a probe keeps acceptance current
         return Plan(lengths)
+
+    def _repays(self, lengths: list[int], gained: list[float], rows: int, lags: list[int] | None,
+                horizon: list[int] | None) -> bool:
+        """A bet on drafts saves, over the tokens expected still to come, more than their catch-up costs."""
+        catch_up = self.catch_up_seconds(sum(lag for lag, k in zip(lags or [], lengths) if k))
+        if not catch_up or horizon is None:
+            return True
+        n, drafted, steps = len(lengths), sum(lengths), self.steps
+        plain_rate = n / steps.seconds(rows)
+        rate = (n + sum(gained)) / (steps.seconds(rows + drafted, drafted=True) + drafted * self.draft_seconds_per_token)
+        to_come = sum(horizon)
+        return to_come / plain_rate - to_come / rate > catch_up
+
+    def _probe_affordable(self, probe: list[int], rows: int, lags: list[int] | None,
+                          horizon: list[int] | None) -> bool:
+        """A probe's catch-up, tokens and wider verify cost at most PROBE_SHARE of the time still to come."""
+        if horizon is None:
+            return True
+        n, drafted, steps = len(probe), sum(probe), self.steps
+        cost = (self.catch_up_seconds(sum(lag for lag, k in zip(lags or [], probe) if k))
+                + drafted * self.draft_seconds_per_token
+                + steps.seconds(rows + drafted, drafted=True) - steps.seconds(rows))
+        return cost <= PROBE_SHARE * sum(horizon) / n * steps.seconds(rows)

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Hashable
+from typing import TYPE_CHECKING, Callable, Hashable
 
 import torch
 
 from ..errors import GenerationCancelled
-from .cost_model import (CALIBRATION_REPEATED_UP_TO, CALIBRATION_REPEATS, CALIBRATION_WARMUP, Acceptance,
-                         DraftPlanner, Plan, SpeculationConfig, StepCosts, calibration_sizes)
+from .cost_model import (CALIBRATION_REPEATED_UP_TO, CALIBRATION_REPEATS, CALIBRATION_WARMUP, HORIZON_FLOOR,
+                         Acceptance, DraftPlanner, Plan, SpeculationConfig, StepCosts, calibration_sizes)
 from .proposers.auto import AutoProposer
 from .proposers.base import NoProposer, Proposal, Proposer
 from . import step_timings
@@ -24,11 +24,20 @@ from .stats import GenerationStats
 from .threads import ThreadTuner
 from .verifier import Verifier
 
+if TYPE_CHECKING:  # the draft proposer imports this module (time_steps)
+    from .proposers.draft_model import DraftModelProposer
+
 DRAFT_FEATURE = ("draft",)
 # A shadow proposal is scored over this many tokens at most, then the next starts from the proposal of its
 # time: scored whole, a 48-token copy found on a 3-token match taught that match length 33 hits while the
 # matches grew to 16 tokens unseen, and a later 3-token match drafted 11 and kept none (Gemma 3, fix-json).
 SHADOW_TOKENS = 8
+
+
+def tokens_to_come(s: SequenceState, tokens_left: int) -> int:
+    """The tokens a sequence is expected still to make: as many as it has made so far (HORIZON_FLOOR at
+    least), within its budget. A budget alone says little: a chat answer of 100 tokens may have 2,000 left."""
+    return max(0, min(tokens_left, max(s.stats.generated, HORIZON_FLOOR)))
 
 
 def lookup_feature(match_length: int, continuing: bool) -> tuple[int, bool]:
@@ -185,7 +194,7 @@ class StepLoop:
             row_budget = (target.n_batch - n) // n  # every sequence's drafts fit one batch ...
             cell_budget = (self.free_cells(active) - n) // n  # ... and the shared cache
             room = [max(0, min(cfg.max_draft, row_budget, cell_budget, left - 1)) for left in tokens_left]
-            proposals = self._propose(active, room)
+            proposals = self._propose(active, room, [tokens_to_come(s, left) for s, left in zip(active, tokens_left)])
         self._switch_threads(self.threads.before_step(drafting=any(p.tokens for p in proposals)))
         totals = self.totals
         rows, positions, seq_ids = [], [], []
@@ -260,7 +269,9 @@ class StepLoop:
         if not planner.steps.calibrated and len(sizes) >= 2 and sizes[0] == 1:
             planner.steps.take_calibration(time_steps(target, slot, start, token, sizes, self.clock))
         if not self.proposer.free and not self.draft_planner.draft_timed:
-            self.draft_planner.record_draft(1, self.proposer.time_token(slot))
+            token_s, catch_up_row_s = self.proposer.time_draft(slot)
+            self.draft_planner.record_draft(1, token_s)
+            self.draft_planner.record_catch_up(1, catch_up_row_s)
 
     # --- proposing and planning -----------------------------------------------------------------
     def _feature(self, s: SequenceState, proposal: Proposal) -> Hashable:
@@ -268,15 +279,15 @@ class StepLoop:
             return DRAFT_FEATURE
         return lookup_feature(proposal.match_length, s.continuing)
 
-    def _propose(self, active: list[SequenceState], room: list[int]) -> list[Proposal]:
+    def _propose(self, active: list[SequenceState], room: list[int], to_come: list[int]) -> list[Proposal]:
         cfg, proposer = self.speculation, self.proposer
         t = self.clock()
         if proposer.free:  # propose first (it costs nothing), then plan knowing each proposal
             chosen, plan, caps = self._propose_free(proposer, active, room)
         elif self.auto:
-            chosen, plan, caps = self._propose_auto(proposer, active, room)
+            chosen, plan, caps = self._propose_auto(proposer, active, room, to_come)
         else:  # a draft model costs a decode per token: plan first, then draft only what is wanted
-            chosen, plan, caps = self._propose_draft(proposer, active, room)
+            chosen, plan, caps = self._propose_draft(proposer, active, room, to_come)
         spent = self.clock() - t
         self.totals.draft_s += spent
         chosen = [p if len(p.tokens) >= cfg.min_draft else Proposal() for p in chosen]
@@ -311,21 +322,30 @@ class StepLoop:
                 s.shadow_predicted = planner.acceptance.expected_tokens(f, self._own(s), len(s.shadow))[-1] - 1.0
         return chosen, plan, caps
 
-    def _propose_draft(self, proposer: Proposer, active: list[SequenceState], room: list[int],
-                       plan: Plan | None = None) -> tuple[list[Proposal], Plan, list[int]]:
+    def _plan_draft(self, proposer: DraftModelProposer, active: list[SequenceState], room: list[int],
+                    to_come: list[int]) -> Plan:
+        """The draft planner's plan, with each sequence's catch-up to repay within the tokens to come."""
+        return self.draft_planner.plan([DRAFT_FEATURE] * len(active), room, [self._own(s) for s in active],
+                                       lags=[proposer.lag(s.slot, s.history) for s in active], horizon=to_come)
+
+    def _propose_draft(self, proposer: DraftModelProposer, active: list[SequenceState], room: list[int],
+                       to_come: list[int], plan: Plan | None = None) -> tuple[list[Proposal], Plan, list[int]]:
         """A costly proposer's: the planner decides each length first (or `plan` did), then only those are
-        drafted (and timed)."""
+        drafted, and timed: the catch-up apart from the drafted tokens."""
         planner = self.draft_planner
         t = self.clock()
-        plan = plan or planner.plan([DRAFT_FEATURE] * len(active), room, [self._own(s) for s in active])
+        plan = plan or self._plan_draft(proposer, active, room, to_come)
         wants = [(s.slot, s.history, k) for s, k in zip(active, plan.lengths) if k]
         made = iter(proposer.propose(wants) if wants else [])
         chosen = [next(made) if k else Proposal() for k in plan.lengths]
-        planner.record_draft(sum(len(p.tokens) for p in chosen), self.clock() - t)
+        spent = self.clock() - t
+        caught_rows, caught_s = proposer.last_catch_up if wants else (0, 0.0)
+        planner.record_catch_up(caught_rows, caught_s)
+        planner.record_draft(sum(len(p.tokens) for p in chosen), spent - caught_s)
         return chosen, plan, room
 
-    def _propose_auto(self, proposer: AutoProposer, active: list[SequenceState],
-                      room: list[int]) -> tuple[list[Proposal], Plan, list[int]]:
+    def _propose_auto(self, proposer: AutoProposer, active: list[SequenceState], room: list[int],
+                      to_come: list[int]) -> tuple[list[Proposal], Plan, list[int]]:
         """Both planners plan (planning is cheap); each sequence verifies whichever proposal promises more tokens
         per second of its step, the draft's own tokens counted; the draft model then drafts for those sequences
         alone, so a copy that wins costs no draft decode."""
@@ -333,7 +353,7 @@ class StepLoop:
         if copy_plan.measuring_plain:
             return copies, copy_plan, caps
         n, steps = len(active), self.planner.steps
-        guess_plan = self.draft_planner.plan([DRAFT_FEATURE] * n, room, [self._own(s) for s in active])
+        guess_plan = self._plan_draft(proposer.draft, active, room, to_come)
         d = self.draft_planner.draft_seconds_per_token
 
         def rate(plan: Plan, k: int, i: int, drafting: float) -> float:
@@ -347,7 +367,7 @@ class StepLoop:
         self.planner.keep_only(copy_plan, [not u for u in use_draft])
         self.draft_planner.keep_only(guess_plan, use_draft)
         wanted = Plan([g if u else 0 for g, u in zip(guess_plan.lengths, use_draft)], guess_plan.measuring_plain)
-        guesses, _, _ = self._propose_draft(proposer.draft, active, room, wanted)
+        guesses, _, _ = self._propose_draft(proposer.draft, active, room, to_come, wanted)
         chosen = [g if u else c for c, g, u in zip(copies, guesses, use_draft)]
         lengths = [g if u else c for c, g, u in zip(copy_plan.lengths, guess_plan.lengths, use_draft)]
         return chosen, Plan(lengths, guess_plan.measuring_plain), room  # room bounds both proposals

@@ -49,9 +49,9 @@ def run_traced(target, draft, monkeypatch, draft_token_s: float):
     steps = []
     real_propose = StepLoop._propose
 
-    def traced(loop, active, room):
+    def traced(loop, active, *args):
         draft_rows.clear()
-        chosen = real_propose(loop, active, room)
+        chosen = real_propose(loop, active, *args)
         p = chosen[0]
         steps.append((0 if p.from_draft else len(p.tokens), len(p.tokens) if p.from_draft else 0, sum(draft_rows)))
         return chosen

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from engine.decoding.cost_model import DraftPlanner, SpeculationConfig
+from engine.decoding.cost_model import HORIZON_FLOOR, DraftPlanner, SpeculationConfig
 from engine.decoding.generate import SpeculativeDecoder
 from engine.decoding.proposers.draft_model import DraftModelProposer
 from engine.decoding.runtime import LoadSettings, Model
@@ -103,3 +103,70 @@ def test_the_first_token_does_not_wait_for_the_drafts_prompt(target, draft, monk
     assert prompt_prefill[0] >= 1, prefills  # the first delta was out before the draft saw the prompt
     assert decoder.stats.draft_s >= sum(seconds for _, _, seconds in prefills)
     assert decoder.stats.drafted > 0
+
+
+def test_the_drafts_catch_up_is_timed_apart_from_its_tokens(target, draft, monkeypatch):
+    """A draft's first proposal processes the whole prompt. That time is the catch-up's, kept apart: folded into
+    the proposal's two tokens, it priced the real 0.5B draft of Qwen2.5-Coder-1.5B as hopeless for good. Here
+    the draft's prompt processing is made 0.3 s slower than it is; none of that reaches the drafted tokens' time."""
+    slow = 0.3
+    real_prefill = draft.prefill
+    monkeypatch.setattr(draft, "prefill", lambda *a, **k: time.sleep(slow) or real_prefill(*a, **k))
+    drafts, catch_ups = [], []
+    record_draft, record_catch_up = DraftPlanner.record_draft, DraftPlanner.record_catch_up
+    monkeypatch.setattr(DraftPlanner, "record_draft",
+                        lambda self, tokens, seconds: drafts.append((tokens, seconds)) or record_draft(self, tokens, seconds))
+    monkeypatch.setattr(DraftPlanner, "record_catch_up", lambda self, rows, seconds:
+                        catch_ups.append((rows, seconds)) or record_catch_up(self, rows, seconds))
+    draft.forget_all()
+    prompt = target.tokenize(PROMPT + " Kyoto, the old capital, has temples, gardens and markets." * 6)
+    decoder = SpeculativeDecoder(target, DraftModelProposer(draft, target, p_min=0.0),
+                                 SpeculationConfig(max_draft=4, adaptive=False))
+    for _ in decoder.generate(prompt, GREEDY, max_tokens=8, ignore_eos=True):
+        pass
+    first = next(i for i, (rows, _) in enumerate(catch_ups) if rows)
+    rows, seconds = catch_ups[first]
+    assert rows == len(prompt) and seconds >= slow, catch_ups  # the prompt, and the time it took
+    assert drafts[first][0] == 4 and drafts[first][1] < slow, drafts  # its tokens' time without it
+    assert decoder.stats.draft_s >= slow  # still drafting time in the answer's figures
+
+
+def test_a_draft_is_probed_only_where_the_answer_can_repay_its_catch_up():
+    """The real pair's costs on this CPU (Qwen2.5-Coder 1.5B + 0.5B: a draft token 0.41 of a target step, a row of
+    prompt processing 0.05, verifying 3 rows 2.04 steps). Behind by a 600-token prompt, the draft's first probe
+    would cost 30 steps: a 300-token answer never pays that, so it is never probed. Caught up, a probe costs about
+    two steps, made once the answer has gone on long enough for that to be 2% of what is still to come."""
+    feature = ("draft",)
+
+    def probes(lag: int) -> list[int]:
+        planner = DraftPlanner(SpeculationConfig(max_draft=4), costly_proposer=True)
+        planner.steps.take_calibration({1: 0.010, 2: 0.0157, 3: 0.0204, 4: 0.0216, 8: 0.051})
+        planner.record_draft(1, 0.0041)
+        planner.record_catch_up(1, 0.0005)
+        made = []
+        for generated in range(300):
+            lengths = planner.plan([feature], [4], lags=[lag + generated if lag else 0],
+                                   horizon=[max(generated, HORIZON_FLOOR)]).lengths
+            if any(lengths):
+                made.append(generated)
+            planner.record_step(1 + sum(lengths), sum(lengths), planner.steps.seconds(1 + sum(lengths)))
+        return made
+
+    assert probes(600) == []
+    caught_up = probes(0)
+    assert caught_up and min(caught_up) >= 90, caught_up
+
+
+def test_a_bet_on_the_draft_must_repay_its_catch_up_within_the_answer():
+    """Where rows are nearly free and the draft is kept, drafting pays by itself; behind by 2,000 tokens, it still
+    pays for a long answer, not for one expected to end within 32 tokens."""
+    feature = ("draft",)
+    planner = DraftPlanner(SpeculationConfig(max_draft=4), costly_proposer=True)
+    planner.steps.take_calibration({1: 0.010, 2: 0.0105, 4: 0.011, 8: 0.012})
+    planner.record_draft(1, 0.001)
+    planner.record_catch_up(1, 0.0002)
+    for _ in range(20):
+        planner.acceptance.record(feature, 4, 4)
+    assert any(planner.plan([feature], [4], lags=[0], horizon=[32]).lengths)
+    assert any(planner.plan([feature], [4], lags=[2000], horizon=[2000]).lengths)
+    assert not any(planner.plan([feature], [4], lags=[2000], horizon=[32]).lengths)

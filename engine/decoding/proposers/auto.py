@@ -31,5 +31,5 @@ class AutoProposer:
         self.lookup.finish(slot, history)
         self.draft.finish(slot, history)
 
-    def time_token(self, slot: int) -> float:
-        return self.draft.time_token(slot)
+    def time_draft(self, slot: int) -> tuple[float, float]:
+        return self.draft.time_draft(slot)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+import time
+
 import numpy as np
 import torch
 
@@ -20,6 +22,14 @@ from ..runtime import Model, common_prefix
 from ..sampling import Candidates, SamplingParams, filter_logits, make_generator, position_seed
 from ..step import time_steps
 from .base import Proposal, Want
+
+# A sequence whose draft cache lags the target by at least this many tokens (its prompt, or an answer that
+# lookup wrote in --method auto) catches up in a prefill of its own, timed apart: folded into the drafted
+# tokens' time, the 0.5B's catch-up over a Qwen2.5-Coder chat prompt (2.6 s, a third of the answer's plain
+# decode) priced its next two tokens as hopeless, and the draft was never asked again.
+CATCH_UP_APART = 8
+# Rows of the one wide decode timed up front, which prices catch-up before any has been seen.
+CATCH_UP_TIMED_ROWS = 64
 
 
 def stack_candidates(rows: list[Candidates]) -> Candidates:
@@ -56,6 +66,7 @@ class DraftModelProposer:
         self.model = draft
         self.p_min = p_min
         self._slots: dict[int, _DraftSlot] = {}
+        self.last_catch_up = (0, 0.0)  # the last proposal's catch-up: rows prefilled apart, seconds
 
     def start(self, slot: int, prompt: Sequence[int], sampling: SamplingParams, device: torch.device,
               seed: int) -> None:
@@ -70,17 +81,28 @@ class DraftModelProposer:
     def finish(self, slot: int, history: Sequence[int]) -> None:
         pass  # the cache stays: a next request on this sequence (a chat's next turn) reuses its prefix
 
-    def time_token(self, slot: int) -> float:
-        """Seconds of one draft token (a one-row decode, warm, timed as the target's steps are), in the free
-        cells after what `slot` holds, rolled back after. The planner knows from it, before any draft runs,
-        whether this draft could ever pay (a draft as large as its target cannot)."""
+    def time_draft(self, slot: int) -> tuple[float, float]:
+        """Seconds of one draft token (a one-row decode, warm, timed as the target's steps are) and of one row
+        of catch-up (a CATCH_UP_TIMED_ROWS-row decode, per row), in the free cells after what `slot` holds,
+        rolled back after. The planner knows from them, before any draft runs, whether this draft could ever
+        pay (a draft as large as its target cannot) and what catching up on a prompt costs."""
         model = self.model
-        return time_steps(model, slot, model.next_position(slot), max(model.bos, 0), [1])[1]
+        start = model.next_position(slot)
+        rows = max(1, min(CATCH_UP_TIMED_ROWS, model.n_batch, model.n_ctx - start - 1))
+        timed = time_steps(model, slot, start, max(model.bos, 0), sorted({1, rows}))
+        return timed[1], timed[rows] / rows
+
+    def lag(self, slot: int, history: Sequence[int]) -> int:
+        """Tokens of `history` the draft would decode before drafting (its last token aside)."""
+        state = self._slots.get(slot)
+        cached = state.cached if state else []
+        return len(history) - 1 - min(common_prefix(cached, history), len(history) - 1)
 
     def propose(self, wants: list[Want]) -> list[Proposal]:
         room = self.model.n_ctx
         rows: list[tuple[int, int, int, bool]] = []  # (token, position, slot, wants logits)
         wants = [(slot, history, max(0, min(k, room - len(history)))) for slot, history, k in wants]
+        caught_rows, t = 0, time.perf_counter()
         for slot, history, k in wants:
             if k <= 0:
                 continue
@@ -93,9 +115,13 @@ class DraftModelProposer:
                 # size, so only the same chunks give the same cache (a draft equal to its target, greedy,
                 # lost 11% of its tokens to a prompt decoded with the answer's first token appended).
                 self.model.prefill(history[keep:len(state.prompt)], keep, slot)
-                keep = len(state.prompt)
+                caught_rows, keep = caught_rows + len(state.prompt) - keep, len(state.prompt)
+            if len(history) - 1 - keep >= CATCH_UP_APART:
+                self.model.prefill(history[keep:-1], keep, slot)
+                caught_rows, keep = caught_rows + len(history) - 1 - keep, len(history) - 1
             new = history[keep:]
-            rows += [(t, keep + j, slot, j == len(new) - 1) for j, t in enumerate(new)]
+            rows += [(tok, keep + j, slot, j == len(new) - 1) for j, tok in enumerate(new)]
+        self.last_catch_up = (caught_rows, time.perf_counter() - t if caught_rows else 0.0)
         picks = self._decode_and_pick(rows)
         drafts: dict[int, list[int]] = {slot: [] for slot, _, _ in wants}
         q_rows: dict[int, list[Candidates]] = {slot: [] for slot, _, _ in wants}
