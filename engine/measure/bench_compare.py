@@ -3,7 +3,7 @@
 python -m engine.measure.bench_compare --model embedded --prompts resources/prompts/grounded.jsonl --max-tokens 200 [--ignore-eos]
 
 Methods: llama-cpp-python's own create_completion (the reference; --no-reference leaves it out), and this
-engine's none / lookup (/ draft / auto with --draft), all greedy on the same prompt tokens (--chat: each prompt
+engine's none / lookup (/ draft / auto with --draft), all greedy (or all sampled: --temperature) on the same prompt tokens (--chat: each prompt
 as one user message through the model's chat template). Both sides count sampled tokens (not
 stream chunks, which can merge tokens) and follow one end-token rule: both stop at the first end
 token, or with --ignore-eos both go on to --max-tokens. Prints what was compared, decode tokens/s per
@@ -34,7 +34,8 @@ GREEDY = SamplingParams(temperature=0.0)
 REFERENCE = "llama-cpp-python"
 
 
-def reference_run(llm: Llama, prompt: list[int], max_tokens: int, end_tokens: list[int] | None) -> tuple[float, dict]:
+def reference_run(llm: Llama, prompt: list[int], max_tokens: int, end_tokens: list[int] | None,
+                  sampling: SamplingParams = GREEDY) -> tuple[float, dict]:
     """create_completion's decode speed, counted as llama.cpp's server does (after the first token).
     end_tokens: masked so that it goes on past them (it has no ignore-EOS switch); None: it stops at them."""
     sampled_at: list[float] = []
@@ -47,7 +48,12 @@ def reference_run(llm: Llama, prompt: list[int], max_tokens: int, end_tokens: li
         logits[end_tokens] = -np.inf
         return logits
 
-    out = llm.create_completion(prompt, max_tokens=max_tokens, temperature=0.0, top_k=1,
+    if sampling.greedy:
+        knobs = dict(temperature=0.0, top_k=1)
+    else:  # the same filters as SpecChat's, in llama.cpp's order
+        knobs = dict(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
+                     min_p=sampling.min_p, seed=sampling.seed)
+    out = llm.create_completion(prompt, max_tokens=max_tokens, **knobs,
                                 stopping_criteria=StoppingCriteriaList([note_token]),
                                 logits_processor=LogitsProcessorList([mask_end_tokens]) if end_tokens else None)
     n = out["usage"]["completion_tokens"]  # tokens it kept: an end token that stopped it is not one
@@ -56,8 +62,9 @@ def reference_run(llm: Llama, prompt: list[int], max_tokens: int, end_tokens: li
     return rate, {"generated": n, "finish_reason": out["choices"][0]["finish_reason"]}
 
 
-def engine_rate(decoder, prompt: list[int], max_tokens: int, ignore_eos: bool) -> tuple[float, dict]:
-    for _ in decoder.generate(prompt, GREEDY, max_tokens=max_tokens, ignore_eos=ignore_eos):
+def engine_rate(decoder, prompt: list[int], max_tokens: int, ignore_eos: bool,
+                sampling: SamplingParams = GREEDY) -> tuple[float, dict]:
+    for _ in decoder.generate(prompt, sampling, max_tokens=max_tokens, ignore_eos=ignore_eos):
         pass
     s = decoder.stats
     return s.decode_tokens_per_s or 0.0, {"generated": s.generated, "finish_reason": s.finish_reason,
@@ -70,12 +77,19 @@ def median_ratio(rows: list[dict], method: str, baseline: str) -> float | None:
     return statistics.median(ratios) if ratios else None
 
 
-def what_was_compared(methods: list[str], max_tokens: int, ignore_eos: bool) -> str:
+def what_was_compared(methods: list[str], max_tokens: int, ignore_eos: bool, sampling: SamplingParams = GREEDY) -> str:
     eos = ("end tokens ignored on both sides (create_completion's are masked by a logits processor, its only "
            "way to go on past them)" if ignore_eos else "both stop at the first end token")
     return (f"Compared: llama-cpp-python's create_completion (not streamed) and SpecChat's loop "
-            f"({', '.join(methods)}), greedy, the same prompt tokens, up to {max_tokens} tokens; both count sampled "
+            f"({', '.join(methods)}), {describe(sampling)}, the same prompt tokens, up to {max_tokens} tokens; both count sampled "
             f"tokens, decode tokens/s = (tokens - 1) / time from the first token to the last; {eos}.")
+
+
+def describe(sampling: SamplingParams) -> str:
+    if sampling.greedy:
+        return "greedy"
+    return (f"sampled at temperature {sampling.temperature} (top-k {sampling.top_k}, top-p {sampling.top_p}, "
+            f"min-p {sampling.min_p}, seed {sampling.seed})")
 
 
 @contextmanager
@@ -103,8 +117,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--chat", action="store_true", help="each prompt as one user message in the chat template")
     ap.add_argument("--no-reference", action="store_true", help="leave llama-cpp-python's create_completion out")
+    ap.add_argument("--temperature", type=float, default=0.0, help="0: greedy; else sampled (SpecChat's default "
+                    "top-k, top-p and min-p), every side with --seed")
+    ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out")
     args = ap.parse_args(argv)
+    sampling = SamplingParams(temperature=args.temperature, seed=args.seed) if args.temperature else GREEDY
     prompts = read_prompts(args.prompts)
     path = resolve_model(args.model)
     check_model_file(path)  # Llama() below loads it in this process, where a damaged file would abort it
@@ -118,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     target = decoders["none"].target
     formatter = ChatFormatter(target) if args.chat else None
     end_tokens = [t for t in range(target.n_vocab) if target.is_end(t)] if args.ignore_eos else None
-    compared = what_was_compared(methods, args.max_tokens, args.ignore_eos)
+    compared = what_was_compared(methods, args.max_tokens, args.ignore_eos, sampling)
     print(compared)
     rows = []
     for _ in range(args.repeats):
@@ -126,9 +144,11 @@ def main(argv: list[str] | None = None) -> int:
             tokens, _ = encode(target, formatter, item["prompt"])  # once, so every side decodes the same prompt
             row = {"id": item["id"]}
             if llm is not None:
-                row[REFERENCE], row[REFERENCE + "_detail"] = reference_run(llm, tokens, args.max_tokens, end_tokens)
+                row[REFERENCE], row[REFERENCE + "_detail"] = reference_run(llm, tokens, args.max_tokens, end_tokens,
+                                                                    sampling)
             for m, decoder in decoders.items():
-                row[m], row[m + "_detail"] = engine_rate(decoder, tokens, args.max_tokens, args.ignore_eos)
+                row[m], row[m + "_detail"] = engine_rate(decoder, tokens, args.max_tokens, args.ignore_eos,
+                                                         sampling)
             rows.append(row)
             print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()
                               if not k.endswith("_detail")}), file=sys.stderr)

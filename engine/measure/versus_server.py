@@ -2,7 +2,7 @@
 
 python -m engine.measure.versus_server --server PATH/llama-server --model PATH|embedded|embedded-gemma
     --prompts FILE.jsonl [--rounds 3] [--max-tokens 200] [--threads 2] [--out FILE.json]
-    [--draft PATH [--chat]]
+    [--draft PATH [--chat]] [--temperature 0.7 --seed 1]
 
 With --draft (a pair) the methods are instead: llama-server plain, --spec-type draft-simple (-md PATH), and
 draft-simple,ngram-simple; SpecChat plain, lookup, draft and auto. --chat sends each prompt as one user message
@@ -11,7 +11,7 @@ in the model's chat template (llama-server gets the same rendered text, its spec
 For every prompt and round it runs, back to back (the order rotated each time, so a slow spell of a
 shared machine falls on every method alike): llama-server plain, llama-server --spec-type ngram-simple,
 the same with SpecChat's cache settings (--swa-full --kv-unified), SpecChat plain and SpecChat lookup.
-Greedy, end tokens ignored, raw completion, the prompt never cached. Reported per method: the median over
+Greedy (or sampled alike on both sides: --temperature, --seed), end tokens ignored, raw completion, the prompt never cached. Reported per method: the median over
 prompts of each prompt's fastest run, and the paired ratio (the median over prompts and rounds of runs
 made back to back); then one row per prompt kind (a prompt file's "kind": "repeating" or "open"), as the
 README gives them, with the prompt where lookup did worst against SpecChat plain.
@@ -40,7 +40,10 @@ from ..decoding.loader import DecoderSettings, build_decoder
 from ..decoding.runtime import Model, model_params
 from ..modelfiles.embedded import resolve_model
 from ..chat_format import ChatFormatter
-from .bench import encode, greedy_answer, read_prompts
+from ..decoding.sampling import SamplingParams
+from .bench import encode, read_prompts
+
+GREEDY = SamplingParams(temperature=0.0)
 
 SERVER_METHODS = {
     "server plain": [],
@@ -101,8 +104,11 @@ class LlamaServer:
         except OSError:
             return False
 
-    def complete(self, prompt: str, max_tokens: int) -> Run:
-        body = json.dumps({"prompt": prompt, "n_predict": max_tokens, "temperature": 0, "ignore_eos": True,
+    def complete(self, prompt: str, max_tokens: int, sampling: SamplingParams = GREEDY) -> Run:
+        knobs = {"temperature": 0} if sampling.greedy else {  # SpecChat's filters, in llama.cpp's names
+            "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
+            "min_p": sampling.min_p, "seed": sampling.seed}
+        body = json.dumps({"prompt": prompt, "n_predict": max_tokens, **knobs, "ignore_eos": True,
                            "cache_prompt": False, "return_tokens": True}).encode()
         request = urllib.request.Request(f"http://127.0.0.1:{self.port}/completion", body,
                                          {"Content-Type": "application/json"})
@@ -119,7 +125,8 @@ class LlamaServer:
 
 
 def specchat_runner(model: str, method: str, threads: int | None, flash_attention: bool | None = None,
-                    draft: str | None = None, chat: bool = False) -> Callable[[str, int], Run]:
+                    draft: str | None = None, chat: bool = False,
+                    sampling: SamplingParams = GREEDY) -> Callable[[str, int], Run]:
     """SpecChat's decoder for one method (calibrated first, as the chat is at load), as bench runs it."""
     decoder = build_decoder(DecoderSettings(model=model, method=method, threads=threads, remember_requests=False,
                                             flash_attention=flash_attention, draft=draft))
@@ -128,7 +135,8 @@ def specchat_runner(model: str, method: str, threads: int | None, flash_attentio
 
     def complete(prompt: str, max_tokens: int) -> Run:
         tokens, _ = encode(decoder.target, formatter, prompt)
-        out = greedy_answer(decoder, tokens, max_tokens)
+        out = [t for delta in decoder.generate(tokens, sampling, max_tokens=max_tokens, ignore_eos=True)
+               for t in delta.tokens]
         return Run(decoder.stats.decode_tokens_per_s or 0.0, out)
     return complete
 
@@ -234,12 +242,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="flash attention for both sides (default: llama.cpp's choice)")
     ap.add_argument("--draft", help="a draft GGUF: compare the pair's methods (see above)")
     ap.add_argument("--chat", action="store_true", help="each prompt as one user message in the chat template")
+    ap.add_argument("--temperature", type=float, default=0.0, help="0: greedy; else sampled on both sides with "
+                    "SpecChat's default top-k, top-p and min-p, and --seed")
+    ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out")
     args = ap.parse_args(argv)
+    sampling = SamplingParams(temperature=args.temperature, seed=args.seed) if args.temperature else GREEDY
     items = read_prompts(args.prompts)
     flash = FLASH_ATTENTION[args.flash_attn]
     ours = SPECCHAT_PAIR_METHODS if args.draft else SPECCHAT_METHODS
-    runners = {m: specchat_runner(args.model, method, args.threads, flash, args.draft, args.chat)
+    runners = {m: specchat_runner(args.model, method, args.threads, flash, args.draft, args.chat, sampling)
                for m, method in ours.items()}
     model_path = str(resolve_model(args.model))  # 'embedded' or 'embedded-gemma' too
     rendered = {i["prompt"]: i["prompt"] for i in items}
@@ -251,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for m, extra in (server_pair_methods(args.draft) if args.draft else SERVER_METHODS).items():
             servers[m] = LlamaServer(args.server, model_path, extra, args.threads, flash_attention=flash)
-        runs = run_paired({**{m: (lambda prompt, n, s=s: s.complete(rendered[prompt], n)) for m, s in servers.items()},
+        runs = run_paired({**{m: (lambda prompt, n, s=s: s.complete(rendered[prompt], n, sampling)) for m, s in servers.items()},
                            **runners}, items, args.rounds, args.max_tokens)
     finally:
         for s in servers.values():
