@@ -133,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     methods = ["none", "lookup"] + (["draft", "auto"] if args.draft else [])
     decoders = {m: build_decoder(DecoderSettings(model=args.model, draft=args.draft, method=m, threads=args.threads,
                                                  max_draft=args.max_draft)) for m in methods}
+    for decoder in decoders.values():  # as the chat does at load: no answer pays for timing the step sizes
+        decoder.calibrate()
     target = decoders["none"].target
     formatter = ChatFormatter(target) if args.chat else None
     end_tokens = [t for t in range(target.n_vocab) if target.is_end(t)] if args.ignore_eos else None
