@@ -5,6 +5,7 @@ from __future__ import annotations
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLineEdit,
                                QPushButton, QSpinBox, QVBoxLayout, QWidget)
 
+from engine.decoding.loader import DRAFT_METHODS
 from engine.errors import InvalidSettingError
 from engine.measure.lab import LabConfig
 from engine.measure.lab_report import METHOD_WORDS
@@ -14,6 +15,8 @@ from engine.paths import resources_dir
 PROMPT_SETS = {"grounded": "Grounded and editing tasks", "open": "Open-ended chat"}
 CUSTOM = "custom"
 LEVELS = (1, 2, 4, 8, 16)
+# Short words where four checkboxes share a row of the form (the report's words are their tooltips).
+BOX_WORDS = {"none": "plain", "lookup": "lookup", "draft": "draft model", "auto": "auto (both)"}
 
 
 class LabForm(QGroupBox):
@@ -29,15 +32,17 @@ class LabForm(QGroupBox):
         self.model_edit.setToolTip("A built-in model, or the path of a GGUF file (Browse…).")
         form.addRow("Target model", self._with_browse(self.model_edit))
         self.draft_edit = QLineEdit()
-        self.draft_edit.setPlaceholderText("none (needed for the draft-model method)")
+        self.draft_edit.setPlaceholderText("none (needed for the draft model and auto)")
         self.draft_edit.textChanged.connect(self._draft_changed)
         form.addRow("Draft model", self._with_browse(self.draft_edit))
 
         self.method_boxes = {}
         methods = QHBoxLayout()
-        for method in ("none", "lookup", "draft"):
-            box = QCheckBox(METHOD_WORDS[method])
-            box.setChecked(method != "draft")
+        for method in ("none", "lookup", "draft", "auto"):
+            box = QCheckBox(BOX_WORDS[method])
+            box.setToolTip(METHOD_WORDS[method][0].upper() + METHOD_WORDS[method][1:] + ".")
+            box.setChecked(method in ("none", "lookup"))
+            box.setEnabled(method not in DRAFT_METHODS)
             self.method_boxes[method] = box
             methods.addWidget(box)
         self.method_boxes["none"].setEnabled(False)  # the baseline every speed-up is measured against
@@ -106,10 +111,16 @@ class LabForm(QGroupBox):
         return keys.get(text, text) or EMBEDDED
 
     def _draft_changed(self, text: str) -> None:
-        box = self.method_boxes["draft"]
-        box.setEnabled(bool(text.strip()))
-        if not text.strip():
-            box.setChecked(False)
+        """The methods that need a draft model come and go with it; auto, the chat's default with a draft, is
+        ticked when a draft first appears."""
+        had = self.method_boxes["auto"].isEnabled()
+        for method in DRAFT_METHODS:
+            box = self.method_boxes[method]
+            box.setEnabled(bool(text.strip()))
+            if not text.strip():
+                box.setChecked(False)
+        if text.strip() and not had:
+            self.method_boxes["auto"].setChecked(True)
 
     def set_running(self, running: bool) -> None:
         """The models cannot change under a run; the rest is read only when a run starts."""

@@ -15,6 +15,7 @@ from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import (QFileDialog, QGridLayout, QGroupBox, QHBoxLayout, QLabel, QMessageBox, QProgressBar,
                                QPushButton, QVBoxLayout, QWidget)
 
+from engine.decoding.loader import DRAFT_METHODS
 from engine.errors import EngineError
 from engine.measure.lab import LabConfig, LabProgress
 from engine.measure.lab_report import METHOD_WORDS, best_draft_length, crossover, with_analysis
@@ -35,7 +36,7 @@ def recommendation_words(results: dict, settings: dict) -> str:
     if method == "none":
         return "Recommended for the chat: plain decoding (speculation off)."
     words = METHOD_WORDS.get(method, method)
-    if method == "draft" and settings.get("draft"):
+    if method in DRAFT_METHODS and settings.get("draft"):
         words += f" ({Path(settings['draft']).name})"
     cap = settings.get("max_draft")
     if not settings.get("adaptive"):

@@ -95,3 +95,21 @@ def test_unreadable_results_are_refused(lab, tmp_path):
     with pytest.raises(ValueError, match="no lab results"):
         lab.load_results(bad)
     assert lab.results is None
+
+
+def test_a_draft_model_offers_auto_and_a_run_measures_it(lab, qtbot, model_file):
+    """The methods that need a draft come with one: typed in, auto (the chat's default with a draft) is ticked and
+    the draft model alone may be; a run then measures auto beside the rest, and clearing the draft takes both away."""
+    boxes = lab.method_boxes
+    assert not boxes["auto"].isEnabled() and not boxes["draft"].isEnabled()
+    lab.model_edit.setEditText(str(model_file))
+    lab.draft_edit.setText(str(model_file))  # the model drafting for itself: small, and the run is about the window
+    assert boxes["auto"].isChecked() and boxes["draft"].isEnabled() and not boxes["draft"].isChecked()
+    for level, box in lab.level_boxes.items():
+        box.setChecked(level == 1)
+    with qtbot.waitSignal(lab.runFinished, timeout=RUN_TIMEOUT_MS) as done:
+        lab.run_button.click()
+    assert {c["method"] for c in done.args[0]["cells"]} == {"none", "lookup", "auto"}
+    assert [x for x, _ in lab.rate_chart.points("auto")] == [1] and lab.table.rowCount() == 3
+    lab.draft_edit.setText("")
+    assert not boxes["auto"].isChecked() and not boxes["auto"].isEnabled()
