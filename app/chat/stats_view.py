@@ -7,7 +7,9 @@ from PySide6.QtGui import QPainter, QPainterPath, QPalette, QPen
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QWidget
 
 NA = "n/a"
-METHOD_NAMES = {"draft": "draft model", "lookup": "prompt lookup", "none": "no speculation"}
+METHOD_NAMES = {"draft": "draft model", "lookup": "prompt lookup", "auto": "lookup + draft model (auto)",
+                "none": "no speculation"}
+DRAFT_MODEL_METHODS = ("draft", "auto")
 FINISH_NAMES = {"stop": "", "length": "stopped at the length limit", "context": "context full",
                 "cancelled": "stopped by you"}
 
@@ -40,6 +42,12 @@ def stat_items(stats: dict) -> list[tuple[str, str, str]]:
              "Mean accepted length: tokens produced per target step, the bonus token included "
              "(1.00 means no gain from speculation)."),
         ]
+    if method in DRAFT_MODEL_METHODS:
+        share, size = stats.get("draft_time_share"), stats.get("draft_model_bytes")
+        items.append(("drafting", f"drafting {NA if share is None else format(share, '.0%')}"
+                                  f" · draft {NA if size is None else format(size / 2**20, '.0f') + ' MiB'}",
+                      "What the draft model costs: the share of this response's decoding time spent in it (its "
+                      "catch-up on the prompt included), and its weights in memory."))
     items += [
         ("method", METHOD_NAMES.get(method, method)
          + (" (paused: plain decoding predicted faster)" if stats.get("speculation_paused") else ""),

@@ -12,7 +12,7 @@ NA = "n/a"
 # Two-line headers and two-line cells where they are wide: at the window's default size every column
 # fits beside the charts, so no header is cut and no column hides behind a scroll bar.
 HEADERS = ["method", "concur-\nrency", "aggregate\ntok/s", "per-request\ntok/s", "ITL ms\np50 / p95",
-           "end-to-end s\np50 / p95", "acceptance\n· tok/step", "utilisation\n· memory"]
+           "end-to-end s\np50 / p95", "acceptance\n· tok/step", "drafting\n· model", "utilisation\n· memory"]
 HEADER_TIPS = [
     "The decoding method: plain decoding is the baseline every speed-up is measured against.",
     "How many requests were decoded at once, in one batch. Each level decodes every prompt at least once.",
@@ -27,6 +27,9 @@ HEADER_TIPS = [
     "percentile over the level's requests.",
     "Acceptance: accepted ÷ drafted tokens. tok/step: tokens each target step produced, 1 + accepted ÷ "
     "verify steps. n/a for plain decoding, which drafts nothing.",
+    "Drafting: the share of the level's wall time spent proposing drafts (a draft model's decodes, its catch-up "
+    "on each prompt included; lookup's search). Model: the draft model's weights in memory. n/a for plain "
+    "decoding; 'none' where no draft model runs.",
     "Utilisation: the GPU's (NVML) where it can be read, else this process's CPU time ÷ wall time as a share "
     "of all cores. Memory: VRAM where it can be read, else the process's resident RAM, after the level.",
 ]
@@ -51,7 +54,14 @@ def cell_texts(c: dict) -> list[str]:
             f"{_fmt(c.get('itl_p50_ms'), '.1f')} / {_fmt(c.get('itl_p95_ms'), '.1f')}",
             f"{_fmt(c.get('e2e_p50_s'), '.2f')} / {_fmt(c.get('e2e_p95_s'), '.2f')}",
             NA if acc is None else f"{acc:.0%} · {_fmt(c.get('mean_acceptance_length'), '.2f')}",
-            f"{util_text}\n{mem_text}"]
+            drafting_text(c), f"{util_text}\n{mem_text}"]
+
+
+def drafting_text(c: dict) -> str:
+    share, size = c.get("draft_share"), c.get("draft_model_bytes")
+    if c["method"] == "none" or share is None:
+        return NA
+    return f"{share:.0%}\n" + (f"{size / 2**30:.2f} GiB" if size else "none")
 
 
 class ResultsTable(QTableWidget):

@@ -237,7 +237,7 @@ class Batch:
         reused = min(shared, len(job.prompt) - 1)  # at least one token is decoded, for fresh logits
         self.cached.pop(slot, None)
         stats = GenerationStats(method=loop.method, backend=target.backend, prompt_tokens=len(job.prompt),
-                                reused_prompt_tokens=reused)
+                                reused_prompt_tokens=reused, draft_model_bytes=loop.draft_model_bytes)
         job.run = RequestRun(job.id, slot, [], stats, admitted_at=time.perf_counter())
         try:
             target.forget_from(reused, slot)

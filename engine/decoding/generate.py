@@ -111,7 +111,8 @@ class SpeculativeDecoder:
                 "for the answer. Shorten it or raise the context size in Settings."
             )
         cancel = cancel or threading.Event()
-        stats = self.stats = GenerationStats(method=loop.method, backend=target.backend, prompt_tokens=len(prompt))
+        stats = self.stats = GenerationStats(method=loop.method, backend=target.backend, prompt_tokens=len(prompt),
+                                             draft_model_bytes=loop.draft_model_bytes)
         started = time.perf_counter()
         seed = request_seed(sampling)
         verifier = Verifier(sampling, self.device, seed)

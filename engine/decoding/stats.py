@@ -20,6 +20,7 @@ class GenerationStats:
     ttft_s: float | None = None
     decode_s: float = 0.0  # from the first token to the last
     draft_s: float = 0.0  # spent proposing
+    draft_model_bytes: int | None = None  # the draft model's weights (llama_model_size), where one drafts
     prefill_s: float = 0.0
     policy_draft_length: int = 0  # what the policy chose for the latest step
     draft_length: int = 0  # that, capped by the room left (tokens to go, context, batch)

@@ -179,6 +179,12 @@ class StepLoop:
         """What the stats call this loop's decoding: the proposer's name, or "none" when it cannot draft."""
         return self.proposer.name if self.speculating else NoProposer.name
 
+    @property
+    def draft_model_bytes(self) -> int | None:
+        """The draft model's weights in memory, where this loop runs one."""
+        draft = None if self.proposer.free else getattr(self.proposer, "model", None)
+        return draft.size_bytes if draft is not None else None
+
     def free_cells(self, active: list[SequenceState]) -> int:
         """Cells left in the target's KV cache, which every sequence shares (kv_unified: n_ctx in all)."""
         return self.target.n_ctx - self.held_cells - sum(len(s.history) - 1 for s in active)

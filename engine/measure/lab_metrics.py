@@ -70,6 +70,9 @@ def summarise_cell(result: BatchResult, method: str, concurrency: int) -> dict:
         "step_time_by_rows": {str(rows): {"steps": n, "mean_ms": 1000.0 * s / n}
                               for rows, (n, s) in sorted(totals.step_time_by_rows.items())},
         "draft_ms_per_token": 1000.0 * totals.draft_s / drafted if drafted and totals.draft_s else None,
+        # What proposing cost: its share of the level's wall time, and the draft model's weights where one runs.
+        "draft_share": totals.draft_s / result.wall_s if method != "none" and result.wall_s > 0 else None,
+        "draft_model_bytes": next((r.stats.draft_model_bytes for r in runs if r.stats.draft_model_bytes), None),
         "prefill_s": totals.prefill_s,
     }
 

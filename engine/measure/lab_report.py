@@ -210,8 +210,9 @@ def _memory(cell: dict) -> str:
 def results_table(results: dict) -> str:
     ratios = {(m, c): r for m in methods(results) for c, r in speedups(results, m)}
     head = ("| method | concurrency | aggregate tok/s | vs plain | per-request tok/s | ITL p50 / p95 ms "
-            "| end-to-end p50 / p95 s | acceptance | mean acceptance length | utilisation | memory |")
-    rows = [head, "|" + "---|" * 11]
+            "| end-to-end p50 / p95 s | acceptance | mean acceptance length | drafting | draft model | utilisation "
+            "| memory |")
+    rows = [head, "|" + "---|" * 13]
     for c in sorted(results["cells"], key=lambda c: (c["concurrency"], methods(results).index(c["method"]))):
         ratio = ratios.get((c["method"], c["concurrency"]))
         rows.append(
@@ -221,6 +222,8 @@ def results_table(results: dict) -> str:
             f"| {_f(c['itl_p50_ms'], '.1f')} / {_f(c['itl_p95_ms'], '.1f')} "
             f"| {_f(c['e2e_p50_s'], '.2f')} / {_f(c['e2e_p95_s'], '.2f')} "
             f"| {_f(c['acceptance_rate'], '.0%')} | {_f(c['mean_acceptance_length'], '.2f')} "
+            f"| {_f(c.get('draft_share'), '.0%')} | {_f(c.get('draft_model_bytes'), '.2f', 2 ** -30)}"
+            f"{' GiB' if c.get('draft_model_bytes') else ''} "
             f"| {_util(c)} | {_memory(c)} |")
     return "\n".join(rows)
 

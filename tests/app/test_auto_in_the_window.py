@@ -33,3 +33,10 @@ def test_choosing_a_draft_in_settings_makes_auto_the_method_and_the_chat_answers
     reply = wait_response(window)
     assert reply.status == "done" and "lighthouse" in reply.content
     assert reply.stats["method"] == "auto"
+    # What drafting cost, under the response: its share of the decoding time and the draft model's weights.
+    from app.chat.stats_view import StatsBar
+
+    bar_text = [bar.label.text() for bar in window.findChildren(StatsBar) if bar.isVisible()][-1]
+    size = reply.stats["draft_model_bytes"]
+    assert 0.8 < size / embedded_model_path().stat().st_size <= 1.0  # the weights: most of the GGUF file
+    assert f"draft {size / 2**20:.0f} MiB" in bar_text and "drafting " in bar_text, bar_text

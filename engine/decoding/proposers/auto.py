@@ -31,5 +31,9 @@ class AutoProposer:
         self.lookup.finish(slot, history)
         self.draft.finish(slot, history)
 
+    @property
+    def model(self):
+        return self.draft.model
+
     def time_draft(self, slot: int) -> tuple[float, float]:
         return self.draft.time_draft(slot)
