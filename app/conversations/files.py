@@ -33,7 +33,7 @@ ROLE_HEADERS = {"user": "You", "assistant": "Assistant", "system": "System"}
 STATS_NUMBERS = {"prompt_tokens", "reused_prompt_tokens", "generated", "drafted", "accepted", "verify_steps",
                  "speculative_steps", "ttft_s", "decode_s", "draft_s", "prefill_s", "draft_length",
                  "policy_draft_length", "memory_bytes", "tokens_per_s", "acceptance_rate", "mean_acceptance_length",
-                 "draft_time_share", "trimmed_messages"}
+                 "draft_time_share", "draft_model_bytes", "trimmed_messages"}
 STATS_TEXTS = {"method", "backend", "finish_reason", "memory_kind", "memory_label"}
 STATS_FLAGS = {"speculation_paused"}
 STATS_NUMBER_LISTS = {"per_position_drafted", "per_position_accepted", "per_position_acceptance"}

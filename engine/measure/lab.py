@@ -25,6 +25,7 @@ from typing import Callable
 import llama_cpp
 import torch
 
+from ..chat_format import ChatFormatter
 from ..decoding.batch_decode import BatchDecoder, BatchProgress, BatchRequest
 from .bench import read_prompts
 from ..decoding.cost_model import SpeculationConfig
@@ -59,6 +60,7 @@ class LabConfig:
     n_gpu_layers: int = -1
     ignore_eos: bool = True  # every request decodes max_tokens: the same work for every method
     repeats: int = 1  # runs per cell; the fastest is kept (a shared machine only slows runs down)
+    chat: bool = False  # each prompt as one user message in the model's chat template (an instruct model's use)
 
     def __post_init__(self) -> None:
         self.methods = tuple(self.methods)
@@ -98,6 +100,14 @@ def plan_requests(prompts: list[dict], tokenize, concurrency: int) -> list[Batch
     return [BatchRequest(f"{prompts[i % len(prompts)]['id']}#{i}", tokens[i % len(prompts)]) for i in range(count)]
 
 
+def prompt_tokenizer(model: Model, chat: bool) -> Callable[[str], list[int]]:
+    """A prompt's tokens: the raw text, or (chat) one user message through the model's chat template."""
+    if not chat:
+        return model.tokenize
+    formatter = ChatFormatter(model)
+    return lambda text: formatter.render([{"role": "user", "content": text}])[1]
+
+
 def context_size(longest_prompt: int, config: LabConfig) -> int:
     """The unified KV cache holds every sequence in flight: size it for the busiest level."""
     per_sequence = longest_prompt + config.max_tokens + config.max_draft + 2
@@ -126,7 +136,8 @@ def run_lab(config: LabConfig, on_progress: Callable[[LabProgress], None] | None
         raise InvalidSettingError(f"{config.prompts} holds no prompts")
     slots = max(config.concurrency)
     probe = Model(resolve_model(config.model), vocab_only=True)  # tokenize first, to size the context
-    longest = max(len(probe.tokenize(p["prompt"])) for p in prompts)
+    tokenize = prompt_tokenizer(probe, config.chat)
+    longest = max(len(tokenize(p["prompt"])) for p in prompts)
     probe.close()
     load = LoadSettings(n_ctx=context_size(longest, config), n_gpu_layers=config.n_gpu_layers,
                         threads=config.threads, n_seq_max=slots)
@@ -152,7 +163,7 @@ def run_lab(config: LabConfig, on_progress: Callable[[LabProgress], None] | None
         cells_total = len(config.concurrency) * len(per_level)
         index = 0
         for concurrency in config.concurrency:
-            requests = plan_requests(prompts, target.tokenize, concurrency)
+            requests = plan_requests(prompts, prompt_tokenizer(target, config.chat), concurrency)
             expected = len(requests) * config.max_tokens
             measured: dict[str, list[dict]] = {m: [] for m in config.methods}
             for _, method in per_level:  # methods alternate, so outside load falls on them alike
@@ -225,8 +236,8 @@ def _int_list(text: str) -> tuple[int, ...]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m engine.lab", description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True, help="a GGUF path, or 'embedded'")
-    ap.add_argument("--draft", help="draft GGUF path, or 'embedded' (for the draft method)")
-    ap.add_argument("--methods", default="none,lookup", help="comma-separated: none, lookup, draft")
+    ap.add_argument("--draft", help="draft GGUF path, or 'embedded' (for the draft and auto methods)")
+    ap.add_argument("--methods", default="none,lookup", help="comma-separated: none, lookup, draft, auto")
     ap.add_argument("--concurrency", type=_int_list, default=(1, 2, 4, 8), help="levels, e.g. 1,2,4,8")
     ap.add_argument("--prompts", required=True, help="JSON lines of {\"id\", \"prompt\"}")
     ap.add_argument("--max-tokens", type=int, required=True)
@@ -242,6 +253,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="runs per cell, methods alternating; the fastest is kept (for a busy machine)")
     ap.add_argument("--stop-at-eos", action="store_true", help="end a request at its end token (default: "
                     "every request decodes --max-tokens, so every method does the same work)")
+    ap.add_argument("--chat", action="store_true", help="each prompt as one user message in the chat template")
     return ap.parse_args(argv)
 
 
@@ -251,7 +263,7 @@ def config_from_args(args: argparse.Namespace) -> LabConfig:
                      concurrency=args.concurrency, max_tokens=args.max_tokens, max_draft=args.max_draft,
                      adaptive=not args.no_adaptive, temperature=args.temperature, seed=args.seed,
                      threads=args.threads, n_gpu_layers=args.gpu_layers, ignore_eos=not args.stop_at_eos,
-                     repeats=args.repeats)
+                     repeats=args.repeats, chat=args.chat)
 
 
 class ConsoleProgress:

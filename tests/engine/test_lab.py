@@ -105,3 +105,20 @@ def test_advice_names_the_crossover_and_a_draft_length_from_the_cost_model():
     assert advice.settings == {"method": "lookup", "max_draft": SpeculationConfig().max_draft, "adaptive": True}
     plain = advise(synthetic({1: 0.9, 2: 0.8, 4: 0.7, 8: 0.6}))
     assert plain.settings["method"] == "none" and "did not pay" in plain.text
+
+
+def test_a_chat_run_with_auto_measures_what_drafting_costs(tiny_prompts):
+    """--chat: each prompt as a user message in the model's template; auto beside plain decoding, with the share of
+    the level's time spent proposing and the draft model's weights in its cell (none for plain decoding)."""
+    from engine.decoding.runtime import Model
+    from engine.modelfiles.embedded import resolve_model
+
+    with Model(resolve_model("embedded"), vocab_only=True) as vocab:
+        chat = lab.prompt_tokenizer(vocab, chat=True)(COPY)
+        assert len(chat) > len(vocab.tokenize(COPY)) + 3  # the template's turn markers around the text
+    results = lab.run_lab(lab.LabConfig(prompts=str(tiny_prompts), model="embedded", draft="embedded", chat=True,
+                                        methods=("none", "auto"), concurrency=(1,), max_tokens=6, threads=2))
+    cells = {c["method"]: c for c in results["cells"]}
+    assert cells["none"]["draft_share"] is None and cells["none"]["draft_model_bytes"] is None
+    assert 0.0 <= cells["auto"]["draft_share"] < 1.0 and cells["auto"]["draft_model_bytes"] > 50 * 2**20
+    assert results["settings"]["chat"] is True
