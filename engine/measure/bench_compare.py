@@ -131,8 +131,10 @@ def main(argv: list[str] | None = None) -> int:
         with safe_model_params():
             llm = Llama(str(path), n_threads=args.threads, n_threads_batch=args.threads, n_ctx=4096, verbose=False)
     methods = ["none", "lookup"] + (["draft", "auto"] if args.draft else [])
+    # Lookup searches the prompt and the answer so far, not earlier answers: a repeat would copy its last run.
     decoders = {m: build_decoder(DecoderSettings(model=args.model, draft=args.draft, method=m, threads=args.threads,
-                                                 max_draft=args.max_draft)) for m in methods}
+                                                 max_draft=args.max_draft, remember_requests=False))
+                for m in methods}
     for decoder in decoders.values():  # as the chat does at load: no answer pays for timing the step sizes
         decoder.calibrate()
     target = decoders["none"].target
