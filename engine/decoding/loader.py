@@ -76,15 +76,21 @@ def make_proposer(settings: DecoderSettings, target: Model, draft: Model | None)
     settings.speculation()  # validates the draft lengths
     if settings.method != "none":
         require_rollback(target, draft)
-    if settings.method == "lookup":
-        return LookupProposer(settings.min_ngram, settings.max_ngram, settings.remember_requests)
-    if settings.method in DRAFT_METHODS:
+    return proposer_for(settings.method, target, draft, p_min=settings.p_min, min_ngram=settings.min_ngram,
+                        max_ngram=settings.max_ngram, remember_requests=settings.remember_requests)
+
+
+def proposer_for(method: str, target: Model, draft: Model | None, p_min: float = 0.75, min_ngram: int = 1,
+                 max_ngram: int = DEFAULT_MAX_NGRAM, remember_requests: bool = True):
+    """The proposer of one method (the chat's, the lab's, the system check's): none, lookup, draft or auto."""
+    if method == "lookup":
+        return LookupProposer(min_ngram, max_ngram, remember_requests)
+    if method in DRAFT_METHODS:
         if draft is None:
-            raise InvalidSettingError(f"The {settings.method} method needs a draft model.")
-        drafter = DraftModelProposer(draft, target, settings.p_min)
-        if settings.method == "auto":
-            return AutoProposer(LookupProposer(settings.min_ngram, settings.max_ngram, settings.remember_requests),
-                                drafter)
+            raise InvalidSettingError(f"The {method} method needs a draft model.")
+        drafter = DraftModelProposer(draft, target, p_min)
+        if method == "auto":
+            return AutoProposer(LookupProposer(min_ngram, max_ngram, remember_requests), drafter)
         return drafter
     return NoProposer()
 

@@ -31,10 +31,8 @@ import torch
 from .. import hardware
 from ..chat_format import ChatFormatter
 from ..decoding.generate import SpeculativeDecoder
-from ..decoding.proposers.auto import AutoProposer
+from ..decoding.loader import proposer_for
 from ..decoding.proposers.base import NoProposer
-from ..decoding.proposers.draft_model import DraftModelProposer
-from ..decoding.proposers.lookup import LookupProposer
 from ..decoding.runtime import LoadSettings, Model, _init_backend
 from ..decoding.sampling import SamplingParams, pick_device
 from ..errors import EngineError
@@ -147,10 +145,8 @@ def bench(target: Model, draft: Model | None, seconds: float) -> dict:
     each, taking turns until `seconds` have passed (at least one round); each method's fastest run is kept, as
     other work on the machine only ever slows a run down."""
     _, prompt, _ = ChatFormatter(target).render([{"role": "user", "content": BENCH_PROMPT}])  # as the chat sends it
-    methods = {"plain": NoProposer(), "lookup": LookupProposer(remember_requests=False)}
-    if draft is not None:
-        methods["draft"] = DraftModelProposer(draft, target)
-        methods["auto"] = AutoProposer(LookupProposer(remember_requests=False), DraftModelProposer(draft, target))
+    names = {"plain": "none", "lookup": "lookup", **({"draft": "draft", "auto": "auto"} if draft is not None else {})}
+    methods = {name: proposer_for(method, target, draft, remember_requests=False) for name, method in names.items()}
     decoder = SpeculativeDecoder(target, NoProposer())
     decoder.calibrate()  # timed once per model file and kept (step_timings): the planner's costs are measured
     started, runs = time.perf_counter(), {name: [] for name in methods}

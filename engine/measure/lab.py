@@ -32,11 +32,7 @@ from ..decoding.cost_model import SpeculationConfig
 from ..modelfiles.embedded import resolve_model
 from ..errors import EngineError, InvalidSettingError
 from .lab_metrics import UtilisationMeter, memory_figure, summarise_cell
-from ..decoding.loader import DRAFT_METHODS, METHODS, require_rollback
-from ..decoding.proposers.auto import AutoProposer
-from ..decoding.proposers.base import NoProposer
-from ..decoding.proposers.draft_model import DraftModelProposer
-from ..decoding.proposers.lookup import LookupProposer
+from ..decoding.loader import DRAFT_METHODS, METHODS, proposer_for, require_rollback
 from ..decoding.runtime import LoadSettings, Model
 from ..decoding.sampling import SamplingParams
 
@@ -116,14 +112,8 @@ def context_size(longest_prompt: int, config: LabConfig) -> int:
 
 
 def _drafter(method: str, target: Model, draft: Model | None):
-    if method == "lookup":
-        # Requests repeat the same prompts: earlier answers would be copied, which a user never sees.
-        return LookupProposer(remember_requests=False)
-    if method == "draft":
-        return DraftModelProposer(draft, target)
-    if method == "auto":
-        return AutoProposer(LookupProposer(remember_requests=False), DraftModelProposer(draft, target))
-    return NoProposer()
+    # Requests repeat the same prompts: earlier answers would be copied, which a user never sees.
+    return proposer_for(method, target, draft, remember_requests=False)
 
 
 def run_lab(config: LabConfig, on_progress: Callable[[LabProgress], None] | None = None,
