@@ -531,7 +531,8 @@ class DraftPlanner:
             return True
         n, drafted, steps = len(lengths), sum(lengths), self.steps
         plain_rate = n / steps.seconds(rows)
-        rate = (n + sum(gained)) / (steps.seconds(rows + drafted, drafted=True) + drafted * self.draft_seconds_per_token)
+        drafting = steps.seconds(rows + drafted, drafted=True) + drafted * self.draft_seconds_per_token
+        rate = (n + sum(gained)) / drafting
         to_come = sum(horizon)
         return to_come / plain_rate - to_come / rate > catch_up
 

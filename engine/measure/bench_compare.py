@@ -3,8 +3,8 @@
 python -m engine.measure.bench_compare --model embedded --prompts resources/prompts/grounded.jsonl --max-tokens 200 [--ignore-eos]
 
 Methods: llama-cpp-python's own create_completion (the reference; --no-reference leaves it out), and this
-engine's none / lookup (/ draft / auto with --draft), all greedy (or all sampled: --temperature) on the same prompt tokens (--chat: each prompt
-as one user message through the model's chat template). Both sides count sampled tokens (not
+engine's none / lookup (/ draft / auto with --draft), all greedy (or all sampled: --temperature) on the same
+prompt tokens (--chat: each prompt as one user message through the model's chat template). Both sides count sampled tokens (not
 stream chunks, which can merge tokens) and follow one end-token rule: both stop at the first end
 token, or with --ignore-eos both go on to --max-tokens. Prints what was compared, decode tokens/s per
 prompt and the median ratio against each baseline.
@@ -81,8 +81,8 @@ def what_was_compared(methods: list[str], max_tokens: int, ignore_eos: bool, sam
     eos = ("end tokens ignored on both sides (create_completion's are masked by a logits processor, its only "
            "way to go on past them)" if ignore_eos else "both stop at the first end token")
     return (f"Compared: llama-cpp-python's create_completion (not streamed) and SpecChat's loop "
-            f"({', '.join(methods)}), {describe(sampling)}, the same prompt tokens, up to {max_tokens} tokens; both count sampled "
-            f"tokens, decode tokens/s = (tokens - 1) / time from the first token to the last; {eos}.")
+            f"({', '.join(methods)}), {describe(sampling)}, the same prompt tokens, up to {max_tokens} tokens; "
+            f"both count sampled tokens, decode tokens/s = (tokens - 1) / time from the first token to the last; {eos}.")
 
 
 def describe(sampling: SamplingParams) -> str:

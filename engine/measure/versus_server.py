@@ -11,10 +11,11 @@ in the model's chat template (llama-server gets the same rendered text, its spec
 For every prompt and round it runs, back to back (the order rotated each time, so a slow spell of a
 shared machine falls on every method alike): llama-server plain, llama-server --spec-type ngram-simple,
 the same with SpecChat's cache settings (--swa-full --kv-unified), SpecChat plain and SpecChat lookup.
-Greedy (or sampled alike on both sides: --temperature, --seed), end tokens ignored, raw completion, the prompt never cached. Reported per method: the median over
-prompts of each prompt's fastest run, and the paired ratio (the median over prompts and rounds of runs
-made back to back); then one row per prompt kind (a prompt file's "kind": "repeating" or "open"), as the
-README gives them, with the prompt where lookup did worst against SpecChat plain.
+Greedy (or sampled alike on both sides: --temperature, --seed), end tokens ignored, raw completion, the prompt
+never cached. Reported per method: the median over prompts of each prompt's fastest run, and the paired ratio
+(the median over prompts and rounds of runs made back to back); then one row per prompt kind (a prompt file's
+"kind": "repeating" or "open"), as the README gives them, with the prompt where lookup did worst against SpecChat
+plain.
 
 Why the third server: greedy answers part where the model's top two tokens nearly tie, and where they
 part depends on numerics that the cache layout changes. With its defaults llama-server writes other
