@@ -414,10 +414,11 @@ class Model:
 
 
 
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the shared start of two token lists: how much of a KV cache can be reused."""
+def common_prefix(a: Sequence[int], b: Sequence[int], start: int = 0) -> int:
+    """Length of the shared start of two token lists: how much of a KV cache can be reused. start: a length the
+    caller knows they share, so only what follows it is compared."""
     n = min(len(a), len(b))
-    for i in range(n):
+    for i in range(start, n):
         if a[i] != b[i]:
             return i
     return n

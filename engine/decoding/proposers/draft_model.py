@@ -8,10 +8,9 @@ token at a time, stopping a sequence when its confidence falls below p_min (llam
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Sequence
-
-import time
 
 import numpy as np
 import torch
@@ -55,6 +54,7 @@ class _DraftSlot:
     generator: torch.Generator
     prompt: Sequence[int] = ()  # the request's prompt, which the target prefilled
     cached: list[int] = field(default_factory=list)  # tokens in the draft's KV cache for this sequence
+    agreed: int = 0  # cached[:agreed] is this request's history as of the last proposal (a history only grows)
 
 
 class DraftModelProposer:
@@ -95,8 +95,13 @@ class DraftModelProposer:
     def lag(self, slot: int, history: Sequence[int]) -> int:
         """Tokens of `history` the draft would decode before drafting (its last token aside)."""
         state = self._slots.get(slot)
-        cached = state.cached if state else []
-        return len(history) - 1 - min(common_prefix(cached, history), len(history) - 1)
+        return len(history) - 1 - (self._reusable(state, history) if state else 0)
+
+    @staticmethod
+    def _reusable(state: _DraftSlot, history: Sequence[int]) -> int:
+        """How much of `history` the draft's cache holds, at most all but its last token (decoded for its logits).
+        Only what follows the agreed part is compared: the step loop asks for every sequence at every step."""
+        return min(common_prefix(state.cached, history, min(state.agreed, len(history))), len(history) - 1)
 
     def propose(self, wants: list[Want]) -> list[Proposal]:
         room = self.model.n_ctx
@@ -107,9 +112,9 @@ class DraftModelProposer:
             if k <= 0:
                 continue
             state = self._slots[slot]
-            keep = min(common_prefix(state.cached, history), len(history) - 1)
+            keep = self._reusable(state, history)
             self.model.forget_from(keep, slot)
-            state.cached = list(history)
+            state.cached, state.agreed = list(history), len(history)
             if keep < len(state.prompt) < len(history):
                 # The prompt in the target's own chunks: llama.cpp's CPU kernels round differently by batch
                 # size, so only the same chunks give the same cache (a draft equal to its target, greedy,
