@@ -526,7 +526,7 @@ class DraftPlanner:
     def _repays(self, lengths: list[int], gained: list[float], rows: int, lags: list[int] | None,
                 horizon: list[int] | None) -> bool:
         """A bet on drafts saves, over the tokens expected still to come, more than their catch-up costs."""
-        catch_up = self.catch_up_seconds(sum(lag for lag, k in zip(lags or [], lengths) if k))
+        catch_up = self._catch_up_of(lengths, lags)
         if not catch_up or horizon is None:
             return True
         n, drafted, steps = len(lengths), sum(lengths), self.steps
@@ -536,13 +536,16 @@ class DraftPlanner:
         to_come = sum(horizon)
         return to_come / plain_rate - to_come / rate > catch_up
 
+    def _catch_up_of(self, lengths: list[int], lags: list[int] | None) -> float:
+        """Seconds the sequences that draft (length > 0) need to catch up first."""
+        return self.catch_up_seconds(sum(lag for lag, k in zip(lags or [], lengths) if k))
+
     def _probe_affordable(self, probe: list[int], rows: int, lags: list[int] | None,
                           horizon: list[int] | None) -> bool:
         """A probe's catch-up, tokens and wider verify cost at most PROBE_SHARE of the time still to come."""
         if horizon is None:
             return True
         n, drafted, steps = len(probe), sum(probe), self.steps
-        cost = (self.catch_up_seconds(sum(lag for lag, k in zip(lags or [], probe) if k))
-                + drafted * self.draft_seconds_per_token
+        cost = (self._catch_up_of(probe, lags) + drafted * self.draft_seconds_per_token
                 + steps.seconds(rows + drafted, drafted=True) - steps.seconds(rows))
         return cost <= PROBE_SHARE * sum(horizon) / n * steps.seconds(rows)

@@ -200,7 +200,7 @@ class StepLoop:
             row_budget = (target.n_batch - n) // n  # every sequence's drafts fit one batch ...
             cell_budget = (self.free_cells(active) - n) // n  # ... and the shared cache
             room = [max(0, min(cfg.max_draft, row_budget, cell_budget, left - 1)) for left in tokens_left]
-            proposals = self._propose(active, room, [tokens_to_come(s, left) for s, left in zip(active, tokens_left)])
+            proposals = self._propose(active, room, tokens_left)
         self._switch_threads(self.threads.before_step(drafting=any(p.tokens for p in proposals)))
         totals = self.totals
         rows, positions, seq_ids = [], [], []
@@ -285,15 +285,15 @@ class StepLoop:
             return DRAFT_FEATURE
         return lookup_feature(proposal.match_length, s.continuing)
 
-    def _propose(self, active: list[SequenceState], room: list[int], to_come: list[int]) -> list[Proposal]:
+    def _propose(self, active: list[SequenceState], room: list[int], tokens_left: list[int]) -> list[Proposal]:
         cfg, proposer = self.speculation, self.proposer
         t = self.clock()
         if proposer.free:  # propose first (it costs nothing), then plan knowing each proposal
             chosen, plan, caps = self._propose_free(proposer, active, room)
         elif self.auto:
-            chosen, plan, caps = self._propose_auto(proposer, active, room, to_come)
+            chosen, plan, caps = self._propose_auto(proposer, active, room, tokens_left)
         else:  # a draft model costs a decode per token: plan first, then draft only what is wanted
-            chosen, plan, caps = self._propose_draft(proposer, active, room, to_come)
+            chosen, plan, caps = self._propose_draft(proposer, active, room, tokens_left)
         spent = self.clock() - t
         self.totals.draft_s += spent
         chosen = [p if len(p.tokens) >= cfg.min_draft else Proposal() for p in chosen]
@@ -329,18 +329,19 @@ class StepLoop:
         return chosen, plan, caps
 
     def _plan_draft(self, proposer: DraftModelProposer, active: list[SequenceState], room: list[int],
-                    to_come: list[int]) -> Plan:
+                    tokens_left: list[int]) -> Plan:
         """The draft planner's plan, with each sequence's catch-up to repay within the tokens to come."""
         return self.draft_planner.plan([DRAFT_FEATURE] * len(active), room, [self._own(s) for s in active],
-                                       lags=[proposer.lag(s.slot, s.history) for s in active], horizon=to_come)
+                                       lags=[proposer.lag(s.slot, s.history) for s in active],
+                                       horizon=[tokens_to_come(s, left) for s, left in zip(active, tokens_left)])
 
     def _propose_draft(self, proposer: DraftModelProposer, active: list[SequenceState], room: list[int],
-                       to_come: list[int], plan: Plan | None = None) -> tuple[list[Proposal], Plan, list[int]]:
+                       tokens_left: list[int], plan: Plan | None = None) -> tuple[list[Proposal], Plan, list[int]]:
         """A costly proposer's: the planner decides each length first (or `plan` did), then only those are
         drafted, and timed: the catch-up apart from the drafted tokens."""
         planner = self.draft_planner
         t = self.clock()
-        plan = plan or self._plan_draft(proposer, active, room, to_come)
+        plan = plan or self._plan_draft(proposer, active, room, tokens_left)
         wants = [(s.slot, s.history, k) for s, k in zip(active, plan.lengths) if k]
         made = iter(proposer.propose(wants) if wants else [])
         chosen = [next(made) if k else Proposal() for k in plan.lengths]
@@ -351,7 +352,7 @@ class StepLoop:
         return chosen, plan, room
 
     def _propose_auto(self, proposer: AutoProposer, active: list[SequenceState], room: list[int],
-                      to_come: list[int]) -> tuple[list[Proposal], Plan, list[int]]:
+                      tokens_left: list[int]) -> tuple[list[Proposal], Plan, list[int]]:
         """Both planners plan (planning is cheap); each sequence verifies whichever proposal promises more tokens
         per second of its step, the draft's own tokens counted; the draft model then drafts for those sequences
         alone, so a copy that wins costs no draft decode."""
@@ -359,7 +360,7 @@ class StepLoop:
         if copy_plan.measuring_plain:
             return copies, copy_plan, caps
         n, steps = len(active), self.planner.steps
-        guess_plan = self._plan_draft(proposer.draft, active, room, to_come)
+        guess_plan = self._plan_draft(proposer.draft, active, room, tokens_left)
         d = self.draft_planner.draft_seconds_per_token
 
         def rate(plan: Plan, k: int, i: int, drafting: float) -> float:
@@ -373,7 +374,7 @@ class StepLoop:
         self.planner.keep_only(copy_plan, [not u for u in use_draft])
         self.draft_planner.keep_only(guess_plan, use_draft)
         wanted = Plan([g if u else 0 for g, u in zip(guess_plan.lengths, use_draft)], guess_plan.measuring_plain)
-        guesses, _, _ = self._propose_draft(proposer.draft, active, room, to_come, wanted)
+        guesses, _, _ = self._propose_draft(proposer.draft, active, room, tokens_left, wanted)
         chosen = [g if u else c for c, g, u in zip(copies, guesses, use_draft)]
         lengths = [g if u else c for c, g, u in zip(copy_plan.lengths, guess_plan.lengths, use_draft)]
         return chosen, Plan(lengths, guess_plan.measuring_plain), room  # room bounds both proposals
