@@ -29,6 +29,8 @@ from ..decoding.cost_model import DEFAULT_MAX_DRAFT
 from ..decoding.loader import METHODS, DecoderSettings, build_decoder
 from ..decoding.sampling import SamplingParams
 
+GREEDY = SamplingParams(temperature=0.0)
+
 MAX_REPEATS = 20
 
 
@@ -124,11 +126,20 @@ def encode(target, formatter: ChatFormatter | None, text: str) -> tuple[list[int
     return tokens, stop
 
 
-def greedy_answer(decoder, tokens: list[int], max_tokens: int) -> list[int]:
-    """The tokens of a greedy answer, end tokens ignored (as --ignore-eos): what replay records and versus_server
+def answer_tokens(decoder, tokens: list[int], max_tokens: int, sampling: SamplingParams = GREEDY) -> list[int]:
+    """The tokens of an answer, end tokens ignored (as --ignore-eos): what replay records and versus_server
     compares."""
-    return [t for delta in decoder.generate(tokens, SamplingParams(temperature=0), max_tokens=max_tokens,
-                                            ignore_eos=True) for t in delta.tokens]
+    return [t for delta in decoder.generate(tokens, sampling, max_tokens=max_tokens, ignore_eos=True)
+            for t in delta.tokens]
+
+
+def llama_cpp_sampling(sampling: SamplingParams) -> dict:
+    """The same sampling as llama.cpp's own parameters (create_completion's, llama-server's): greedy, or SpecChat's
+    filters, which llama.cpp applies in the same order."""
+    if sampling.greedy:
+        return {"temperature": 0.0, "top_k": 1}
+    return {"temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
+            "min_p": sampling.min_p, "seed": sampling.seed}
 
 
 def one_run(decoder, item: dict, tokens: list[int], sampling: SamplingParams, args: argparse.Namespace,

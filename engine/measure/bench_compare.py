@@ -22,7 +22,7 @@ import numpy as np
 import llama_cpp.llama
 from llama_cpp import Llama, LogitsProcessorList, StoppingCriteriaList
 
-from .bench import encode, read_prompts
+from .bench import GREEDY, encode, llama_cpp_sampling, read_prompts
 from ..chat_format import ChatFormatter
 from ..modelfiles.embedded import resolve_model
 from ..decoding.loader import DecoderSettings, build_decoder
@@ -30,7 +30,6 @@ from ..decoding.runtime import model_params
 from ..modelfiles.model_check import check_model_file
 from ..decoding.sampling import SamplingParams
 
-GREEDY = SamplingParams(temperature=0.0)
 REFERENCE = "llama-cpp-python"
 
 
@@ -48,12 +47,7 @@ def reference_run(llm: Llama, prompt: list[int], max_tokens: int, end_tokens: li
         logits[end_tokens] = -np.inf
         return logits
 
-    if sampling.greedy:
-        knobs = dict(temperature=0.0, top_k=1)
-    else:  # the same filters as SpecChat's, in llama.cpp's order
-        knobs = dict(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
-                     min_p=sampling.min_p, seed=sampling.seed)
-    out = llm.create_completion(prompt, max_tokens=max_tokens, **knobs,
+    out = llm.create_completion(prompt, max_tokens=max_tokens, **llama_cpp_sampling(sampling),
                                 stopping_criteria=StoppingCriteriaList([note_token]),
                                 logits_processor=LogitsProcessorList([mask_end_tokens]) if end_tokens else None)
     n = out["usage"]["completion_tokens"]  # tokens it kept: an end token that stopped it is not one
@@ -84,12 +78,14 @@ def median_ratio(rows: list[dict], method: str, baseline: str) -> float | None:
     return statistics.median(ratios) if ratios else None
 
 
-def what_was_compared(methods: list[str], max_tokens: int, ignore_eos: bool, sampling: SamplingParams = GREEDY) -> str:
+def what_was_compared(methods: list[str], max_tokens: int, ignore_eos: bool,
+                      sampling: SamplingParams = GREEDY) -> str:
     eos = ("end tokens ignored on both sides (create_completion's are masked by a logits processor, its only "
            "way to go on past them)" if ignore_eos else "both stop at the first end token")
     return (f"Compared: llama-cpp-python's create_completion (not streamed) and SpecChat's loop "
             f"({', '.join(methods)}), {describe(sampling)}, the same prompt tokens, up to {max_tokens} tokens; "
-            f"both count sampled tokens, decode tokens/s = (tokens - 1) / time from the first token to the last; {eos}.")
+            f"both count sampled tokens, decode tokens/s = (tokens - 1) / time from the first token to the last; "
+            f"{eos}.")
 
 
 def describe(sampling: SamplingParams) -> str:
@@ -150,22 +146,19 @@ def main(argv: list[str] | None = None) -> int:
     compared = what_was_compared(methods, args.max_tokens, args.ignore_eos, sampling)
     print(compared)
     rows = []
-    turn = 0
-    for _ in range(args.repeats):
-        for item in prompts:
-            tokens, _ = encode(target, formatter, item["prompt"])  # once, so every side decodes the same prompt
-            row = {"id": item["id"]}
-            if llm is not None:
-                row[REFERENCE], row[REFERENCE + "_detail"] = reference_run(llm, tokens, args.max_tokens, end_tokens,
-                                                                    sampling)
-            for m in rotated(methods, turn):
-                row[m], row[m + "_detail"] = engine_rate(decoders[m], tokens, args.max_tokens, args.ignore_eos,
-                                                         sampling)
-            turn += 1
-            rows.append({k: row[k] for k in ["id", *([REFERENCE, REFERENCE + "_detail"] if llm is not None else []),
-                                             *(f for m in methods for f in (m, m + "_detail"))]})
-            print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()
-                              if not k.endswith("_detail")}), file=sys.stderr)
+    for turn, item in enumerate(prompts * args.repeats):
+        tokens, _ = encode(target, formatter, item["prompt"])  # once, so every side decodes the same prompt
+        row = {"id": item["id"]}
+        if llm is not None:
+            row[REFERENCE], row[REFERENCE + "_detail"] = reference_run(llm, tokens, args.max_tokens, end_tokens,
+                                                                sampling)
+        runs = {m: engine_rate(decoders[m], tokens, args.max_tokens, args.ignore_eos, sampling)
+                for m in rotated(methods, turn)}
+        for m in methods:  # kept in one order, whichever ran first
+            row[m], row[m + "_detail"] = runs[m]
+        rows.append(row)
+        print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()
+                          if not k.endswith("_detail")}), file=sys.stderr)
     ratios = {**({f"none / {REFERENCE}": median_ratio(rows, "none", REFERENCE)} if llm is not None else {}),
               **{f"{m} / none": median_ratio(rows, m, "none") for m in methods[1:]}}
     for name, value in ratios.items():

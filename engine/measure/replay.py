@@ -39,7 +39,7 @@ from ..decoding.sampling import SamplingParams
 from ..decoding.stats import GenerationStats
 from ..decoding.step import SequenceState, StepLoop, time_steps
 from ..decoding.verifier import Verifier
-from .bench import encode, greedy_answer, read_prompts
+from .bench import answer_tokens, encode, read_prompts
 
 NGRAM_SIMPLE_N, NGRAM_SIMPLE_M = 12, 48  # llama.cpp's defaults (common_params_speculative_ngram_map)
 WARM_UP_TEXT = "Hello there, this is a warm up prompt of some length. " * 8  # cells before the timed ones
@@ -87,7 +87,7 @@ def record(model: str, prompts: Sequence[dict], max_tokens: int, chat: bool = Fa
         answers = []
         for item in prompts:
             tokens, _ = encode(target, formatter, item["prompt"])
-            answers.append(Answer(str(item["id"]), list(tokens), greedy_answer(decoder, tokens, max_tokens)))
+            answers.append(Answer(str(item["id"]), list(tokens), answer_tokens(decoder, tokens, max_tokens)))
         used = {t for a in answers for t in a.prompt + a.answer}
         return Recording(target.name, curve, answers, sorted(t for t in used if target.is_end(t)))
     finally:

@@ -42,9 +42,7 @@ from ..decoding.runtime import Model, model_params
 from ..modelfiles.embedded import resolve_model
 from ..chat_format import ChatFormatter
 from ..decoding.sampling import SamplingParams
-from .bench import encode, read_prompts
-
-GREEDY = SamplingParams(temperature=0.0)
+from .bench import GREEDY, answer_tokens, encode, llama_cpp_sampling, read_prompts
 
 SERVER_METHODS = {
     "server plain": [],
@@ -106,11 +104,8 @@ class LlamaServer:
             return False
 
     def complete(self, prompt: str, max_tokens: int, sampling: SamplingParams = GREEDY) -> Run:
-        knobs = {"temperature": 0} if sampling.greedy else {  # SpecChat's filters, in llama.cpp's names
-            "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
-            "min_p": sampling.min_p, "seed": sampling.seed}
-        body = json.dumps({"prompt": prompt, "n_predict": max_tokens, **knobs, "ignore_eos": True,
-                           "cache_prompt": False, "return_tokens": True}).encode()
+        body = json.dumps({"prompt": prompt, "n_predict": max_tokens, **llama_cpp_sampling(sampling),
+                           "ignore_eos": True, "cache_prompt": False, "return_tokens": True}).encode()
         request = urllib.request.Request(f"http://127.0.0.1:{self.port}/completion", body,
                                          {"Content-Type": "application/json"})
         reply = json.loads(urllib.request.urlopen(request, timeout=600).read())
@@ -136,8 +131,7 @@ def specchat_runner(model: str, method: str, threads: int | None, flash_attentio
 
     def complete(prompt: str, max_tokens: int) -> Run:
         tokens, _ = encode(decoder.target, formatter, prompt)
-        out = [t for delta in decoder.generate(tokens, sampling, max_tokens=max_tokens, ignore_eos=True)
-               for t in delta.tokens]
+        out = answer_tokens(decoder, tokens, max_tokens, sampling)
         return Run(decoder.stats.decode_tokens_per_s or 0.0, out)
     return complete
 
