@@ -6,10 +6,11 @@ from PySide6.QtCore import QPointF, QSize, Qt
 from PySide6.QtGui import QPainter, QPainterPath, QPalette, QPen
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QWidget
 
+from engine.decoding.loader import DRAFT_METHODS
+
 NA = "n/a"
 METHOD_NAMES = {"draft": "draft model", "lookup": "prompt lookup", "auto": "lookup + draft model (auto)",
                 "none": "no speculation"}
-DRAFT_MODEL_METHODS = ("draft", "auto")
 FINISH_NAMES = {"stop": "", "length": "stopped at the length limit", "context": "context full",
                 "cancelled": "stopped by you"}
 
@@ -42,7 +43,7 @@ def stat_items(stats: dict) -> list[tuple[str, str, str]]:
              "Mean accepted length: tokens produced per target step, the bonus token included "
              "(1.00 means no gain from speculation)."),
         ]
-    if method in DRAFT_MODEL_METHODS:
+    if method in DRAFT_METHODS:
         share, size = stats.get("draft_time_share"), stats.get("draft_model_bytes")
         items.append(("drafting", f"drafting {NA if share is None else format(share, '.0%')}"
                                   f" · draft {NA if size is None else format(size / 2**20, '.0f') + ' MiB'}",
