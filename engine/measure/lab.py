@@ -4,6 +4,11 @@ python -m engine.lab --model PATH|embedded [--draft PATH|embedded] --methods non
     --concurrency 1,2,4,8 --prompts FILE.jsonl --max-tokens N --out DIR
     [--max-draft K] [--no-adaptive] [--repeats R] [--temperature T] [--seed S] [--threads N] [--stop-at-eos]
 
+python -m engine.lab --engine-url [NAME=]URL [--engine-url ...] --concurrency 1,4,16,64,256 --prompts FILE.jsonl
+    --max-tokens N --out DIR [--api-key-env NAME]
+    the same experiment against running OpenAI-compatible servers (vLLM, llama-server, SpecChat), through
+    engine.serve_bench's path, report and plot; name the plain one none=URL to get the speed-up and crossover.
+
 Writes DIR/results.json (every figure per method × concurrency), DIR/plot.png (throughput and
 inter-token latency vs concurrency) and DIR/summary.md (the table, the crossover, advice).
 Cells run concurrency-major (none, lookup, ... at 1; then at 2; ...) so that whatever else the
@@ -225,7 +230,11 @@ def _int_list(text: str) -> tuple[int, ...]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m engine.lab", description=__doc__.splitlines()[0])
-    ap.add_argument("--model", required=True, help="a GGUF path, or 'embedded'")
+    ap.add_argument("--model", help="a GGUF path, or 'embedded' (needed unless --engine-url)")
+    ap.add_argument("--engine-url", action="append", default=[], metavar="[NAME=]URL",
+                    help="a running OpenAI-compatible server instead of a model here (repeatable; e.g. "
+                    "none=http://gpu:8000 ngram=http://gpu:8001): engine.serve_bench's path")
+    ap.add_argument("--api-key-env", metavar="NAME", help="with --engine-url: the variable holding the API key")
     ap.add_argument("--draft", help="draft GGUF path, or 'embedded' (for the draft and auto methods)")
     ap.add_argument("--methods", default="none,lookup", help="comma-separated: none, lookup, draft, auto")
     ap.add_argument("--concurrency", type=_int_list, default=(1, 2, 4, 8), help="levels, e.g. 1,2,4,8")
@@ -244,7 +253,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--stop-at-eos", action="store_true", help="end a request at its end token (default: "
                     "every request decodes --max-tokens, so every method does the same work)")
     ap.add_argument("--chat", action="store_true", help="each prompt as one user message in the chat template")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if not args.model and not args.engine_url:
+        ap.error("give --model (a model here) or --engine-url (a running server)")
+    return args
+
+
+def remote_lab(args: argparse.Namespace) -> int:
+    """The experiment against running servers: engine.serve_bench with the lab's levels, prompts and budget."""
+    from ..remote.keys import key_from_env
+    from .serve_bench import main as serve_bench
+
+    argv = [a for url in args.engine_url for a in ("--url", url)]
+    argv += ["--clients", ",".join(str(n) for n in args.concurrency), "--prompts", args.prompts,
+             "--max-tokens", str(args.max_tokens), "--temperature", str(args.temperature), "--seed", str(args.seed),
+             "--repeats", str(args.repeats), "--requests", "1", "--out", args.out]
+    if not args.stop_at_eos:
+        argv.append("--ignore-eos")
+    key = key_from_env(args.api_key_env)
+    return serve_bench(argv + (["--api-key", key] if key else []))
 
 
 def config_from_args(args: argparse.Namespace) -> LabConfig:
@@ -288,6 +315,12 @@ def main(argv: list[str] | None = None) -> int:
     from .lab_report import summary_markdown, with_analysis, write_plot
 
     args = parse_args(argv)
+    if args.engine_url:
+        try:
+            return remote_lab(args)
+        except EngineError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     try:
         config = config_from_args(args)
         console = ConsoleProgress()

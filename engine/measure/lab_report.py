@@ -44,12 +44,12 @@ def methods(results: dict) -> list[str]:
     return seen
 
 
-def speedups(results: dict, method: str) -> list[tuple[int, float]]:
-    """(concurrency, aggregate tokens/s of method ÷ plain decoding's) where both were measured."""
+def speedups(results: dict, method: str, base: str = "none") -> list[tuple[int, float]]:
+    """(concurrency, aggregate tokens/s of method ÷ plain decoding's (base's)) where both were measured."""
     cells = cell_map(results)
     out = []
     for level in levels(results):
-        spec, plain = cells.get((method, level)), cells.get(("none", level))
+        spec, plain = cells.get((method, level)), cells.get((base, level))
         if spec and plain and spec["aggregate_tokens_per_s"] and plain["aggregate_tokens_per_s"]:
             out.append((level, spec["aggregate_tokens_per_s"] / plain["aggregate_tokens_per_s"]))
     return out
@@ -68,8 +68,8 @@ class Crossover:
                 "speedups": {str(c): r for c, r in self.speedups}}
 
 
-def crossover(results: dict, method: str) -> Crossover | None:
-    ratios = speedups(results, method)
+def crossover(results: dict, method: str, base: str = "none") -> Crossover | None:
+    ratios = speedups(results, method, base)
     if not ratios:
         return None
     pays_up_to = stops_at = None

@@ -6,7 +6,9 @@ Either servers already running (--url, repeatable) or servers it starts itself, 
 another; cells alternate between servers and repeat, and the fastest run of a cell is kept (other work
 on the machine only slows a run down). Per cell: aggregate tok/s, TTFT and inter-token latency p50/p95
 (a chunk of m tokens after a gap g counts as m gaps of g/m), and mean accepted length from the server's
-timings. Writes results.json, summary.md and plot.png to --out.
+timings, or from vLLM's /metrics counters before and after the cell (engine/remote/prometheus.py). The summary
+says where speculation stops paying (lab_report.crossover, as the lab's). Writes results.json, summary.md and
+plot.png to --out. `python -m engine.lab --engine-url` runs the same path.
 """
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+from ..remote import prometheus
 
 SCHEMA = "specchat-serve-bench/1"
 
@@ -51,9 +55,9 @@ def percentile(values: list[float], q: float) -> float | None:
     return values[min(len(values) - 1, max(0, round(q * (len(values) - 1))))]
 
 
-async def one_request(client: httpx.AsyncClient, url: str, prompt: str, args) -> RequestTrace:
+async def one_request(client: httpx.AsyncClient, url: str, prompt: str, args, model: str = "bench") -> RequestTrace:
     chat = args.endpoint == "chat"
-    body = {"model": "bench", "max_tokens": args.max_tokens, "temperature": args.temperature, "seed": args.seed,
+    body = {"model": model, "max_tokens": args.max_tokens, "temperature": args.temperature, "seed": args.seed,
             "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True},
             "ignore_eos": args.ignore_eos,
             **({"messages": [{"role": "user", "content": prompt}]} if chat else {"prompt": prompt})}
@@ -77,8 +81,10 @@ async def one_request(client: httpx.AsyncClient, url: str, prompt: str, args) ->
                     trace.chunks.append((now, so_far))
                 if "timings" in chunk:
                     trace.timings = chunk["timings"]
-                    trace.completion_tokens = (chunk.get("usage") or {}).get(
-                        "completion_tokens", trace.timings.get("predicted_n", len(trace.chunks)))
+                usage = chunk.get("usage") or {}
+                if "completion_tokens" in usage or trace.timings:  # vLLM's last chunk has usage, no timings
+                    trace.completion_tokens = usage.get("completion_tokens",
+                                                        trace.timings.get("predicted_n", len(trace.chunks)))
     except httpx.HTTPError as exc:
         trace.error = f"{type(exc).__name__}: {exc}"
     trace.done_at = time.perf_counter()
@@ -88,6 +94,7 @@ async def one_request(client: httpx.AsyncClient, url: str, prompt: str, args) ->
 async def run_cell(url: str, prompts: list[str], clients: int, args, first_number: int = 1) -> dict:
     """`clients` concurrent clients, each sending `args.requests` requests one after another, numbered from
     first_number on."""
+    before, model = spec_counters(url, args), served_model(url, args)
     async with httpx.AsyncClient(timeout=httpx.Timeout(600.0), headers=_auth(args)) as client:
         async def one_client(index: int) -> list[RequestTrace]:
             out = []
@@ -97,7 +104,7 @@ async def run_cell(url: str, prompts: list[str], clients: int, args, first_numbe
                 # earlier one (in this cell or an earlier one, on any server): TTFT includes the prefill, as it
                 # would for prompts that do not repeat.
                 prompt = f"({first_number + n}) {prompts[n % len(prompts)]}"
-                out.append(await one_request(client, url, prompt, args))
+                out.append(await one_request(client, url, prompt, args, model))
             return out
 
         started = time.perf_counter()
@@ -111,6 +118,11 @@ async def run_cell(url: str, prompts: list[str], clients: int, args, first_numbe
     drafted = sum(t.timings.get("draft_n", 0) for t in good)
     accepted = sum(t.timings.get("draft_n_accepted", 0) for t in good)
     steps_mean = [t.timings.get("mean_acceptance_length") for t in good if t.timings.get("mean_acceptance_length")]
+    source = "timings" if drafted else None
+    moved = prometheus.delta(before, spec_counters(url, args) or prometheus.SpecCounters()) if before else None
+    if not drafted and moved is not None and moved.drafted:  # vLLM: no timings, its counters over the cell
+        drafted, accepted, source = moved.drafted, moved.accepted, "/metrics"
+        steps_mean = [moved.mean_acceptance_length]
     return {
         "clients": clients, "requests": len(traces), "errors": errors, "completion_tokens": tokens, "wall_s": wall,
         "aggregate_tokens_per_s": tokens / wall if wall > 0 else None,
@@ -118,6 +130,7 @@ async def run_cell(url: str, prompts: list[str], clients: int, args, first_numbe
         "itl_p50_s": percentile(gaps, 0.5), "itl_p95_s": percentile(gaps, 0.95),
         "acceptance_rate": accepted / drafted if drafted else None,
         "mean_acceptance_length": statistics.fmean(steps_mean) if steps_mean else None,
+        "acceptance_source": source,
         "per_request": [{"tokens": t.completion_tokens, "tokens_per_s": t.timings.get("predicted_per_second"),
                          "ttft_s": t.first_at - t.sent_at if t.first_at else None} for t in good],
     }
@@ -127,12 +140,30 @@ def _auth(args) -> dict:
     return {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
 
 
+def served_model(url: str, args) -> str:
+    """The first model the server lists (vLLM answers only requests that name one of its models)."""
+    try:
+        return httpx.get(url + "/v1/models", headers=_auth(args), timeout=30).json()["data"][0]["id"]
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
+        return "bench"
+
+
+def spec_counters(url: str, args) -> prometheus.SpecCounters | None:
+    """The server's spec-decode counters (vLLM's /metrics), or None where it has none."""
+    try:
+        response = httpx.get(url + "/metrics", headers=_auth(args), timeout=10)
+    except httpx.HTTPError:
+        return None
+    counters = prometheus.SpecCounters.from_text(response.text) if response.status_code == 200 else None
+    return counters if counters is not None and counters.speculates else None
+
+
 # --- servers ------------------------------------------------------------------------------------
 class SpawnedServer:
     """`python -m engine.serve` in a child process, on a free port."""
 
     def __init__(self, method: str, args):
-        command = [sys.executable, "-m", "engine.serve", "--model", args.model, "--method", method, "--port", "0",
+        command = [sys.executable, "-m", "engine.serve", "--model", args.model or "embedded", "--method", method, "--port", "0",
                    "--parallel", str(max(args.clients)), "--ctx", str(args.ctx)]
         if args.draft:
             command += ["--draft", args.draft]
@@ -216,7 +247,27 @@ def summary(results: dict) -> str:
             lines.append(f"| {clients} | {method} | {c['aggregate_tokens_per_s']:.1f} | {ratio} | "
                          f"{ms(c['ttft_p50_s'])} / {ms(c['ttft_p95_s'])} | {ms(c['itl_p50_s'])} / {ms(c['itl_p95_s'])} "
                          f"| {mal} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + [""] + crossover_lines(results, methods, base)) + "\n"
+
+
+def crossover_lines(results: dict, methods: list[str], base: str) -> list[str]:
+    """Where each speculating server stops paying against the plain one, as the lab says it."""
+    from .lab_report import crossover
+
+    as_lab = {"cells": [{**c, "concurrency": c["clients"]} for c in results["cells"]]}
+    lines = []
+    for method in methods:
+        found = crossover(as_lab, method, base) if method != base else None
+        if found is None:
+            continue
+        if found.stops_at is None:
+            lines.append(f"- {method} paid at every level measured (up to {found.pays_up_to} clients).")
+        elif found.pays_up_to is None:
+            lines.append(f"- {method} did not pay even at {found.stops_at} client{'s' if found.stops_at > 1 else ''}.")
+        else:
+            lines.append(f"- {method} stops paying between {found.pays_up_to} and {found.stops_at} clients "
+                         f"(about {found.estimate:.0f}, interpolated).")
+    return lines
 
 
 def plot(results: dict, path: Path) -> None:
@@ -267,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--url", action="append", default=[], metavar="[NAME=]URL",
                     help="a running server (repeatable); NAME labels it, e.g. llama-server=http://127.0.0.1:8080")
-    ap.add_argument("--model", default="embedded", help="for servers started here")
+    ap.add_argument("--model", help="for servers started here (default: the embedded model)")
     ap.add_argument("--draft")
     ap.add_argument("--methods", default="none,lookup", help="servers started here, one per method")
     ap.add_argument("--threads", type=int)
@@ -307,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     settings = {k: v for k, v in vars(args).items() if k != "api_key"}
+    settings["model"] = args.model or ("embedded" if spawned else ", ".join(sorted({served_model(u, args)
+                                                                                     for u in servers.values()})))
     results = {"schema": SCHEMA, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                "settings": {**settings, "prompt_set": Path(args.prompts).stem + (f" [{args.ids}]" if args.ids else ""),
                             "prompt_count": len(prompts), "servers": servers},

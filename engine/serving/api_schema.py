@@ -123,8 +123,9 @@ def parse_generation(body: dict, n_ctx: int) -> Generation:
                       _flag(body, "ignore_eos"))
 
 
-def parse_messages(body: dict) -> list[dict]:
-    """Chat messages as the formatter takes them: role and text (text parts of a content list joined)."""
+def parse_messages(body: dict, answering: bool = True) -> list[dict]:
+    """Chat messages as the formatter takes them: role and text (text parts of a content list joined). Messages
+    to answer end with the user's; messages only counted (/tokenize) may end with an answer."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise _bad("messages", "expected a non-empty list of messages")
@@ -143,7 +144,7 @@ def parse_messages(body: dict) -> list[dict]:
         if not isinstance(content, str):
             raise _bad(f"messages[{i}].content", f"expected text, got {content!r}"[:200])
         out.append({"role": "system" if m["role"] == "developer" else m["role"], "content": content})
-    if out[-1]["role"] != "user":
+    if answering and out[-1]["role"] != "user":
         raise _bad("messages", "the last message must be the user's")
     return out
 

@@ -128,9 +128,11 @@ def create_app(scheduler: Scheduler, formatter: ChatFormatter, config: ApiConfig
         return ApiError(413, f"The request body is {said}; this server takes at most {config.max_body_bytes:,}.",
                         code="request_too_large", headers={"Connection": "close"})
 
-    def chat_tokens(messages: list[dict]) -> tuple[list[int], tuple[str, ...]]:
-        """On a worker thread: the size check, then the template (in its sandbox) and the tokenizer."""
-        refuse_beyond_context(m["content"] for m in messages)
+    def chat_tokens(messages: list[dict], limit: bool = True) -> tuple[list[int], tuple[str, ...]]:
+        """On a worker thread: the size check (unless only counting), then the template (in its sandbox) and
+        the tokenizer."""
+        if limit:
+            refuse_beyond_context(m["content"] for m in messages)
         refused = template_refusal()
         if refused is None:
             try:
@@ -297,6 +299,23 @@ def create_app(scheduler: Scheduler, formatter: ChatFormatter, config: ApiConfig
              "meta": {"n_ctx": n_ctx, "method": scheduler.method, "parallel": scheduler.parallel,
                       "backend": target.backend, "chat_template_error": formatter.template_error}}]})
 
+    async def tokenize(request: Request):
+        """vLLM's /tokenize ({"messages"} through the chat template, or {"prompt"}), which also takes llama-server's
+        {"content"}: {"count", "max_model_len", "tokens"}. The window's context meter counts with it."""
+        try:
+            authorised(request)
+            body = await read_body(request)
+            if "messages" in body:
+                tokens, _ = await run_in_threadpool(chat_tokens, parse_messages(body, answering=False), False)
+            else:
+                text = body.get("prompt", body.get("content"))
+                if not isinstance(text, str):
+                    raise ApiError(400, "Send 'messages', or the text as 'prompt' or 'content'.", param="prompt")
+                tokens = await run_in_threadpool(target.tokenize, text, body.get("add_special") is True, False)
+        except ApiError as exc:
+            return error_response(exc)
+        return JSONResponse({"count": len(tokens), "max_model_len": n_ctx, "tokens": tokens})
+
     async def health(request: Request):
         load = scheduler.load()
         return JSONResponse({"status": "ok", "slots_idle": load.parallel - load.running,
@@ -305,6 +324,7 @@ def create_app(scheduler: Scheduler, formatter: ChatFormatter, config: ApiConfig
     routes = [Route("/v1/chat/completions", chat_completions, methods=["POST"]),
               Route("/v1/completions", completions, methods=["POST"]),
               Route("/v1/models", models, methods=["GET"]),
+              Route("/tokenize", tokenize, methods=["POST"]),
               Route("/health", health, methods=["GET"])]
     middleware = []
     if config.cors_origins:

@@ -1,0 +1,338 @@
+"""Remote engines (engine/remote): a real SpecChat server the test starts (the embedded SmolLM2), llama-server
+where SPECCHAT_LLAMA_SERVER names a binary, vLLM's /metrics text in its documented format, and a stand-in for
+vLLM's streaming (vLLM needs a GPU: the real path is the same code, named in docs/remote-engines.md)."""
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import keyring
+import pytest
+from keyring.backends.fail import Keyring as NoKeyring
+from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse, StreamingResponse, JSONResponse
+from starlette.routing import Route
+
+from engine.decoding.cost_model import SpeculationConfig
+from engine.decoding.runtime import LoadSettings, Model
+from engine.decoding.sampling import SamplingParams
+from engine.errors import EngineError, InvalidSettingError
+from engine.modelfiles.embedded import embedded_model_path
+from engine.remote import keys, prometheus
+from engine.remote.client import RemoteEngine
+from engine.remote.endpoint import Endpoint, normalised_url, url_warning
+from engine.serving.service import ServeOptions, Service
+from remote_server import specchat_server  # tests/engine/remote_server.py
+
+GREEDY = SamplingParams(temperature=0.0)
+COPY = [{"role": "user", "content": "Passage: The lighthouse at Point Arden was built in 1871 from granite quarried "
+                                    "on the island itself.\n\nCopy the passage above word for word."}]
+COUNTING = [{"role": "user", "content": "Write the numbers from 1 to 40, separated by commas."}]
+
+
+@pytest.fixture(scope="module")
+def server():
+    service, model = specchat_server(api_key="right-key")
+    yield service
+    service.stop()
+    model.close()
+
+
+@pytest.fixture
+def engine(server):
+    engine = RemoteEngine(Endpoint(server.url, "", "right-key"))
+    yield engine
+    engine.close()
+
+
+# --- addresses and keys ---------------------------------------------------------------------------
+def test_urls_are_normalised_and_plain_http_beyond_this_machine_is_flagged():
+    assert normalised_url(" localhost:8000/v1/ ") == "http://localhost:8000"
+    assert normalised_url("https://gpu.example.org/api/v1") == "https://gpu.example.org/api"
+    for bad in ("", "ftp://x", "http://:80", "http://host:port", "http://h/?q=1"):
+        with pytest.raises(InvalidSettingError):
+            normalised_url(bad)
+    assert url_warning("http://127.0.0.1:8000") == url_warning("http://localhost:1") == ""
+    assert url_warning("https://gpu.example.org") == ""
+    assert "unencrypted" in url_warning("http://gpu.example.org:8000")
+
+
+def test_api_keys_live_in_the_keyring_file_backend(tmp_path, keyring_in_tmp):
+    keys.save_key("https://gpu.example.org", "sk-123")
+    assert keys.saved_key("https://gpu.example.org") == "sk-123"
+    assert "gpu_2eexample_2eorg" in (tmp_path / "keyring.cfg").read_text()  # the backend's own file (base64)
+    keys.save_key("https://gpu.example.org", "")
+    assert keys.saved_key("https://gpu.example.org") is None
+
+
+def test_without_a_keyring_saving_says_so_and_reading_finds_nothing(monkeypatch):
+    monkeypatch.delenv("SPECCHAT_ALLOW_FILE_KEYRING")
+    with pytest.raises(EngineError, match="PlaintextKeyring is not a system keyring"):
+        keys.save_key("https://gpu.example.org", "sk-123")  # a file is not a keyring outside the tests
+    keyring.set_keyring(NoKeyring())
+    with pytest.raises(EngineError, match="keyring"):
+        keys.save_key("https://gpu.example.org", "sk-123")
+    assert keys.saved_key("https://gpu.example.org") is None
+    monkeypatch.setenv("MY_KEY", " sk-9 ")
+    assert keys.key_from_env("MY_KEY") == "sk-9"
+    with pytest.raises(EngineError, match="NO_SUCH_VARIABLE"):
+        keys.key_from_env("NO_SUCH_VARIABLE")
+
+
+# --- a SpecChat server ---------------------------------------------------------------------------
+def test_models_and_the_prompt_counted_by_the_servers_tokenizer(engine):
+    model = engine.model()
+    assert (model.id, model.n_ctx) == ("smollm2", 1024)
+    count = engine.count_prompt(COPY, model)
+    local = Model(embedded_model_path(), LoadSettings(n_ctx=1024), vocab_only=True)
+    try:
+        from engine.chat_format import ChatFormatter
+
+        expected = len(ChatFormatter(local).render(COPY)[1])
+    finally:
+        local.close()
+    assert count.exact and count.tokens == expected and count.n_ctx == 1024
+
+
+def test_a_streamed_answer_matches_the_servers_whole_answer_with_figures_measured_here(engine, server):
+    model = engine.model()
+    whole = httpx.post(server.url + "/v1/chat/completions", headers={"Authorization": "Bearer right-key"},
+                       json={"model": "smollm2", "messages": COPY, "max_tokens": 48, "temperature": 0},
+                       timeout=120).json()
+    answer = engine.answer(COPY, GREEDY, 48, model)
+    pieces = list(answer)
+    figures = answer.figures.to_dict()
+    assert "".join(pieces) == whole["choices"][0]["message"]["content"] and len(pieces) > 1
+    assert figures["generated"] == whole["usage"]["completion_tokens"]
+    assert figures["ttft_s"] > 0 and figures["tokens_per_s"] > 0 and figures["network_included"]
+    assert figures["method"] == "lookup" and figures["drafted"] > 0 and 0 < figures["accepted"] <= figures["drafted"]
+    assert figures["acceptance_source"] == "from the server's timings for this answer"
+    assert figures["memory_label"] == "n/a (remote)" and figures["backend"].startswith("remote 127.0.0.1:")
+    assert figures["finish_reason"] in ("stop", "length")
+
+
+def test_stop_ends_the_answer_and_frees_the_servers_slot(engine, server):
+    cancel = threading.Event()
+    answer = engine.answer(COUNTING, GREEDY, 300, engine.model(), cancel)
+    pieces = []
+    for piece in answer:
+        pieces.append(piece)
+        if len(pieces) == 2:
+            cancel.set()
+    assert len(pieces) == 2 and answer.figures.finish_reason == "cancelled"
+    deadline = time.monotonic() + 10
+    while httpx.get(server.url + "/health").json()["slots_processing"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert httpx.get(server.url + "/health").json()["slots_processing"] == 0
+
+
+def test_a_wrong_key_a_wrong_model_and_no_server_get_clear_messages(server):
+    with pytest.raises(EngineError, match="refused the API key"):
+        RemoteEngine(Endpoint(server.url, "", "wrong")).models()
+    with pytest.raises(EngineError, match="does not serve “gpt-9”; it serves smollm2"):
+        RemoteEngine(Endpoint(server.url, "gpt-9", "right-key")).model()
+    with pytest.raises(EngineError, match="Could not reach"):
+        RemoteEngine(Endpoint("http://127.0.0.1:9")).models()
+
+
+# --- vLLM's formats ---------------------------------------------------------------------------------
+# Exposition text as vLLM writes it (docs/usage/metrics.md; the spec-decode counters of
+# vllm/v1/spec_decode/metrics.py, one series per engine, the per-position one labelled position="j").
+VLLM_METRICS = """# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{{engine="0",model_name="Qwen/Qwen2.5-1.5B"}} {running}
+# HELP vllm:request_success_total Count of successfully processed requests.
+# TYPE vllm:request_success_total counter
+vllm:request_success_total{{engine="0",finished_reason="stop",model_name="Qwen/Qwen2.5-1.5B"}} {finished}
+vllm:request_success_total{{engine="0",finished_reason="length",model_name="Qwen/Qwen2.5-1.5B"}} 0.0
+# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{{engine="0",model_name="Qwen/Qwen2.5-1.5B"}} {drafts}
+# HELP vllm:spec_decode_num_draft_tokens_total Number of draft tokens.
+# TYPE vllm:spec_decode_num_draft_tokens_total counter
+vllm:spec_decode_num_draft_tokens_total{{engine="0",model_name="Qwen/Qwen2.5-1.5B"}} {draft_tokens}
+# HELP vllm:spec_decode_num_accepted_tokens_total Number of accepted tokens.
+# TYPE vllm:spec_decode_num_accepted_tokens_total counter
+vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="Qwen/Qwen2.5-1.5B"}} {accepted}
+# HELP vllm:spec_decode_num_accepted_tokens_per_pos_total Accepted tokens per draft position.
+# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="Qwen/Qwen2.5-1.5B",position="0"}} {p0}
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="Qwen/Qwen2.5-1.5B",position="1"}} {p1}
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="Qwen/Qwen2.5-1.5B",position="2"}} {p2}
+vllm:iteration_tokens_total_bucket{{le="1.0",model_name="Qwen/Qwen2.5-1.5B"}} 3.0
+"""
+
+
+def metrics_text(**counts) -> str:
+    values = dict(running=0.0, finished=0.0, drafts=0.0, draft_tokens=0.0, accepted=0.0, p0=0.0, p1=0.0, p2=0.0)
+    values.update(counts)
+    return VLLM_METRICS.format(**values)
+
+
+def test_vllm_metrics_parse_and_difference_into_one_answers_acceptance():
+    before = prometheus.SpecCounters.from_text(metrics_text(finished=5.0, drafts=100.0, draft_tokens=300.0,
+                                                            accepted=150.0, p0=80.0, p1=45.0, p2=25.0))
+    after = prometheus.SpecCounters.from_text(metrics_text(finished=6.0, drafts=110.0, draft_tokens=330.0,
+                                                           accepted=171.0, p0=89.0, p1=52.0, p2=30.0))
+    moved = prometheus.delta(before, after)
+    assert (moved.drafts, moved.drafted, moved.accepted) == (10, 30, 21) and moved.alone
+    assert moved.per_position_acceptance == pytest.approx([0.9, 0.7, 0.5])
+    assert moved.mean_acceptance_length == pytest.approx(3.1)
+    busy = prometheus.SpecCounters.from_text(metrics_text(running=2.0, finished=5.0))
+    assert prometheus.delta(busy, after).alone is False and "uncertain" in prometheus.delta(busy, after).note()
+    assert prometheus.delta(prometheus.SpecCounters.from_text("vllm:num_requests_running 0\n"), after) is None
+
+
+class FakeVllm:
+    """vLLM's OpenAI server as its docs describe it (chunks with choices[].delta, reasoning_content, usage in a
+    last chunk when asked, per-request metrics.speculative_decoding only when started with
+    --per-request-spec-decode-metrics, /metrics counters moving as it answers). It cannot run here without a
+    GPU; this stands in for it so the client's vLLM path runs."""
+
+    def __init__(self, per_request: bool):
+        self.per_request = per_request
+        self.counts = dict(finished=0.0, drafts=0.0, draft_tokens=0.0, accepted=0.0, p0=0.0, p1=0.0, p2=0.0)
+
+    def app(self) -> Starlette:
+        async def models(request):
+            return JSONResponse({"object": "list", "data": [{"id": "Qwen/Qwen2.5-1.5B", "object": "model",
+                                                              "max_model_len": 32768}]})
+
+        async def tokenize(request):
+            body = await request.json()
+            return JSONResponse({"count": 7 * len(body["messages"]), "max_model_len": 32768, "tokens": [1] * 7})
+
+        async def metrics(request):
+            return PlainTextResponse(metrics_text(**self.counts))
+
+        async def chat(request):
+            body = await request.json()
+
+            def chunk(delta=None, usage=None, finish=None, **extra):
+                out = {"id": "c", "object": "chat.completion.chunk", "model": body["model"],
+                       "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}]}
+                return "data: " + json.dumps({**out, **({"usage": usage} if usage else {}), **extra}) + "\n\n"
+
+            def events():
+                yield chunk({"role": "assistant", "content": ""})
+                yield chunk({"reasoning_content": "Counting."})
+                for i, text in enumerate(["1, ", "2, ", "3"], start=1):
+                    yield chunk({"content": text}, usage={"prompt_tokens": 7, "completion_tokens": 2 * i})
+                self.counts.update(finished=self.counts["finished"] + 1, drafts=self.counts["drafts"] + 4,
+                                   draft_tokens=self.counts["draft_tokens"] + 12, accepted=self.counts["accepted"] + 6,
+                                   p0=self.counts["p0"] + 3, p1=self.counts["p1"] + 2, p2=self.counts["p2"] + 1)
+                yield chunk({}, finish="stop")
+                extra = {"metrics": {"speculative_decoding": {"mean_acceptance_length": 2.5, "num_draft_tokens": 12,
+                                                              "num_accepted_draft_tokens": 6, "num_spec_steps": 4}}}
+                yield chunk(usage={"prompt_tokens": 7, "completion_tokens": 6}, **(extra if self.per_request else {}))
+                yield "data: [DONE]\n\n"
+
+            return StreamingResponse(events(), media_type="text/event-stream")
+
+        return Starlette(routes=[Route("/v1/models", models), Route("/tokenize", tokenize, methods=["POST"]),
+                                 Route("/metrics", metrics), Route("/v1/chat/completions", chat, methods=["POST"])])
+
+
+@pytest.mark.parametrize("per_request", [True, False])
+def test_vllm_answers_with_acceptance_from_its_per_request_metrics_or_its_counters(per_request):
+    url, server, thread = serve_fake_vllm(per_request)
+    try:
+        engine = RemoteEngine(Endpoint(url))
+        model = engine.model()
+        assert (model.id, model.n_ctx) == ("Qwen/Qwen2.5-1.5B", 32768)
+        assert engine.count_prompt(COUNTING, model).tokens == 7
+        answer = engine.answer(COUNTING, GREEDY, 32, model)
+        assert "".join(answer) == "<think>Counting.</think>1, 2, 3"
+        f = answer.figures.to_dict()
+        assert (f["generated"], f["prompt_tokens"], f["drafted"], f["accepted"]) == (6, 7, 12, 6)
+        if per_request:
+            assert f["mean_acceptance_length"] == 2.5 and "per-request metrics" in f["acceptance_source"]
+        else:
+            assert f["mean_acceptance_length"] == pytest.approx(2.5)
+            assert f["per_position_acceptance"] == pytest.approx([0.75, 0.5, 0.25])
+            assert f["acceptance_source"] == ("from the server's /metrics counters; no other request ran meanwhile")
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+# --- llama-server ---------------------------------------------------------------------------------
+SERVER = os.environ.get("SPECCHAT_LLAMA_SERVER")
+
+
+@pytest.mark.skipif(not (SERVER and Path(SERVER).exists()), reason="set SPECCHAT_LLAMA_SERVER to a llama-server binary")
+def test_llama_server_streams_stops_counts_and_reports_its_drafts():
+    from engine.measure.versus_server import LlamaServer
+
+    llama = LlamaServer(SERVER, str(embedded_model_path()), ["--spec-type", "ngram-simple"], threads=2)
+    try:
+        engine = RemoteEngine(Endpoint(f"http://127.0.0.1:{llama.port}"))
+        model = engine.model()
+        count = engine.count_prompt(COPY, model)
+        assert count.exact and count.tokens > 20 and count.n_ctx == model.n_ctx
+        passage = [{"role": "user", "content": COPY[0]["content"].replace(
+            "itself.", "itself. For ninety years its keepers climbed one hundred and twelve steps every evening.")}]
+        answer = engine.answer(passage, GREEDY, 48, model)  # (llama-server leaves draft_n out when it drafted none)
+        text = "".join(answer)
+        f = answer.figures.to_dict()
+        assert "lighthouse" in text and f["generated"] > 10 and f["tokens_per_s"] > 0
+        assert f["drafted"] > 0 and f["accepted"] <= f["drafted"] and "timings" in f["acceptance_source"]
+        cancel = threading.Event()
+        stopped = engine.answer(COUNTING, GREEDY, 300, model, cancel)
+        for i, _ in enumerate(stopped):
+            if i == 1:
+                cancel.set()
+        assert stopped.figures.finish_reason == "cancelled"
+    finally:
+        llama.close()
+
+
+# --- the experiment against running servers ------------------------------------------------------------
+def serve_fake_vllm(per_request: bool = False):
+    """(the stand-in vLLM on a free port, its uvicorn server, its thread)."""
+    import uvicorn
+
+    from engine.serving.service import listen
+
+    sock = listen("127.0.0.1", 0)
+    server = uvicorn.Server(uvicorn.Config(FakeVllm(per_request).app(), log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    return f"http://127.0.0.1:{sock.getsockname()[1]}", server, thread
+
+
+def test_the_lab_runs_against_servers_through_serve_benchs_path_with_the_crossover(tmp_path, server, monkeypatch):
+    """engine.lab --engine-url: plain and lookup SpecChat servers (a real model each), and a vLLM whose acceptance
+    comes from its /metrics counters; one results.json, summary (with where speculation stops paying) and plot."""
+    from engine.decoding.proposers.base import NoProposer
+    from engine.measure.lab import main as lab
+
+    plain_model = Model(embedded_model_path(), LoadSettings(n_ctx=1024, threads=2, n_seq_max=2))
+    plain = Service(plain_model, NoProposer(), SpeculationConfig(), ServeOptions(port=0, parallel=2),
+                    model_id="smollm2").start()
+    vllm_url, vllm, vllm_thread = serve_fake_vllm()
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "copy", "prompt": COPY[0]["content"]}) + "\n")
+    monkeypatch.setenv("LAB_KEY", "right-key")
+    try:
+        assert lab(["--engine-url", f"none={plain.url}", "--engine-url", f"lookup={server.url}", "--engine-url",
+                    f"vllm={vllm_url}", "--api-key-env", "LAB_KEY", "--concurrency", "1,2", "--prompts", str(prompts),
+                    "--max-tokens", "24", "--out", str(tmp_path / "out")]) == 0
+    finally:
+        plain.stop()
+        plain_model.close()
+        vllm.should_exit = True
+        vllm_thread.join(10)
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    cells = {(c["method"], c["clients"]): c for c in results["cells"]}
+    assert set(cells) == {(m, n) for m in ("none", "lookup", "vllm") for n in (1, 2)}
+    assert all(c["aggregate_tokens_per_s"] > 0 and not c["errors"] for c in cells.values())
+    assert cells[("lookup", 1)]["acceptance_source"] == "timings" and cells[("none", 1)]["acceptance_source"] is None
+    assert cells[("vllm", 2)]["acceptance_source"] == "/metrics" and cells[("vllm", 2)]["acceptance_rate"] == 0.5
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "| 2 | lookup |" in summary and any(line.startswith("- lookup ") for line in summary.splitlines())
+    assert (tmp_path / "out" / "plot.png").stat().st_size > 10_000
