@@ -10,6 +10,8 @@
                                   storage. --prompt TEXT sends TEXT instead of the built-in passage;
                                   --use-settings answers with the saved model and settings instead (read,
                                   never written: conversations still go to temporary storage).
+                                  --engine-url URL [--engine-model ID] [--api-key-env NAME] asks that
+                                  OpenAI-compatible server instead ("backend": "remote …").
 
 One SpecChat runs per data folder: launched again, it brings the running window forward (handing it
 the --send message, if any) and exits 0.
@@ -37,7 +39,30 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--use-settings", action="store_true", help="with --smoke-test: the saved model and "
                         "settings instead of the embedded model's")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds the smoke test may take (600)")
+    parser.add_argument("--engine-url", metavar="URL", help="with --smoke-test: ask this OpenAI-compatible server "
+                        "(vLLM, llama-server, a SpecChat server) instead of this machine's engine")
+    parser.add_argument("--engine-model", metavar="ID", default="", help="with --engine-url: the server's model "
+                        "(default: the first it lists)")
+    parser.add_argument("--api-key-env", metavar="NAME", help="with --engine-url: the environment variable that "
+                        "holds the server's API key")
     args, qt_args = parser.parse_known_args(argv)
+    if (args.engine_url or args.api_key_env or args.engine_model) and not args.smoke_test:
+        parser.error("--engine-url, --engine-model and --api-key-env go with --smoke-test; in the window, a chat's "
+                     "engine is set in its chat settings")
+    if (args.api_key_env or args.engine_model) and not args.engine_url:
+        parser.error("--engine-model and --api-key-env go with --engine-url")
+    if args.engine_url:
+        from engine.errors import EngineError
+        from engine.remote.endpoint import Endpoint, normalised_url
+        from engine.remote.keys import key_from_env
+
+        try:
+            args.engine = Endpoint(normalised_url(args.engine_url), args.engine_model.strip(),
+                                   key_from_env(args.api_key_env))
+        except EngineError as exc:
+            parser.error(str(exc))
+    else:
+        args.engine = None
     if args.prompt is not None and not args.smoke_test:
         parser.error("--prompt goes with --smoke-test; to open the window with a message, use --send")
     if args.use_settings and not args.smoke_test:
@@ -58,6 +83,7 @@ def _setup_logging() -> None:
         pass
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         handlers=handlers)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request to a remote engine is noise
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     window.show()
     if args.smoke_test:
         from app.smoke import SmokeTest
-        window.smoke_test = SmokeTest(window, args.timeout, args.prompt)  # a child of the window: lives until exit
+        window.smoke_test = SmokeTest(window, args.timeout, args.prompt, args.engine)  # lives until exit
         code = app.exec()
         instance.close()
         shutil.rmtree(scratch, ignore_errors=True)

@@ -70,7 +70,7 @@ class MainWindow(QMainWindow):
         self.view.set_show_sparkline(settings.show_sparkline)
         self.input = ChatInput()
         self.counter = TokenCounter(self)  # the loaded model's tokenizer, on a thread of its own
-        self.meter = ContextMeter(self.counter, self._prompt_so_far)
+        self.meter = ContextMeter(self.counter, self._prompt_so_far, remote=self.session.remote_endpoint)
         self.tray = AttachmentTray(self.counter, self.meter.message_budget)  # files to go with the next message
         self.attach_button = QToolButton(text="Attach", autoRaise=True,
                                          icon=paperclip_icon(self.palette().color(QPalette.ColorRole.ButtonText)),
@@ -134,6 +134,9 @@ class MainWindow(QMainWindow):
         self.server_label = QLabel()
         self.server_label.hide()
         self.statusBar().addPermanentWidget(self.server_label)
+        self.engine_label = QLabel()  # the open chat's remote engine, when it has one
+        self.engine_label.hide()
+        self.statusBar().addPermanentWidget(self.engine_label)
         self._build_menus()
 
         # --- wiring ---
@@ -158,6 +161,7 @@ class MainWindow(QMainWindow):
         self.panel.newRequested.connect(self.new_chat)
         self.panel.deleted.connect(self._conversation_deleted)
         self.chat_settings_button.changed.connect(self.meter.schedule)
+        self.chat_settings_button.refreshed.connect(self._show_chat_engine)
         self.session.busyChanged.connect(self._busy_changed)
         self.session.noticeRaised.connect(lambda text, level: self.notices.show_notice(text, level))
         self.session.conversationsChanged.connect(self._conversations_changed)
@@ -315,6 +319,14 @@ class MainWindow(QMainWindow):
             self.tray.clear()
             self.chat_settings_button.refresh()
             self._update_title()
+
+    def _show_chat_engine(self) -> None:
+        """The status bar's model and speculation are this machine's; a chat on a server says so beside them."""
+        remote = self.session.remote_endpoint()
+        self.engine_label.setText(f"This chat: remote engine at {remote.host}" if remote else "")
+        self.engine_label.setToolTip(f"{remote.url} answers this chat (its chat settings); the model and "
+                                     "speculation on the left are this machine's." if remote else "")
+        self.engine_label.setVisible(remote is not None)
 
     def _update_title(self) -> None:
         cid = self.session.conversation_id

@@ -1,6 +1,6 @@
 """--smoke-test: the real window sends one message (a built-in passage to copy, or --prompt TEXT) to the
-embedded model with prompt lookup and prints the response's figures, its text and the model's name as one
-JSON line. Exit 0 on success, 1 on any failure, 2 on timeout."""
+embedded model with prompt lookup, or with --engine-url to that server, and prints the response's figures, its
+text and the model's name as one JSON line. Exit 0 on success, 1 on any failure, 2 on timeout."""
 from __future__ import annotations
 
 import json
@@ -9,6 +9,9 @@ import sys
 from PySide6.QtCore import QObject, QTimer
 from PySide6.QtWidgets import QApplication
 
+from engine.remote.endpoint import Endpoint
+
+from app.remote_answer import use_key_for_this_run
 from app.settings.values import AppSettings
 
 # Copying a passage gives prompt lookup real material, so the figures show speculation at work.
@@ -26,12 +29,16 @@ def smoke_settings() -> AppSettings:
 
 
 class SmokeTest(QObject):
-    def __init__(self, window, timeout_s: float, prompt: str | None = None):
+    def __init__(self, window, timeout_s: float, prompt: str | None = None, engine: Endpoint | None = None):
         super().__init__(window)
         self.window = window
         self.prompt = prompt or PROMPT
+        self.engine = engine
         self.done = False
-        window.modelFailed.connect(lambda msg: self._fail(f"model failed to load: {msg}"))
+        if engine is None:  # a remote engine answers whatever this machine's model does
+            window.modelFailed.connect(lambda msg: self._fail(f"model failed to load: {msg}"))
+        elif engine.api_key:
+            use_key_for_this_run(engine.url, engine.api_key)
         window.session.responseFinished.connect(self._finished)
         window.session.responseFailed.connect(lambda msg: self._fail(f"response failed: {msg}"))
         QTimer.singleShot(int(timeout_s * 1000), lambda: self._fail(f"no answer within {timeout_s:.0f} s", code=2))
@@ -39,6 +46,9 @@ class SmokeTest(QObject):
 
     def _send(self) -> None:
         self.window.new_chat()
+        if self.engine is not None:
+            self.window.session.set_conversation_settings({"engine_url": self.engine.url,
+                                                           "engine_model": self.engine.model})
         if not self.window.session.send(self.prompt):
             self._fail("the message could not be sent")
 
@@ -52,7 +62,8 @@ class SmokeTest(QObject):
             return self._fail(f"only {stats.get('generated')} token(s) generated: no speed can be measured")
         out = {k: stats.get(k) for k in KEYS}
         out.update(generated=stats.get("generated"), method=stats.get("method"),
-                   finish_reason=stats.get("finish_reason"), model=self.window.session.model_name, text=text)
+                   finish_reason=stats.get("finish_reason"), text=text,
+                   model=items[-1].model if self.engine else self.window.session.model_name)
         print(json.dumps(out), flush=True)
         self._exit(0)
 

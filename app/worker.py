@@ -1,8 +1,8 @@
 """The engine on its own thread. The GUI thread only sends requests and receives signals.
 
 EngineWorker lives on a QThread and owns every model; EngineClient is its GUI-side handle.
-Tokens are batched: at most one `progress` signal per EMIT_EVERY_S, so a fast model cannot flood
-the event loop. Stop is a threading.Event the GUI sets directly; the engine checks it every step
+Tokens are batched (app/progress.py), so a fast model cannot flood the event loop. A chat on a remote
+engine is answered on a thread of its own (app/remote_answer.py), through this worker's signals. Stop is a threading.Event the GUI sets directly; the engine checks it every step
 (and inside long batches), so it is honoured even while the worker is busy.
 
 Connect the worker's signals only to methods of QObjects that live on the GUI thread: a plain
@@ -15,10 +15,8 @@ import logging
 import os
 import sys
 import threading
-import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Callable
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, QTimer, Signal, Slot
 
@@ -31,15 +29,17 @@ from engine.decoding.loader import DRAFT_METHODS, DecoderSettings, load_draft, l
 from engine.decoding.proposers.base import NoProposer
 from engine.decoding.batch import Job
 from engine.decoding.sampling import SamplingParams, request_seed, stream_seeds
+from engine.remote.endpoint import Endpoint
+
+from app.progress import ProgressBatch, snapshot
+from app.remote_answer import answer_remotely
 
 log = logging.getLogger(__name__)
 
-EMIT_EVERY_S = 0.05  # ≤ 20 repaints a second, however fast the model
 SWITCH_INTERVAL_S = 0.001  # Python's default is 0.005
 # Opt-in: a positive value runs the engine's threads below the GUI on Linux. It helps the window on
 # an oversubscribed CPU, but then any other busy program slows generation down, so it is off by default.
 ENGINE_NICE = int(os.environ.get("SPECCHAT_ENGINE_NICE", "0")) if os.environ.get("SPECCHAT_ENGINE_NICE", "0").isdigit() else 0
-RATE_POINTS = 60  # the sparkline keeps at most this many (seconds, tokens/s) points
 
 
 @dataclass
@@ -51,40 +51,7 @@ class GenerationRequest:
     id: int = field(default_factory=itertools.count(1).__next__)
     plain: bool = False  # this request only, no speculation (the Compare view's baseline)
     continue_last: bool = False  # messages end with an answer cut short: write more of it
-
-
-def snapshot(stats) -> dict:
-    """What the GUI shows and saves of a GenerationStats: plain data, with the memory label."""
-    out = stats.to_dict()
-    out["memory_label"] = stats.memory.label() if stats.memory else None
-    history = out.get("rate_history") or []
-    if len(history) > RATE_POINTS:
-        step = len(history) / RATE_POINTS
-        history = [history[int(i * step)] for i in range(RATE_POINTS - 1)] + [history[-1]]
-    out["rate_history"] = [[round(t, 3), round(r, 2)] for t, r in history]
-    return out
-
-
-class ProgressBatch:
-    """An answer's text segments, handed to the GUI at most every EMIT_EVERY_S with the stats of the moment
-    (the chat's own loop and the server's batch both feed it)."""
-
-    def __init__(self, emit: Callable[[int, list, dict], None], rid: int):
-        self.emit, self.rid = emit, rid
-        self.pending: list[tuple[str, bool]] = []
-        self.last = time.perf_counter()
-
-    def add(self, segments: list, stats: Callable[[], dict]) -> None:
-        self.pending += segments
-        now = time.perf_counter()
-        if now - self.last >= EMIT_EVERY_S:
-            self.flush(stats())
-            self.last = now
-
-    def flush(self, stats: dict) -> None:
-        if self.pending:
-            self.emit(self.rid, self.pending, stats)
-            self.pending = []
+    remote: Endpoint | None = None  # answered by this server (app/remote_answer.py), not this machine's engine
 
 
 class EngineWorker(QObject):
@@ -414,7 +381,10 @@ class EngineClient(QObject):
 
     def generate(self, request: GenerationRequest) -> GenerationRequest:
         self.current = request
-        if self.worker.service is not None:  # the worker's thread is running the server's engine loop
+        if request.remote is not None:  # another machine answers: a thread waits on it, this engine is free
+            threading.Thread(target=answer_remotely, args=(self.worker, request), daemon=True,
+                             name="remote-answer").start()
+        elif self.worker.service is not None:  # the worker's thread is running the server's engine loop
             # Templating and tokenizing a conversation is not the GUI thread's work (a template may take its
             # sandbox's 3 s before it is refused): a thread of its own, whose signals are queued to the GUI.
             threading.Thread(target=self.worker.generate_served, args=(request,), daemon=True,

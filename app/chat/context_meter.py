@@ -2,7 +2,8 @@
 "1,234 / 4,096 tokens", with a warning before the oldest messages would be left out.
 
 Counting uses the loaded model's own tokenizer and chat format (engine.chat_format), so the figure is
-the prompt the model would get. The model itself lives on the engine thread, which is busy for as long
+the prompt the model would get. A chat on a remote engine is counted by the server (its /tokenize), on a
+thread of its own, or estimated from its characters where the server cannot count, and labelled so. The model itself lives on the engine thread, which is busy for as long
 as an answer streams; so a vocabulary-only copy (no weights, a few MB) is loaded on a thread of its
 own, and the GUI thread only sends it work and gets results back as signals. Typing is debounced.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -18,8 +20,12 @@ from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
 
 from engine.chat_format import ChatFormatter, answer_reserve
-from engine.errors import ContextOverflowError
+from engine.errors import ContextOverflowError, EngineError
+from engine.remote.client import PromptCount, RemoteEngine
+from engine.remote.endpoint import Endpoint
 from engine.decoding.runtime import LoadSettings, Model
+
+from app.remote_answer import with_key
 
 log = logging.getLogger(__name__)
 
@@ -189,11 +195,16 @@ class ContextMeter(QWidget):
     source() gives the messages as they would be sent, the message being written last (if any), and the
     answer's max tokens; schedule() counts again a moment later (call it on every change)."""
     measured = Signal(object)  # Measure
+    _counted_remotely = Signal(int, object, int)  # job, PromptCount or error text, max tokens (from a thread)
 
-    def __init__(self, counter: TokenCounter, source: Callable[[], tuple[list[dict], int]], parent=None):
+    def __init__(self, counter: TokenCounter, source: Callable[[], tuple[list[dict], int]], parent=None,
+                 remote: Callable[[], Endpoint | None] = lambda: None):
         super().__init__(parent)
         self.counter = counter
         self.source = source
+        self.remote = remote  # the open chat's remote engine, or None for this machine's
+        self._remote_job = 0
+        self._counted_remotely.connect(self._show_remote)
         self.measure: Measure | None = None
         row = QHBoxLayout(self)
         row.setContentsMargins(2, 0, 0, 0)
@@ -228,12 +239,67 @@ class ContextMeter(QWidget):
         self._timer.stop()
         if self.source is None:
             return
+        endpoint = self.remote()
+        if endpoint is not None:
+            return self._count_remotely(endpoint, *self.source())
         if not self.counter.available:
             self._show_state()
             return
         messages, max_tokens = self.source()
         reserve = answer_reserve(max_tokens, self.counter.n_ctx)
         self.counter.submit(lambda t: t.measure(messages, reserve), self._show, key="meter")
+
+    def _count_remotely(self, endpoint: Endpoint, messages: list[dict], max_tokens: int) -> None:
+        self._remote_job += 1
+        job = self._remote_job
+
+        def count() -> None:
+            engine = None
+            try:
+                engine = RemoteEngine(with_key(endpoint))
+                result = engine.count_prompt(messages, engine.model()) if messages else PromptCount(0, None, True)
+            except Exception as exc:  # noqa: BLE001 - the meter is optional: it says so and the chat goes on
+                result = str(exc) if isinstance(exc, EngineError) else f"{type(exc).__name__}: {exc}"
+            finally:
+                if engine is not None:
+                    engine.close()
+            try:
+                self._counted_remotely.emit(job, result, max_tokens)
+            except RuntimeError:  # the window closed meanwhile
+                pass
+
+        threading.Thread(target=count, daemon=True, name="remote-count").start()
+
+    def _show_remote(self, job: int, result, max_tokens: int) -> None:
+        if job != self._remote_job or self.source is None:
+            return  # a newer count is on its way
+        self.warning.hide()
+        if isinstance(result, str):
+            self.measure = None
+            self.count.setText("tokens n/a (remote)")
+            self.count.setToolTip(f"The server could not be asked how long this conversation is: {result}")
+            return
+        about = "" if result.exact else "≈"
+        how = "counted by the server's own tokenizer" if result.exact else "an estimate (4 characters a token): " \
+              "this server cannot count tokens"
+        if result.n_ctx is None:
+            self.measure = None
+            self.count.setText(f"{about}{result.tokens:,} tokens")
+            self.count.setToolTip(f"The conversation takes {about}{result.tokens:,} tokens, {how}; the server does "
+                                  "not say how long its context is.")
+            return
+        reserve = answer_reserve(max_tokens, result.n_ctx)
+        m = Measure(result.tokens, result.n_ctx, result.n_ctx - reserve, drafted=False)
+        self.measure = m
+        self.count.setText(f"{about}{m.tokens:,} / {m.n_ctx:,} tokens")
+        self.count.setToolTip(f"The conversation takes {about}{m.tokens:,} tokens of the server's {m.n_ctx:,}-token "
+                              f"context ({how}); {m.n_ctx - m.budget:,} are kept for the answer.")
+        if m.tokens > m.budget:
+            self.warning.setText("This conversation is longer than the server's context allows with room for an "
+                                 "answer: it will refuse it. Start a new chat, or lower 'Max response tokens'.")
+            self.warning.setStyleSheet("color: #c62828;")
+            self.warning.show()
+        self.measured.emit(m)
 
     def _show_state(self) -> None:
         self.measure = None

@@ -16,6 +16,7 @@ from typing import Callable
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from engine.reasoning import ThoughtClock, without_thinking
+from engine.remote.endpoint import Endpoint
 
 from app.chat.model import ChatModel, add_segments, continuable
 from app.settings.presets import Preset, PresetBook
@@ -221,9 +222,22 @@ class ChatSession(QObject):
         """What the open chat's next response uses: its preset, with the chat's own values over it."""
         return self.presets().effective(self.conversation_settings())
 
+    def remote_endpoint(self) -> Endpoint | None:
+        """The open chat's remote engine (its key left to app/remote_answer.py), or None for this machine's."""
+        settings = self.chat_settings()
+        return Endpoint(settings.engine_url, settings.engine_model) if settings.remote else None
+
+    def answering_model(self) -> str:
+        """Who answers the open chat: this machine's model, or a remote server's (its model once one answered)."""
+        settings = self.chat_settings()
+        if not settings.remote:
+            return self.model_name
+        host = Endpoint(settings.engine_url).host
+        return f"{settings.engine_model} @ {host}" if settings.engine_model else host
+
     def _respond(self, parent: int) -> None:
         """A new answer to the message `parent`, shown and written."""
-        reply = Message(id=None, role="assistant", status="streaming", model=self.model_name)
+        reply = Message(id=None, role="assistant", status="streaming", model=self.answering_model())
         self.store.add_message(self.conversation_id, reply, parent=parent)
         self.streaming, self.streaming_conversation = reply, self.conversation_id
         self._show_path()
@@ -248,9 +262,10 @@ class ChatSession(QObject):
         history = self.prompt_history(messages, continue_last)
         self._thought = ThoughtClock((self.streaming.stats or {}).get("thought_s") if self.streaming else None)
         self._saved_at = time.monotonic()
+        remote = self.remote_endpoint()
         self.request = self.engine.generate(GenerationRequest(messages=history, sampling=settings.sampling(),
                                                               max_tokens=settings.max_tokens,
-                                                              continue_last=continue_last))
+                                                              continue_last=continue_last, remote=remote))
         self._progress_at, self._stall_notice = time.monotonic(), ""
         self._stall_timer.start()
         self.busyChanged.emit(True)
@@ -283,6 +298,8 @@ class ChatSession(QObject):
         self._stall_notice = ""
         self.streaming.stats = self._with_thought(stats)
         self.streaming.model = self.streaming.model or self.model_name  # sent while the model was loading
+        if stats.get("remote") and stats.get("model") and "@" not in self.streaming.model:
+            self.streaming.model = f"{stats['model']} @ {self.streaming.model}"  # the server's first model
         self._changed()
         if time.monotonic() - self._saved_at >= SAVE_EVERY_S:
             self._save()

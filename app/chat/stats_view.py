@@ -21,6 +21,46 @@ def _num(value, fmt: str) -> str:
 
 def stat_items(stats: dict) -> list[tuple[str, str, str]]:
     """(key, text, tooltip) for each figure, in display order."""
+    items = remote_items(stats) if stats.get("remote") else local_items(stats)
+    finish = FINISH_NAMES.get(stats.get("finish_reason") or "", "")
+    if finish:
+        items.append(("finish", finish, "Why this response ended."))
+    if stats.get("trimmed_messages"):
+        n = stats["trimmed_messages"]
+        items.append(("trimmed", f"{n} old message{'s' if n != 1 else ''} left out",
+                      "The oldest messages did not fit the context, so the model did not see them."))
+    return items
+
+
+def remote_items(stats: dict) -> list[tuple[str, str, str]]:
+    """A remote engine's answer: speed and TTFT timed here (the network included), acceptance as the server
+    reported it (and where from), memory n/a: it is the server's."""
+    drafted, accepted, rate = stats.get("drafted"), stats.get("accepted"), stats.get("acceptance_rate")
+    source = stats.get("acceptance_source") or "the server reports no speculation figures"
+    items = [
+        ("speed", f"{_num(stats.get('tokens_per_s'), '.1f')} tok/s incl. network",
+         "Decode speed measured on this machine as the text arrived: tokens after the first ÷ time after the first "
+         "token. The network's delays are included."),
+        ("ttft", f"TTFT {_num(stats.get('ttft_s'), '.2f')} s incl. network",
+         "Time to first token, measured here: from sending the request to the first text arriving (the server's "
+         "prompt processing and the network)."),
+        ("acceptance", "accepted n/a" if rate is None else f"accepted {rate * 100:.0f}% ({accepted}/{drafted})",
+         f"Acceptance rate: drafted tokens the server's target model kept ÷ drafted tokens it verified; {source}."),
+    ]
+    if stats.get("mean_acceptance_length") is not None:
+        items.append(("mean_length", f"{stats['mean_acceptance_length']:.2f} tok/step",
+                      f"Mean accepted length: tokens per target step, the bonus token included; {source}."))
+    method = stats.get("method")
+    items += [
+        ("method", "remote engine" + (f": {METHOD_NAMES.get(method, method)}" if method not in (None, "remote") else ""),
+         "A server elsewhere wrote this response; SpecChat's own speculation did not run here."),
+        ("memory", stats.get("memory_label") or f"{NA} (remote)", "The server's memory cannot be read from here."),
+        ("backend", stats.get("backend") or NA, "The server that answered (and its backend, where it says)."),
+    ]
+    return items
+
+
+def local_items(stats: dict) -> list[tuple[str, str, str]]:
     drafted, accepted = stats.get("drafted"), stats.get("accepted")
     rate = stats.get("acceptance_rate")
     method = stats.get("method") or "none"
@@ -58,22 +98,19 @@ def stat_items(stats: dict) -> list[tuple[str, str, str]]:
                            "process's RAM."),
         ("backend", stats.get("backend") or NA, "The llama.cpp backend running the model."),
     ]
-    finish = FINISH_NAMES.get(stats.get("finish_reason") or "", "")
-    if finish:
-        items.append(("finish", finish, "Why this response ended."))
-    if stats.get("trimmed_messages"):
-        n = stats["trimmed_messages"]
-        items.append(("trimmed", f"{n} old message{'s' if n != 1 else ''} left out",
-                      "The oldest messages did not fit the context, so the model did not see them."))
     return items
 
 
 def detail_lines(stats: dict) -> list[str]:
     """The fuller picture, for the tooltip: counts, prompt reuse, per-position acceptance."""
     lines = []
-    if stats.get("generated") is not None:
+    if stats.get("remote"):
+        lines.append(f"Generated {stats.get('generated') or 0} tokens"
+                     + (f" for a {stats['prompt_tokens']}-token prompt" if stats.get("prompt_tokens") else "")
+                     + f", by {stats.get('model') or 'the server'}.")
+    elif stats.get("generated") is not None:
         lines.append(f"Generated {stats['generated']} tokens in {stats.get('verify_steps') or 0} target steps.")
-    if stats.get("prompt_tokens"):
+    if stats.get("prompt_tokens") and not stats.get("remote"):
         lines.append(f"Prompt: {stats['prompt_tokens']} tokens, {stats.get('reused_prompt_tokens') or 0} of them "
                      "reused from the previous turn's cache.")
     per_position = stats.get("per_position_acceptance") or []
@@ -81,7 +118,7 @@ def detail_lines(stats: dict) -> list[str]:
         shown = ", ".join(f"{p * 100:.0f}%" for p in per_position[:8]) + (" …" if len(per_position) > 8 else "")
         lines.append(f"Acceptance by draft position: {shown}.")
     share = stats.get("draft_time_share")
-    if share is not None and stats.get("method") not in (None, "none"):
+    if share is not None and stats.get("method") not in (None, "none", "remote"):
         lines.append(f"Time spent drafting: {share * 100:.0f}% of decoding.")
     return lines
 

@@ -29,13 +29,13 @@ MAX_NAME_CHARS = 1_000  # a title, a model name, a notice
 ROLES = ("system", "user", "assistant")
 ROLE_HEADERS = {"user": "You", "assistant": "Assistant", "system": "System"}
 
-# The shapes of a response's stats (app.worker.snapshot), as the stats line reads them.
+# The shapes of a response's stats (app.progress.snapshot), as the stats line reads them.
 STATS_NUMBERS = {"prompt_tokens", "reused_prompt_tokens", "generated", "drafted", "accepted", "verify_steps",
                  "speculative_steps", "ttft_s", "decode_s", "draft_s", "prefill_s", "draft_length",
                  "policy_draft_length", "memory_bytes", "tokens_per_s", "acceptance_rate", "mean_acceptance_length",
                  "draft_time_share", "draft_model_bytes", "trimmed_messages"}
-STATS_TEXTS = {"method", "backend", "finish_reason", "memory_kind", "memory_label"}
-STATS_FLAGS = {"speculation_paused"}
+STATS_TEXTS = {"method", "backend", "finish_reason", "memory_kind", "memory_label", "model", "acceptance_source"}
+STATS_FLAGS = {"speculation_paused", "remote", "network_included"}
 STATS_NUMBER_LISTS = {"per_position_drafted", "per_position_accepted", "per_position_acceptance"}
 STATS_PAIR_LISTS = {"rate_history"}
 

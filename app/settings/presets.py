@@ -18,7 +18,8 @@ from app.settings.values import AppSettings, check_field, read_json_object, set_
 FILE_NAME = "presets.json"
 DEFAULT_NAME = "Default"
 NAME_CHARS = 60
-PRESET_KEYS = ("system_prompt", "temperature", "top_k", "top_p", "min_p", "seed", "max_tokens")
+PRESET_KEYS = ("system_prompt", "temperature", "top_k", "top_p", "min_p", "seed", "max_tokens", "engine_url",
+               "engine_model")
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,8 @@ class Preset:
     min_p: float = AppSettings.min_p
     seed: int | None = AppSettings.seed
     max_tokens: int = AppSettings.max_tokens
+    engine_url: str = AppSettings.engine_url  # "" = this machine's engine (app/remote_answer.py for the others)
+    engine_model: str = AppSettings.engine_model
 
     @classmethod
     def from_settings(cls, name: str, settings: AppSettings) -> "Preset":
@@ -41,6 +44,10 @@ class Preset:
 
     def with_values(self, values: dict) -> "Preset":
         return replace(self, **{k: v for k, v in values.items() if k in PRESET_KEYS})
+
+    @property
+    def remote(self) -> bool:
+        return bool(self.engine_url)
 
     def sampling(self) -> SamplingParams:
         return SamplingParams(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,

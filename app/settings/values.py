@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from engine.errors import InvalidSettingError
+from engine.remote.endpoint import normalised_url
 from engine.decoding.cost_model import DEFAULT_MAX_DRAFT
 from engine.decoding.loader import DRAFT_METHODS, DecoderSettings
 from engine.paths import config_dir, write_text_atomic, unwritable_reason
@@ -46,6 +47,9 @@ class AppSettings:
     seed: int | None = None
     max_tokens: int = 1024
     system_prompt: str = ""
+    # the engine that answers (per preset and chat): "" = this machine, else an OpenAI-compatible server's URL
+    engine_url: str = ""
+    engine_model: str = ""  # one of that server's /v1/models ids; "" = the first it lists
     # runtime
     n_ctx: int = 4096
     n_gpu_layers: int = -1
@@ -227,6 +231,15 @@ def _is(kind):
     return lambda v: isinstance(v, kind)
 
 
+def _engine_url(v) -> bool:
+    if not isinstance(v, str):
+        return False
+    try:
+        return not v or normalised_url(v) == v
+    except InvalidSettingError:
+        return False
+
+
 # key -> (check, what a valid value is)
 FIELDS = {
     "model": (lambda v: isinstance(v, str) and bool(v.strip()), "'embedded' or a path to a GGUF file"),
@@ -244,6 +257,8 @@ FIELDS = {
     "seed": (_int(0, 2**63 - 1, none_ok=True), "a whole number ≥ 0, or empty for random"),
     "max_tokens": (_int(1, 131072), "a whole number 1..131072"),
     "system_prompt": (_is(str), "text"),
+    "engine_url": (_engine_url, "empty (this machine) or a server's http:// or https:// URL"),
+    "engine_model": (_is(str), "text"),
     "n_ctx": (_int(0, 1 << 20), "0 (the model's own) or a whole number up to 1048576"),
     "n_gpu_layers": (_int(-1), "-1 (all layers) or a whole number ≥ 0"),
     "threads": (_int(1, 512, none_ok=True), "a whole number 1..512, or empty for automatic"),

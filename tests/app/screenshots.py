@@ -70,6 +70,37 @@ def shoot(window, action, name: str) -> None:
     wait_until(lambda: QApplication.activeModalWidget() is None)
 
 
+def remote_shots(window) -> None:
+    """A new chat answered by a SpecChat server on this machine, set up through the chat settings dialog."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "engine"))
+    from remote_server import specchat_server
+
+    from app.chat.settings_panel import REMOTE
+
+    service, model = specchat_server()
+    try:
+        window.new_chat()
+        dialog = window.chat_settings_button.open_dialog()
+        dialog.engine.setCurrentIndex(dialog.engine.findData(REMOTE))
+        dialog.engine_url.setText(service.url)
+        dialog.list_models.click()
+        wait_until(lambda: dialog.engine_model.count() > 0, 30)
+        wait(300)
+        save(dialog, "remote-settings")
+        dialog.accept()
+        window.input.setPlainText("Passage: The lighthouse at Point Arden was built in 1871 from granite quarried on "
+                                  "the island itself.\n\nCopy the passage above word for word.")
+        window.send_message()
+        wait(200)
+        wait_until(lambda: not window.session.busy)
+        window.input.setPlainText("Thanks!")
+        wait(1500)  # the context meter asks the server
+        save(window, "remote-answer")
+    finally:
+        service.stop()
+        model.close()
+
+
 def main() -> None:
     app = QApplication([sys.argv[0]])
     app.setApplicationName("SpecChat")
@@ -105,6 +136,8 @@ def main() -> None:
     wait_until(lambda: not check.running)
     wait(300)
     save(check, "system-check")
+    check.close()
+    remote_shots(window)
     window.close()
     shutil.rmtree(scratch, ignore_errors=True)
 

@@ -197,12 +197,15 @@ def test_a_failure_while_saving_leaves_no_half_conversation(store, tmp_path, mon
 
 
 def test_every_stats_figure_the_app_saves_has_a_known_kind():
-    from app.worker import snapshot
+    from app.progress import snapshot
     from engine.decoding.stats import GenerationStats
+    from engine.remote.client import RemoteFigures
 
     known = (conversation_io.STATS_NUMBERS | conversation_io.STATS_TEXTS | conversation_io.STATS_FLAGS
              | conversation_io.STATS_NUMBER_LISTS | conversation_io.STATS_PAIR_LISTS)
     assert set(snapshot(GenerationStats())) - known == set()
+    remote = RemoteFigures(backend="remote example.org", model="m", drafted=3, accepted=2).to_dict()
+    assert set(remote) - known == set()
 
 
 # --- through the window ---------------------------------------------------------------------

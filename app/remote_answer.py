@@ -1,0 +1,72 @@
+"""A chat answer from a remote engine (engine/remote), on a thread of its own. It emits the engine worker's
+started / progress / finished / failed signals, so the chat, Stop, Regenerate and the figures work as they do
+for this machine's answers, and the local engine stays free (it may be loading, or serving).
+
+API keys: the one given for this run (the chat settings when no keyring works, or --api-key-env) first, else
+the one saved in the system keyring for the server's URL. Looked up here, not on the GUI thread (a keyring
+may wait on D-Bus)."""
+from __future__ import annotations
+
+import logging
+import threading
+import traceback
+
+from engine.errors import EngineError
+from engine.remote.client import RemoteEngine
+from engine.remote.endpoint import Endpoint
+from engine.remote.keys import saved_key
+
+from app.progress import ProgressBatch, rate_points
+
+log = logging.getLogger(__name__)
+_run_keys: dict[str, str] = {}  # url → key, for this run only
+_lock = threading.Lock()
+
+
+def use_key_for_this_run(url: str, key: str) -> None:
+    with _lock:
+        if key:
+            _run_keys[url] = key
+        else:
+            _run_keys.pop(url, None)
+
+
+def api_key(url: str) -> str | None:
+    with _lock:
+        key = _run_keys.get(url)
+    return key or saved_key(url)
+
+
+def with_key(endpoint: Endpoint) -> Endpoint:
+    return endpoint if endpoint.api_key else Endpoint(endpoint.url, endpoint.model, api_key(endpoint.url))
+
+
+def figures(stats: dict) -> dict:
+    return {**stats, "rate_history": rate_points(stats.get("rate_history"))}
+
+
+def answer_remotely(worker, request) -> None:
+    """Answer request (app.worker.GenerationRequest, with .remote) through worker's signals."""
+    rid = request.id
+    worker.started.emit(rid)
+    progress = ProgressBatch(worker.progress.emit, rid)
+    engine = answer = None
+    try:
+        engine = RemoteEngine(with_key(request.remote))
+        answer = engine.answer(request.messages, request.sampling, request.max_tokens, engine.model(),
+                               request.cancel, continue_last=request.continue_last)
+        for text in answer:
+            progress.add([(text, False)], lambda: figures(answer.figures.to_dict()))
+        stats = figures(answer.figures.to_dict())
+        progress.flush(stats)
+        worker.finished.emit(rid, stats)
+    except Exception as exc:  # noqa: BLE001 - on a thread of its own: whatever fails, the chat is told
+        so_far = figures(answer.figures.to_dict()) if answer is not None else {}
+        progress.flush(so_far)
+        if not isinstance(exc, EngineError):
+            log.error("a remote answer failed:\n%s", traceback.format_exc())
+        worker.failed.emit(rid, str(exc) if isinstance(exc, EngineError) else
+                           f"The remote answer failed: {type(exc).__name__}: {exc}", so_far)
+    finally:
+        if engine is not None:
+            engine.close()

@@ -1,0 +1,147 @@
+"""A chat answered by a remote engine, as a person sets it up: the chat settings dialog (server URL, List models,
+API key), then Send, Stop, Regenerate, the context meter and the figures under each answer; a server that is
+not there; and `specchat --smoke-test --engine-url`. The server is a real SpecChat server the test starts."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PySide6.QtWidgets import QDialogButtonBox
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
+from remote_server import specchat_server  # noqa: E402  (tests/engine/remote_server.py)
+
+from app.chat.settings_panel import REMOTE  # noqa: E402
+from engine.remote.keys import saved_key  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+KEY = "sk-remote-test-key-1234"
+PASSAGE = ("Passage: The lighthouse at Point Arden was built in 1871 from granite quarried on the island itself.\n\n"
+           "Copy the passage above word for word.")
+
+
+@pytest.fixture(scope="module")
+def server():
+    service, model = specchat_server(api_key=KEY)
+    yield service
+    service.stop()
+    model.close()
+
+
+def set_engine(qtbot, window, url: str, key: str = "", max_tokens: int | None = None):
+    """Through the chat settings dialog: a server, its models listed, a key; OK."""
+    dialog = window.chat_settings_button.open_dialog()
+    dialog.engine.setCurrentIndex(dialog.engine.findData(REMOTE))
+    dialog.engine_url.setText(url)
+    dialog.api_key.setText(key)
+    if max_tokens:
+        dialog.max_tokens.setValue(max_tokens)
+    return dialog
+
+
+def stats_text(window, row: int = -1) -> str:
+    rows = len(window.session.model.items)
+    return window.view.widget_for(row % rows).stats.text()
+
+
+def test_a_chat_on_a_remote_server_streams_stops_and_regenerates_with_the_servers_figures(
+        make_window, qtbot, wait_response, server, dirs, quick_settings):
+    window = make_window(quick_settings)
+    dialog = set_engine(qtbot, window, server.url.replace("http://", ""), KEY)  # typed without the scheme
+    assert dialog.engine_note.text() == ""  # a server on this machine: nothing to warn about
+    dialog.list_models.click()
+    qtbot.waitUntil(lambda: dialog.engine_model.count() == 1, timeout=10_000)
+    assert dialog.engine_model.currentText() == "smollm2" and "serves 1 model" in dialog.engine_note.text()
+    dialog.buttons.button(QDialogButtonBox.StandardButton.Ok).click()
+    host = server.url.removeprefix("http://")
+    assert window.chat_settings_button.text() == f"Preset: Default (changed) · {host}"
+    assert window.engine_label.isVisible() and window.engine_label.text() == f"This chat: remote engine at {host}"
+    assert saved_key(server.url) == KEY  # in the keyring (its file backend here), and in no file of SpecChat's
+    assert not any(KEY in p.read_text(errors="replace") for p in dirs.rglob("*") if p.is_file()
+                   and p.name != "keyring.cfg")
+    assert window.presets.get("Default").engine_url == ""  # this chat's engine, not the preset's
+
+    # The context meter counts with the server's tokenizer and context.
+    window.input.setPlainText(PASSAGE)
+    qtbot.waitUntil(lambda: window.meter.count.text().endswith("/ 1,024 tokens"), timeout=10_000)
+    assert "server's own tokenizer" in window.meter.count.toolTip() and "≈" not in window.meter.count.text()
+
+    window.send_message()
+    answer = wait_response(window)
+    assert answer.status == "done" and "Point Arden" in answer.content
+    assert answer.model == f"smollm2 @ {host}"
+    line = stats_text(window)
+    for part in ("tok/s incl. network", "TTFT", "accepted", "remote engine: prompt lookup", "n/a (remote)",
+                 f"remote {host} · CPU"):
+        assert part in line, line
+    assert answer.stats["drafted"] > 0 and answer.stats["generated"] > 10
+
+    # Stop mid-answer: the text so far stays, marked stopped.
+    dialog = window.chat_settings_button.open_dialog()
+    dialog.max_tokens.setValue(400)
+    dialog.accept()
+    window.input.setPlainText("Write the numbers from 1 to 300, separated by commas.")
+    window.send_message()
+    qtbot.waitUntil(lambda: len(window.session.model.items[-1].content) > 10, timeout=60_000)
+    window.send_button.click()  # Stop
+    stopped = wait_response(window, timeout=10_000)
+    assert stopped.status == "stopped" and stopped.stats["finish_reason"] == "cancelled"
+    assert "stopped by you" in stats_text(window)
+
+    # Regenerate: a second answer beside the first, from the server again.
+    assert window.session.regenerate()
+    again = wait_response(window)
+    assert again.status in ("done", "stopped") and again.content and again.id != stopped.id
+    assert len(window.session.store.tree(window.session.conversation_id).siblings(again)) == 2
+
+
+def test_a_server_that_is_not_there_fails_the_answer_and_the_window_goes_on(make_window, qtbot, wait_response,
+                                                                         quick_settings):
+    window = make_window(quick_settings)
+    dialog = set_engine(qtbot, window, "http://127.0.0.1:9")
+    dialog.accept()
+    window.input.setPlainText("Hello?")
+    qtbot.waitUntil(lambda: "n/a (remote)" in window.meter.count.text(), timeout=10_000)
+    window.send_message()
+    failed = wait_response(window)
+    assert failed.status == "error" and "Could not reach http://127.0.0.1:9" in failed.notice
+
+    # The same chat back on this machine answers as before.
+    dialog = window.chat_settings_button.open_dialog()
+    dialog.engine.setCurrentIndex(dialog.engine.findData(""))
+    dialog.accept()
+    assert not window.engine_label.isVisible()
+    window.input.setPlainText("Say hello.")
+    window.send_message()
+    assert wait_response(window).status == "done" and window.session.model.items[-1].content
+
+
+def test_the_dialog_warns_about_plain_http_beyond_this_machine_and_refuses_a_bad_url(make_window, qtbot,
+                                                                                    quick_settings):
+    window = make_window(quick_settings, wait_loaded=False)
+    dialog = set_engine(qtbot, window, "http://gpu.example.org:8000")
+    assert "unencrypted" in dialog.engine_note.text()
+    dialog.engine_url.setText("ftp://gpu.example.org")
+    assert "http:// or https://" in dialog.engine_note.text()
+    dialog.buttons.button(QDialogButtonBox.StandardButton.Ok).click()
+    assert dialog.isVisible() and "http:// or https://" in dialog.error.text()  # nothing saved, the dialog stays
+    assert window.session.remote_endpoint() is None
+    dialog.reject()
+
+
+def test_the_smoke_test_answers_through_a_remote_engine(server, dirs):
+    from test_kill_and_smoke import child_env
+
+    env = dict(child_env(dirs), REMOTE_KEY=KEY)
+    result = subprocess.run([sys.executable, "-m", "app", "--smoke-test", "--engine-url", server.url,
+                             "--api-key-env", "REMOTE_KEY", "--prompt", PASSAGE, "--timeout", "120"],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    stats = json.loads(result.stdout.strip().splitlines()[-1])
+    assert stats["backend"].startswith("remote 127.0.0.1:") and stats["model"].startswith("smollm2 @ 127.0.0.1:")
+    assert "Point Arden" in stats["text"] and stats["tokens_per_s"] > 0 and stats["drafted"] > 0
+    refused = subprocess.run([sys.executable, "-m", "app", "--smoke-test", "--engine-url", server.url,
+                              "--timeout", "120"], cwd=ROOT, env=child_env(dirs), capture_output=True, text=True,
+                             timeout=300)
+    assert refused.returncode == 1 and "refused the API key" in refused.stderr
