@@ -320,6 +320,9 @@ class CompareWindow(QWidget):
         self._queue = [first, SPECULATIVE if first == PLAIN else PLAIN]
         self._cancelled = False
         self._titles(first)
+        if chat.remote:  # the chat's server cannot be told to skip its own speculation for one request
+            self.status.setText(f"{self.status.text()} This chat is answered by {chat.engine_url}; Compare measures "
+                                "this machine's engine with the chat's prompt and sampling.")
         for kind, pane in self.panes.items():
             pane.reset(second=kind != first)
         self.verdict.hide()

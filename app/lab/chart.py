@@ -5,7 +5,10 @@ from PySide6.QtCharts import QChart, QChartView, QLineSeries, QLogValueAxis, QVa
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QPainter, QPen
 
-from engine.measure.lab_report import METHOD_COLOURS, METHOD_WORDS
+from engine.measure.lab_report import METHOD_COLOURS, method_words
+
+
+SERVER_COLOURS = ("#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")  # servers named otherwise (remote labs)
 
 
 class LabChart(QChartView):
@@ -45,9 +48,9 @@ class LabChart(QChartView):
         series = self.series.get(method)
         if series is None:
             series = self.series[method] = QLineSeries()
-            series.setName(METHOD_WORDS.get(method, method))
+            series.setName(method_words(method))
             series.setPointsVisible(True)
-            series.setColor(QColor(METHOD_COLOURS.get(method, "#000000")))
+            series.setColor(QColor(METHOD_COLOURS.get(method) or SERVER_COLOURS[len(self.series) % len(SERVER_COLOURS)]))
             self.chart_.addSeries(series)
             series.attachAxis(self.x_axis)
             series.attachAxis(self.y_axis)

@@ -1,5 +1,5 @@
 """The lab's "Experiment" form: models, methods, concurrency levels, prompts and run options, and
-the LabConfig they make."""
+the LabConfig they make; or, with Engine set to servers, their URLs and client counts (a RemoteLabConfig)."""
 from __future__ import annotations
 
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLineEdit,
@@ -7,8 +7,9 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QFormLayout, Q
 
 from engine.decoding.loader import DRAFT_METHODS
 from engine.errors import InvalidSettingError
-from engine.measure.lab import LabConfig
+from engine.measure.lab import LabConfig, _int_list
 from engine.measure.lab_report import METHOD_WORDS
+from engine.measure.remote_lab import RemoteLabConfig, parse_servers
 from engine.modelfiles.embedded import DISPLAY_NAMES, EMBEDDED
 from engine.paths import resources_dir
 
@@ -17,12 +18,27 @@ CUSTOM = "custom"
 LEVELS = (1, 2, 4, 8, 16)
 # Short words where four checkboxes share a row of the form (the report's words are their tooltips).
 BOX_WORDS = {"none": "plain", "lookup": "lookup", "draft": "draft model", "auto": "auto (both)"}
+THIS_MACHINE, SERVERS = "local", "servers"
 
 
 class LabForm(QGroupBox):
     def __init__(self, parent=None):
         super().__init__("Experiment", parent)
-        form = QFormLayout(self)
+        self.form = form = QFormLayout(self)
+        self.engine = QComboBox()
+        self.engine.addItem("This machine", THIS_MACHINE)
+        self.engine.addItem("Servers (OpenAI-compatible)", SERVERS)
+        self.engine.setToolTip("Measure this machine's models, or servers that are already running (vLLM, "
+                               "llama-server, SpecChat elsewhere), each server being one method.")
+        form.addRow("Engine", self.engine)
+        self.servers_edit = QLineEdit()
+        self.servers_edit.setPlaceholderText("none=http://gpu:8000, ngram=http://gpu:8001")
+        self.servers_edit.setToolTip("NAME=URL for each server, separated by commas. Name the plain one none= to get "
+                                     "speed-ups and the crossover. Their API keys are the ones saved for chats.")
+        form.addRow("Servers", self.servers_edit)
+        self.clients_edit = QLineEdit("1,2,4,8,16,32,64,128,256")
+        self.clients_edit.setToolTip("Concurrent clients per level, up to 1024.")
+        form.addRow("Clients", self.clients_edit)
         # The built-in models by their display names (the run gets their keys), or a typed or browsed GGUF path.
         self.model_edit = QComboBox(editable=True)
         self.model_edit.setInsertPolicy(QComboBox.NoInsert)
@@ -90,6 +106,26 @@ class LabForm(QGroupBox):
         form.addRow("Max draft tokens", drafting)
         form.addRow("Threads", self.threads)
         form.addRow("Repeats", self.repeats)
+        self.engine.currentIndexChanged.connect(self._show_engine)
+        self._show_engine()
+
+    @property
+    def remote(self) -> bool:
+        return self.engine.currentData() == SERVERS
+
+    def _show_engine(self, *_args) -> None:
+        """Only the rows that mean something for the chosen engine."""
+        remote = self.remote
+        for label in ("Target model", "Draft model", "Methods", "Concurrency", "Max draft tokens", "Threads"):
+            self._row_visible(label, not remote)
+        for label in ("Servers", "Clients"):
+            self._row_visible(label, remote)
+
+    def _row_visible(self, label: str, visible: bool) -> None:
+        for row in range(self.form.rowCount()):
+            item = self.form.itemAt(row, QFormLayout.ItemRole.LabelRole)
+            if item is not None and item.widget() is not None and item.widget().text() == label:
+                self.form.setRowVisible(row, visible)
 
     def _with_browse(self, edit: QWidget) -> QHBoxLayout:
         row = QHBoxLayout()
@@ -123,16 +159,24 @@ class LabForm(QGroupBox):
             self.method_boxes["auto"].setChecked(True)
 
     def set_running(self, running: bool) -> None:
-        """The models cannot change under a run; the rest is read only when a run starts."""
-        for w in (self.model_edit, self.draft_edit):
+        """The models and servers cannot change under a run; the rest is read only when a run starts."""
+        for w in (self.engine, self.model_edit, self.draft_edit, self.servers_edit):
             w.setEnabled(not running)
 
-    def config(self) -> LabConfig:
+    def config(self) -> LabConfig | RemoteLabConfig:
         """The experiment as chosen; raises InvalidSettingError (an EngineError) when it cannot run."""
         key = self.prompt_combo.currentData()
         prompts = self.prompt_file.text().strip() if key == CUSTOM else str(resources_dir() / "prompts" / f"{key}.jsonl")
         if not prompts:
             raise InvalidSettingError("Choose a prompts file.")
+        if self.remote:
+            try:
+                clients = _int_list(self.clients_edit.text())
+            except Exception:  # noqa: BLE001 - argparse's error type: said plainly here
+                raise InvalidSettingError(f"Clients: numbers separated by commas, not “{self.clients_edit.text()}”.")
+            specs = [spec.strip() for spec in self.servers_edit.text().split(",") if spec.strip()]
+            return RemoteLabConfig(prompts=prompts, servers=parse_servers(specs), concurrency=clients,
+                                   max_tokens=self.max_tokens.value(), repeats=self.repeats.value())
         return LabConfig(
             prompts=prompts, model=self.model(),
             draft=self.draft_edit.text().strip() or None,

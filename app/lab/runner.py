@@ -1,4 +1,5 @@
-"""Runs one lab at a time on its own QThread through engine.measure.lab.run_lab, the same code as the CLI.
+"""Runs one lab at a time on its own QThread through engine.measure.lab.run_lab (or remote_lab.run_remote_lab
+against servers), the same code as the CLI.
 The window only starts, cancels and listens: every signal carries plain data. Cancel is a
 threading.Event the engine checks every step."""
 from __future__ import annotations
@@ -12,6 +13,9 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 from engine.errors import EngineError, GenerationCancelled
 from engine.measure.lab import LabConfig, LabProgress, run_lab
 from engine.measure.lab_report import with_analysis
+from engine.measure.remote_lab import RemoteLabConfig, run_remote_lab
+
+from app.remote_answer import api_key
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +32,7 @@ class LabWorker(QObject):
     cancelled = Signal()
 
     @Slot(object, object)
-    def run(self, config: LabConfig, cancel: threading.Event) -> None:
+    def run(self, config: LabConfig | RemoteLabConfig, cancel: threading.Event) -> None:
         last = 0.0
 
         def on_progress(p: LabProgress) -> None:
@@ -39,7 +43,11 @@ class LabWorker(QObject):
                 self.progress.emit(p)
 
         try:
-            results = run_lab(config, on_progress, self.cellDone.emit, cancel)
+            if isinstance(config, RemoteLabConfig):  # the servers' keys: the chats' own (keyring), read here
+                config.api_keys = {url: key for url in config.servers.values() if (key := api_key(url))}
+                results = run_remote_lab(config, on_progress, self.cellDone.emit, cancel)
+            else:
+                results = run_lab(config, on_progress, self.cellDone.emit, cancel)
         except GenerationCancelled:
             self.cancelled.emit()
         except (EngineError, OSError, ValueError) as exc:

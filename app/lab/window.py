@@ -18,7 +18,8 @@ from PySide6.QtWidgets import (QFileDialog, QGridLayout, QGroupBox, QHBoxLayout,
 from engine.decoding.loader import DRAFT_METHODS
 from engine.errors import EngineError
 from engine.measure.lab import LabConfig, LabProgress
-from engine.measure.lab_report import METHOD_WORDS, best_draft_length, crossover, with_analysis
+from engine.measure.remote_lab import RemoteLabConfig
+from engine.measure.lab_report import best_draft_length, crossover, method_words, with_analysis
 
 from app.lab.chart import LabChart
 from app.lab.form import CUSTOM, LEVELS, PROMPT_SETS, LabForm
@@ -32,10 +33,12 @@ def recommendation_words(results: dict, settings: dict) -> str:
     """The recommended chat settings in words, squared with the advice above them: the advice names the
     best *fixed* draft length k for one chat (lab_report.best_draft_length), while the recommendation keeps
     the chat's adaptive drafting and its larger cap, so both numbers are named and told apart."""
+    if not settings:
+        return "The servers' speculation is set where they run: nothing here to apply to the chat."
     method = settings.get("method", "none")
     if method == "none":
         return "Recommended for the chat: plain decoding (speculation off)."
-    words = METHOD_WORDS.get(method, method)
+    words = method_words(method)
     if method in DRAFT_METHODS and settings.get("draft"):
         words += f" ({Path(settings['draft']).name})"
     cap = settings.get("max_draft")
@@ -144,7 +147,7 @@ class LabWindow(QWidget):
         self.resize(1240, 760)  # the charts side by side and every results column in sight
 
     # --- running ------------------------------------------------------------------------------
-    def config(self) -> LabConfig:
+    def config(self) -> LabConfig | RemoteLabConfig:
         """The experiment as chosen; raises InvalidSettingError (an EngineError) when it cannot run."""
         return self.form.config()
 
@@ -155,9 +158,12 @@ class LabWindow(QWidget):
             QMessageBox.warning(self, "Speculation lab", str(exc))
             return
         self._clear()
+        remote = isinstance(config, RemoteLabConfig)
+        for chart in (self.rate_chart, self.itl_chart):
+            chart.x_axis.setTitleText("concurrent clients" if remote else "concurrent sequences")
         self.runner.start(config)
         self._set_running(True)
-        self.status.setText("Loading the model…")
+        self.status.setText("Warming the servers up…" if remote else "Loading the model…")
 
     def cancel_run(self) -> None:
         if self.runner.cancel():
@@ -187,7 +193,7 @@ class LabWindow(QWidget):
     @Slot(object)
     def _on_progress(self, p: LabProgress) -> None:
         self.progress.setValue(round(100 * p.fraction))
-        self.status.setText(f"Cell {p.cell} of {p.cells}: {METHOD_WORDS[p.method]} at {p.concurrency} concurrent "
+        self.status.setText(f"Cell {p.cell} of {p.cells}: {method_words(p.method)} at {p.concurrency} concurrent "
                             f"— {p.generated}/{p.expected} tokens, {p.elapsed_s:.1f} s")
 
     @Slot(object)
@@ -229,11 +235,11 @@ class LabWindow(QWidget):
         for method in results.get("crossover", {}):
             cross = crossover(results, method)
             if cross and cross.stops_at is not None:
-                self.rate_chart.mark(cross.estimate or cross.stops_at, f"{METHOD_WORDS[method]} stops paying")
+                self.rate_chart.mark(cross.estimate or cross.stops_at, f"{method_words(method)} stops paying")
         advice = results["advice"]
         self.recommendation = dict(advice["settings"])
         self.advice.setText("\n".join(advice["lines"]) + "\n\n" + recommendation_words(results, self.recommendation))
-        self.apply_button.setEnabled(True)
+        self.apply_button.setEnabled(bool(self.recommendation))
         self._set_running(False)
 
     def save_results(self, path: str | Path) -> None:

@@ -6,8 +6,9 @@ python -m engine.lab --model PATH|embedded [--draft PATH|embedded] --methods non
 
 python -m engine.lab --engine-url [NAME=]URL [--engine-url ...] --concurrency 1,4,16,64,256 --prompts FILE.jsonl
     --max-tokens N --out DIR [--api-key-env NAME]
-    the same experiment against running OpenAI-compatible servers (vLLM, llama-server, SpecChat), through
-    engine.serve_bench's path, report and plot; name the plain one none=URL to get the speed-up and crossover.
+    the same experiment against running OpenAI-compatible servers (vLLM, llama-server, SpecChat), measured
+    through engine.serve_bench's path (remote_lab.py) into the same results, report and plot; name the plain
+    one none=URL to get the speed-up and crossover.
 
 Writes DIR/results.json (every figure per method × concurrency), DIR/plot.png (throughput and
 inter-token latency vs concurrency) and DIR/summary.md (the table, the crossover, advice).
@@ -233,7 +234,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--model", help="a GGUF path, or 'embedded' (needed unless --engine-url)")
     ap.add_argument("--engine-url", action="append", default=[], metavar="[NAME=]URL",
                     help="a running OpenAI-compatible server instead of a model here (repeatable; e.g. "
-                    "none=http://gpu:8000 ngram=http://gpu:8001): engine.serve_bench's path")
+                    "none=http://gpu:8000 ngram=http://gpu:8001); --concurrency then counts clients, up to 1024")
     ap.add_argument("--api-key-env", metavar="NAME", help="with --engine-url: the variable holding the API key")
     ap.add_argument("--draft", help="draft GGUF path, or 'embedded' (for the draft and auto methods)")
     ap.add_argument("--methods", default="none,lookup", help="comma-separated: none, lookup, draft, auto")
@@ -254,24 +255,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     "every request decodes --max-tokens, so every method does the same work)")
     ap.add_argument("--chat", action="store_true", help="each prompt as one user message in the chat template")
     args = ap.parse_args(argv)
-    if not args.model and not args.engine_url:
-        ap.error("give --model (a model here) or --engine-url (a running server)")
+    if bool(args.model) == bool(args.engine_url):
+        ap.error("give --model (a model here) or --engine-url (running servers), not both")
     return args
 
 
-def remote_lab(args: argparse.Namespace) -> int:
-    """The experiment against running servers: engine.serve_bench with the lab's levels, prompts and budget."""
+def remote_config(args: argparse.Namespace):
+    """The experiment against running servers (engine/measure/remote_lab.py), one API key for all of them."""
     from ..remote.keys import key_from_env
-    from .serve_bench import main as serve_bench
+    from .remote_lab import RemoteLabConfig, parse_servers
 
-    argv = [a for url in args.engine_url for a in ("--url", url)]
-    argv += ["--clients", ",".join(str(n) for n in args.concurrency), "--prompts", args.prompts,
-             "--max-tokens", str(args.max_tokens), "--temperature", str(args.temperature), "--seed", str(args.seed),
-             "--repeats", str(args.repeats), "--requests", "1", "--out", args.out]
-    if not args.stop_at_eos:
-        argv.append("--ignore-eos")
-    key = key_from_env(args.api_key_env)
-    return serve_bench(argv + (["--api-key", key] if key else []))
+    servers, key = parse_servers(args.engine_url), key_from_env(args.api_key_env)
+    return RemoteLabConfig(prompts=args.prompts, servers=servers, concurrency=args.concurrency,
+                           max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed,
+                           ignore_eos=not args.stop_at_eos, repeats=args.repeats,
+                           api_keys={url: key for url in servers.values()} if key else {})
 
 
 def config_from_args(args: argparse.Namespace) -> LabConfig:
@@ -304,8 +302,9 @@ class ConsoleProgress:
     def cell_done(self, cell: dict) -> None:
         rate = cell["aggregate_tokens_per_s"]
         acc = cell["acceptance_rate"]
-        line = (f"{cell['method']:>6} × {cell['concurrency']:<2} {rate:7.1f} tok/s aggregate, ITL p50 "
-                f"{cell['itl_p50_ms']:.1f} ms, acceptance {'n/a' if acc is None else f'{acc:.0%}'}")
+        itl = cell["itl_p50_ms"]
+        line = (f"{cell['method']:>6} × {cell['concurrency']:<2} {rate or 0.0:7.1f} tok/s aggregate, ITL p50 "
+                f"{'n/a' if itl is None else f'{itl:.1f}'} ms, acceptance {'n/a' if acc is None else f'{acc:.0%}'}")
         self.stream.write(("\r" + line + " " * 20 + "\n") if self.live else line + "\n")
         self.stream.flush()
 
@@ -314,17 +313,15 @@ def main(argv: list[str] | None = None) -> int:
     from ..errors import GenerationCancelled
     from .lab_report import summary_markdown, with_analysis, write_plot
 
+    from .remote_lab import run_remote_lab
+
     args = parse_args(argv)
-    if args.engine_url:
-        try:
-            return remote_lab(args)
-        except EngineError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
     try:
-        config = config_from_args(args)
         console = ConsoleProgress()
-        results = run_lab(config, console.update, console.cell_done)
+        if args.engine_url:
+            results = run_remote_lab(remote_config(args), console.update, console.cell_done)
+        else:
+            results = run_lab(config_from_args(args), console.update, console.cell_done)
     except (EngineError, OSError, json.JSONDecodeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

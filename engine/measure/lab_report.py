@@ -23,9 +23,22 @@ PAYS = 1.05
 METHOD_COLOURS = {"none": "#555555", "lookup": "#1f77b4", "draft": "#d62728", "auto": "#2ca02c"}
 
 
+def method_words(method: str) -> str:
+    """A method in words; a server of a remote run (engine/measure/remote_lab.py) by the name it was given."""
+    return METHOD_WORDS.get(method, method)
+
+
 def _threads(env: dict) -> str:
+    if env.get("remote"):
+        return "the servers' own threads"
     n = env.get("threads", "?")
     return f"{n} thread{'' if n == 1 else 's'}"
+
+
+def _where(env: dict) -> str:
+    if env.get("remote"):
+        return f"On the servers ({', '.join(f'{n} {u}' for n, u in env.get('servers', {}).items())})"
+    return f"On this machine ({env.get('backend', '?')}, {_threads(env)})"
 
 
 def cell_map(results: dict) -> dict[tuple[str, int], dict]:
@@ -136,7 +149,8 @@ class Advice:
 def advise(results: dict) -> Advice:
     settings = results["settings"]
     env = results.get("env", {})
-    where = f"On this machine ({env.get('backend', '?')}, {_threads(env)})"
+    where = _where(env)
+    who = "clients" if env.get("remote") else "chats"
     lines = []
     for method in methods(results):
         if method == "none":
@@ -144,25 +158,28 @@ def advise(results: dict) -> Advice:
         cross = crossover(results, method)
         if cross is None:
             continue
-        words, first = METHOD_WORDS[method], cross.speedups[0]
+        words, first = method_words(method), cross.speedups[0]
         if cross.stops_at is None:
             lines.append(f"{where}, {words} paid at every tested level, up to {cross.pays_up_to} concurrent "
-                         f"chats ({first[1]:.2f}× plain decoding's throughput at {first[0]}).")
+                         f"{who} ({first[1]:.2f}× plain decoding's throughput at {first[0]}).")
         elif cross.pays_up_to is None:
-            lines.append(f"{where}, {words} did not pay even at {first[0]} concurrent chat{'s' * (first[0] > 1)} "
-                         f"({first[1]:.2f}× plain decoding's throughput).")
+            lines.append(f"{where}, {words} did not pay even at {first[0]} concurrent {who[:-1]}"
+                         f"{'s' * (first[0] > 1)} ({first[1]:.2f}× plain decoding's throughput).")
         else:
             at_stop = dict(cross.speedups)[cross.stops_at]
-            lines.append(f"{where}, {words} pays up to {cross.pays_up_to} concurrent chats ({first[1]:.2f}× plain "
+            lines.append(f"{where}, {words} pays up to {cross.pays_up_to} concurrent {who} ({first[1]:.2f}× plain "
                          f"decoding's throughput at {first[0]}); from {cross.stops_at} on it no longer pays "
                          f"({at_stop:.2f}× at {cross.stops_at}).")
-        where = "On this machine"
+        where = "On the servers" if env.get("remote") else "On this machine"
     best = _best_single_chat(results)
+    if env.get("remote"):  # nothing here to apply: the servers' speculation is set where they run
+        lines.append(f"For a single client, {method_words(best)} was fastest.")
+        return Advice(lines, {})
     k = best_draft_length(results, best) if best != "none" else None
     if best == "none":
         lines.append("For a single chat, plain decoding was fastest here.")
     else:
-        pick = f"{METHOD_WORDS[best]}" + (f" with k={k}" if k else "")
+        pick = f"{method_words(best)}" + (f" with k={k}" if k else "")
         lines.append(f"For a single chat, {pick} is best.")
     lines.append(f"(Measured on the {settings.get('prompt_set', '?')} prompts; adaptive mode turns "
                  "speculation off by itself when a conversation stops accepting drafts.)")
@@ -197,12 +214,16 @@ def _f(value, fmt: str, scale: float = 1.0) -> str:
 
 def _util(cell: dict) -> str:
     u = cell.get("utilisation") or {}
+    if u.get("kind") == "remote":
+        return "n/a (remote)"
     return f"{u.get('kind', '?')} {_f(u.get('percent'), '.0f')}%" if u.get("percent") is not None \
         else f"{u.get('kind', '?')} n/a"
 
 
 def _memory(cell: dict) -> str:
     m = cell.get("memory") or {}
+    if m.get("kind") == "remote":
+        return "n/a (remote)"
     return f"{m.get('kind', '?')} {_f(m.get('bytes'), '.2f', 2 ** -30)} GiB" if m.get("bytes") else \
         f"{m.get('kind', '?')} n/a"
 
@@ -238,7 +259,8 @@ def summary_markdown(results: dict) -> str:
         f"{results.get('created', '')}. Backend {env.get('backend', '?')}, {_threads(env)}; "
         f"{s['max_tokens']} tokens per request ({'end tokens ignored' if s.get('ignore_eos') else 'stopping at end tokens'}); "
         f"requests per level: {', '.join(f'{n} at {c}' for c, n in requests)}; "
-        f"max draft {s['max_draft']}, adaptive {'on' if s['adaptive'] else 'off'}, temperature {s['temperature']}"
+        + (f"speculation as each server is set up, temperature {s['temperature']}" if env.get("remote") else
+           f"max draft {s['max_draft']}, adaptive {'on' if s['adaptive'] else 'off'}, temperature {s['temperature']}")
         + (f"; each cell the fastest of {s['repeats']} runs, methods alternating." if s.get("repeats", 1) > 1 else "."),
         "",
         results_table(results),
@@ -246,7 +268,7 @@ def summary_markdown(results: dict) -> str:
         "## Crossover",
     ]
     for method, cross in results.get("crossover", {}).items():
-        words = METHOD_WORDS[method]
+        words = method_words(method)
         ratios = ", ".join(f"{r:.2f}× at {c}" for c, r in cross["speedups"].items())
         if cross["stops_at"] is None:
             lines.append(f"- {words}: pays at every tested level (no crossover up to {cross['pays_up_to']}): {ratios}.")
@@ -259,8 +281,10 @@ def summary_markdown(results: dict) -> str:
                          f"concurrent sequences: {ratios}.")
     lines.append(f"\n\"Pays\" means at least {PAYS:.2f}× plain decoding's aggregate throughput at the same "
                  "concurrency; a smaller lead is within run-to-run spread.")
+    recommended = results["advice"]["settings"]
     lines += ["", "## Advice", "", *results["advice"]["lines"], "",
-              f"Recommended chat settings: `{json.dumps(results['advice']['settings'])}`", "",
+              f"Recommended chat settings: `{json.dumps(recommended)}`" if recommended else
+              "The servers' speculation is set where they run: nothing here to apply.", "",
               "## How the figures are measured", "",
               "- aggregate tok/s: all generated tokens ÷ the level's wall time (prefills included).",
               "- per-request tok/s: each request's tokens after its first ÷ the time after its first; the mean.",
@@ -269,7 +293,11 @@ def summary_markdown(results: dict) -> str:
               "- end-to-end: from a request's admission (its prefill) to its last token.",
               "- acceptance = accepted ÷ drafted; mean acceptance length = 1 + accepted ÷ target steps.",
               "- utilisation: GPU from NVML where readable, else this process's CPU time ÷ wall time over all "
-              "cores; memory: VRAM where readable, else the process's resident RAM."]
+              "cores; memory: VRAM where readable, else the process's resident RAM.",
+              *(["- remote servers: every time is taken here as the streamed text arrives (the network included); "
+                 "a server is a method, by the name given it; acceptance from its timings or its /metrics counters; "
+                 "utilisation and memory are the servers' and read n/a."] if results.get("env", {}).get("remote")
+                else [])]
     return "\n".join(lines) + "\n"
 
 
@@ -290,18 +318,18 @@ def write_plot(runs: list[tuple[str, dict]], path: str | Path) -> None:
             pts = [(c, cells[(method, c)]) for c in xs if (method, c) in cells]
             conc = [c for c, _ in pts]
             ax_rate.plot(conc, [cell["aggregate_tokens_per_s"] or float("nan") for _, cell in pts], "o-",
-                         color=colour, label=METHOD_WORDS[method])
+                         color=colour, label=method_words(method))
             ax_itl.plot(conc, [cell["itl_p50_ms"] or float("nan") for _, cell in pts], "o-", color=colour,
-                        label=f"{METHOD_WORDS[method]} p50")
+                        label=f"{method_words(method)} p50")
             ax_itl.plot(conc, [cell["itl_p95_ms"] or float("nan") for _, cell in pts], "s--", color=colour,
-                        alpha=0.6, label=f"{METHOD_WORDS[method]} p95")
+                        alpha=0.6, label=f"{method_words(method)} p95")
             cross = crossover(results, method) if method != "none" else None
             if cross and cross.stops_at is not None:
                 at = cross.estimate or cross.stops_at
                 for ax in (ax_rate, ax_itl):
                     ax.axvline(at, color=colour, linestyle=":", alpha=0.8)
                 right_half = math.log2(at) > (math.log2(xs[0]) + math.log2(xs[-1])) / 2
-                ax_rate.annotate(f"{METHOD_WORDS[method]} stops paying\n≈ {at:.1f}", (at, 0.04),
+                ax_rate.annotate(f"{method_words(method)} stops paying\n≈ {at:.1f}", (at, 0.04),
                                  xycoords=("data", "axes fraction"), color=colour, fontsize=8,
                                  ha="right" if right_half else "left", xytext=(-4 if right_half else 4, 0),
                                  textcoords="offset points")

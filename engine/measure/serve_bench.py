@@ -18,9 +18,11 @@ import json
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import httpx
 
@@ -38,6 +40,13 @@ class RequestTrace:
     completion_tokens: int = 0
     timings: dict = field(default_factory=dict)
     error: str | None = None
+
+    def client_tokens_per_s(self) -> float | None:
+        """Tokens after the first ÷ the time after the first, as they arrived here."""
+        if self.first_at is None or not self.chunks or self.completion_tokens < 2:
+            return None
+        span = self.chunks[-1][0] - self.first_at
+        return (self.completion_tokens - 1) / span if span > 0 else None
 
     def gaps(self) -> list[float]:
         out, (t0, n0) = [], (self.first_at, self.chunks[0][1] if self.chunks else 0)
@@ -91,20 +100,26 @@ async def one_request(client: httpx.AsyncClient, url: str, prompt: str, args, mo
     return trace
 
 
-async def run_cell(url: str, prompts: list[str], clients: int, args, first_number: int = 1) -> dict:
+async def run_cell(url: str, prompts: list[str], clients: int, args, first_number: int = 1,
+                   on_request: Callable[[RequestTrace], None] | None = None,
+                   cancel: threading.Event | None = None) -> dict:
     """`clients` concurrent clients, each sending `args.requests` requests one after another, numbered from
-    first_number on."""
+    first_number on. on_request hears of each finished request; a set cancel sends no further request."""
     before, model = spec_counters(url, args), served_model(url, args)
     async with httpx.AsyncClient(timeout=httpx.Timeout(600.0), headers=_auth(args)) as client:
         async def one_client(index: int) -> list[RequestTrace]:
             out = []
             for r in range(args.requests):
+                if cancel is not None and cancel.is_set():
+                    break
                 n = index * args.requests + r
                 # A number first, unique in the whole run, so no request finds its prompt cached from an
                 # earlier one (in this cell or an earlier one, on any server): TTFT includes the prefill, as it
                 # would for prompts that do not repeat.
                 prompt = f"({first_number + n}) {prompts[n % len(prompts)]}"
                 out.append(await one_request(client, url, prompt, args, model))
+                if on_request is not None:
+                    on_request(out[-1])
             return out
 
         started = time.perf_counter()
@@ -115,6 +130,8 @@ async def run_cell(url: str, prompts: list[str], clients: int, args, first_numbe
     tokens = sum(t.completion_tokens for t in good)
     gaps = [g for t in good for g in t.gaps()]
     ttfts = [t.first_at - t.sent_at for t in good if t.first_at]
+    e2e = [t.done_at - t.sent_at for t in good]
+    rates = [r for r in (t.client_tokens_per_s() for t in good) if r is not None]
     drafted = sum(t.timings.get("draft_n", 0) for t in good)
     accepted = sum(t.timings.get("draft_n_accepted", 0) for t in good)
     steps_mean = [t.timings.get("mean_acceptance_length") for t in good if t.timings.get("mean_acceptance_length")]
@@ -128,6 +145,9 @@ async def run_cell(url: str, prompts: list[str], clients: int, args, first_numbe
         "aggregate_tokens_per_s": tokens / wall if wall > 0 else None,
         "ttft_p50_s": percentile(ttfts, 0.5), "ttft_p95_s": percentile(ttfts, 0.95),
         "itl_p50_s": percentile(gaps, 0.5), "itl_p95_s": percentile(gaps, 0.95),
+        "e2e_p50_s": percentile(e2e, 0.5), "e2e_p95_s": percentile(e2e, 0.95),
+        "client_tokens_per_s": statistics.fmean(rates) if rates else None,
+        "drafted": drafted, "accepted": accepted,
         "acceptance_rate": accepted / drafted if drafted else None,
         "mean_acceptance_length": statistics.fmean(steps_mean) if steps_mean else None,
         "acceptance_source": source,

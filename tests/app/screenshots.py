@@ -96,8 +96,36 @@ def remote_shots(window) -> None:
         window.input.setPlainText("Thanks!")
         wait(1500)  # the context meter asks the server
         save(window, "remote-answer")
+        remote_lab_shot(service.url)
     finally:
         service.stop()
+        model.close()
+
+
+def remote_lab_shot(lookup_url: str) -> None:
+    """The lab window after a small run against two servers: a plain one and the lookup one."""
+    from remote_server import specchat_server
+
+    from app.lab.form import SERVERS
+    from app.lab.window import LabWindow
+
+    plain, model = specchat_server(plain=True)
+    lab = LabWindow()
+    try:
+        lab.form.engine.setCurrentIndex(lab.form.engine.findData(SERVERS))
+        lab.form.servers_edit.setText(f"none={plain.url}, lookup={lookup_url}")
+        lab.form.clients_edit.setText("1,2,4")
+        lab.max_tokens.setValue(48)
+        lab.show()
+        lab.run_button.click()
+        wait(500)
+        wait_until(lambda: not lab.running, 600)
+        wait(500)
+        save(lab, "lab-remote")
+    finally:
+        lab.shutdown()
+        lab.close()
+        plain.stop()
         model.close()
 
 

@@ -107,6 +107,16 @@ def test_a_server_that_is_not_there_fails_the_answer_and_the_window_goes_on(make
     failed = wait_response(window)
     assert failed.status == "error" and "Could not reach http://127.0.0.1:9" in failed.notice
 
+    # Compare runs on this machine's engine, and says so for a chat answered elsewhere.
+    window.open_compare()
+    compare = window._compare
+    compare.max_tokens.setValue(4)
+    with qtbot.waitSignal(compare.comparisonFinished, timeout=120_000):
+        compare.start()
+        assert "answered by http://127.0.0.1:9; Compare measures this machine's engine" in compare.status.text()
+    assert compare.plain_pane.plain_text() and compare.spec_pane.plain_text()
+    compare.close()
+
     # The same chat back on this machine answers as before.
     dialog = window.chat_settings_button.open_dialog()
     dialog.engine.setCurrentIndex(dialog.engine.findData(""))
@@ -145,3 +155,41 @@ def test_the_smoke_test_answers_through_a_remote_engine(server, dirs):
                               "--timeout", "120"], cwd=ROOT, env=child_env(dirs), capture_output=True, text=True,
                              timeout=300)
     assert refused.returncode == 1 and "refused the API key" in refused.stderr
+
+
+def test_the_lab_window_runs_the_experiment_against_servers(qtbot, server, tmp_path):
+    """Model → Speculation lab… with Engine set to servers: a plain SpecChat server and the lookup one (its key the
+    one saved for chats), the chart and table filled as cells finish, the crossover, and nothing to apply."""
+    from app.lab.form import SERVERS
+    from app.lab.window import CUSTOM, LabWindow
+    from engine.remote.keys import save_key
+
+    save_key(server.url, KEY)
+    plain, plain_model = specchat_server(plain=True)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "copy", "prompt": PASSAGE}) + "\n")
+    lab = LabWindow()
+    qtbot.addWidget(lab)
+    try:
+        lab.form.engine.setCurrentIndex(lab.form.engine.findData(SERVERS))
+        assert not lab.draft_edit.isVisible() or not lab.isVisible()
+        lab.form.servers_edit.setText(f"none={plain.url}, lookup={server.url}")
+        lab.form.clients_edit.setText("1,2")
+        lab.prompt_combo.setCurrentIndex(lab.prompt_combo.findData(CUSTOM))
+        lab.prompt_file.setText(str(prompts))
+        lab.max_tokens.setValue(16)
+        lab.show()
+        assert lab.form.servers_edit.isVisible() and not lab.draft_edit.isVisible()
+        with qtbot.waitSignal(lab.runFinished, timeout=180_000) as done:
+            lab.run_button.click()
+        results = done.args[0]
+    finally:
+        lab.shutdown()
+        plain.stop()
+        plain_model.close()
+    assert results["env"]["remote"] and lab.table.rowCount() == 4
+    assert [x for x, _ in lab.rate_chart.points("lookup")] == [1, 2] and lab.rate_chart.points("none")
+    cells = {(c["method"], c["concurrency"]): c for c in results["cells"]}
+    assert cells[("lookup", 1)]["drafted"] > 0 and not cells[("lookup", 2)]["errors"]  # the saved key was sent
+    assert "lookup" in results["crossover"] and "nothing here to apply" in lab.advice.text()
+    assert not lab.apply_button.isEnabled()

@@ -15,7 +15,6 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse, StreamingResponse, JSONResponse
 from starlette.routing import Route
 
-from engine.decoding.cost_model import SpeculationConfig
 from engine.decoding.runtime import LoadSettings, Model
 from engine.decoding.sampling import SamplingParams
 from engine.errors import EngineError, InvalidSettingError
@@ -23,7 +22,6 @@ from engine.modelfiles.embedded import embedded_model_path
 from engine.remote import keys, prometheus
 from engine.remote.client import RemoteEngine
 from engine.remote.endpoint import Endpoint, normalised_url, url_warning
-from engine.serving.service import ServeOptions, Service
 from remote_server import specchat_server  # tests/engine/remote_server.py
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -307,13 +305,11 @@ def serve_fake_vllm(per_request: bool = False):
 
 def test_the_lab_runs_against_servers_through_serve_benchs_path_with_the_crossover(tmp_path, server, monkeypatch):
     """engine.lab --engine-url: plain and lookup SpecChat servers (a real model each), and a vLLM whose acceptance
-    comes from its /metrics counters; one results.json, summary (with where speculation stops paying) and plot."""
-    from engine.decoding.proposers.base import NoProposer
+    comes from its /metrics counters, measured through serve_bench's path into the lab's own results document,
+    summary (with where speculation stops paying) and plot."""
     from engine.measure.lab import main as lab
 
-    plain_model = Model(embedded_model_path(), LoadSettings(n_ctx=1024, threads=2, n_seq_max=2))
-    plain = Service(plain_model, NoProposer(), SpeculationConfig(), ServeOptions(port=0, parallel=2),
-                    model_id="smollm2").start()
+    plain, plain_model = specchat_server(plain=True)
     vllm_url, vllm, vllm_thread = serve_fake_vllm()
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"id": "copy", "prompt": COPY[0]["content"]}) + "\n")
@@ -328,11 +324,17 @@ def test_the_lab_runs_against_servers_through_serve_benchs_path_with_the_crossov
         vllm.should_exit = True
         vllm_thread.join(10)
     results = json.loads((tmp_path / "out" / "results.json").read_text())
-    cells = {(c["method"], c["clients"]): c for c in results["cells"]}
+    assert results["schema"] == "specchat-lab/1" and results["env"]["remote"]
+    assert "right-key" not in (tmp_path / "out" / "results.json").read_text()
+    cells = {(c["method"], c["concurrency"]): c for c in results["cells"]}
     assert set(cells) == {(m, n) for m in ("none", "lookup", "vllm") for n in (1, 2)}
-    assert all(c["aggregate_tokens_per_s"] > 0 and not c["errors"] for c in cells.values())
+    assert all(c["aggregate_tokens_per_s"] > 0 and not c["errors"] and c["e2e_p50_s"] > 0 for c in cells.values())
+    assert all(c["requests"] == c["concurrency"] for c in cells.values())  # one prompt: each client sends it once
     assert cells[("lookup", 1)]["acceptance_source"] == "timings" and cells[("none", 1)]["acceptance_source"] is None
+    assert cells[("lookup", 1)]["drafted"] > 0 and cells[("lookup", 1)]["per_request_tokens_per_s"] > 0
     assert cells[("vllm", 2)]["acceptance_source"] == "/metrics" and cells[("vllm", 2)]["acceptance_rate"] == 0.5
+    assert set(results["crossover"]) == {"lookup", "vllm"} and results["advice"]["settings"] == {}
     summary = (tmp_path / "out" / "summary.md").read_text()
-    assert "| 2 | lookup |" in summary and any(line.startswith("- lookup ") for line in summary.splitlines())
+    assert "| lookup | 2 |" in summary and "## Crossover" in summary and "- prompt lookup: " in summary
+    assert "On the servers (none http://127.0.0.1:" in summary and "nothing here to apply" in summary
     assert (tmp_path / "out" / "plot.png").stat().st_size > 10_000
