@@ -47,6 +47,13 @@ def figures(stats: dict) -> dict:
 
 def answer_remotely(worker, request) -> None:
     """Answer request (app.worker.GenerationRequest, with .remote) through worker's signals."""
+    try:
+        _answer(worker, request)
+    except RuntimeError as exc:  # the worker was deleted: the window closed while the server answered
+        log.info("a remote answer outlived its window: %s", exc)
+
+
+def _answer(worker, request) -> None:
     rid = request.id
     worker.started.emit(rid)
     progress = ProgressBatch(worker.progress.emit, rid)

@@ -80,7 +80,7 @@ def test_without_a_keyring_saving_says_so_and_reading_finds_nothing(monkeypatch)
 
 
 # --- a SpecChat server ---------------------------------------------------------------------------
-def test_models_and_the_prompt_counted_by_the_servers_tokenizer(engine):
+def test_models_and_the_prompt_counted_by_the_servers_tokenizer(engine, server):
     model = engine.model()
     assert (model.id, model.n_ctx) == ("smollm2", 1024)
     count = engine.count_prompt(COPY, model)
@@ -92,6 +92,12 @@ def test_models_and_the_prompt_counted_by_the_servers_tokenizer(engine):
     finally:
         local.close()
     assert count.exact and count.tokens == expected and count.n_ctx == 1024
+    raw = httpx.post(server.url + "/tokenize", json={"content": "Hello world"},
+                     headers={"Authorization": "Bearer right-key"}).json()  # llama-server's shape
+    assert raw["count"] == len(raw["tokens"]) > 0 and raw["max_model_len"] == 1024
+    answered = COPY + [{"role": "assistant", "content": "The lighthouse"}]  # counted, though not an answerable end
+    assert engine.count_prompt(answered, model).tokens > count.tokens
+    assert httpx.post(server.url + "/tokenize", json={"content": "x"}).status_code == 401
 
 
 def test_a_streamed_answer_matches_the_servers_whole_answer_with_figures_measured_here(engine, server):
