@@ -235,6 +235,9 @@ class RemoteAnswer:
             yield "</think>"
         if f.finish_reason is None and self.cancel.is_set():
             f.finish_reason = "cancelled"
+        if f.finish_reason is None:  # no finish reason and no [DONE]: the connection ended mid-answer
+            raise EngineError(f"{engine.endpoint.url} ended the answer without finishing it (the connection closed); "
+                              "the text so far is kept.")
         self._acceptance(before)
 
     def _read(self, chunk: dict) -> str:

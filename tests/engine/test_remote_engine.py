@@ -195,8 +195,9 @@ class FakeVllm:
     --per-request-spec-decode-metrics, /metrics counters moving as it answers). It cannot run here without a
     GPU; this stands in for it so the client's vLLM path runs."""
 
-    def __init__(self, per_request: bool):
+    def __init__(self, per_request: bool, cut: bool = False):
         self.per_request = per_request
+        self.cut = cut  # the stream ends after two pieces, with neither a finish reason nor [DONE]
         self.counts = dict(finished=0.0, drafts=0.0, draft_tokens=0.0, accepted=0.0, p0=0.0, p1=0.0, p2=0.0)
 
     def app(self) -> Starlette:
@@ -223,6 +224,8 @@ class FakeVllm:
                 yield chunk({"role": "assistant", "content": ""})
                 yield chunk({"reasoning_content": "Counting."})
                 for i, text in enumerate(["1, ", "2, ", "3"], start=1):
+                    if self.cut and i == 3:
+                        return
                     yield chunk({"content": text}, usage={"prompt_tokens": 7, "completion_tokens": 2 * i})
                 self.counts.update(finished=self.counts["finished"] + 1, drafts=self.counts["drafts"] + 4,
                                    draft_tokens=self.counts["draft_tokens"] + 12, accepted=self.counts["accepted"] + 6,
@@ -237,6 +240,21 @@ class FakeVllm:
 
         return Starlette(routes=[Route("/v1/models", models), Route("/tokenize", tokenize, methods=["POST"]),
                                  Route("/metrics", metrics), Route("/v1/chat/completions", chat, methods=["POST"])])
+
+
+def serve_fake_vllm(per_request: bool = False, cut: bool = False):
+    """(the stand-in vLLM on a free port, its uvicorn server, its thread)."""
+    import uvicorn
+
+    from engine.serving.service import listen
+
+    sock = listen("127.0.0.1", 0)
+    server = uvicorn.Server(uvicorn.Config(FakeVllm(per_request, cut).app(), log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    return f"http://127.0.0.1:{sock.getsockname()[1]}", server, thread
 
 
 @pytest.mark.parametrize("per_request", [True, False])
@@ -257,6 +275,21 @@ def test_vllm_answers_with_acceptance_from_its_per_request_metrics_or_its_counte
             assert f["mean_acceptance_length"] == pytest.approx(2.5)
             assert f["per_position_acceptance"] == pytest.approx([0.75, 0.5, 0.25])
             assert f["acceptance_source"] == ("from the server's /metrics counters; no other request ran meanwhile")
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def test_a_stream_cut_short_is_an_error_that_keeps_the_text_so_far():
+    url, server, thread = serve_fake_vllm(cut=True)
+    try:
+        engine = RemoteEngine(Endpoint(url))
+        answer = engine.answer(COUNTING, GREEDY, 32, engine.model())
+        pieces = []
+        with pytest.raises(EngineError, match="ended the answer without finishing it"):
+            for piece in answer:
+                pieces.append(piece)
+        assert "".join(pieces) == "<think>Counting.</think>1, 2, " and answer.figures.generated == 4
     finally:
         server.should_exit = True
         thread.join(10)
@@ -294,21 +327,6 @@ def test_llama_server_streams_stops_counts_and_reports_its_drafts():
 
 
 # --- the experiment against running servers ------------------------------------------------------------
-def serve_fake_vllm(per_request: bool = False):
-    """(the stand-in vLLM on a free port, its uvicorn server, its thread)."""
-    import uvicorn
-
-    from engine.serving.service import listen
-
-    sock = listen("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn.Config(FakeVllm(per_request).app(), log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    return f"http://127.0.0.1:{sock.getsockname()[1]}", server, thread
-
-
 def test_the_lab_runs_against_servers_through_serve_benchs_path_with_the_crossover(tmp_path, server, monkeypatch):
     """engine.lab --engine-url: plain and lookup SpecChat servers (a real model each), and a vLLM whose acceptance
     comes from its /metrics counters, measured through serve_bench's path into the lab's own results document,
