@@ -6,27 +6,21 @@ the chat's own choice is kept when the dialog is accepted.
 """
 from __future__ import annotations
 
-import threading
-
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QGridLayout, QHBoxLayout, QInputDialog,
-                               QLabel, QLineEdit, QMessageBox, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget)
+                               QLabel, QLineEdit, QMessageBox, QPlainTextEdit, QPushButton, QVBoxLayout)
 
-from engine.errors import EngineError, InvalidSettingError
-from engine.remote.client import RemoteEngine
-from engine.remote.endpoint import Endpoint, normalised_url, url_warning
-from engine.remote.keys import save_key
+from engine.errors import InvalidSettingError
 
+from app.chat.engine_picker import EnginePicker
 from app.chat.session import ChatSession
-from app.remote_answer import use_key_for_this_run, with_key
 from app.settings.presets import Preset, check_values
 from app.settings.dialog import double_spin_box, form, hint, spin_box
 
 LABELS = {"system_prompt": "System prompt", "temperature": "Temperature", "top_k": "Top-k", "top_p": "Top-p",
           "min_p": "Min-p", "seed": "Seed", "max_tokens": "Max response tokens", "engine_url": "Engine",
           "engine_model": "Remote model"}
-THIS_MACHINE, REMOTE = "", "remote"
 
 
 def preset_summary(session: ChatSession) -> tuple[str, str]:
@@ -75,8 +69,6 @@ class ChatSettingsButton(QPushButton):
 
 
 class ChatSettingsDialog(QDialog):
-    modelsListed = Signal(str, object, str)  # url, [model ids], error ("" when none): from a thread of its own
-
     def __init__(self, session: ChatSession, parent=None):
         super().__init__(parent)
         self.setWindowTitle("Chat settings")
@@ -108,7 +100,10 @@ class ChatSettingsDialog(QDialog):
         self.max_tokens = spin_box(1, 131072, "The longest response, in tokens.")
         self.fields = {"system_prompt": self.system_prompt, "temperature": self.temperature, "top_k": self.top_k,
                        "top_p": self.top_p, "min_p": self.min_p, "seed": self.seed, "max_tokens": self.max_tokens}
-        self._build_engine()
+        self.engine_picker = picker = EnginePicker(self)
+        # The picker's fields under the dialog's own names, as callers and tests use them.
+        self.engine, self.engine_url, self.engine_model, self.list_models, self.api_key, self.engine_note = \
+            picker.engine, picker.url, picker.model, picker.list_models, picker.api_key, picker.note
 
         self.changes = hint("")
         self.reset = QPushButton("Use the preset's values")
@@ -128,11 +123,6 @@ class ChatSettingsDialog(QDialog):
         self.form.addRow("", manage)
         for key, widget in self.fields.items():
             self.form.addRow(LABELS[key], widget)
-        self.form.addRow(LABELS["engine_url"], self.engine)
-        self.form.addRow("Server URL", self.engine_url)
-        self.form.addRow(LABELS["engine_model"], self.model_row)
-        self.form.addRow("API key", self.api_key)
-        self.form.addRow("", self.engine_note)
         changed_row = QHBoxLayout()
         changed_row.addWidget(self.changes, 1)
         changed_row.addWidget(self.reset)
@@ -141,12 +131,13 @@ class ChatSettingsDialog(QDialog):
         self.buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
         layout.addLayout(self.form)
+        layout.addWidget(self.engine_picker)
         layout.addLayout(changed_row)
         layout.addWidget(hint("These apply to this chat's next responses. Preset buttons save the presets at once."))
         layout.addWidget(self.error)
         layout.addStretch(1)
         layout.addWidget(self.buttons)
-        self.resize(560, 720)
+        self.resize(560, 760)
 
         self._fill_presets(self.book.base_of(conversation).name)
         self.show_values(self.book.effective(conversation))
@@ -160,93 +151,7 @@ class ChatSettingsDialog(QDialog):
         for widget in self.fields.values():
             signal = widget.textChanged if isinstance(widget, (QLineEdit, QPlainTextEdit)) else widget.valueChanged
             signal.connect(self._update_changes)
-        for signal in (self.engine.currentIndexChanged, self.engine_url.textChanged,
-                       self.engine_model.currentTextChanged):
-            signal.connect(self._update_changes)
-        self.engine.currentIndexChanged.connect(self._show_engine)
-
-    def _build_engine(self) -> None:
-        """Which engine answers this chat: this machine's, or an OpenAI-compatible server (vLLM, llama-server,
-        a SpecChat server elsewhere)."""
-        self.engine = QComboBox()
-        self.engine.addItem("This machine", THIS_MACHINE)
-        self.engine.addItem("A server (OpenAI-compatible: vLLM, llama-server, SpecChat)", REMOTE)
-        self.engine.setToolTip("Who writes this chat's answers. A server elsewhere keeps your conversations here, "
-                               "with its speed measured here and its speculation figures where it reports them.")
-        self.engine_url = QLineEdit()
-        self.engine_url.setPlaceholderText("e.g. http://127.0.0.1:8000 (vLLM), :8080 (llama-server)")
-        self.engine_model = QComboBox()
-        self.engine_model.setEditable(True)
-        self.engine_model.lineEdit().setPlaceholderText("the first model it serves")
-        self.list_models = QPushButton("List models")
-        self.list_models.setToolTip("Ask the server for its models (/v1/models).")
-        self.list_models.clicked.connect(lambda: self.ask_for_models())
-        self.model_row = QWidget()
-        row = QHBoxLayout(self.model_row)
-        row.setContentsMargins(0, 0, 0, 0)
-        row.addWidget(self.engine_model, 1)
-        row.addWidget(self.list_models)
-        self.api_key = QLineEdit()
-        self.api_key.setEchoMode(QLineEdit.EchoMode.Password)
-        self.api_key.setPlaceholderText("unchanged (none, or the one saved for this server)")
-        self.api_key.setToolTip("Kept in your system's keyring for this server's URL, never in SpecChat's files.")
-        self.engine_note = hint("")
-        self.engine_url.textChanged.connect(self._show_engine)
-        self.modelsListed.connect(self._models_listed)
-
-    def _show_engine(self, *_args) -> None:
-        remote = self.engine.currentData() == REMOTE
-        for widget in (self.engine_url, self.model_row, self.api_key):
-            widget.setEnabled(remote)
-        note = ""
-        if remote:
-            try:
-                note = url_warning(normalised_url(self.engine_url.text())) if self.engine_url.text().strip() else ""
-            except InvalidSettingError as exc:
-                note = str(exc)
-        self.engine_note.setText(note)
-        self.engine_note.setStyleSheet("color: #c62828;" if note else "")
-
-    def ask_for_models(self) -> None:
-        """The server's models, asked on a thread of its own (a server far away must not freeze the window)."""
-        try:
-            url = normalised_url(self.engine_url.text())
-        except InvalidSettingError as exc:
-            return self._show_error(str(exc))
-        key = self.api_key.text().strip() or None
-        self.list_models.setEnabled(False)
-        self.engine_note.setStyleSheet("")
-        self.engine_note.setText(f"Asking {url} for its models…")
-
-        def ask() -> None:
-            engine = None
-            try:
-                engine = RemoteEngine(with_key(Endpoint(url, "", key)))
-                ids, error = [m.id for m in engine.models()], ""
-            except Exception as exc:  # noqa: BLE001 - shown to the person, whatever it is
-                ids, error = [], str(exc) if isinstance(exc, EngineError) else f"{type(exc).__name__}: {exc}"
-            finally:
-                if engine is not None:
-                    engine.close()
-            try:
-                self.modelsListed.emit(url, ids, error)
-            except RuntimeError:  # the dialog was closed meanwhile
-                pass
-
-        threading.Thread(target=ask, daemon=True, name="list-models").start()
-
-    def _models_listed(self, url: str, ids: list, error: str) -> None:
-        self.list_models.setEnabled(True)
-        if error:
-            self.engine_note.setStyleSheet("color: #c62828;")
-            self.engine_note.setText(error)
-            return
-        typed = self.engine_model.currentText().strip()
-        self.engine_model.clear()
-        self.engine_model.addItems(ids)
-        self.engine_model.setCurrentText(typed if typed in ids else ids[0])
-        self.engine_note.setStyleSheet("")
-        self.engine_note.setText(f"{url} serves {len(ids)} model{'s' if len(ids) != 1 else ''}.")
+        self.engine_picker.changed.connect(self._update_changes)
 
     # --- what is shown ------------------------------------------------------------------------
     def current_preset(self) -> Preset:
@@ -268,10 +173,7 @@ class ChatSettingsDialog(QDialog):
         self.min_p.setValue(preset.min_p)
         self.seed.setText("" if preset.seed is None else str(preset.seed))
         self.max_tokens.setValue(preset.max_tokens)
-        self.engine.setCurrentIndex(self.engine.findData(REMOTE if preset.engine_url else THIS_MACHINE))
-        self.engine_url.setText(preset.engine_url)
-        self.engine_model.setCurrentText(preset.engine_model)
-        self._show_engine()
+        self.engine_picker.show_values(preset.engine_url, preset.engine_model)
         self.make_default.setEnabled(self.preset.currentData() != self.book.default)
         self._update_changes()
 
@@ -285,10 +187,7 @@ class ChatSettingsDialog(QDialog):
         values = {"system_prompt": self.system_prompt.toPlainText(), "temperature": round(self.temperature.value(), 4),
                   "top_k": self.top_k.value(), "top_p": round(self.top_p.value(), 4),
                   "min_p": round(self.min_p.value(), 4), "seed": seed, "max_tokens": self.max_tokens.value(),
-                  "engine_url": "", "engine_model": ""}
-        if self.engine.currentData() == REMOTE:
-            values.update(engine_url=normalised_url(self.engine_url.text()),
-                          engine_model=self.engine_model.currentText().strip())
+                  **self.engine_picker.values()}
         check_values(values)
         return values
 
@@ -396,18 +295,5 @@ class ChatSettingsDialog(QDialog):
         except InvalidSettingError as exc:
             return self._show_error(str(exc))
         self.session.set_conversation_settings({"preset": self.current_preset().name, **changes})
-        self._keep_api_key()
+        self.engine_picker.keep_api_key(lambda text: self.session.noticeRaised.emit(text, "warning"))
         super().accept()
-
-    def _keep_api_key(self) -> None:
-        """A typed key is used at once, and saved in the system keyring; where there is none, the window says
-        so and the key lasts until SpecChat quits."""
-        key = self.api_key.text().strip()
-        if not key or self.engine.currentData() != REMOTE:
-            return
-        url = normalised_url(self.engine_url.text())
-        use_key_for_this_run(url, key)
-        try:
-            save_key(url, key)
-        except EngineError as exc:
-            self.session.noticeRaised.emit(str(exc), "warning")

@@ -75,7 +75,7 @@ def remote_shots(window) -> None:
     sys.path.insert(0, str(Path(__file__).parents[1] / "engine"))
     from remote_server import specchat_server
 
-    from app.chat.settings_panel import REMOTE
+    from app.chat.engine_picker import REMOTE
 
     service, model = specchat_server()
     try:

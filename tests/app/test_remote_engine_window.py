@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QDialogButtonBox
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 from remote_server import specchat_server  # noqa: E402  (tests/engine/remote_server.py)
 
-from app.chat.settings_panel import REMOTE  # noqa: E402
+from app.chat.engine_picker import REMOTE  # noqa: E402
 from engine.remote.keys import saved_key  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
