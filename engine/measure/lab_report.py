@@ -150,7 +150,8 @@ def advise(results: dict) -> Advice:
     settings = results["settings"]
     env = results.get("env", {})
     where = _where(env)
-    who = "clients" if env.get("remote") else "chats"
+    noun = "client" if env.get("remote") else "chat"
+    who = lambda n: noun if n == 1 else noun + "s"  # noqa: E731
     lines = []
     for method in methods(results):
         if method == "none":
@@ -161,14 +162,15 @@ def advise(results: dict) -> Advice:
         words, first = method_words(method), cross.speedups[0]
         if cross.stops_at is None:
             lines.append(f"{where}, {words} paid at every tested level, up to {cross.pays_up_to} concurrent "
-                         f"{who} ({first[1]:.2f}× plain decoding's throughput at {first[0]}).")
+                         f"{who(cross.pays_up_to)} ({first[1]:.2f}× plain decoding's throughput at {first[0]}).")
         elif cross.pays_up_to is None:
-            lines.append(f"{where}, {words} did not pay even at {first[0]} concurrent {who[:-1]}"
-                         f"{'s' * (first[0] > 1)} ({first[1]:.2f}× plain decoding's throughput).")
+            lines.append(f"{where}, {words} did not pay even at {first[0]} concurrent {who(first[0])} "
+                         f"({first[1]:.2f}× plain decoding's throughput).")
         else:
             at_stop = dict(cross.speedups)[cross.stops_at]
-            lines.append(f"{where}, {words} pays up to {cross.pays_up_to} concurrent {who} ({first[1]:.2f}× plain "
-                         f"decoding's throughput at {first[0]}); from {cross.stops_at} on it no longer pays "
+            lines.append(f"{where}, {words} pays up to {cross.pays_up_to} concurrent {who(cross.pays_up_to)} "
+                         f"({first[1]:.2f}× plain decoding's throughput at {first[0]}); from {cross.stops_at} on it "
+                         "no longer pays "
                          f"({at_stop:.2f}× at {cross.stops_at}).")
         where = "On the servers" if env.get("remote") else "On this machine"
     best = _best_single_chat(results)
