@@ -128,15 +128,16 @@ def create_app(scheduler: Scheduler, formatter: ChatFormatter, config: ApiConfig
         return ApiError(413, f"The request body is {said}; this server takes at most {config.max_body_bytes:,}.",
                         code="request_too_large", headers={"Connection": "close"})
 
-    def chat_tokens(messages: list[dict], limit: bool = True) -> tuple[list[int], tuple[str, ...]]:
+    def chat_tokens(messages: list[dict], limit: bool = True,
+                    continue_last: bool = False) -> tuple[list[int], tuple[str, ...]]:
         """On a worker thread: the size check (unless only counting), then the template (in its sandbox) and
-        the tokenizer."""
+        the tokenizer; continue_last: the last message is an answer to write more of."""
         if limit:
             refuse_beyond_context(m["content"] for m in messages)
         refused = template_refusal()
         if refused is None:
             try:
-                _, tokens, stops = formatter.render(messages)
+                _, tokens, stops = formatter.render(messages, continue_last)
             except EngineError as exc:
                 raise ApiError(400, str(exc), param="messages") from exc
             refused = template_refusal()  # refused by this very render
@@ -207,7 +208,11 @@ def create_app(scheduler: Scheduler, formatter: ChatFormatter, config: ApiConfig
             body = await read_body(request)
             gen = parse_generation(body, n_ctx)
             if chat:
-                tokens, template_stops = await run_in_threadpool(chat_tokens, parse_messages(body))
+                continuing = body.get("continue_final_message") is True  # vLLM's name: write more of the last answer
+                messages = parse_messages(body, answering=not continuing)
+                if continuing and messages[-1]["role"] != "assistant":
+                    raise ApiError(400, "continue_final_message needs the assistant's answer last.", param="messages")
+                tokens, template_stops = await run_in_threadpool(chat_tokens, messages, True, continuing)
                 stop = [*gen.stop, *template_stops]
             else:
                 tokens = await run_in_threadpool(prompt_tokens, parse_prompt(body))

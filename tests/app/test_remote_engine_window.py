@@ -1,5 +1,5 @@
 """A chat answered by a remote engine, as a person sets it up: the chat settings dialog (server URL, List models,
-API key), then Send, Stop, Regenerate, the context meter and the figures under each answer; a server that is
+API key), then Send, Stop, Continue, Regenerate, the context meter and the figures under each answer; a server that is
 not there; and `specchat --smoke-test --engine-url`. The server is a real SpecChat server the test starts."""
 import json
 import subprocess
@@ -89,10 +89,17 @@ def test_a_chat_on_a_remote_server_streams_stops_and_regenerates_with_the_server
     assert stopped.status == "stopped" and stopped.stats["finish_reason"] == "cancelled"
     assert "stopped by you" in stats_text(window)
 
+    # Continue: more of the stopped answer, written by the server into the same message.
+    before = stopped.content
+    assert window.session.continue_answer()
+    continued = wait_response(window)
+    assert continued.id == stopped.id and continued.status == "done"
+    assert continued.content.startswith(before) and len(continued.content) > len(before) + 10
+
     # Regenerate: a second answer beside the first, from the server again.
     assert window.session.regenerate()
     again = wait_response(window)
-    assert again.status in ("done", "stopped") and again.content and again.id != stopped.id
+    assert again.status == "done" and again.content and again.id != stopped.id
     assert len(window.session.store.tree(window.session.conversation_id).siblings(again)) == 2
 
 

@@ -132,6 +132,18 @@ def test_stop_ends_the_answer_and_frees_the_servers_slot(engine, server):
     assert httpx.get(server.url + "/health").json()["slots_processing"] == 0
 
 
+def test_continue_writes_more_of_an_answer_cut_short(engine):
+    """vLLM's continue_final_message, which the SpecChat server also takes: the window's Continue on a remote chat."""
+    model = engine.model()
+    whole = "".join(engine.answer(COUNTING, GREEDY, 40, model))
+    short = engine.answer(COUNTING, GREEDY, 12, model)
+    start = "".join(short)
+    assert short.figures.finish_reason == "length" and whole.startswith(start)
+    more = "".join(engine.answer(COUNTING + [{"role": "assistant", "content": start}], GREEDY, 28, model,
+                                 continue_last=True))
+    assert more and whole.startswith(start + more[:10])  # greedy: it goes on as the whole answer did
+
+
 def test_a_wrong_key_a_wrong_model_and_no_server_get_clear_messages(server):
     with pytest.raises(EngineError, match="refused the API key"):
         RemoteEngine(Endpoint(server.url, "", "wrong")).models()
