@@ -3,6 +3,8 @@ where SPECCHAT_LLAMA_SERVER names a binary, vLLM's /metrics text in its document
 vLLM's streaming (vLLM needs a GPU: the real path is the same code, named in docs/remote-engines.md)."""
 import json
 import os
+import shutil
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -254,19 +256,34 @@ class FakeVllm:
                                  Route("/metrics", metrics), Route("/v1/chat/completions", chat, methods=["POST"])])
 
 
-def serve_fake_vllm(per_request: bool = False, cut: bool = False):
-    """(the stand-in vLLM on a free port, its uvicorn server, its thread)."""
+def serve_fake_vllm(per_request: bool = False, cut: bool = False, tls: tuple[str, str] | None = None):
+    """(the stand-in vLLM on a free port, its uvicorn server, its thread); tls: (key file, certificate file)."""
     import uvicorn
 
     from engine.serving.service import listen
 
     sock = listen("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn.Config(FakeVllm(per_request, cut).app(), log_level="warning"))
+    ssl = {"ssl_keyfile": tls[0], "ssl_certfile": tls[1]} if tls else {}
+    server = uvicorn.Server(uvicorn.Config(FakeVllm(per_request, cut).app(), log_level="warning", **ssl))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     while not server.started:
         time.sleep(0.01)
-    return f"http://127.0.0.1:{sock.getsockname()[1]}", server, thread
+    return f"{'https' if tls else 'http'}://127.0.0.1:{sock.getsockname()[1]}", server, thread
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make a certificate")
+def test_https_is_verified_a_self_signed_certificate_is_refused(tmp_path):
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", "/CN=127.0.0.1"], check=True, capture_output=True)
+    url, server, thread = serve_fake_vllm(tls=(str(key), str(cert)))
+    try:
+        with pytest.raises(EngineError, match="certificate could not be verified"):
+            RemoteEngine(Endpoint(url)).models()
+    finally:
+        server.should_exit = True
+        thread.join(10)
 
 
 @pytest.mark.parametrize("per_request", [True, False])
