@@ -327,6 +327,7 @@ class MainWindow(QMainWindow):
         self.engine_label.setToolTip(f"{remote.url} answers this chat (its chat settings); the model and "
                                      "speculation on the left are this machine's." if remote else "")
         self.engine_label.setVisible(remote is not None)
+        self.notices.set_hidden("embedded", remote is not None)  # the demo model does not answer this chat
 
     def _update_title(self) -> None:
         cid = self.session.conversation_id

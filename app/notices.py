@@ -72,7 +72,21 @@ class NoticeArea(QWidget):
     def texts(self) -> list[str]:
         return [n.label.text() for n in self.notices]
 
+    def shown_texts(self) -> list[str]:
+        return [n.label.text() for n in self.notices if not n.isHidden()]
+
+    def set_hidden(self, key: str, hidden: bool) -> None:
+        """Hide the notices with this key, or show them again, keeping them: for a notice that is not true of
+        the chat open now (the demo model's, in a chat a server answers)."""
+        for n in self.notices:
+            if n.key == key:
+                n.setHidden(hidden)
+        self._show_if_any()
+
     def _forget(self, notice: Notice) -> None:
         if notice in self.notices:
             self.notices.remove(notice)
-        self.setVisible(bool(self.notices))
+        self._show_if_any()
+
+    def _show_if_any(self) -> None:
+        self.setVisible(any(not n.isHidden() for n in self.notices))

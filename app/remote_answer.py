@@ -8,6 +8,7 @@ may wait on D-Bus)."""
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import traceback
 
@@ -39,6 +40,13 @@ def api_key(url: str) -> str | None:
 
 def with_key(endpoint: Endpoint) -> Endpoint:
     return endpoint if endpoint.api_key else Endpoint(endpoint.url, endpoint.model, api_key(endpoint.url))
+
+
+def model_label(model_id: str) -> str:
+    """A server's model id as the window shows it: a file path (llama-server names its model so) by its name."""
+    looks_like_path = model_id.startswith(("/", "~", "\\")) or model_id.lower().endswith(".gguf") \
+        or re.match(r"^[A-Za-z]:[\\/]", model_id) is not None
+    return re.split(r"[\\/]", model_id)[-1] if looks_like_path else model_id
 
 
 def figures(stats: dict) -> dict:

@@ -19,6 +19,7 @@ from engine.reasoning import ThoughtClock, without_thinking
 from engine.remote.endpoint import Endpoint
 
 from app.chat.model import ChatModel, add_segments, continuable
+from app.remote_answer import model_label
 from app.settings.presets import Preset, PresetBook
 from app.settings.values import AppSettings
 from app.conversations.store import ConversationStore, Message
@@ -299,7 +300,7 @@ class ChatSession(QObject):
         self.streaming.stats = self._with_thought(stats)
         self.streaming.model = self.streaming.model or self.model_name  # sent while the model was loading
         if stats.get("remote") and stats.get("model") and "@" not in self.streaming.model:
-            self.streaming.model = f"{stats['model']} @ {self.streaming.model}"  # the server's first model
+            self.streaming.model = f"{model_label(stats['model'])} @ {self.streaming.model}"  # its first model
         self._changed()
         if time.monotonic() - self._saved_at >= SAVE_EVERY_S:
             self._save()

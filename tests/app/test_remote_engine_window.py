@@ -57,6 +57,7 @@ def test_a_chat_on_a_remote_server_streams_stops_and_regenerates_with_the_server
     host = server.url.removeprefix("http://")
     assert window.chat_settings_button.text() == f"Preset: Default (changed) · {host}"
     assert window.engine_label.isVisible() and window.engine_label.text() == f"This chat: remote engine at {host}"
+    assert not any("built-in demo model" in text for text in window.notices.shown_texts())  # not this chat's model
     assert saved_key(server.url) == KEY  # in the keyring (its file backend here), and in no file of SpecChat's
     assert not any(KEY in p.read_text(errors="replace") for p in dirs.rglob("*") if p.is_file()
                    and p.name != "keyring.cfg")
@@ -108,6 +109,7 @@ def test_a_server_that_is_not_there_fails_the_answer_and_the_window_goes_on(make
     window = make_window(quick_settings)
     dialog = set_engine(qtbot, window, "http://127.0.0.1:9")
     dialog.accept()
+    assert not any("built-in demo model" in text for text in window.notices.shown_texts())
     window.input.setPlainText("Hello?")
     qtbot.waitUntil(lambda: "n/a (remote)" in window.meter.count.text(), timeout=10_000)
     window.send_message()
@@ -129,6 +131,7 @@ def test_a_server_that_is_not_there_fails_the_answer_and_the_window_goes_on(make
     dialog.engine.setCurrentIndex(dialog.engine.findData(""))
     dialog.accept()
     assert not window.engine_label.isVisible()
+    assert any("built-in demo model" in text for text in window.notices.shown_texts())  # this chat's model again
     window.input.setPlainText("Say hello.")
     window.send_message()
     assert wait_response(window).status == "done" and window.session.model.items[-1].content
@@ -200,3 +203,11 @@ def test_the_lab_window_runs_the_experiment_against_servers(qtbot, server, tmp_p
     assert cells[("lookup", 1)]["drafted"] > 0 and not cells[("lookup", 2)]["errors"]  # the saved key was sent
     assert "lookup" in results["crossover"] and "nothing here to apply" in lab.advice.text()
     assert not lab.apply_button.isEnabled()
+
+
+def test_a_model_id_that_is_a_path_is_shown_by_its_file_name():
+    from app.remote_answer import model_label
+
+    assert model_label("/srv/models/SmolLM2-135M-Instruct.Q4_1.gguf") == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert model_label("C:\\models\\qwen.gguf") == "qwen.gguf"
+    assert model_label("Qwen/Qwen2.5-Coder-7B-Instruct") == "Qwen/Qwen2.5-Coder-7B-Instruct"  # a hub id stays
