@@ -131,14 +131,19 @@ class EnginePicker(QGroupBox):
         self._say(f"{url} serves {len(ids)} model{'s' if len(ids) != 1 else ''}.")
 
     def keep_api_key(self, warn: Callable[[str], None]) -> None:
-        """A typed key is used at once, and saved in the system keyring; where there is none, warn(why) and the
-        key lasts until SpecChat quits."""
+        """A typed key is used at once, and saved in the system keyring on a thread of its own (a keyring may wait
+        for the person to unlock it); where there is none, warn(why), from that thread, and the key lasts until
+        SpecChat quits. warn must be safe to call from another thread (a signal's emit)."""
         key = self.api_key.text().strip()
         if not key or not self.remote:
             return
         url = normalised_url(self.url.text())
         use_key_for_this_run(url, key)
-        try:
-            save_key(url, key)
-        except EngineError as exc:
-            warn(str(exc))
+
+        def save() -> None:
+            try:
+                save_key(url, key)
+            except EngineError as exc:
+                warn(str(exc))
+
+        threading.Thread(target=save, daemon=True, name="save-api-key").start()

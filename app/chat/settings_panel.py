@@ -295,5 +295,6 @@ class ChatSettingsDialog(QDialog):
         except InvalidSettingError as exc:
             return self._show_error(str(exc))
         self.session.set_conversation_settings({"preset": self.current_preset().name, **changes})
-        self.engine_picker.keep_api_key(lambda text: self.session.noticeRaised.emit(text, "warning"))
+        session = self.session  # outlives this dialog; its signal is safe to emit from the saving thread
+        self.engine_picker.keep_api_key(lambda text: session.noticeRaised.emit(text, "warning"))
         super().accept()

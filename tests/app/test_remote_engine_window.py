@@ -58,7 +58,8 @@ def test_a_chat_on_a_remote_server_streams_stops_and_regenerates_with_the_server
     assert window.chat_settings_button.text() == f"Preset: Default (changed) · {host}"
     assert window.engine_label.isVisible() and window.engine_label.text() == f"This chat: remote engine at {host}"
     assert not any("built-in demo model" in text for text in window.notices.shown_texts())  # not this chat's model
-    assert saved_key(server.url) == KEY  # in the keyring (its file backend here), and in no file of SpecChat's
+    qtbot.waitUntil(lambda: saved_key(server.url) == KEY, timeout=5_000)  # in the keyring (its file backend here)
+    # ... and in no file of SpecChat's:
     assert not any(KEY in p.read_text(errors="replace") for p in dirs.rglob("*") if p.is_file()
                    and p.name != "keyring.cfg")
     assert window.presets.get("Default").engine_url == ""  # this chat's engine, not the preset's
@@ -135,6 +136,24 @@ def test_a_server_that_is_not_there_fails_the_answer_and_the_window_goes_on(make
     window.input.setPlainText("Say hello.")
     window.send_message()
     assert wait_response(window).status == "done" and window.session.model.items[-1].content
+
+
+def test_without_a_keyring_the_key_is_used_until_quit_and_the_window_says_so(make_window, qtbot, wait_response,
+                                                                             server, quick_settings):
+    import keyring
+    from keyring.backends.fail import Keyring as NoKeyring
+
+    from app.remote_answer import use_key_for_this_run
+
+    keyring.set_keyring(NoKeyring())  # a bare Linux without a secret service (the fixture puts its own back)
+    use_key_for_this_run(server.url, "")  # nothing from an earlier test in this process
+    window = make_window(quick_settings)
+    set_engine(qtbot, window, server.url, KEY).accept()
+    qtbot.waitUntil(lambda: any("could not be kept in this system's keyring" in t for t in window.notices.shown_texts()),
+                    timeout=5_000)
+    window.input.setPlainText("Say hello.")
+    window.send_message()
+    assert wait_response(window).status == "done"  # the key typed is used for this run
 
 
 def test_the_dialog_warns_about_plain_http_beyond_this_machine_and_refuses_a_bad_url(make_window, qtbot,
