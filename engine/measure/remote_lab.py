@@ -19,7 +19,7 @@ from ..errors import GenerationCancelled, InvalidSettingError
 from ..remote.endpoint import normalised_url
 from .bench import read_prompts
 from .lab import SCHEMA, LabProgress
-from .serve_bench import RequestTrace, run_cell, served_model
+from .serve_bench import RequestTrace, named_url, run_cell, served_model
 
 MAX_CLIENTS = 1024
 
@@ -56,9 +56,9 @@ def parse_servers(specs: list[str]) -> dict[str, str]:
     """[NAME=]URL specs as a name → URL map; an unnamed one is named by its host."""
     out = {}
     for spec in specs:
-        name, _, url = spec.partition("=") if "=" in spec.split("://")[0] else ("", "", spec)
+        name, url = named_url(spec)
         url = normalised_url(url)
-        out[name.strip() or url.split("://", 1)[1]] = url
+        out[name or url.split("://", 1)[1]] = url
     return out
 
 

@@ -26,7 +26,10 @@ from typing import Callable
 
 import httpx
 
+from ..errors import EngineError
 from ..remote import prometheus
+from ..remote.client import RemoteEngine
+from ..remote.endpoint import Endpoint
 
 SCHEMA = "specchat-serve-bench/1"
 
@@ -160,22 +163,24 @@ def _auth(args) -> dict:
     return {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
 
 
+def server(url: str, args) -> RemoteEngine:
+    """The server at url as engine/remote sees it: its models and its spec-decode counters (vLLM's /metrics)."""
+    return RemoteEngine(Endpoint(url, "", args.api_key))
+
+
 def served_model(url: str, args) -> str:
     """The first model the server lists (vLLM answers only requests that name one of its models)."""
     try:
-        return httpx.get(url + "/v1/models", headers=_auth(args), timeout=30).json()["data"][0]["id"]
-    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
+        with server(url, args) as remote:
+            return remote.models()[0].id
+    except EngineError:
         return "bench"
 
 
 def spec_counters(url: str, args) -> prometheus.SpecCounters | None:
-    """The server's spec-decode counters (vLLM's /metrics), or None where it has none."""
-    try:
-        response = httpx.get(url + "/metrics", headers=_auth(args), timeout=10)
-    except httpx.HTTPError:
-        return None
-    counters = prometheus.SpecCounters.from_text(response.text) if response.status_code == 200 else None
-    return counters if counters is not None and counters.speculates else None
+    """The server's spec-decode counters now, or None where it has none."""
+    with server(url, args) as remote:
+        return remote.spec_counters()
 
 
 # --- servers ------------------------------------------------------------------------------------
@@ -183,8 +188,8 @@ class SpawnedServer:
     """`python -m engine.serve` in a child process, on a free port."""
 
     def __init__(self, method: str, args):
-        command = [sys.executable, "-m", "engine.serve", "--model", args.model or "embedded", "--method", method, "--port", "0",
-                   "--parallel", str(max(args.clients)), "--ctx", str(args.ctx)]
+        command = [sys.executable, "-m", "engine.serve", "--model", args.model or "embedded", "--method", method,
+                   "--port", "0", "--parallel", str(max(args.clients)), "--ctx", str(args.ctx)]
         if args.draft:
             command += ["--draft", args.draft]
         if args.threads:
@@ -209,13 +214,19 @@ class SpawnedServer:
             self.process.kill()
 
 
+def named_url(spec: str) -> tuple[str, str]:
+    """NAME=URL as (NAME, URL); a bare URL as ("", URL)."""
+    name, _, url = spec.partition("=") if "=" in spec.split("://")[0] else ("", "", spec)
+    return name.strip(), url.rstrip("/")
+
+
 def server_label(spec: str, args) -> tuple[str, str]:
     """NAME=URL, or a URL named by the method its /v1/models reports (SpecChat's servers say)."""
-    name, _, url = spec.rpartition("=") if "=" in spec.split("://")[0] else ("", "", spec)
+    name, url = named_url(spec)
     if not name:
-        models = httpx.get(url + "/v1/models", headers=_auth(args), timeout=30).json()["data"]
-        name = (models[0].get("meta") or {}).get("method", url)
-    return name, url.rstrip("/")
+        with server(url, args) as remote:
+            name = remote.models()[0].meta.get("method", url)
+    return name, url
 
 
 # --- the run --------------------------------------------------------------------------------------

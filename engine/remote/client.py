@@ -91,6 +91,12 @@ class RemoteEngine:
     def close(self) -> None:
         self.http.close()
 
+    def __enter__(self) -> "RemoteEngine":
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.close()
+
     # --- quick calls --------------------------------------------------------------------------------
     def models(self) -> list[RemoteModel]:
         body = self._get_json("/v1/models")
