@@ -11,6 +11,7 @@ import logging
 import re
 import threading
 import traceback
+from typing import Callable
 
 from engine.errors import EngineError
 from engine.remote.client import RemoteEngine
@@ -40,6 +41,25 @@ def api_key(url: str) -> str | None:
 
 def with_key(endpoint: Endpoint) -> Endpoint:
     return endpoint if endpoint.api_key else Endpoint(endpoint.url, endpoint.model, api_key(endpoint.url))
+
+
+def ask_server(endpoint: Endpoint, question: Callable[[RemoteEngine], object], answer: Callable[[object], None],
+               name: str) -> None:
+    """question(server) on a thread of its own (a server far away must not freeze the window), then answer(its
+    result), or answer(why it failed, as text), from that thread: answer should emit a signal. A window closed
+    meanwhile is no error."""
+    def run() -> None:
+        try:
+            with RemoteEngine(with_key(endpoint)) as remote:
+                result = question(remote)
+        except Exception as exc:  # noqa: BLE001 - told to the person, whatever it is
+            result = str(exc) if isinstance(exc, EngineError) else f"{type(exc).__name__}: {exc}"
+        try:
+            answer(result)
+        except RuntimeError:  # the signal's object was deleted: its window closed meanwhile
+            pass
+
+    threading.Thread(target=run, daemon=True, name=name).start()
 
 
 def model_label(model_id: str) -> str:

@@ -2,8 +2,9 @@
 
 EngineWorker lives on a QThread and owns every model; EngineClient is its GUI-side handle.
 Tokens are batched (app/progress.py), so a fast model cannot flood the event loop. A chat on a remote
-engine is answered on a thread of its own (app/remote_answer.py), through this worker's signals. Stop is a threading.Event the GUI sets directly; the engine checks it every step
-(and inside long batches), so it is honoured even while the worker is busy.
+engine is answered on a thread of its own (app/remote_answer.py), through this worker's signals. Stop is a
+threading.Event the GUI sets directly; the engine checks it every step (and inside long batches), so it is
+honoured even while the worker is busy.
 
 Connect the worker's signals only to methods of QObjects that live on the GUI thread: a plain
 function or lambda has no thread of its own and would run on the worker thread.

@@ -3,15 +3,15 @@
 
 Counting uses the loaded model's own tokenizer and chat format (engine.chat_format), so the figure is
 the prompt the model would get. A chat on a remote engine is counted by the server (its /tokenize), on a
-thread of its own, or estimated from its characters where the server cannot count, and labelled so. The model itself lives on the engine thread, which is busy for as long
-as an answer streams; so a vocabulary-only copy (no weights, a few MB) is loaded on a thread of its
-own, and the GUI thread only sends it work and gets results back as signals. Typing is debounced.
+thread of its own, or estimated from its characters where the server cannot count, and labelled so.
+The model itself lives on the engine thread, which is busy for as long as an answer streams; so a
+vocabulary-only copy (no weights, a few MB) is loaded on a thread of its own, and the GUI thread only sends
+it work and gets results back as signals. Typing is debounced.
 """
 from __future__ import annotations
 
 import itertools
 import logging
-import threading
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -20,12 +20,12 @@ from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
 
 from engine.chat_format import ChatFormatter, answer_reserve
-from engine.errors import ContextOverflowError, EngineError
-from engine.remote.client import PromptCount, RemoteEngine
+from engine.errors import ContextOverflowError
+from engine.remote.client import PromptCount
 from engine.remote.endpoint import Endpoint
 from engine.decoding.runtime import LoadSettings, Model
 
-from app.remote_answer import with_key
+from app.remote_answer import ask_server
 
 log = logging.getLogger(__name__)
 
@@ -253,22 +253,11 @@ class ContextMeter(QWidget):
         self._remote_job += 1
         job = self._remote_job
 
-        def count() -> None:
-            engine = None
-            try:
-                engine = RemoteEngine(with_key(endpoint))
-                result = engine.count_prompt(messages, engine.model()) if messages else PromptCount(0, None, True)
-            except Exception as exc:  # noqa: BLE001 - the meter is optional: it says so and the chat goes on
-                result = str(exc) if isinstance(exc, EngineError) else f"{type(exc).__name__}: {exc}"
-            finally:
-                if engine is not None:
-                    engine.close()
-            try:
-                self._counted_remotely.emit(job, result, max_tokens)
-            except RuntimeError:  # the window closed meanwhile
-                pass
+        def count(remote) -> PromptCount:
+            return remote.count_prompt(messages, remote.model()) if messages else PromptCount(0, None, True)
 
-        threading.Thread(target=count, daemon=True, name="remote-count").start()
+        ask_server(endpoint, count, lambda result: self._counted_remotely.emit(job, result, max_tokens),
+                   "remote-count")
 
     def _show_remote(self, job: int, result, max_tokens: int) -> None:
         if job != self._remote_job or self.source is None:

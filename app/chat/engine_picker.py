@@ -10,11 +10,10 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QLineEdit, QPushButton, QWidget
 
 from engine.errors import EngineError, InvalidSettingError
-from engine.remote.client import RemoteEngine
 from engine.remote.endpoint import Endpoint, normalised_url, url_warning
 from engine.remote.keys import save_key
 
-from app.remote_answer import use_key_for_this_run, with_key
+from app.remote_answer import ask_server, use_key_for_this_run
 from app.settings.dialog import hint
 
 THIS_MACHINE, REMOTE = "", "remote"
@@ -23,7 +22,7 @@ WARNING_STYLE = "color: #c62828;"
 
 class EnginePicker(QGroupBox):
     changed = Signal()  # what values() gives may differ
-    modelsListed = Signal(str, object, str)  # url, [model ids], error ("" when none): from a thread of its own
+    modelsListed = Signal(str, object)  # url, [model ids] or why they could not be listed: from a thread
 
     def __init__(self, parent=None):
         super().__init__("Engine", parent)
@@ -102,28 +101,13 @@ class EnginePicker(QGroupBox):
         key = self.api_key.text().strip() or None
         self.list_models.setEnabled(False)
         self._say(f"Asking {url} for its models…")
+        ask_server(Endpoint(url, "", key), lambda remote: [m.id for m in remote.models()],
+                   lambda listed: self.modelsListed.emit(url, listed), "list-models")
 
-        def ask() -> None:
-            engine = None
-            try:
-                engine = RemoteEngine(with_key(Endpoint(url, "", key)))
-                ids, error = [m.id for m in engine.models()], ""
-            except Exception as exc:  # noqa: BLE001 - shown to the person, whatever it is
-                ids, error = [], str(exc) if isinstance(exc, EngineError) else f"{type(exc).__name__}: {exc}"
-            finally:
-                if engine is not None:
-                    engine.close()
-            try:
-                self.modelsListed.emit(url, ids, error)
-            except RuntimeError:  # the dialog was closed meanwhile
-                pass
-
-        threading.Thread(target=ask, daemon=True, name="list-models").start()
-
-    def _models_listed(self, url: str, ids: list, error: str) -> None:
+    def _models_listed(self, url: str, ids) -> None:
         self.list_models.setEnabled(True)
-        if error:
-            return self._say(error, warning=True)
+        if isinstance(ids, str):  # why the server could not be asked
+            return self._say(ids, warning=True)
         typed = self.model.currentText().strip()
         self.model.clear()
         self.model.addItems(ids)

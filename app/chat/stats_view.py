@@ -51,8 +51,9 @@ def remote_items(stats: dict) -> list[tuple[str, str, str]]:
         items.append(("mean_length", f"{stats['mean_acceptance_length']:.2f} tok/step",
                       f"Mean accepted length: tokens per target step, the bonus token included; {source}."))
     method = stats.get("method")
+    reported = f": {METHOD_NAMES.get(method, method)}" if method not in (None, "remote") else ""
     items += [
-        ("method", "remote engine" + (f": {METHOD_NAMES.get(method, method)}" if method not in (None, "remote") else ""),
+        ("method", "remote engine" + reported,
          "A server elsewhere wrote this response; SpecChat's own speculation did not run here."),
         ("memory", stats.get("memory_label") or f"{NA} (remote)", "The server's memory cannot be read from here."),
         ("backend", stats.get("backend") or NA, "The server that answered (and its backend, where it says)."),

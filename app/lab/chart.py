@@ -50,7 +50,8 @@ class LabChart(QChartView):
             series = self.series[method] = QLineSeries()
             series.setName(method_words(method))
             series.setPointsVisible(True)
-            series.setColor(QColor(METHOD_COLOURS.get(method) or SERVER_COLOURS[len(self.series) % len(SERVER_COLOURS)]))
+            other = SERVER_COLOURS[len(self.series) % len(SERVER_COLOURS)]  # a server named otherwise
+            series.setColor(QColor(METHOD_COLOURS.get(method) or other))
             self.chart_.addSeries(series)
             series.attachAxis(self.x_axis)
             series.attachAxis(self.y_axis)

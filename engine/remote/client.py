@@ -251,7 +251,8 @@ class RemoteAnswer:
         f = self.figures
         if isinstance(chunk.get("error"), (dict, str)):
             error = chunk["error"]
-            raise EngineError(f"The server stopped the answer: {error.get('message') if isinstance(error, dict) else error}")
+            said = error.get("message") if isinstance(error, dict) else error
+            raise EngineError(f"The server stopped the answer: {said}")
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             if isinstance(usage.get("completion_tokens"), int):
