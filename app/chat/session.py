@@ -230,11 +230,10 @@ class ChatSession(QObject):
 
     def answering_model(self) -> str:
         """Who answers the open chat: this machine's model, or a remote server's (its model once one answered)."""
-        settings = self.chat_settings()
-        if not settings.remote:
+        remote = self.remote_endpoint()
+        if remote is None:
             return self.model_name
-        host = Endpoint(settings.engine_url).host
-        return f"{settings.engine_model} @ {host}" if settings.engine_model else host
+        return f"{remote.model} @ {remote.host}" if remote.model else remote.host
 
     def _respond(self, parent: int) -> None:
         """A new answer to the message `parent`, shown and written."""
@@ -299,8 +298,8 @@ class ChatSession(QObject):
         self._stall_notice = ""
         self.streaming.stats = self._with_thought(stats)
         self.streaming.model = self.streaming.model or self.model_name  # sent while the model was loading
-        if stats.get("remote") and stats.get("model") and "@" not in self.streaming.model:
-            self.streaming.model = f"{model_label(stats['model'])} @ {self.streaming.model}"  # its first model
+        if stats.get("model") and self.request.remote is not None:  # the model the server says answered
+            self.streaming.model = f"{model_label(stats['model'])} @ {self.request.remote.host}"
         self._changed()
         if time.monotonic() - self._saved_at >= SAVE_EVERY_S:
             self._save()
