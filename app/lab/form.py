@@ -2,6 +2,8 @@
 the LabConfig they make; or, with Engine set to servers, their URLs and client counts (a RemoteLabConfig)."""
 from __future__ import annotations
 
+from argparse import ArgumentTypeError
+
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLineEdit,
                                QPushButton, QSpinBox, QVBoxLayout, QWidget)
 
@@ -46,11 +48,13 @@ class LabForm(QGroupBox):
             self.model_edit.addItem(name, key)
         self.model_edit.setCurrentIndex(self.model_edit.findData(EMBEDDED))
         self.model_edit.setToolTip("A built-in model, or the path of a GGUF file (Browse…).")
-        form.addRow("Target model", self._with_browse(self.model_edit))
+        model_row = self._with_browse(self.model_edit)
+        form.addRow("Target model", model_row)
         self.draft_edit = QLineEdit()
         self.draft_edit.setPlaceholderText("none (needed for the draft model and auto)")
         self.draft_edit.textChanged.connect(self._draft_changed)
-        form.addRow("Draft model", self._with_browse(self.draft_edit))
+        draft_row = self._with_browse(self.draft_edit)
+        form.addRow("Draft model", draft_row)
 
         self.method_boxes = {}
         methods = QHBoxLayout()
@@ -106,6 +110,9 @@ class LabForm(QGroupBox):
         form.addRow("Max draft tokens", drafting)
         form.addRow("Threads", self.threads)
         form.addRow("Repeats", self.repeats)
+        # The rows only this machine's models use, and the rows only servers use (QFormLayout finds a row by its field).
+        self._local_rows = (model_row, draft_row, methods, levels, drafting, self.threads)
+        self._server_rows = (self.servers_edit, self.clients_edit)
         self.engine.currentIndexChanged.connect(self._show_engine)
         self._show_engine()
 
@@ -115,17 +122,10 @@ class LabForm(QGroupBox):
 
     def _show_engine(self, *_args) -> None:
         """Only the rows that mean something for the chosen engine."""
-        remote = self.remote
-        for label in ("Target model", "Draft model", "Methods", "Concurrency", "Max draft tokens", "Threads"):
-            self._row_visible(label, not remote)
-        for label in ("Servers", "Clients"):
-            self._row_visible(label, remote)
-
-    def _row_visible(self, label: str, visible: bool) -> None:
-        for row in range(self.form.rowCount()):
-            item = self.form.itemAt(row, QFormLayout.ItemRole.LabelRole)
-            if item is not None and item.widget() is not None and item.widget().text() == label:
-                self.form.setRowVisible(row, visible)
+        for field in self._local_rows:
+            self.form.setRowVisible(field, not self.remote)
+        for field in self._server_rows:
+            self.form.setRowVisible(field, self.remote)
 
     def _with_browse(self, edit: QWidget) -> QHBoxLayout:
         row = QHBoxLayout()
@@ -172,7 +172,7 @@ class LabForm(QGroupBox):
         if self.remote:
             try:
                 clients = _int_list(self.clients_edit.text())
-            except Exception:  # noqa: BLE001 - argparse's error type: said plainly here
+            except ArgumentTypeError:
                 raise InvalidSettingError(f"Clients: numbers separated by commas, not “{self.clients_edit.text()}”.")
             specs = [spec.strip() for spec in self.servers_edit.text().split(",") if spec.strip()]
             return RemoteLabConfig(prompts=prompts, servers=parse_servers(specs), concurrency=clients,
