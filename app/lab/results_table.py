@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QHeaderView, QTableWidget, QTableWidgetItem
 
-from engine.measure.lab_report import method_words
+from engine.measure.lab_report import memory_text, method_words, utilisation_text
 
 NA = "n/a"
 # Two-line headers and two-line cells where they are wide: at the window's default size every column
@@ -45,18 +45,13 @@ def _fmt(value, fmt: str) -> str:
 
 def cell_texts(c: dict) -> list[str]:
     """What the table shows of one cell, column by column."""
-    util, mem = c.get("utilisation") or {}, c.get("memory") or {}
-    util_text = f"{util.get('kind', '?')} {_fmt(util.get('percent'), '.0f')}%"
-    mem_text = f"{mem.get('kind', '?')} {_fmt(mem.get('bytes') and mem['bytes'] / 2**30, '.2f')} GiB"
-    if util.get("kind") == "remote":  # a server's: not readable from here
-        util_text, mem_text = f"{NA} (remote)", f"{NA} (remote)"
     acc = c.get("acceptance_rate")
     return [method_words(c["method"]), str(c["concurrency"]),
             _fmt(c.get("aggregate_tokens_per_s"), ".1f"), _fmt(c.get("per_request_tokens_per_s"), ".1f"),
             f"{_fmt(c.get('itl_p50_ms'), '.1f')} / {_fmt(c.get('itl_p95_ms'), '.1f')}",
             f"{_fmt(c.get('e2e_p50_s'), '.2f')} / {_fmt(c.get('e2e_p95_s'), '.2f')}",
             NA if acc is None else f"{acc:.0%} · {_fmt(c.get('mean_acceptance_length'), '.2f')}",
-            drafting_text(c), f"{util_text}\n{mem_text}"]
+            drafting_text(c), f"{utilisation_text(c)}\n{memory_text(c)}"]
 
 
 def drafting_text(c: dict) -> str:

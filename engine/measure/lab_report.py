@@ -214,7 +214,8 @@ def _f(value, fmt: str, scale: float = 1.0) -> str:
     return "n/a" if value is None else format(value * scale, fmt)
 
 
-def _util(cell: dict) -> str:
+def utilisation_text(cell: dict) -> str:
+    """A cell's utilisation as the report and the lab window's table show it."""
     u = cell.get("utilisation") or {}
     if u.get("kind") == "remote":
         return "n/a (remote)"
@@ -222,7 +223,8 @@ def _util(cell: dict) -> str:
         else f"{u.get('kind', '?')} n/a"
 
 
-def _memory(cell: dict) -> str:
+def memory_text(cell: dict) -> str:
+    """A cell's memory as the report and the lab window's table show it."""
     m = cell.get("memory") or {}
     if m.get("kind") == "remote":
         return "n/a (remote)"
@@ -247,7 +249,7 @@ def results_table(results: dict) -> str:
             f"| {_f(c['acceptance_rate'], '.0%')} | {_f(c['mean_acceptance_length'], '.2f')} "
             f"| {_f(c.get('draft_share'), '.0%')} | {_f(c.get('draft_model_bytes'), '.2f', 2 ** -30)}"
             f"{' GiB' if c.get('draft_model_bytes') else ''} "
-            f"| {_util(c)} | {_memory(c)} |")
+            f"| {utilisation_text(c)} | {memory_text(c)} |")
     return "\n".join(rows)
 
 
