@@ -22,6 +22,7 @@ from app.progress import ProgressBatch, rate_points
 
 log = logging.getLogger(__name__)
 _run_keys: dict[str, str] = {}  # url → key, for this run only
+_servers: dict[Endpoint, RemoteEngine] = {}  # server_for's
 _lock = threading.Lock()
 
 
@@ -43,6 +44,17 @@ def with_key(endpoint: Endpoint) -> Endpoint:
     return endpoint if endpoint.api_key else Endpoint(endpoint.url, endpoint.model, api_key(endpoint.url))
 
 
+def server_for(endpoint: Endpoint) -> RemoteEngine:
+    """One RemoteEngine per server, key and model, kept for the run: its connections are reused (an https
+    handshake per answer and per context count otherwise), and what it learnt once (a server without spec-decode
+    counters) is not asked again before every answer."""
+    endpoint = with_key(endpoint)
+    with _lock:
+        if endpoint not in _servers:
+            _servers[endpoint] = RemoteEngine(endpoint)
+        return _servers[endpoint]
+
+
 def ask_server(endpoint: Endpoint, question: Callable[[RemoteEngine], object], answer: Callable[[object], None],
                name: str) -> None:
     """question(server) on a thread of its own (a server far away must not freeze the window), then answer(its
@@ -50,8 +62,7 @@ def ask_server(endpoint: Endpoint, question: Callable[[RemoteEngine], object], a
     meanwhile is no error."""
     def run() -> None:
         try:
-            with RemoteEngine(with_key(endpoint)) as remote:
-                result = question(remote)
+            result = question(server_for(endpoint))
         except Exception as exc:  # noqa: BLE001 - told to the person, whatever it is
             result = str(exc) if isinstance(exc, EngineError) else f"{type(exc).__name__}: {exc}"
         try:
@@ -85,9 +96,9 @@ def _answer(worker, request) -> None:
     rid = request.id
     worker.started.emit(rid)
     progress = ProgressBatch(worker.progress.emit, rid)
-    engine = answer = None
+    answer = None
     try:
-        engine = RemoteEngine(with_key(request.remote))
+        engine = server_for(request.remote)
         answer = engine.answer(request.messages, request.sampling, request.max_tokens, engine.model(),
                                request.cancel, continue_last=request.continue_last)
         for text in answer:
@@ -102,6 +113,3 @@ def _answer(worker, request) -> None:
             log.error("a remote answer failed:\n%s", traceback.format_exc())
         worker.failed.emit(rid, str(exc) if isinstance(exc, EngineError) else
                            f"The remote answer failed: {type(exc).__name__}: {exc}", so_far)
-    finally:
-        if engine is not None:
-            engine.close()
