@@ -182,8 +182,7 @@ class StepLoop:
     @property
     def draft_model_bytes(self) -> int | None:
         """The draft model's weights in memory, where this loop runs one."""
-        draft = None if self.proposer.free else getattr(self.proposer, "model", None)
-        return draft.size_bytes if draft is not None else None
+        return None if self.proposer.free else self.proposer.model.size_bytes
 
     def free_cells(self, active: list[SequenceState]) -> int:
         """Cells left in the target's KV cache, which every sequence shares (kv_unified: n_ctx in all)."""

@@ -26,7 +26,8 @@ class Proposer(Protocol):
     name: str
     # True when proposing costs next to nothing, so proposals can be scored while speculation is off.
     # A proposer that is not free also has time_draft(slot) -> (seconds of one drafted token, of one row of
-    # catch-up), lag(slot, history) -> rows it would catch up on, and last_catch_up (rows, seconds).
+    # catch-up), lag(slot, history) -> rows it would catch up on, last_catch_up (rows, seconds) and model (the
+    # draft model it runs).
     free: bool
 
     def start(self, slot: int, prompt: Sequence[int], sampling: SamplingParams, device: torch.device,
