@@ -19,8 +19,9 @@ import numpy as np
 
 from ..errors import ContextOverflowError, EngineError, GenerationCancelled, ModelFileError
 from ..modelfiles.model_check import check_model_file
-from ..hardware import allowed_cpus, backend_name, cpu_uses_amx, physical_cores
+from ..hardware import allowed_cpus, backend_name, cpu_uses_amx, gpu_offload_supported, physical_cores
 from . import step_timings
+from .repack import repack_overrides
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +49,21 @@ def _init_backend() -> None:
     L.llama_backend_init()
 
 
-def model_params() -> L.llama_model_params:
-    """llama.cpp's default model parameters, less what crashes: extra buffer types repack the weights for
-    faster CPU kernels, but with AMX among them multi-row steps crash the process (hardware.py)."""
+def model_params(path: str | Path | None = None, n_gpu_layers: int = 0) -> tuple[L.llama_model_params, int]:
+    """llama.cpp's default model parameters, less what crashes, and how many weights are repacked for its CPU
+    kernels. Extra buffer types repack weights for faster CPU kernels, but with AMX among them multi-row steps
+    crash the process (hardware.py): there they are off, and the file at `path` (if given) has its weights
+    repacked as on a CPU without AMX (repack.py), unless a GPU build is to offload them."""
     params = L.llama_model_default_params()
-    params.use_extra_bufts = not cpu_uses_amx()
-    return params
+    if not cpu_uses_amx():
+        return params, -1  # llama.cpp's own choice, not counted
+    params.use_extra_bufts = False
+    if path is None or (n_gpu_layers != 0 and gpu_offload_supported()):
+        return params, 0
+    overrides, repacked = repack_overrides(path, L.llama_print_system_info() or b"")
+    if overrides:
+        params.tensor_buft_overrides = overrides
+    return params, repacked
 
 
 def flash_attention_type(settings: LoadSettings) -> int:
@@ -94,7 +104,7 @@ class Model:
 
     def _load(self, settings: LoadSettings, vocab_only: bool) -> None:
         _init_backend()
-        mparams = model_params()
+        mparams, self.repacked_weights = model_params(None if vocab_only else self.path, settings.n_gpu_layers)
         mparams.n_gpu_layers = settings.n_gpu_layers
         mparams.vocab_only = vocab_only
         self._model = L.llama_model_load_from_file(str(self.path).encode(), mparams)
@@ -113,7 +123,7 @@ class Model:
         self._max_token_bytes: int | None = None
         # (threads, rows) -> seconds (step.time_steps), shared by every load of this file with these settings
         self.step_timings = step_timings.table_for(self.path, settings.n_gpu_layers, settings.n_batch,
-                                                   settings.flash_attention)
+                                                   settings.flash_attention, self.repacked_weights)
         if vocab_only:
             return
         try:

@@ -31,14 +31,15 @@ _measured_at: dict[str, float] = {}
 _lock = threading.Lock()
 
 
-def table_for(path: Path, n_gpu_layers: int, n_batch: int, flash_attention: bool | None) -> dict:
-    """The shared, growing (threads, rows) -> seconds table of this file loaded with these settings: what this
-    process measured, else what the cache folder holds from the last day, else a new empty one."""
+def table_for(path: Path, n_gpu_layers: int, n_batch: int, flash_attention: bool | None, repacked: int = -1) -> dict:
+    """The shared, growing (threads, rows) -> seconds table of this file loaded with these settings (repacked:
+    runtime.model_params' count of repacked weights): what this process measured, else what the cache folder
+    holds from the last day, else a new empty one."""
     try:
         identity = file_identity(path)
     except OSError:
         return {}
-    key = "|".join(map(str, (identity, n_gpu_layers, n_batch, flash_attention, llama_cpp.__version__,
+    key = "|".join(map(str, (identity, n_gpu_layers, n_batch, flash_attention, repacked, llama_cpp.__version__,
                               platform.machine(), platform.processor(), os.cpu_count())))
     with _lock:
         if key not in _tables:

@@ -97,11 +97,11 @@ def describe(sampling: SamplingParams) -> str:
 
 @contextmanager
 def safe_model_params():
-    """Llama() loads with llama.cpp's default model parameters; while this holds, it gets SpecChat's (the
-    same weights layout, and none that crash: runtime.model_params)."""
+    """Llama() loads with llama.cpp's default model parameters; while this holds, it gets SpecChat's, less the
+    repacking by name (no layout that crashes: runtime.model_params)."""
     lowlevel = llama_cpp.llama.llama_cpp
     default = lowlevel.llama_model_default_params
-    lowlevel.llama_model_default_params = model_params
+    lowlevel.llama_model_default_params = lambda: model_params()[0]
     try:
         yield
     finally:

@@ -187,10 +187,12 @@ def check(model: str | None, draft: str | None, seconds: float | None,
     target, where = load_with_placement(model, load)
     second = None
     try:
-        report["model"] = {"path": str(target.path), "name": target.name, "backend": target.backend, **where}
+        report["model"] = {"path": str(target.path), "name": target.name, "backend": target.backend,
+                           "repacked_weights": target.repacked_weights, **where}
         if draft:
             second, draft_where = load_with_placement(draft, load)
-            report["draft"] = {"path": str(second.path), "name": second.name, **draft_where}
+            report["draft"] = {"path": str(second.path), "name": second.name,
+                               "repacked_weights": second.repacked_weights, **draft_where}
         if seconds is not None:
             report["bench"] = bench(target, second, seconds)
         reading = hardware.read_memory(target.backend)
@@ -204,6 +206,13 @@ def check(model: str | None, draft: str | None, seconds: float | None,
 
 def _gib(n: int | None) -> str:
     return "n/a" if n is None else f"{n / 2**30:.2f} GiB"
+
+
+def _repacked_words(repacked: int) -> str:
+    """runtime.model_params' count: -1 llama.cpp chose (no AMX), 0 none, N repacked by SpecChat (AMX CPUs)."""
+    if repacked < 0:
+        return ""
+    return f"; {repacked} weight matrices repacked for the CPU kernels (AMX kernels off)"
 
 
 def describe(report: dict) -> str:
@@ -223,7 +232,7 @@ def describe(report: dict) -> str:
             m = report[key]
             on_gpu = "n/a" if m["layers_on_gpu"] is None else f"{m['layers_on_gpu']}/{m['layers']}"
             lines.append(f"{key}: {Path(m['path']).name} ({m['name']}): layers on the GPU {on_gpu}"
-                         + (f" ({m['note']})" if "note" in m else ""))
+                         + (f" ({m['note']})" if "note" in m else "") + _repacked_words(m["repacked_weights"]))
     if "memory" in report:
         lines.append(f"memory: {report['memory']['kind']} {_gib(report['memory']['bytes'])} "
                      f"({report['memory']['source']})")

@@ -69,19 +69,49 @@ ROPE_SCALING_TYPES = ("none", "linear", "yarn", "longrope")  # llama.cpp's LLAMA
 
 def read_gguf_metadata(path: str | Path) -> dict:
     """Every key/value of a GGUF file's header (arrays as lists; the big skipped ones as their length)."""
+    return _read(path, tensors=False)[0]
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    ggml_type: int  # ggml_type's number (GGML_TYPE_Q4_K = 12)
+    shape: tuple[int, ...]  # ne[0], ne[1], ...: ne[1] is a weight matrix's rows
+
+
+def read_gguf_tensors(path: str | Path) -> list[TensorInfo]:
+    """The name, type and shape of every tensor a GGUF file declares (its data is not read; nor is its
+    vocabulary, whose 150k strings took 0.4 s of a 0.43 s read)."""
+    return _read(path, tensors=True)[1]
+
+
+def _read(path: str | Path, tensors: bool) -> tuple[dict, list[TensorInfo]]:
     path = Path(path)
     header = read_gguf_header(path)
     with path.open("rb") as f:
         data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     try:
-        return _Reader(data, _HEADER.size, path.name).key_values(header.metadata_count)
+        reader = _Reader(data, _HEADER.size, path.name, keep_strings=not tensors)
+        meta = reader.key_values(header.metadata_count)
+        return meta, reader.tensor_infos(header.tensor_count) if tensors else []
     finally:
         data.close()
 
 
 class _Reader:
-    def __init__(self, data, offset: int, name: str):
+    def __init__(self, data, offset: int, name: str, keep_strings: bool = True):
         self.data, self.at, self.name = data, offset, name
+        self.keep_strings = keep_strings  # False: string arrays (a vocabulary) are stepped over, their length kept
+
+    def _skip_strings(self, count: int) -> None:
+        data, at, size, length = self.data, self.at, len(self.data), struct.Struct("<Q").unpack_from
+        for _ in range(count):
+            if at + 8 > size:
+                raise ModelFileError(f"{self.name} is truncated inside its metadata.")
+            at += 8 + length(data, at)[0]
+        if at > size:
+            raise ModelFileError(f"{self.name} is truncated inside its metadata.")
+        self.at = at
 
     def _take(self, fmt: str):
         size = struct.calcsize("<" + fmt)
@@ -117,9 +147,11 @@ class _Reader:
             values = list(struct.unpack_from(f"<{count}{fmt}", self.data, self.at))
             self.at += size
             return values
+        if item == _STRING and (key in _SKIPPED_ARRAYS or not self.keep_strings):
+            self._skip_strings(count)
+            return count
         if item == _STRING:
-            values = [self._string() for _ in range(count)]
-            return len(values) if key in _SKIPPED_ARRAYS else values
+            return [self._string() for _ in range(count)]
         raise ModelFileError(f"{self.name} has an array of unsupported type {item} ({key}).")
 
     def key_values(self, count: int) -> dict:
@@ -127,6 +159,18 @@ class _Reader:
         for _ in range(count):
             key = self._string().decode("utf-8", "replace")
             out[key] = self._value(self._take("I"), key)
+        return out
+
+    def tensor_infos(self, count: int) -> list[TensorInfo]:
+        out = []
+        for _ in range(count):
+            name = self._string().decode("utf-8", "replace")
+            dims = self._take("I")
+            if dims > 8:  # ggml has at most 4; more means a damaged header, not a bigger tensor
+                raise ModelFileError(f"{self.name} declares a tensor with {dims} dimensions ({name}).")
+            shape = tuple(self._take("Q") for _ in range(dims))
+            ggml_type, _offset = self._take("IQ")
+            out.append(TensorInfo(name, ggml_type, shape))
         return out
 
 

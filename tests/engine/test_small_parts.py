@@ -260,7 +260,7 @@ def test_step_timings_are_kept_per_file_and_settings_for_a_day(tmp_path, monkeyp
         assert Model(model_path, LoadSettings(n_ctx=512), vocab_only=True).step_timings == {}, text
     saved.write_text(json.dumps({"someone else's": 5, "odd": {"measured_at": "today"}}))  # damaged entries ...
     step_timings._tables.clear()
-    step_timings.table_for(model_path, -1, 512, None)[(2, 1)] = 0.02
+    step_timings.table_for(model_path, -1, 512, None, first.repacked_weights)[(2, 1)] = 0.02
     step_timings.save()  # ... are dropped when the next timings are saved, not a crash
     assert list(json.loads(saved.read_text())) == list(json.loads(kept))
     step_timings.forget()  # the made-up timings go; later loads read the real cache folder again
@@ -349,13 +349,15 @@ def test_a_sequence_that_copies_drafts_though_the_others_do_not():
 
 
 @pytest.mark.parametrize("amx", [True, False])
-def test_weights_are_not_repacked_for_amx_kernels_which_crash(monkeypatch, amx):
+def test_no_weights_go_to_amx_kernels_which_crash(monkeypatch, amx, model_path):
     """On a CPU whose llama.cpp build has AMX kernels, Gemma 3's first multi-row step segfaulted in them (an
-    Intel Xeon with AMX_INT8): SpecChat then loads without extra buffer types, and llama-server beside it
-    without repacking too, so both run the same kernels. Elsewhere the repacked kernels stay."""
+    Intel Xeon with AMX_INT8): SpecChat then loads without extra buffer types and hands the repackable weights to
+    CPU_REPACK by name (repack.py); llama-server beside it can only run with --no-repack. Elsewhere llama.cpp
+    chooses, and nothing is counted."""
     import llama_cpp
 
     from engine import hardware
+    from engine.decoding import repack
     from engine.decoding.runtime import model_params
     from engine.measure.versus_server import same_kernels
 
@@ -363,8 +365,13 @@ def test_weights_are_not_repacked_for_amx_kernels_which_crash(monkeypatch, amx):
     monkeypatch.setattr(llama_cpp, "llama_print_system_info", lambda: features)
     hardware.cpu_uses_amx.cache_clear()
     try:
-        assert model_params().use_extra_bufts is not amx
+        assert model_params()[0].use_extra_bufts is not amx
         assert ("--no-repack" in same_kernels()) is amx
+        params, repacked = model_params(model_path)
+        if not amx:
+            assert params.use_extra_bufts and repacked == -1 and not params.tensor_buft_overrides
+        elif repack.cpu_repack_buffer_type() is not None:
+            assert repacked == 27 and params.tensor_buft_overrides  # Gemma 3 270M's Q4_K matrices
     finally:
         hardware.cpu_uses_amx.cache_clear()
 
