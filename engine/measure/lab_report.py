@@ -313,10 +313,11 @@ def write_plot(runs: list[tuple[str, dict]], path: str | Path) -> None:
     matplotlib.use("Agg")  # files only: no display needed
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(len(runs), 2, figsize=(11, 4.2 * len(runs)), squeeze=False)
+    fig, axes = plt.subplots(len(runs), 2, figsize=(11, 5.4 * len(runs)), squeeze=False)
     for (label, results), (ax_rate, ax_itl) in zip(runs, axes):
         cells = cell_map(results)
         xs = levels(results)
+        marked = 0  # crossover labels so far: each goes above the last, as two may fall at one level
         for method in methods(results):
             colour = METHOD_COLOURS.get(method)
             pts = [(c, cells[(method, c)]) for c in xs if (method, c) in cells]
@@ -333,10 +334,11 @@ def write_plot(runs: list[tuple[str, dict]], path: str | Path) -> None:
                 for ax in (ax_rate, ax_itl):
                     ax.axvline(at, color=colour, linestyle=":", alpha=0.8)
                 right_half = math.log2(at) > (math.log2(xs[0]) + math.log2(xs[-1])) / 2
-                ax_rate.annotate(f"{method_words(method)} stops paying\n≈ {at:.1f}", (at, 0.04),
+                ax_rate.annotate(f"{method_words(method)} stops paying\n≈ {at:.1f}", (at, 0.04 + 0.13 * marked),
                                  xycoords=("data", "axes fraction"), color=colour, fontsize=8,
                                  ha="right" if right_half else "left", xytext=(-4 if right_half else 4, 0),
                                  textcoords="offset points")
+                marked += 1
         env = results.get("env", {})
         for ax, title, unit in ((ax_rate, "aggregate throughput", "tokens/s"),
                                 (ax_itl, "inter-token latency", "ms per token")):
@@ -348,7 +350,8 @@ def write_plot(runs: list[tuple[str, dict]], path: str | Path) -> None:
             ax.grid(alpha=0.3)
             ax.set_title(f"{label}: {title} ({env.get('backend', '?')}, {_threads(env)})",
                          fontsize=10)
-            ax.legend(fontsize=8)
+            # below the axes: inside, "best" still sat on the crossover labels or the lines
+            ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
