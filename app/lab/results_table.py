@@ -15,7 +15,9 @@ HEADERS = ["method", "concur-\nrency", "aggregate\ntok/s", "per-request\ntok/s",
            "end-to-end s\np50 / p95", "acceptance\n· tok/step", "drafting\n· model", "utilisation\n· memory"]
 HEADER_TIPS = [
     "The decoding method: plain decoding is the baseline every speed-up is measured against.",
-    "How many requests were decoded at once, in one batch. Each level decodes every prompt at least once.",
+    "How many requests were decoded at once, in one batch. Each level decodes every prompt at least once. "
+    "Below it, the mean actually in flight (weighted by step time): lower where answers ended early and no "
+    "request was left to take their slots, so the slowest answers decoded with fewer beside them.",
     "Aggregate throughput: all requests' generated tokens ÷ the whole level's wall time, from its first "
     "request's prefill to its last request's last token. Prefills and the time between requests count, so "
     "even at concurrency 1 it is below the per-request speed.",
@@ -46,7 +48,8 @@ def _fmt(value, fmt: str) -> str:
 def cell_texts(c: dict) -> list[str]:
     """What the table shows of one cell, column by column."""
     acc = c.get("acceptance_rate")
-    return [method_words(c["method"]), str(c["concurrency"]),
+    in_flight = c.get("mean_in_flight")
+    return [method_words(c["method"]), str(c["concurrency"]) + ("" if in_flight is None else f"\n{in_flight:.1f} avg"),
             _fmt(c.get("aggregate_tokens_per_s"), ".1f"), _fmt(c.get("per_request_tokens_per_s"), ".1f"),
             f"{_fmt(c.get('itl_p50_ms'), '.1f')} / {_fmt(c.get('itl_p95_ms'), '.1f')}",
             f"{_fmt(c.get('e2e_p50_s'), '.2f')} / {_fmt(c.get('e2e_p95_s'), '.2f')}",

@@ -136,11 +136,13 @@ class StepTotals:
     draft_s: float = 0.0
     prefill_s: float = 0.0
     step_time_by_rows: dict[int, list[float]] = field(default_factory=dict)  # rows -> [count, seconds]
+    sequence_s: float = 0.0  # sequences in each step x its seconds: / verify_s, the mean in flight
 
-    def record(self, rows: int, seconds: float) -> None:
+    def record(self, rows: int, seconds: float, sequences: int = 1) -> None:
         self.steps += 1
         self.rows += rows
         self.verify_s += seconds
+        self.sequence_s += sequences * seconds
         entry = self.step_time_by_rows.setdefault(rows, [0, 0.0])
         entry[0] += 1
         entry[1] += seconds
@@ -223,7 +225,7 @@ class StepLoop:
                                               position=len(s.history)))
             offset += k + 1
         seconds = self.clock() - t
-        totals.record(len(rows), seconds)
+        totals.record(len(rows), seconds, n)
         per_row = self.planner.record_step(len(rows), len(rows) - n, seconds)
         self._switch_threads(self.threads.record(per_row, self.planner.steps.contended, drafted=len(rows) > n))
         if self.auto:  # each planner learns from its own proposer's drafts

@@ -66,6 +66,9 @@ def summarise_cell(result: BatchResult, method: str, concurrency: int) -> dict:
         "mean_acceptance_length": 1.0 + accepted / verify_steps if verify_steps else None,
         "per_position_acceptance": [a / d for d, a in zip(slot_drafted, slot_accepted) if d],
         "batch_steps": totals.steps,
+        # Below the concurrency where answers ended early and no request was left to take their slots (a level of
+        # 4 requests at 4: lookup's copies finish first and the slowest answer decodes alone)
+        "mean_in_flight": totals.sequence_s / totals.verify_s if totals.verify_s else None,
         "rows_per_step": totals.rows / totals.steps if totals.steps else None,
         "step_time_by_rows": {str(rows): {"steps": n, "mean_ms": 1000.0 * s / n}
                               for rows, (n, s) in sorted(totals.step_time_by_rows.items())},

@@ -234,14 +234,15 @@ def memory_text(cell: dict) -> str:
 
 def results_table(results: dict) -> str:
     ratios = {(m, c): r for m in methods(results) for c, r in speedups(results, m)}
-    head = ("| method | concurrency | aggregate tok/s | vs plain | per-request tok/s | ITL p50 / p95 ms "
+    head = ("| method | concurrency | in flight | aggregate tok/s | vs plain | per-request tok/s | ITL p50 / p95 ms "
             "| end-to-end p50 / p95 s | acceptance | mean acceptance length | drafting | draft model | utilisation "
             "| memory |")
-    rows = [head, "|" + "---|" * 13]
+    rows = [head, "|" + "---|" * 14]
     for c in sorted(results["cells"], key=lambda c: (c["concurrency"], methods(results).index(c["method"]))):
         ratio = ratios.get((c["method"], c["concurrency"]))
         rows.append(
-            f"| {c['method']} | {c['concurrency']} | {_f(c['aggregate_tokens_per_s'], '.1f')} "
+            f"| {c['method']} | {c['concurrency']} | {_f(c.get('mean_in_flight'), '.1f')} "
+            f"| {_f(c['aggregate_tokens_per_s'], '.1f')} "
             f"| {'—' if c['method'] == 'none' else _f(ratio, '.2f') + '×'} "
             f"| {_f(c['per_request_tokens_per_s'], '.1f')} "
             f"| {_f(c['itl_p50_ms'], '.1f')} / {_f(c['itl_p95_ms'], '.1f')} "
@@ -290,6 +291,9 @@ def summary_markdown(results: dict) -> str:
               f"Recommended chat settings: `{json.dumps(recommended)}`" if recommended else
               "The servers' speculation is set where they run: nothing here to apply.", "",
               "## How the figures are measured", "",
+              "- in flight: the sequences decoding in a step, averaged over the level's step time; below the "
+              "concurrency where answers ended early and no request was left to take their slots (speculation "
+              "finishes some answers first, and the slowest then decodes with fewer beside it).",
               "- aggregate tok/s: all generated tokens ÷ the level's wall time (prefills included).",
               "- per-request tok/s: each request's tokens after its first ÷ the time after its first; the mean.",
               "- ITL: time between a request's token deliveries, a step that delivers m tokens counting as m gaps "

@@ -52,6 +52,10 @@ def test_cli_writes_results_plot_and_summary(tiny_prompts, tmp_path):
     assert spec["drafted"] > 0 and 0.0 <= spec["acceptance_rate"] <= 1.0
     assert spec["mean_acceptance_length"] == pytest.approx(1 + spec["accepted"] / spec["verify_steps"])
     assert spec["batch_steps"] < 16  # two sequences shared each target step
+    # one sequence at a time at 1; at 2, plain decoding's two equal answers decode side by side to the end
+    assert cells[("none", 1)]["mean_in_flight"] == cells[("lookup", 1)]["mean_in_flight"] == pytest.approx(1.0)
+    assert cells[("none", 2)]["mean_in_flight"] == pytest.approx(2.0)
+    assert 1.0 <= spec["mean_in_flight"] <= 2.0
     assert set(results["crossover"]) == {"lookup"}
     assert results["advice"]["settings"]["adaptive"] is True
 
