@@ -212,6 +212,8 @@ def _repacked_words(repacked: int) -> str:
     """runtime.model_params' count: -1 llama.cpp chose (no AMX), 0 none, N repacked by SpecChat (AMX CPUs)."""
     if repacked < 0:
         return ""
+    if repacked == 0:
+        return "; no weights repacked for the CPU kernels (AMX kernels off)"
     return f"; {repacked} weight matrices repacked for the CPU kernels (AMX kernels off)"
 
 

@@ -73,6 +73,7 @@ def test_the_bench_is_measured_for_each_method(report):
     assert f"backend {BACKEND}" in text and f"layers on the GPU {31 if ON_GPU else 0}/31" in text
     assert "model: SmolLM2-135M-Instruct.Q4_1.gguf (" in text  # the file, whatever its header calls itself
     assert "lookup" in text and "tok/s" in text
+    assert ("no weights repacked for the CPU kernels (AMX kernels off)" in text) is hardware.cpu_uses_amx()
     if not ON_GPU:
         assert "not supported by this build" in text and "VRAM reader: n/a" in text and "No problems found." in text
 
