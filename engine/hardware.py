@@ -33,8 +33,9 @@ def allowed_cpus() -> int:
 
 
 @lru_cache(maxsize=1)
-def _ggml():
-    """llama.cpp's ggml library, already loaded by llama_cpp, for its device list."""
+def ggml_library():
+    """llama.cpp's ggml library, already loaded by llama_cpp, with the signatures SpecChat calls declared: its
+    devices here, and the CPU backend's extra buffer types (decoding/repack.py)."""
     from llama_cpp import _ggml
 
     lib = _ggml.libggml
@@ -50,6 +51,14 @@ def _ggml():
     lib.ggml_backend_dev_memory.restype = None
     lib.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
                                             ctypes.POINTER(ctypes.c_size_t)]
+    lib.ggml_backend_dev_by_type.restype = ctypes.c_void_p
+    lib.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
+    lib.ggml_backend_dev_backend_reg.restype = ctypes.c_void_p
+    lib.ggml_backend_dev_backend_reg.argtypes = [ctypes.c_void_p]
+    lib.ggml_backend_reg_get_proc_address.restype = ctypes.c_void_p
+    lib.ggml_backend_reg_get_proc_address.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    lib.ggml_backend_buft_name.restype = ctypes.c_char_p
+    lib.ggml_backend_buft_name.argtypes = [ctypes.c_void_p]
     return lib
 
 
@@ -64,7 +73,7 @@ class Device:
 def devices() -> list[Device]:
     """The compute devices this llama.cpp build registered."""
     try:
-        lib = _ggml()
+        lib = ggml_library()
         out = []
         for i in range(lib.ggml_backend_dev_count()):
             dev = lib.ggml_backend_dev_get(i)
@@ -149,7 +158,7 @@ def _nvml_process_bytes() -> int | None:
 
 def _ggml_gpu_bytes() -> int | None:
     """Device memory in use (total − free) on llama.cpp's GPUs, when the backend reports it."""
-    lib, used, seen = _ggml(), 0, False
+    lib, used, seen = ggml_library(), 0, False
     for dev in devices():
         if dev.is_gpu:
             free, total = ctypes.c_size_t(), ctypes.c_size_t()
@@ -180,7 +189,7 @@ def device_memory(device: Device) -> tuple[int, int] | None:
     """(free, total) bytes of one llama.cpp device, as its backend reports them; None when it reports nothing."""
     free, total = ctypes.c_size_t(), ctypes.c_size_t()
     try:
-        _ggml().ggml_backend_dev_memory(device.handle, ctypes.byref(free), ctypes.byref(total))
+        ggml_library().ggml_backend_dev_memory(device.handle, ctypes.byref(free), ctypes.byref(total))
     except (OSError, AttributeError) as exc:
         log.debug("cannot read %s's memory: %s", device.name, exc)
         return None

@@ -17,6 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..errors import ModelFileError
+from ..hardware import ggml_library
 from ..modelfiles.gguf_header import TensorInfo, read_gguf_tensors
 
 log = logging.getLogger(__name__)
@@ -73,18 +74,8 @@ class _Override(ctypes.Structure):  # llama.h's llama_model_tensor_buft_override
 @lru_cache(maxsize=1)
 def cpu_repack_buffer_type() -> int | None:
     """ggml's CPU_REPACK buffer type, from the CPU backend's extra buffer types; None where this build has none."""
-    from llama_cpp import _ggml
-
-    g = _ggml.libggml
     try:
-        g.ggml_backend_dev_by_type.restype = ctypes.c_void_p
-        g.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
-        g.ggml_backend_dev_backend_reg.restype = ctypes.c_void_p
-        g.ggml_backend_dev_backend_reg.argtypes = [ctypes.c_void_p]
-        g.ggml_backend_reg_get_proc_address.restype = ctypes.c_void_p
-        g.ggml_backend_reg_get_proc_address.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-        g.ggml_backend_buft_name.restype = ctypes.c_char_p
-        g.ggml_backend_buft_name.argtypes = [ctypes.c_void_p]
+        g = ggml_library()
         cpu = g.ggml_backend_dev_by_type(0)  # GGML_BACKEND_DEVICE_TYPE_CPU
         address = cpu and g.ggml_backend_reg_get_proc_address(g.ggml_backend_dev_backend_reg(cpu),
                                                                b"ggml_backend_dev_get_extra_bufts")
