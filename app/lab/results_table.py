@@ -15,11 +15,11 @@ HEADERS = ["method", "concur-\nrency", "aggregate\ntok/s", "per-request\ntok/s",
            "end-to-end s\np50 / p95", "acceptance\n· tok/step", "drafting\n· model", "utilisation\n· memory"]
 HEADER_TIPS = [
     "The decoding method: plain decoding is the baseline every speed-up is measured against.",
-    "How many requests were decoded at once, in one batch. Each level decodes every prompt at least once. "
-    "Below it, the mean actually in flight (weighted by step time): lower where answers ended early and no "
-    "request was left to take their slots, so the slowest answers decoded with fewer beside them.",
-    "Aggregate throughput: all requests' generated tokens ÷ the whole level's wall time, from its first "
-    "request's prefill to its last request's last token. Prefills and the time between requests count, so "
+    "How many requests were decoded at once, in one batch. Each level decodes every prompt at least once; until "
+    "the last is answered, a slot that frees once none waits takes a filler (the same prompts again, in turn), as "
+    "a busy server's queue would refill it. Below it, the mean actually in flight (weighted by step time).",
+    "Aggregate throughput: all generated tokens, the fillers' included, ÷ the whole level's wall time, from its "
+    "first request's prefill to its last request's last token. Prefills and the time between requests count, so "
     "even at concurrency 1 it is below the per-request speed.",
     "Per-request decode speed: one request's tokens after its first ÷ the time from its first token to its "
     "last, the mean over the level's requests. Prefill and waiting for a turn are left out.",

@@ -311,12 +311,17 @@ class Batch:
             job.on_done(job)
 
 
-def run_jobs(batch: Batch, cancel: threading.Event | None = None, on_step: Callable[[], None] | None = None) -> None:
-    """Pump until every job is done; on cancel, end them all and raise GenerationCancelled."""
+def run_jobs(batch: Batch, cancel: threading.Event | None = None, on_step: Callable[[], None] | None = None,
+             done: Callable[[], bool] | None = None) -> None:
+    """Pump until every job is done, or until done() says so (the jobs left are then ended); on cancel,
+    end them all and raise GenerationCancelled."""
     while not batch.idle:
         if cancel is not None and cancel.is_set():
             batch.cancel_all()
             raise GenerationCancelled("stopped by the user")
+        if done is not None and done():
+            batch.cancel_all("length")
+            return
         batch.pump()
         if on_step:
             on_step()

@@ -96,7 +96,7 @@ class LabProgress:
 
 def plan_requests(prompts: list[dict], tokenize, concurrency: int) -> list[BatchRequest]:
     """Every prompt at least once, and a whole number of rounds of `concurrency` requests, so each
-    level is measured on the same prompts and the machine stays at that concurrency."""
+    level is measured on the same prompts (fillers keep it at that concurrency to the end: BatchDecoder.run)."""
     count = concurrency * math.ceil(len(prompts) / concurrency)
     tokens = [tokenize(p["prompt"]) for p in prompts]
     return [BatchRequest(f"{prompts[i % len(prompts)]['id']}#{i}", tokens[i % len(prompts)]) for i in range(count)]
@@ -173,7 +173,8 @@ def run_lab(config: LabConfig, on_progress: Callable[[LabProgress], None] | None
 
                 with UtilisationMeter(target.backend) as meter:
                     result = decoder.run(requests, concurrency, sampling, config.max_tokens,
-                                         ignore_eos=config.ignore_eos, cancel=cancel, on_progress=progress)
+                                         ignore_eos=config.ignore_eos, cancel=cancel, on_progress=progress,
+                                         keep_full=True)
                 cell = summarise_cell(result, method, concurrency)
                 cell["utilisation"] = meter.result.to_dict()
                 cell["memory"] = memory_figure(target.backend)

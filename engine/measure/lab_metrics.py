@@ -52,7 +52,11 @@ def summarise_cell(result: BatchResult, method: str, concurrency: int) -> dict:
         "requests": len(runs),
         "generated_tokens": generated,
         "wall_s": result.wall_s,
-        "aggregate_tokens_per_s": generated / result.wall_s if result.wall_s > 0 else None,
+        # Fillers kept every slot busy until the last request was answered (BatchDecoder.run's keep_full): their
+        # tokens are the level's work too, as a busy server's other clients' would be.
+        "aggregate_tokens_per_s": (generated + result.filler_tokens) / result.wall_s if result.wall_s > 0 else None,
+        "filler_requests": len(result.fillers),
+        "filler_tokens": result.filler_tokens,
         "per_request_tokens_per_s": float(np.mean(per_request)) if per_request else None,
         "itl_p50_ms": _ms(percentile(gaps, 50)),
         "itl_p95_ms": _ms(percentile(gaps, 95)),
@@ -66,8 +70,7 @@ def summarise_cell(result: BatchResult, method: str, concurrency: int) -> dict:
         "mean_acceptance_length": 1.0 + accepted / verify_steps if verify_steps else None,
         "per_position_acceptance": [a / d for d, a in zip(slot_drafted, slot_accepted) if d],
         "batch_steps": totals.steps,
-        # Below the concurrency where answers ended early and no request was left to take their slots (a level of
-        # 4 requests at 4: lookup's copies finish first and the slowest answer decodes alone)
+        # The concurrency itself, fillers keeping the slots busy (below it only while prefills run between steps)
         "mean_in_flight": totals.sequence_s / totals.verify_s if totals.verify_s else None,
         "rows_per_step": totals.rows / totals.steps if totals.steps else None,
         "step_time_by_rows": {str(rows): {"steps": n, "mean_ms": 1000.0 * s / n}

@@ -291,10 +291,13 @@ def summary_markdown(results: dict) -> str:
               f"Recommended chat settings: `{json.dumps(recommended)}`" if recommended else
               "The servers' speculation is set where they run: nothing here to apply.", "",
               "## How the figures are measured", "",
-              "- in flight: the sequences decoding in a step, averaged over the level's step time; below the "
-              "concurrency where answers ended early and no request was left to take their slots (speculation "
-              "finishes some answers first, and the slowest then decodes with fewer beside it).",
-              "- aggregate tok/s: all generated tokens ÷ the level's wall time (prefills included).",
+              "- in flight: the sequences decoding in a step, averaged over the level's step time. Until the last "
+              "request is answered, a slot that frees once no request waits takes a filler (the same prompts again, "
+              "in turn; ended with the level), as a busy server's queue would refill it: without them the slowest "
+              "answers decoded with fewer beside them, and a method that ends some answers early was judged partly "
+              "at a lower concurrency.",
+              "- aggregate tok/s: all generated tokens, the fillers' included, ÷ the level's wall time (prefills "
+              "included).",
               "- per-request tok/s: each request's tokens after its first ÷ the time after its first; the mean.",
               "- ITL: time between a request's token deliveries, a step that delivers m tokens counting as m gaps "
               "of a 1/m share; p50 and p95 over all tokens of the level.",

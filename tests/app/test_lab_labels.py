@@ -85,7 +85,7 @@ def test_the_table_says_what_aggregate_and_per_request_tok_s_measure(lab, qtbot,
     assert lab.table.item(0, aggregate).text() == "7.8" and lab.table.item(0, per_request).text() == "29.2"
 
     tip = header_tip(lab.table, aggregate)
-    assert "all requests' generated tokens" in tip and "wall time" in tip and "Prefills" in tip
+    assert "all generated tokens, the fillers' included" in tip and "wall time" in tip and "Prefills" in tip
     tip = header_tip(lab.table, per_request)
     assert "one request's tokens after its first" in tip and "Prefill and waiting" in tip and "left out" in tip
     assert all(header_tip(lab.table, c) for c in range(lab.table.columnCount()))  # every column says what it is

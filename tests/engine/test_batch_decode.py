@@ -211,6 +211,21 @@ def test_cancel_stops_between_steps_and_frees_every_sequence(batch_target, reque
     assert all(kv_end(batch_target, slot) == 0 for slot in range(SLOTS))
 
 
+def test_keep_full_refills_freed_slots_until_the_last_request_is_answered(batch_target, requests):
+    # colours copies (lookup ends it first), kyoto does not: without fillers kyoto's tail decodes alone
+    pair = [requests[0], requests[1]]
+    decoder = BatchDecoder(batch_target, LookupProposer(remember_requests=False), SpeculationConfig(max_draft=8))
+    alone = decoder.run(pair, 2, GREEDY, max_tokens=24, ignore_eos=True)
+    assert alone.totals.sequence_s < 1.9 * alone.totals.verify_s and not alone.fillers
+    full = decoder.run(pair, 2, GREEDY, max_tokens=24, ignore_eos=True, keep_full=True)
+    assert full.totals.sequence_s == pytest.approx(2 * full.totals.verify_s)  # two in every step, to the end
+    assert [r.request_id for r in full.runs] == ["colours", "kyoto"] and all(len(r.tokens) == 24 for r in full.runs)
+    assert full.fillers and full.fillers[0].request_id == "colours+2"  # the same prompts again, in turn
+    assert all(r.finished_at <= full.finished_at for r in full.fillers)  # ended with the level ...
+    assert 0 < full.filler_tokens < 24 * len(full.fillers)  # ... unfinished
+    assert all(kv_end(batch_target, slot) == 0 for slot in range(SLOTS))  # their caches freed
+
+
 def test_draft_rows_go_where_they_pay():
     def step(rows):  # each extra row costs half a one-row step
         return 1.0 + 0.5 * (rows - 1)
