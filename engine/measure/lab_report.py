@@ -306,7 +306,8 @@ def summary_markdown(results: dict) -> str:
               "- utilisation: GPU from NVML where readable, else this process's CPU time ÷ wall time over all "
               "cores; memory: VRAM where readable, else the process's resident RAM.",
               *(["- remote servers: every time is taken here as the streamed text arrives (the network included); "
-                 "a server is a method, by the name given it; acceptance from its timings or its /metrics counters; "
+                 "a server is a method, by the name given it; a client done with its requests sends fillers until every "
+                 "client is, as the local levels do; acceptance from its timings or its /metrics counters; "
                  "utilisation and memory are the servers' and read n/a."] if results.get("env", {}).get("remote")
                 else [])]
     return "\n".join(lines) + "\n"

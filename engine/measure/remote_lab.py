@@ -74,6 +74,7 @@ def lab_cell(cell: dict, method: str) -> dict:
     return {
         "method": method, "concurrency": cell["clients"], "requests": cell["requests"],
         "generated_tokens": cell["completion_tokens"], "wall_s": cell["wall_s"],
+        "filler_requests": cell["filler_requests"], "filler_tokens": cell["filler_tokens"],
         "aggregate_tokens_per_s": cell["aggregate_tokens_per_s"],
         "per_request_tokens_per_s": cell["client_tokens_per_s"],
         "itl_p50_ms": ms(cell["itl_p50_s"]), "itl_p95_ms": ms(cell["itl_p95_s"]),
@@ -115,12 +116,13 @@ def run_remote_lab(config: RemoteLabConfig, on_progress: Callable[[LabProgress],
                                                 clients, done[0], expected, time.monotonic() - started))
 
                 cell = asyncio.run(run_cell(url, prompts, clients, _bench_args(config, url, requests), number,
-                                            on_request=heard, cancel=cancel))
+                                            on_request=heard, cancel=cancel, keep_full=True))
                 if cancel.is_set():
                     raise GenerationCancelled("the lab was cancelled")
                 measured[name].append(lab_cell(cell, name))
                 index += 1
-            number += clients * requests
+            # the next numbers follow this repeat's, its fillers' included (on the server that sent the most)
+            number += clients * requests + max(c["filler_requests"] for c in (m[-1] for m in measured.values()))
         for name in names:
             best = max(measured[name], key=lambda c: c["aggregate_tokens_per_s"] or 0.0)
             cells.append(best)

@@ -44,6 +44,11 @@ class RequestTrace:
     timings: dict = field(default_factory=dict)
     error: str | None = None
 
+    @property
+    def tokens(self) -> int:
+        """Its tokens: the server's count at the end, or as streamed so far (one cut short)."""
+        return self.completion_tokens or (self.chunks[-1][1] if self.chunks else 0)
+
     def client_tokens_per_s(self) -> float | None:
         """Tokens after the first ÷ the time after the first, as they arrived here."""
         if self.first_at is None or not self.chunks or self.completion_tokens < 2:
@@ -67,13 +72,14 @@ def percentile(values: list[float], q: float) -> float | None:
     return values[min(len(values) - 1, max(0, round(q * (len(values) - 1))))]
 
 
-async def one_request(client: httpx.AsyncClient, url: str, prompt: str, args, model: str = "bench") -> RequestTrace:
+async def one_request(client: httpx.AsyncClient, url: str, prompt: str, args, model: str = "bench",
+                      trace: RequestTrace | None = None) -> RequestTrace:
     chat = args.endpoint == "chat"
     body = {"model": model, "max_tokens": args.max_tokens, "temperature": args.temperature, "seed": args.seed,
             "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True},
             "ignore_eos": args.ignore_eos,
             **({"messages": [{"role": "user", "content": prompt}]} if chat else {"prompt": prompt})}
-    trace = RequestTrace(time.perf_counter())
+    trace = trace or RequestTrace(time.perf_counter())
     try:
         async with client.stream("POST", url + ("/v1/chat/completions" if chat else "/v1/completions"),
                                  json=body) as response:
@@ -105,24 +111,47 @@ async def one_request(client: httpx.AsyncClient, url: str, prompt: str, args, mo
 
 async def run_cell(url: str, prompts: list[str], clients: int, args, first_number: int = 1,
                    on_request: Callable[[RequestTrace], None] | None = None,
-                   cancel: threading.Event | None = None) -> dict:
+                   cancel: threading.Event | None = None, keep_full: bool = False) -> dict:
     """`clients` concurrent clients, each sending `args.requests` requests one after another, numbered from
-    first_number on. on_request hears of each finished request; a set cancel sends no further request."""
+    first_number on. on_request hears of each finished request; a set cancel sends no further request.
+    keep_full: a client done with its requests sends fillers (the prompts again, in turn) until every client is,
+    the last one cut short then, so the server stays at `clients` to the end (as the local lab's levels do)."""
     before, model = spec_counters(url, args), served_model(url, args)
+    real = clients * args.requests
+    fillers: list[RequestTrace] = []
     async with httpx.AsyncClient(timeout=httpx.Timeout(600.0), headers=_auth(args)) as client:
+        answered, busy = asyncio.Event(), [clients]
+
+        def numbered(n: int) -> str:
+            # A number first, unique in the whole run, so no request finds its prompt cached from an
+            # earlier one (in this cell or an earlier one, on any server): TTFT includes the prefill, as it
+            # would for prompts that do not repeat.
+            return f"({first_number + n}) {prompts[n % len(prompts)]}"
+
+        async def fill() -> None:
+            while not answered.is_set() and not (cancel is not None and cancel.is_set()):
+                fillers.append(RequestTrace(time.perf_counter()))
+                request = asyncio.ensure_future(one_request(client, url, numbered(real + len(fillers) - 1), args,
+                                                            model, fillers[-1]))
+                ended = asyncio.ensure_future(answered.wait())
+                await asyncio.wait({request, ended}, return_when=asyncio.FIRST_COMPLETED)
+                for task in (request, ended):
+                    task.cancel()  # a filler still streaming is cut short: its tokens so far count
+                await asyncio.gather(request, ended, return_exceptions=True)
+
         async def one_client(index: int) -> list[RequestTrace]:
             out = []
             for r in range(args.requests):
                 if cancel is not None and cancel.is_set():
                     break
-                n = index * args.requests + r
-                # A number first, unique in the whole run, so no request finds its prompt cached from an
-                # earlier one (in this cell or an earlier one, on any server): TTFT includes the prefill, as it
-                # would for prompts that do not repeat.
-                prompt = f"({first_number + n}) {prompts[n % len(prompts)]}"
-                out.append(await one_request(client, url, prompt, args, model))
+                out.append(await one_request(client, url, numbered(index * args.requests + r), args, model))
                 if on_request is not None:
                     on_request(out[-1])
+            busy[0] -= 1
+            if not busy[0]:
+                answered.set()
+            if keep_full:
+                await fill()
             return out
 
         started = time.perf_counter()
@@ -131,6 +160,7 @@ async def run_cell(url: str, prompts: list[str], clients: int, args, first_numbe
     errors = [t.error for t in traces if t.error]
     good = [t for t in traces if not t.error]
     tokens = sum(t.completion_tokens for t in good)
+    filler_tokens = sum(t.tokens for t in fillers)
     gaps = [g for t in good for g in t.gaps()]
     ttfts = [t.first_at - t.sent_at for t in good if t.first_at]
     e2e = [t.done_at - t.sent_at for t in good]
@@ -145,7 +175,8 @@ async def run_cell(url: str, prompts: list[str], clients: int, args, first_numbe
         steps_mean = [moved.mean_acceptance_length]
     return {
         "clients": clients, "requests": len(traces), "errors": errors, "completion_tokens": tokens, "wall_s": wall,
-        "aggregate_tokens_per_s": tokens / wall if wall > 0 else None,
+        "filler_requests": len(fillers), "filler_tokens": filler_tokens,
+        "aggregate_tokens_per_s": (tokens + filler_tokens) / wall if wall > 0 else None,
         "ttft_p50_s": percentile(ttfts, 0.5), "ttft_p95_s": percentile(ttfts, 0.95),
         "itl_p50_s": percentile(gaps, 0.5), "itl_p95_s": percentile(gaps, 0.95),
         "e2e_p50_s": percentile(e2e, 0.5), "e2e_p95_s": percentile(e2e, 0.95),

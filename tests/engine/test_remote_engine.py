@@ -356,6 +356,30 @@ def test_llama_server_streams_stops_counts_and_reports_its_drafts():
 
 
 # --- the experiment against running servers ------------------------------------------------------------
+def test_a_level_against_a_server_stays_full_until_its_last_request_is_answered(server):
+    """The remote lab's cells, as the local lab's levels: a client done with its requests sends fillers until every
+    client is, the last cut short (and ended by the server); their tokens count in the aggregate."""
+    import argparse
+    import asyncio
+
+    from engine.measure.serve_bench import run_cell
+
+    n = 160
+    args = argparse.Namespace(endpoint="chat", requests=1, max_tokens=n, temperature=0.0, seed=1, ignore_eos=True,
+                              api_key="right-key")
+    prompts = [COPY[0]["content"], COUNTING[0]["content"]]  # lookup ends the copy first
+    cell = asyncio.run(run_cell(server.url, prompts, 2, args, keep_full=True))
+    assert cell["requests"] == 2 and not cell["errors"] and cell["completion_tokens"] == 2 * n
+    assert cell["filler_requests"] >= 1 and 0 <= cell["filler_tokens"] < n * cell["filler_requests"]
+    assert cell["aggregate_tokens_per_s"] * cell["wall_s"] == pytest.approx(2 * n + cell["filler_tokens"])
+    # the filler cut short is ended on the server at once (left running, it had up to 160 tokens to go)
+    assert httpx.get(server.url + "/health").json()["slots_processing"] <= 1
+    time.sleep(0.3)
+    assert httpx.get(server.url + "/health").json()["slots_processing"] == 0
+    alone = asyncio.run(run_cell(server.url, prompts, 2, args))
+    assert alone["filler_requests"] == alone["filler_tokens"] == 0 and alone["completion_tokens"] == 2 * n
+
+
 def test_the_lab_runs_against_servers_through_serve_benchs_path_with_the_crossover(tmp_path, server, monkeypatch):
     """engine.lab --engine-url: plain and lookup SpecChat servers (a real model each), and a vLLM whose acceptance
     comes from its /metrics counters, measured through serve_bench's path into the lab's own results document,
