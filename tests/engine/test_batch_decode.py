@@ -226,6 +226,20 @@ def test_keep_full_refills_freed_slots_until_the_last_request_is_answered(batch_
     assert all(kv_end(batch_target, slot) == 0 for slot in range(SLOTS))  # their caches freed
 
 
+def test_each_loop_starts_on_the_threads_the_model_was_loaded_with(batch_target):
+    """A lab level's loop may end with fewer threads on trial (ThreadTuner); the next level's loop on the same model
+    took that count for the full one and never tried more (every later level ran on one thread of two)."""
+    import torch
+
+    full = batch_target.settings.resolved_threads()
+    if full < 2:
+        pytest.skip("needs two CPUs for this process")
+    batch_target.set_threads(1)  # as a trial left it
+    loop = StepLoop(batch_target, None, SpeculationConfig(), torch.device("cpu"))
+    assert batch_target.threads == loop.threads.full == loop.threads.current == full
+    assert StepLoop(batch_target, None, SpeculationConfig(), torch.device("cpu"), tune_threads=False).threads.full == 1
+
+
 def test_draft_rows_go_where_they_pay():
     def step(rows):  # each extra row costs half a one-row step
         return 1.0 + 0.5 * (rows - 1)
