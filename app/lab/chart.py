@@ -5,10 +5,13 @@ from PySide6.QtCharts import QChart, QChartView, QLineSeries, QLogValueAxis, QVa
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QPainter, QPen
 
-from engine.measure.lab_report import METHOD_COLOURS, method_words
+from engine.measure.lab_report import METHOD_COLOURS
 
 
 SERVER_COLOURS = ("#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")  # servers named otherwise (remote labs)
+# The legend's words: short, as two charts side by side leave each ~300 px (the long ones were cut to "plain deco…");
+# the table beside it says each method in full.
+LEGEND_WORDS = {"none": "plain", "lookup": "lookup", "draft": "draft model", "auto": "auto"}
 
 
 class LabChart(QChartView):
@@ -30,13 +33,13 @@ class LabChart(QChartView):
         self.setRenderHint(QPainter.Antialiasing)
         self.setMinimumSize(300, 260)  # two side by side beside the form fit the window's default width
         self.series: dict[str, QLineSeries] = {}
-        self._marker: QLineSeries | None = None
+        self.markers: list[QLineSeries] = []
         self.clear()
 
     def clear(self) -> None:
         self.chart_.removeAllSeries()
         self.series.clear()
-        self._marker = None
+        self.markers.clear()
         self.x_axis.setRange(1, 8)
         self.y_axis.setRange(0, 1)
 
@@ -48,7 +51,7 @@ class LabChart(QChartView):
         series = self.series.get(method)
         if series is None:
             series = self.series[method] = QLineSeries()
-            series.setName(method_words(method))
+            series.setName(LEGEND_WORDS.get(method, method))
             series.setPointsVisible(True)
             other = SERVER_COLOURS[len(self.series) % len(SERVER_COLOURS)]  # a server named otherwise
             series.setColor(QColor(METHOD_COLOURS.get(method) or other))
@@ -58,19 +61,21 @@ class LabChart(QChartView):
         series.append(cell["concurrency"], value)
         self._rescale()
 
-    def mark(self, at: float, label: str) -> None:
-        """A dashed vertical line where speculation stops paying."""
-        self._marker = QLineSeries()
-        self._marker.setName(label)
-        pen = QPen(QColor("#888888"))
+    def mark(self, at: float, method: str) -> None:
+        """A dashed vertical line, in the method's colour, where its speculation stops paying."""
+        marker = QLineSeries()
+        marker.setName(f"{LEGEND_WORDS.get(method, method)} stops paying")
+        series = self.series.get(method)
+        pen = QPen(series.color() if series is not None else QColor("#888888"))
         pen.setStyle(Qt.DashLine)
-        self._marker.setPen(pen)
+        marker.setPen(pen)
         top = self.y_axis.max()
-        self._marker.append(at, 0)
-        self._marker.append(at, top)
-        self.chart_.addSeries(self._marker)
-        self._marker.attachAxis(self.x_axis)
-        self._marker.attachAxis(self.y_axis)
+        marker.append(at, 0)
+        marker.append(at, top)
+        self.chart_.addSeries(marker)
+        marker.attachAxis(self.x_axis)
+        marker.attachAxis(self.y_axis)
+        self.markers.append(marker)
 
     def _rescale(self) -> None:
         points = [p for s in self.series.values() for p in s.points()]

@@ -235,7 +235,7 @@ class LabWindow(QWidget):
         for method in results.get("crossover", {}):
             cross = crossover(results, method)
             if cross and cross.stops_at is not None:
-                self.rate_chart.mark(cross.estimate or cross.stops_at, f"{method_words(method)} stops paying")
+                self.rate_chart.mark(cross.estimate or cross.stops_at, method)
         advice = results["advice"]
         self.recommendation = dict(advice["settings"])
         self.advice.setText("\n".join(advice["lines"]) + "\n\n" + recommendation_words(results, self.recommendation))

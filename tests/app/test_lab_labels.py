@@ -157,3 +157,16 @@ def test_the_target_model_field_shows_the_models_name_and_runs_the_model(lab, qt
     lab.model_edit.setEditText("/models/my-model.gguf")  # as Browse… fills it in, or as typed
     lab.run_button.click()
     assert started[-1].model == "/models/my-model.gguf"
+
+
+def test_the_charts_legend_is_short_and_each_crossover_line_has_its_methods_colour(lab, qtbot, tmp_path):
+    document = results_document()
+    for c in document["cells"]:
+        if c["method"] == "lookup" and c["concurrency"] >= 4:  # lookup stops paying between 2 and 4
+            c["aggregate_tokens_per_s"] *= 0.6
+    load(lab, tmp_path, document)
+    chart = lab.rate_chart
+    labels = [m.label() for m in chart.chart_.legend().markers()]
+    assert labels == ["plain", "lookup", "lookup stops paying"]  # the long words were cut to "plain deco…"
+    (line,) = chart.markers
+    assert line.pen().color() == chart.series["lookup"].color() and 2 < line.points()[0].x() < 4
