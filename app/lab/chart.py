@@ -1,6 +1,8 @@
 """One lab measure against concurrency (a log2 axis), a line per method, points added as cells finish."""
 from __future__ import annotations
 
+from typing import Callable
+
 from PySide6.QtCharts import QChart, QChartView, QLineSeries, QLogValueAxis, QValueAxis
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QPainter, QPen
@@ -15,7 +17,7 @@ LEGEND_WORDS = {"none": "plain", "lookup": "lookup", "draft": "draft model", "au
 
 
 class LabChart(QChartView):
-    def __init__(self, title: str, unit: str, key: str, parent=None):
+    def __init__(self, title: str, unit: str, key: str | Callable[[dict], float | None], parent=None):
         super().__init__(parent)
         self.key = key
         self.chart_ = QChart()
@@ -44,7 +46,7 @@ class LabChart(QChartView):
         self.y_axis.setRange(0, 1)
 
     def add(self, cell: dict) -> None:
-        value = cell.get(self.key)
+        value = self.key(cell) if callable(self.key) else cell.get(self.key)
         if value is None:
             return
         method = cell["method"]

@@ -1,7 +1,7 @@
 """The lab's measured cells as a table: one row per method and concurrency, "n/a" where nothing was read.
 
 Each header says in a tooltip how its figure is measured (engine/measure/lab_metrics.py), and LEGEND,
-shown under the table, says why aggregate and per-request tokens/s differ even at concurrency 1."""
+shown under the table, says how full-load, aggregate and per-request tokens/s differ."""
 from __future__ import annotations
 
 from PySide6.QtWidgets import QHeaderView, QTableWidget, QTableWidgetItem
@@ -11,16 +11,18 @@ from engine.measure.lab_report import memory_text, method_words, utilisation_tex
 NA = "n/a"
 # Two-line headers and two-line cells where they are wide: at the window's default size every column
 # fits beside the charts, so no header is cut and no column hides behind a scroll bar.
-HEADERS = ["method", "concur-\nrency", "aggregate\ntok/s", "per-request\ntok/s", "ITL ms\np50 / p95",
+HEADERS = ["method", "concur-\nrency", "tok/s full\n· aggregate", "per-request\ntok/s", "ITL ms\np50 / p95",
            "end-to-end s\np50 / p95", "acceptance\n· tok/step", "drafting\n· model", "utilisation\n· memory"]
 HEADER_TIPS = [
     "The decoding method: plain decoding is the baseline every speed-up is measured against.",
     "How many requests were decoded at once, in one batch. Each level decodes every prompt at least once; until "
     "the last is answered, a slot that frees once none waits takes a filler (the same prompts again, in turn), as "
     "a busy server's queue would refill it. Below it, the mean actually in flight (weighted by step time).",
-    "Aggregate throughput: all generated tokens, the fillers' included, ÷ the whole level's wall time, from its "
-    "first request's prefill to its last request's last token. Prefills and the time between requests count, so "
-    "even at concurrency 1 it is below the per-request speed.",
+    "Full load (above): the tokens delivered by the steps that had every slot busy ÷ those steps' time, prefills "
+    "left out: what the level itself decodes. The chart, the speed-ups and where speculation stops paying use it. "
+    "Aggregate (below): all generated tokens, the fillers' included, ÷ the whole level's wall time, from its first "
+    "request's prefill to its last request's last token: prefills count, so even at concurrency 1 it is below the "
+    "per-request speed, and a filler admitted just before the level ends pays its whole prefill for a few tokens.",
     "Per-request decode speed: one request's tokens after its first ÷ the time from its first token to its "
     "last, the mean over the level's requests. Prefill and waiting for a turn are left out.",
     "Inter-token latency in milliseconds: the time between a request's tokens after its first (a step that "
@@ -35,10 +37,10 @@ HEADER_TIPS = [
     "Utilisation: the GPU's (NVML) where it can be read, else this process's CPU time ÷ wall time as a share "
     "of all cores. Memory: VRAM where it can be read, else the process's resident RAM, after the level.",
 ]
-LEGEND = ("Aggregate tok/s: all requests' tokens ÷ the level's whole wall time, prefills and the gaps between "
-          "requests included. Per-request tok/s: one request's decode speed, its tokens after the first ÷ the time "
-          "after its first token. So even at concurrency 1 aggregate is lower: it also pays for the prefills. "
-          "Hover a header for how each figure is measured.")
+LEGEND = ("Full load: decode tokens/s while every slot of the level was busy, the figure speed-ups are judged by. "
+          "Aggregate: all tokens ÷ the level's whole wall time, prefills included. Per-request: one request's decode "
+          "speed, its tokens after the first ÷ the time after its first token. Hover a header for how each figure is "
+          "measured.")
 
 
 def _fmt(value, fmt: str) -> str:
@@ -50,7 +52,8 @@ def cell_texts(c: dict) -> list[str]:
     acc = c.get("acceptance_rate")
     in_flight = c.get("mean_in_flight")
     return [method_words(c["method"]), str(c["concurrency"]) + ("" if in_flight is None else f"\n{in_flight:.1f} avg"),
-            _fmt(c.get("aggregate_tokens_per_s"), ".1f"), _fmt(c.get("per_request_tokens_per_s"), ".1f"),
+            f'{_fmt(c.get("full_tokens_per_s"), ".1f")}\n{_fmt(c.get("aggregate_tokens_per_s"), ".1f")}',
+            _fmt(c.get("per_request_tokens_per_s"), ".1f"),
             f"{_fmt(c.get('itl_p50_ms'), '.1f')} / {_fmt(c.get('itl_p95_ms'), '.1f')}",
             f"{_fmt(c.get('e2e_p50_s'), '.2f')} / {_fmt(c.get('e2e_p95_s'), '.2f')}",
             NA if acc is None else f"{acc:.0%} · {_fmt(c.get('mean_acceptance_length'), '.2f')}",

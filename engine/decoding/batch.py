@@ -108,7 +108,7 @@ class Batch:
         if not 1 <= slots <= target.settings.n_seq_max:
             raise InvalidSettingError(f"slots must be 1..{target.settings.n_seq_max} (the context's sequences), "
                                       f"got {slots!r}")
-        self.loop, self.target, self.keep_caches = loop, target, keep_caches
+        self.loop, self.target, self.keep_caches, self.slots = loop, target, keep_caches, slots
         self.waiting: deque[Job] = deque()
         self.active: list[_Sequence] = []
         self.free_slots = list(range(slots))[::-1]
@@ -154,10 +154,17 @@ class Batch:
         if not self.active:
             return
         stepping = list(self.active)
+        started = time.perf_counter()
         outcomes = self.loop.step(stepping, [s.answer.tokens_left for s in stepping])
         now = time.perf_counter()
+        delivered = 0
         for seq, outcome in zip(stepping, outcomes):
-            self._emit(seq, seq.answer.push(outcome.tokens, outcome.accepted), now)
+            delta = seq.answer.push(outcome.tokens, outcome.accepted)
+            delivered += len(delta.tokens)
+            self._emit(seq, delta, now)
+        if len(stepping) == self.slots:
+            self.loop.totals.full_s += now - started
+            self.loop.totals.full_tokens += delivered
 
     def cancel_all(self, reason: str = "cancelled") -> None:
         """End every job now, waiting or running."""

@@ -38,6 +38,7 @@ from ..decoding.cost_model import SpeculationConfig
 from ..modelfiles.embedded import resolve_model
 from ..errors import EngineError, InvalidSettingError
 from .lab_metrics import UtilisationMeter, memory_figure, summarise_cell
+from .lab_report import throughput
 from ..decoding.loader import DRAFT_METHODS, METHODS, proposer_for, require_rollback
 from ..decoding.runtime import LoadSettings, Model
 from ..decoding.sampling import SamplingParams
@@ -201,9 +202,10 @@ def run_lab(config: LabConfig, on_progress: Callable[[LabProgress], None] | None
 def _least_disturbed(runs: list[dict]) -> dict:
     """Of repeated runs of one cell, the fastest: other work on the machine only ever slows a run
     down. Every run's throughput stays in the cell, so the spread is visible."""
-    best = dict(max(runs, key=lambda c: c["aggregate_tokens_per_s"] or 0.0))
+    best = dict(max(runs, key=lambda c: throughput(c) or 0.0))
     best["repeats"] = len(runs)
     best["aggregate_tokens_per_s_runs"] = [c["aggregate_tokens_per_s"] for c in runs]
+    best["full_tokens_per_s_runs"] = [c.get("full_tokens_per_s") for c in runs]
     return best
 
 
@@ -301,10 +303,11 @@ class ConsoleProgress:
         self.stream.flush()
 
     def cell_done(self, cell: dict) -> None:
-        rate = cell["aggregate_tokens_per_s"]
+        rate, full = cell["aggregate_tokens_per_s"], cell.get("full_tokens_per_s")
         acc = cell["acceptance_rate"]
         itl = cell["itl_p50_ms"]
-        line = (f"{cell['method']:>6} × {cell['concurrency']:<2} {rate or 0.0:7.1f} tok/s aggregate, ITL p50 "
+        line = (f"{cell['method']:>6} × {cell['concurrency']:<2} {'n/a' if full is None else f'{full:.1f}':>7} tok/s "
+                f"at full load, {rate or 0.0:.1f} aggregate, ITL p50 "
                 f"{'n/a' if itl is None else f'{itl:.1f}'} ms, acceptance {'n/a' if acc is None else f'{acc:.0%}'}")
         self.stream.write(("\r" + line + " " * 20 + "\n") if self.live else line + "\n")
         self.stream.flush()

@@ -57,14 +57,20 @@ def methods(results: dict) -> list[str]:
     return seen
 
 
+def throughput(cell: dict) -> float | None:
+    """The tokens/s a level is judged by: decode throughput with every slot busy where that was measured (a local
+    lab, lab_metrics.py), else the aggregate (servers, and results saved before it was measured)."""
+    return cell.get("full_tokens_per_s") or cell.get("aggregate_tokens_per_s")
+
+
 def speedups(results: dict, method: str, base: str = "none") -> list[tuple[int, float]]:
-    """(concurrency, aggregate tokens/s of method ÷ plain decoding's (base's)) where both were measured."""
+    """(concurrency, throughput of method ÷ plain decoding's (base's)) where both were measured."""
     cells = cell_map(results)
     out = []
     for level in levels(results):
         spec, plain = cells.get((method, level)), cells.get((base, level))
-        if spec and plain and spec["aggregate_tokens_per_s"] and plain["aggregate_tokens_per_s"]:
-            out.append((level, spec["aggregate_tokens_per_s"] / plain["aggregate_tokens_per_s"]))
+        if spec and plain and throughput(spec) and throughput(plain):
+            out.append((level, throughput(spec) / throughput(plain)))
     return out
 
 
@@ -195,10 +201,10 @@ def advise(results: dict) -> Advice:
 
 
 def _best_single_chat(results: dict) -> str:
-    """The method with the highest aggregate throughput at the lowest tested concurrency."""
+    """The method with the highest throughput at the lowest tested concurrency."""
     lowest = min(levels(results))
-    cells = [c for c in results["cells"] if c["concurrency"] == lowest and c["aggregate_tokens_per_s"]]
-    return max(cells, key=lambda c: c["aggregate_tokens_per_s"])["method"] if cells else "none"
+    cells = [c for c in results["cells"] if c["concurrency"] == lowest and throughput(c)]
+    return max(cells, key=throughput)["method"] if cells else "none"
 
 
 def with_analysis(results: dict) -> dict:
@@ -234,16 +240,17 @@ def memory_text(cell: dict) -> str:
 
 def results_table(results: dict) -> str:
     ratios = {(m, c): r for m in methods(results) for c, r in speedups(results, m)}
-    head = ("| method | concurrency | in flight | aggregate tok/s | vs plain | per-request tok/s | ITL p50 / p95 ms "
-            "| end-to-end p50 / p95 s | acceptance | mean acceptance length | drafting | draft model | utilisation "
-            "| memory |")
-    rows = [head, "|" + "---|" * 14]
+    head = ("| method | concurrency | in flight | full-load tok/s | vs plain | aggregate tok/s | per-request tok/s "
+            "| ITL p50 / p95 ms | end-to-end p50 / p95 s | acceptance | mean acceptance length | drafting | draft model "
+            "| utilisation | memory |")
+    rows = [head, "|" + "---|" * 15]
     for c in sorted(results["cells"], key=lambda c: (c["concurrency"], methods(results).index(c["method"]))):
         ratio = ratios.get((c["method"], c["concurrency"]))
         rows.append(
             f"| {c['method']} | {c['concurrency']} | {_f(c.get('mean_in_flight'), '.1f')} "
-            f"| {_f(c['aggregate_tokens_per_s'], '.1f')} "
+            f"| {_f(c.get('full_tokens_per_s'), '.1f')} "
             f"| {'—' if c['method'] == 'none' else _f(ratio, '.2f') + '×'} "
+            f"| {_f(c['aggregate_tokens_per_s'], '.1f')} "
             f"| {_f(c['per_request_tokens_per_s'], '.1f')} "
             f"| {_f(c['itl_p50_ms'], '.1f')} / {_f(c['itl_p95_ms'], '.1f')} "
             f"| {_f(c['e2e_p50_s'], '.2f')} / {_f(c['e2e_p95_s'], '.2f')} "
@@ -284,8 +291,8 @@ def summary_markdown(results: dict) -> str:
             lines.append(f"- {words}: pays up to concurrency {cross['pays_up_to']}, stops paying at "
                          f"{cross['stops_at']}; the speed-up falls to {PAYS:.2f}× at about {cross['estimate']:.1f} "
                          f"concurrent sequences: {ratios}.")
-    lines.append(f"\n\"Pays\" means at least {PAYS:.2f}× plain decoding's aggregate throughput at the same "
-                 "concurrency; a smaller lead is within run-to-run spread.")
+    lines.append(f"\n\"Pays\" means at least {PAYS:.2f}× plain decoding's throughput at the same concurrency (at full "
+                 "load where measured, else the aggregate); a smaller lead is within run-to-run spread.")
     recommended = results["advice"]["settings"]
     lines += ["", "## Advice", "", *results["advice"]["lines"], "",
               f"Recommended chat settings: `{json.dumps(recommended)}`" if recommended else
@@ -296,6 +303,10 @@ def summary_markdown(results: dict) -> str:
               "in turn; ended with the level), as a busy server's queue would refill it: without them the slowest "
               "answers decoded with fewer beside them, and a method that ends some answers early was judged partly "
               "at a lower concurrency.",
+              "- full-load tok/s: the tokens delivered by the steps that had every slot busy ÷ those steps' time "
+              "(proposing included, prefills not). Speed-ups, the crossover and the plot use it (the aggregate where "
+              "it is n/a): a filler admitted just before the level ends pays its whole prefill for a few tokens, and "
+              "a method that ends answers sooner admits more.",
               "- aggregate tok/s: all generated tokens, the fillers' included, ÷ the level's wall time (prefills "
               "included).",
               "- per-request tok/s: each request's tokens after its first ÷ the time after its first; the mean.",
@@ -330,7 +341,7 @@ def write_plot(runs: list[tuple[str, dict]], path: str | Path) -> None:
             colour = METHOD_COLOURS.get(method)
             pts = [(c, cells[(method, c)]) for c in xs if (method, c) in cells]
             conc = [c for c, _ in pts]
-            ax_rate.plot(conc, [cell["aggregate_tokens_per_s"] or float("nan") for _, cell in pts], "o-",
+            ax_rate.plot(conc, [throughput(cell) or float("nan") for _, cell in pts], "o-",
                          color=colour, label=method_words(method))
             ax_itl.plot(conc, [cell["itl_p50_ms"] or float("nan") for _, cell in pts], "o-", color=colour,
                         label=f"{method_words(method)} p50")
@@ -348,7 +359,7 @@ def write_plot(runs: list[tuple[str, dict]], path: str | Path) -> None:
                                  textcoords="offset points")
                 marked += 1
         env = results.get("env", {})
-        for ax, title, unit in ((ax_rate, "aggregate throughput", "tokens/s"),
+        for ax, title, unit in ((ax_rate, "decode throughput, every slot busy", "tokens/s"),
                                 (ax_itl, "inter-token latency", "ms per token")):
             ax.set_xscale("log", base=2)
             ax.set_xticks(xs, [str(x) for x in xs])

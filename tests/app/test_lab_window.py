@@ -56,7 +56,7 @@ def test_a_run_fills_the_chart_and_table_and_ends_in_advice(lab, qtbot, tmp_path
     for chart in (lab.rate_chart, lab.itl_chart):
         assert [x for x, _ in chart.points("none")] == [1, 2] and [x for x, _ in chart.points("lookup")] == [1, 2]
         assert all(y > 0 for _, y in chart.points("lookup"))
-    rates = {(c["method"], c["concurrency"]): c["aggregate_tokens_per_s"] for c in results["cells"]}
+    rates = {(c["method"], c["concurrency"]): c["full_tokens_per_s"] for c in results["cells"]}  # every slot busy
     assert lab.rate_chart.points("lookup")[1][1] == pytest.approx(rates[("lookup", 2)])
     levels = sorted(lab.table.item(row, 1).text() for row in range(lab.table.rowCount()))
     assert levels[0] == levels[1] == "1\n1.0 avg" and all(t.startswith("2\n") for t in levels[2:])  # in flight

@@ -46,7 +46,11 @@ def test_cli_writes_results_plot_and_summary(tiny_prompts, tmp_path):
         assert cell["e2e_p95_s"] >= cell["e2e_p50_s"] > 0
         assert cell["utilisation"]["kind"] == UTILISATION_KIND and cell["utilisation"]["percent"] > 0  # labelled
         assert cell["memory"]["kind"] == MEMORY_KIND and cell["memory"]["bytes"] > 100 * 2**20
-        assert cell["repeats"] == 2 and cell["aggregate_tokens_per_s"] == max(cell["aggregate_tokens_per_s_runs"])
+        assert cell["repeats"] == 2 and cell["full_tokens_per_s"] == max(cell["full_tokens_per_s_runs"])
+        # every token but each request's first (its prefill's) came from a step with every slot busy
+        assert cell["full_tokens"] == cell["generated_tokens"] + cell["filler_tokens"] - cell["requests"] - \
+            cell["filler_requests"]
+        assert cell["full_tokens_per_s"] > cell["aggregate_tokens_per_s"]  # prefills left out
     assert cells[("none", 1)]["acceptance_rate"] is None and cells[("none", 1)]["mean_acceptance_length"] == 1.0
     spec = cells[("lookup", 2)]
     assert spec["drafted"] > 0 and 0.0 <= spec["acceptance_rate"] <= 1.0
@@ -65,7 +69,7 @@ def test_cli_writes_results_plot_and_summary(tiny_prompts, tmp_path):
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     summary = (out / "summary.md").read_text()
     assert "## Crossover" in summary and "prompt lookup" in summary and "| lookup | 2 |" in summary
-    assert "lookup × 2" in done.stderr and "tok/s aggregate" in done.stderr  # progress, cell by cell
+    assert "lookup × 2" in done.stderr and "tok/s at full load" in done.stderr  # progress, cell by cell
     assert "## Crossover" in done.stdout  # the summary, printed too
 
 
