@@ -29,6 +29,9 @@ from app.lab.runner import PROGRESS_EVERY_S, LabRunner, LabWorker
 __all__ = ["CUSTOM", "LEVELS", "NA", "PROGRESS_EVERY_S", "PROMPT_SETS", "LabChart", "LabWindow", "LabWorker"]
 
 
+RATE_TITLES = {True: "Decode throughput, every slot busy", False: "Aggregate throughput"}
+
+
 def recommendation_words(results: dict, settings: dict) -> str:
     """The recommended chat settings in words, squared with the advice above them: the advice names the
     best *fixed* draft length k for one chat (lab_report.best_draft_length), while the recommendation keeps
@@ -109,7 +112,7 @@ class LabWindow(QWidget):
         self.progress.hide()
         self.status = QLabel("Choose what to compare, then Run.")
         self.status.setWordWrap(True)
-        self.rate_chart = LabChart("Decode throughput, every slot busy", "tokens/s", throughput)
+        self.rate_chart = LabChart(RATE_TITLES[True], "tokens/s", throughput)
         self.itl_chart = LabChart("Inter-token latency (p50)", "ms per token", "itl_p50_ms")
         charts = QHBoxLayout()
         charts.addWidget(self.rate_chart)
@@ -198,6 +201,9 @@ class LabWindow(QWidget):
 
     @Slot(object)
     def _on_cell(self, cell: dict) -> None:
+        # what throughput() plots: servers' cells (and older results) have only the aggregate
+        full = cell.get("full_tokens_per_s") is not None
+        self.rate_chart.chart_.setTitle(RATE_TITLES[full])
         self.rate_chart.add(cell)
         self.itl_chart.add(cell)
         self.table.add_cell(cell)

@@ -168,7 +168,19 @@ def test_the_charts_legend_is_short_and_each_crossover_line_has_its_methods_colo
             c["full_tokens_per_s"] *= 0.6
     load(lab, tmp_path, document)
     chart = lab.rate_chart
+    assert chart.chart_.title() == "Decode throughput, every slot busy"
     labels = [m.label() for m in chart.chart_.legend().markers()]
     assert labels == ["plain", "lookup", "lookup stops paying"]  # the long words were cut to "plain deco…"
     (line,) = chart.markers
     assert line.pen().color() == chart.series["lookup"].color() and 2 < line.points()[0].x() < 4
+
+
+def test_results_with_only_the_aggregate_are_charted_as_such(lab, qtbot, tmp_path):
+    document = results_document()  # as servers' cells are, and results saved before full load was measured
+    for c in document["cells"]:
+        del c["full_tokens_per_s"]
+    load(lab, tmp_path, document)
+    assert lab.rate_chart.chart_.title() == "Aggregate throughput"
+    assert lab.rate_chart.points("none")[0] == (1, pytest.approx(7.8))
+    columns = {header_text(lab.table, c).replace("\n", " "): c for c in range(lab.table.columnCount())}
+    assert lab.table.item(0, columns["tok/s full · aggregate"]).text() == "n/a\n7.8"
