@@ -212,9 +212,11 @@ def test_cancel_stops_between_steps_and_frees_every_sequence(batch_target, reque
 
 
 def test_keep_full_refills_freed_slots_until_the_last_request_is_answered(batch_target, requests):
-    # colours copies (lookup ends it first), kyoto does not: without fillers kyoto's tail decodes alone
+    # colours copies, kyoto does not: lookup drafting 8 at every step (not adaptive: no timing decides it) ends colours
+    # long before kyoto, whose tail, without fillers, decodes alone
     pair = [requests[0], requests[1]]
-    decoder = BatchDecoder(batch_target, LookupProposer(remember_requests=False), SpeculationConfig(max_draft=8))
+    decoder = BatchDecoder(batch_target, LookupProposer(remember_requests=False),
+                           SpeculationConfig(max_draft=8, adaptive=False))
     alone = decoder.run(pair, 2, GREEDY, max_tokens=24, ignore_eos=True)
     assert alone.totals.sequence_s < 1.9 * alone.totals.verify_s and not alone.fillers
     full = decoder.run(pair, 2, GREEDY, max_tokens=24, ignore_eos=True, keep_full=True)
