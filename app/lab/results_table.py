@@ -37,8 +37,8 @@ HEADER_TIPS = [
     "Utilisation: the GPU's (NVML) where it can be read, else this process's CPU time ÷ wall time as a share "
     "of all cores. Memory: VRAM where it can be read, else the process's resident RAM, after the level.",
 ]
-LEGEND = ("Full load: decode tokens/s while every slot of the level was busy, the figure speed-ups are judged by "
-          "(servers: the aggregate, as full load is not read there). "
+LEGEND = ("Full load: decode tokens/s while every slot of the level was busy (servers: while as many answers "
+          "streamed at once as ever did), the figure speed-ups are judged by. "
           "Aggregate: all tokens ÷ the level's whole wall time, prefills included. Per-request: one request's decode "
           "speed, its tokens after the first ÷ the time after its first token. Hover a header for how each figure is "
           "measured.")

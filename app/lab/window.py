@@ -201,7 +201,7 @@ class LabWindow(QWidget):
 
     @Slot(object)
     def _on_cell(self, cell: dict) -> None:
-        # what throughput() plots: servers' cells (and older results) have only the aggregate
+        # what throughput() plots: results saved before full load was measured have only the aggregate
         full = cell.get("full_tokens_per_s") is not None
         self.rate_chart.chart_.setTitle(RATE_TITLES[full])
         self.rate_chart.add(cell)

@@ -58,8 +58,8 @@ def methods(results: dict) -> list[str]:
 
 
 def throughput(cell: dict) -> float | None:
-    """The tokens/s a level is judged by: decode throughput with every slot busy where that was measured (a local
-    lab, lab_metrics.py), else the aggregate (servers, and results saved before it was measured)."""
+    """The tokens/s a level is judged by: decode throughput with every slot busy where that was measured (lab_metrics.py;
+    servers: serve_bench.full_load_rate), else the aggregate (results saved before it was measured)."""
     return cell.get("full_tokens_per_s") or cell.get("aggregate_tokens_per_s")
 
 
@@ -318,7 +318,8 @@ def summary_markdown(results: dict) -> str:
               "cores; memory: VRAM where readable, else the process's resident RAM.",
               *(["- remote servers: every time is taken here as the streamed text arrives (the network included); "
                  "a server is a method, by the name given it; a client done with its requests sends fillers until every "
-                 "client is, as the local levels do; acceptance from its timings or its /metrics counters; "
+                 "client is, as the local levels do; full load is what streamed while as many answers streamed at "
+                 "once as ever did in the level, each past its first token; acceptance from its timings or its /metrics counters; "
                  "utilisation and memory are the servers' and read n/a."] if results.get("env", {}).get("remote")
                 else [])]
     return "\n".join(lines) + "\n"

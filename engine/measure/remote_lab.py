@@ -19,6 +19,7 @@ from ..errors import GenerationCancelled, InvalidSettingError
 from ..remote.endpoint import normalised_url
 from .bench import read_prompts
 from .lab import SCHEMA, LabProgress
+from .lab_report import throughput
 from .serve_bench import RequestTrace, named_url, run_cell, served_model
 
 MAX_CLIENTS = 1024
@@ -75,6 +76,7 @@ def lab_cell(cell: dict, method: str) -> dict:
         "method": method, "concurrency": cell["clients"], "requests": cell["requests"],
         "generated_tokens": cell["completion_tokens"], "wall_s": cell["wall_s"],
         "filler_requests": cell["filler_requests"], "filler_tokens": cell["filler_tokens"],
+        "full_tokens_per_s": cell["full_tokens_per_s"],
         "aggregate_tokens_per_s": cell["aggregate_tokens_per_s"],
         "per_request_tokens_per_s": cell["client_tokens_per_s"],
         "itl_p50_ms": ms(cell["itl_p50_s"]), "itl_p95_ms": ms(cell["itl_p95_s"]),
@@ -124,7 +126,7 @@ def run_remote_lab(config: RemoteLabConfig, on_progress: Callable[[LabProgress],
             # the next numbers follow this repeat's, its fillers' included (on the server that sent the most)
             number += clients * requests + max(c["filler_requests"] for c in (m[-1] for m in measured.values()))
         for name in names:
-            best = max(measured[name], key=lambda c: c["aggregate_tokens_per_s"] or 0.0)
+            best = max(measured[name], key=lambda c: throughput(c) or 0.0)
             cells.append(best)
             if on_cell:
                 on_cell(best)

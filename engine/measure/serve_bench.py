@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import json
 import statistics
 import subprocess
@@ -70,6 +71,34 @@ def percentile(values: list[float], q: float) -> float | None:
         return None
     values = sorted(values)
     return values[min(len(values) - 1, max(0, round(q * (len(values) - 1))))]
+
+
+def full_load_rate(traces: list[RequestTrace], end: float) -> float | None:
+    """Tokens per second streamed while the server answered as many requests at once as it ever did in the level
+    (every client's, unless it serves fewer in parallel), each past its first token and before its last, so prefills
+    are left out: the local lab's full-load figure (lab_metrics.py) as clients can see it. A trace cut short (a
+    filler) counts as answered until `end`."""
+    events = sorted((when, change) for t in traces if t.first_at is not None
+                    for when, change in ((t.first_at, 1), (t.done_at or end, -1)))
+    counts = [0]
+    for _, change in events:
+        counts.append(counts[-1] + change)
+    peak = max(counts)
+    starts, stops = [], []
+    for (when, _), busy in zip(events, counts[1:]):
+        if busy >= peak and len(starts) == len(stops):
+            starts.append(when)
+        elif busy < peak and len(starts) > len(stops):
+            stops.append(when)
+    stops += [end] * (len(starts) - len(stops))
+    seconds = sum(b - a for a, b in zip(starts, stops))
+    tokens = 0
+    for t in traces:  # each chunk after the first, by when it arrived (the first came with the prefill)
+        for (_, before), (when, so_far) in zip(t.chunks, t.chunks[1:]):
+            i = bisect.bisect_left(starts, when) - 1
+            if i >= 0 and when <= stops[i]:
+                tokens += so_far - before
+    return tokens / seconds if seconds > 0 else None
 
 
 async def one_request(client: httpx.AsyncClient, url: str, prompt: str, args, model: str = "bench",
@@ -176,6 +205,7 @@ async def run_cell(url: str, prompts: list[str], clients: int, args, first_numbe
     return {
         "clients": clients, "requests": len(traces), "errors": errors, "completion_tokens": tokens, "wall_s": wall,
         "filler_requests": len(fillers), "filler_tokens": filler_tokens,
+        "full_tokens_per_s": full_load_rate(good + fillers, started + wall),
         "aggregate_tokens_per_s": (tokens + filler_tokens) / wall if wall > 0 else None,
         "ttft_p50_s": percentile(ttfts, 0.5), "ttft_p95_s": percentile(ttfts, 0.95),
         "itl_p50_s": percentile(gaps, 0.5), "itl_p95_s": percentile(gaps, 0.95),

@@ -176,7 +176,7 @@ def test_the_charts_legend_is_short_and_each_crossover_line_has_its_methods_colo
 
 
 def test_results_with_only_the_aggregate_are_charted_as_such(lab, qtbot, tmp_path):
-    document = results_document()  # as servers' cells are, and results saved before full load was measured
+    document = results_document()  # as results saved before full load was measured are
     for c in document["cells"]:
         del c["full_tokens_per_s"]
     load(lab, tmp_path, document)

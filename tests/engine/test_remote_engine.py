@@ -372,6 +372,7 @@ def test_a_level_against_a_server_stays_full_until_its_last_request_is_answered(
     assert cell["requests"] == 2 and not cell["errors"] and cell["completion_tokens"] == 2 * n
     assert cell["filler_requests"] >= 1 and 0 <= cell["filler_tokens"] < n * cell["filler_requests"]
     assert cell["aggregate_tokens_per_s"] * cell["wall_s"] == pytest.approx(2 * n + cell["filler_tokens"])
+    assert cell["full_tokens_per_s"] > cell["aggregate_tokens_per_s"]  # prefills left out
     # the filler cut short is ended on the server at once (left running, it had up to 160 tokens to go)
     assert httpx.get(server.url + "/health").json()["slots_processing"] <= 1
     time.sleep(0.3)
