@@ -104,14 +104,17 @@ class BatchDecoder:
             return all(j.run is not None and j.run.finished_at is not None for j in jobs)
 
         def step_done() -> None:
-            free = concurrency - len(batch.active) - len(batch.waiting)
-            for _ in range(free if keep_full and not answered() else 0):
+            if keep_full and not answered():
+                refill(concurrency - len(batch.active) - len(batch.waiting))
+            report()
+
+        def refill(free: int) -> None:
+            for _ in range(free):
                 i = len(jobs) + len(fillers)
                 request = requests[i % len(requests)]
                 fillers.append(Job(f"{request.id}+{i}", list(request.prompt), sampling, max_tokens, ignore_eos,
                                    seeds=stream_seeds(seed, i)))
                 batch.submit(fillers[-1])
-            report()
 
         run_jobs(batch, cancel, on_step=step_done, done=answered)
         return BatchResult([j.run for j in jobs], loop.totals, started, time.perf_counter(),

@@ -173,19 +173,15 @@ class StepLoop:
         else:
             self.draft_planner = self.planner
         self.totals = StepTotals()
-        self.threads = ThreadTuner(self._full_threads(target) if tune_threads else 1)  # 1: never switches
-        if tune_threads and getattr(target, "threads", None) != self.threads.full:
-            self._switch_threads(self.threads.full)
+        # The tuner starts from the threads the model was loaded with, not its current count: a loop before this
+        # one on the same model (the lab's previous level) may have left it on fewer, on trial, and the new tuner
+        # took that for the full count and never tried more (a lab run in the window: every level after the first
+        # on one thread of two, lookup at 0.54x plain decoding).
+        full = target.settings.resolved_threads() if tune_threads else 1  # 1: never switches
+        self.threads = ThreadTuner(full)
+        if tune_threads and target.threads != full:
+            self._switch_threads(full)
         self.held_cells = 0  # cells kept by finished sequences' caches (a batch with keep_caches)
-
-    @staticmethod
-    def _full_threads(target: Model) -> int:
-        """The threads the target was loaded with. Not its current count: a loop before this one on the same model
-        (the lab's previous level) may have left it on fewer, on trial, and the new tuner then took that for the
-        full count and never tried more (a lab run in the window: every level after the first on one thread of
-        two, lookup at 0.54x plain decoding)."""
-        settings = getattr(target, "settings", None)
-        return settings.resolved_threads() if settings is not None else getattr(target, "threads", 1)
 
     @property
     def speculating(self) -> bool:

@@ -76,7 +76,8 @@ def summarise_cell(result: BatchResult, method: str, concurrency: int) -> dict:
         "mean_acceptance_length": 1.0 + accepted / verify_steps if verify_steps else None,
         "per_position_acceptance": [a / d for d, a in zip(slot_drafted, slot_accepted) if d],
         "batch_steps": totals.steps,
-        # The concurrency itself, fillers keeping the slots busy (below it only while prefills run between steps)
+        # The concurrency itself where fillers keep the slots busy (below it only where no request was left to take
+        # a freed slot: a level run without them)
         "mean_in_flight": totals.sequence_s / totals.verify_s if totals.verify_s else None,
         "rows_per_step": totals.rows / totals.steps if totals.steps else None,
         "step_time_by_rows": {str(rows): {"steps": n, "mean_ms": 1000.0 * s / n}

@@ -149,7 +149,7 @@ async def run_cell(url: str, prompts: list[str], clients: int, args, first_numbe
     real = clients * args.requests
     fillers: list[RequestTrace] = []
     async with httpx.AsyncClient(timeout=httpx.Timeout(600.0), headers=_auth(args)) as client:
-        answered, busy = asyncio.Event(), [clients]
+        answered, busy = asyncio.Event(), clients  # busy: clients still sending their own requests
 
         def numbered(n: int) -> str:
             # A number first, unique in the whole run, so no request finds its prompt cached from an
@@ -169,6 +169,7 @@ async def run_cell(url: str, prompts: list[str], clients: int, args, first_numbe
                 await asyncio.gather(request, ended, return_exceptions=True)
 
         async def one_client(index: int) -> list[RequestTrace]:
+            nonlocal busy
             out = []
             for r in range(args.requests):
                 if cancel is not None and cancel.is_set():
@@ -176,8 +177,8 @@ async def run_cell(url: str, prompts: list[str], clients: int, args, first_numbe
                 out.append(await one_request(client, url, numbered(index * args.requests + r), args, model))
                 if on_request is not None:
                     on_request(out[-1])
-            busy[0] -= 1
-            if not busy[0]:
+            busy -= 1
+            if not busy:
                 answered.set()
             if keep_full:
                 await fill()
