@@ -1,8 +1,11 @@
 """`python -m engine.measure.replay`: prompt lookup's policy replayed offline on recorded answers.
 
 Timing runs on a shared CPU vary by 5-10% between runs, more than most policy changes are worth, so a
-policy cannot be tuned on them. `record` saves a model's plain greedy answers to a prompt set (token ids)
-and its warm step-cost curve (seconds by rows verified). `replay` then drives the real StepLoop,
+policy cannot be tuned on them. `record` saves a model's plain answers to a prompt set (token ids; greedy, or
+sampled with `--temperature` over `--seeds`) and its warm step-cost curve (seconds by rows verified). A sampled
+answer replays as faithfully as a greedy one: a seed fixes the token at each position whatever is drafted
+(the verifier draws lookup's tokens by Gumbel noise keyed to the position), so which drafted tokens an answer
+keeps is still which ones it goes on to write. `replay` then drives the real StepLoop,
 DraftPlanner and LookupProposer over those answers on a virtual clock that charges each decode the
 recorded curve, and sets the result beside two baselines on the same clock:
 - llama.cpp's ngram-simple (`llama-server --spec-type ngram-simple`): after a 12-token match, up to 48
@@ -58,6 +61,7 @@ class Recording:
     curve: dict[int, float]  # seconds of one step by rows verified
     answers: list[Answer]
     ends: list[int]  # end tokens among those the prompts and answers use
+    temperature: float = 0.0  # the answers' sampling (0: greedy; else one answer per prompt and seed)
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(asdict(self)))
@@ -66,7 +70,7 @@ class Recording:
     def load(cls, path: str | Path) -> "Recording":
         raw = json.loads(Path(path).read_text())
         return cls(raw["model"], {int(k): v for k, v in raw["curve"].items()},
-                   [Answer(**a) for a in raw["answers"]], raw["ends"])
+                   [Answer(**a) for a in raw["answers"]], raw["ends"], raw.get("temperature", 0.0))
 
     def seconds(self, rows: int) -> float:
         sizes = sorted(self.curve)
@@ -74,8 +78,9 @@ class Recording:
 
 
 def record(model: str, prompts: Sequence[dict], max_tokens: int, chat: bool = False,
-           threads: int | None = None) -> Recording:
-    """Plain greedy answers (end tokens ignored, as bench's --ignore-eos) and the warm step-cost curve."""
+           threads: int | None = None, temperature: float = 0.0, seeds: Sequence[int] = (1,)) -> Recording:
+    """Plain answers (end tokens ignored, as bench's --ignore-eos) and the warm step-cost curve: greedy, or at
+    a temperature one per seed (ids `prompt@seed`), with SamplingParams' other filters."""
     decoder = build_decoder(DecoderSettings(model=model, method="none", threads=threads))
     target = decoder.target
     try:
@@ -84,12 +89,16 @@ def record(model: str, prompts: Sequence[dict], max_tokens: int, chat: bool = Fa
         curve = time_steps(target, 0, len(warm), warm[-1], calibration_sizes(MAX_DRAFT_LIMIT + 1))
         target.forget_all()
         formatter = ChatFormatter(target) if chat else None
+        runs = [(None, SamplingParams(temperature=0.0))] if temperature == 0 else \
+            [(seed, SamplingParams(temperature=temperature, seed=seed)) for seed in seeds]
         answers = []
         for item in prompts:
             tokens, _ = encode(target, formatter, item["prompt"])
-            answers.append(Answer(str(item["id"]), list(tokens), answer_tokens(decoder, tokens, max_tokens)))
+            for seed, sampling in runs:
+                name = str(item["id"]) if seed is None else f"{item['id']}@{seed}"
+                answers.append(Answer(name, list(tokens), answer_tokens(decoder, tokens, max_tokens, sampling)))
         used = {t for a in answers for t in a.prompt + a.answer}
-        return Recording(target.name, curve, answers, sorted(t for t in used if target.is_end(t)))
+        return Recording(target.name, curve, answers, sorted(t for t in used if target.is_end(t)), temperature)
     finally:
         target.close()
 
@@ -102,7 +111,7 @@ def on_device(recording: Recording, curves_path: str | Path, shape: str) -> Reco
     found = shapes[shape]
     curve = {int(rows): seconds for rows, seconds in found["seconds_by_rows"].items()}
     return Recording(f"{recording.model} on {shape}'s {found.get('backend', '?')} step costs", curve,
-                     recording.answers, recording.ends)
+                     recording.answers, recording.ends, recording.temperature)
 
 
 class ReplayTarget:
@@ -296,7 +305,8 @@ def report(recording: Recording, max_draft: int) -> str:
     ngram = replay_ngram_simple(recording)
     bound = hindsight_bound(recording, max_draft)
     any_copy = any_copy_bound(recording, max_draft)
-    lines = [f"{recording.model}: decode speed-up over plain decoding on the recorded step costs "
+    sampled = f", answers sampled at T = {recording.temperature}" if recording.temperature else ""
+    lines = [f"{recording.model}{sampled}: decode speed-up over plain decoding on the recorded step costs "
              f"(1 row {1000 * recording.seconds(1):.1f} ms, 16 rows {1000 * recording.seconds(16):.1f} ms), "
              f"max draft {max_draft}",
              "| prompt | lookup | ngram-simple | lookup / ngram-simple | hindsight bound | any-copy bound "
@@ -328,12 +338,14 @@ def trace(recording: Recording, ids: Sequence[str], max_draft: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m engine.measure.replay", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    rec = sub.add_parser("record", help="record plain greedy answers and the step-cost curve")
+    rec = sub.add_parser("record", help="record plain answers and the step-cost curve")
     rec.add_argument("--model", default="embedded")
     rec.add_argument("--prompts", required=True, help="JSONL with id and prompt per line")
     rec.add_argument("--max-tokens", type=int, default=200)
     rec.add_argument("--chat", action="store_true", help="send each prompt as one user message (chat template)")
     rec.add_argument("--threads", type=int, default=None)
+    rec.add_argument("--temperature", type=float, default=0.0, help="sample the answers (0: greedy)")
+    rec.add_argument("--seeds", default="1", help="with --temperature: comma-separated seeds, one answer each")
     rec.add_argument("--out", required=True)
     rep = sub.add_parser("replay", help="replay lookup, ngram-simple and the hindsight bound on a recording")
     rep.add_argument("recording")
@@ -347,8 +359,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "record":
         prompts = read_prompts(args.prompts)
-        record(args.model, prompts, args.max_tokens, args.chat, args.threads).save(args.out)
-        print(f"recorded {len(prompts)} answers to {args.out}")
+        seeds = [int(x) for x in args.seeds.split(",")]
+        recording = record(args.model, prompts, args.max_tokens, args.chat, args.threads, args.temperature, seeds)
+        recording.save(args.out)
+        print(f"recorded {len(recording.answers)} answers to {args.out}")
     elif args.command == "trace":
         print(trace(Recording.load(args.recording), args.ids, args.max_draft))
     else:

@@ -94,6 +94,48 @@ def test_record_and_replay_from_the_command_line(tmp_path, capsys):
     assert "| count |" in table and "| median |" in table and "any-copy bound" in table
 
 
+def test_sampled_answers_are_recorded_per_seed_and_lookup_writes_the_same_tokens(tmp_path, capsys):
+    """A recording at a temperature holds one answer per seed, each the model's own plain sampled answer; the
+    replay then charges lookup's drafts against it, which is right because a seed fixes every position's token
+    whatever is drafted: live lookup with the same seed writes exactly the recorded tokens (drafts of 2 here,
+    verified in 3-row steps, which round as one-row steps do on this CPU: see test_generation)."""
+    from engine.decoding.cost_model import SpeculationConfig
+    from engine.decoding.generate import SpeculativeDecoder
+    from engine.decoding.loader import DecoderSettings, build_decoder
+    from engine.decoding.proposers.lookup import LookupProposer
+    from engine.modelfiles.embedded import embedded_model_path
+
+    model_path, text = embedded_model_path(), "Repeat this list exactly: apples, pears, plums, figs, limes, dates."
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "list", "prompt": "%s"}\n' % text)
+    out = tmp_path / "rec.json"
+    assert replay.main(["record", "--model", str(model_path), "--prompts", str(prompts), "--max-tokens", "32",
+                        "--threads", "2", "--temperature", "0.9", "--seeds", "1,2", "--chat", "--out", str(out)]) == 0
+    assert "recorded 2 answers" in capsys.readouterr().out
+    rec = Recording.load(out)
+    assert rec.temperature == 0.9 and [a.id for a in rec.answers] == ["list@1", "list@2"]
+    assert rec.answers[0].answer != rec.answers[1].answer  # two seeds, two answers
+
+    decoder = build_decoder(DecoderSettings(model=str(model_path), method="none", threads=2))
+    target = decoder.target
+    try:
+        lookup = SpeculativeDecoder(target, LookupProposer(remember_requests=False),
+                                    SpeculationConfig(max_draft=2, adaptive=False))
+        for seed, recorded in zip((1, 2), rec.answers):
+            sampling = SamplingParams(temperature=0.9, seed=seed)
+            plain = [t for d in decoder.generate(recorded.prompt, sampling, max_tokens=32, ignore_eos=True)
+                     for t in d.tokens]
+            copied = [t for d in lookup.generate(recorded.prompt, sampling, max_tokens=32, ignore_eos=True)
+                      for t in d.tokens]
+            assert plain == recorded.answer and copied == recorded.answer
+        assert lookup.stats.drafted > 0
+    finally:
+        target.close()
+    capsys.readouterr()
+    assert replay.main(["replay", str(out)]) == 0
+    assert "answers sampled at T = 0.9" in capsys.readouterr().out
+
+
 def test_a_low_realism_recovers_while_not_drafting_when_the_shadows_hold():
     """Early misses lower the planner's realism until drafting does not pay; the proposals scored while not
     drafting (shadows) count towards it, so a copy that follows is drafted again long before the misses age
