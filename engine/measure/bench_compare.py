@@ -4,10 +4,12 @@ python -m engine.measure.bench_compare --model embedded --prompts resources/prom
 
 Methods: llama-cpp-python's own create_completion (the reference, first; --no-reference leaves it out), and
 this engine's none / lookup (/ draft / auto with --draft), in an order rotated from one prompt run to the next,
-all greedy (or all sampled: --temperature) on the same prompt tokens (--chat: each prompt as one user message
-through the model's chat template). Both sides count sampled tokens (not stream chunks, which can merge tokens)
+all greedy (or all sampled: --temperature; --seeds runs every prompt once per seed) on the same prompt tokens
+(--chat: each prompt as one user message through the model's chat template); --methods picks some of them. Both sides count sampled tokens (not stream chunks, which can merge tokens)
 and follow one end-token rule: both stop at the first end token, or with --ignore-eos both go on to
---max-tokens. Prints what was compared, decode tokens/s per prompt and the median ratio against each baseline.
+--max-tokens. Prints what was compared, decode tokens/s per prompt and the median ratio against each baseline,
+and per kind of prompt the geometric mean over prompts of each one's median ratio to plain decoding (the figure
+the benchmarks report: one prompt's runs at several seeds differ by 20% and more, its median much less).
 """
 from __future__ import annotations
 
@@ -78,21 +80,44 @@ def median_ratio(rows: list[dict], method: str, baseline: str) -> float | None:
     return statistics.median(ratios) if ratios else None
 
 
+def by_kind(rows: list[dict], kinds: dict[str, str], methods: list[str]) -> dict[str, dict[str, float]]:
+    """Per kind of prompt and method: the geomean over prompts of each prompt's median ratio to plain decoding."""
+    out: dict[str, dict[str, float]] = {}
+    for kind in sorted(set(kinds.values())):
+        ids = [i for i, k in kinds.items() if k == kind]
+        for m in methods:
+            medians = [median_ratio([r for r in rows if r["id"] == i], m, "none") for i in ids]
+            medians = [x for x in medians if x]
+            if medians:
+                out.setdefault(kind, {})[m] = statistics.geometric_mean(medians)
+    return out
+
+
+def parse_seeds(text: str) -> list[int]:
+    """"1,2,5" or "1-8"."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        seeds += range(int(low), int(high or low) + 1)
+    return seeds
+
+
 def what_was_compared(methods: list[str], max_tokens: int, ignore_eos: bool,
-                      sampling: SamplingParams = GREEDY) -> str:
+                      sampling: SamplingParams = GREEDY, seeds: list[int] | None = None) -> str:
     eos = ("end tokens ignored on both sides (create_completion's are masked by a logits processor, its only "
            "way to go on past them)" if ignore_eos else "both stop at the first end token")
     return (f"Compared: llama-cpp-python's create_completion (not streamed) and SpecChat's loop "
-            f"({', '.join(methods)}), {describe(sampling)}, the same prompt tokens, up to {max_tokens} tokens; "
+            f"({', '.join(methods)}), {describe(sampling, seeds)}, the same prompt tokens, up to {max_tokens} tokens; "
             f"both count sampled tokens, decode tokens/s = (tokens - 1) / time from the first token to the last; "
             f"{eos}.")
 
 
-def describe(sampling: SamplingParams) -> str:
+def describe(sampling: SamplingParams, seeds: list[int] | None = None) -> str:
     if sampling.greedy:
         return "greedy"
+    seeded = f"seeds {', '.join(map(str, seeds))}" if seeds and len(seeds) > 1 else f"seed {sampling.seed}"
     return (f"sampled at temperature {sampling.temperature} (top-k {sampling.top_k}, top-p {sampling.top_p}, "
-            f"min-p {sampling.min_p}, seed {sampling.seed})")
+            f"min-p {sampling.min_p}, {seeded})")
 
 
 @contextmanager
@@ -123,9 +148,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--temperature", type=float, default=0.0, help="0: greedy; else sampled (SpecChat's default "
                     "top-k, top-p and min-p), every side with --seed")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--seeds", type=parse_seeds, help="with --temperature: run every prompt once per seed, "
+                    "as 1-8 or 1,2,5 (the ratios per kind are medians over them)")
+    ap.add_argument("--methods", help="some of none,lookup,draft,auto (draft and auto need --draft); none always runs")
     ap.add_argument("--out")
     args = ap.parse_args(argv)
-    sampling = SamplingParams(temperature=args.temperature, seed=args.seed) if args.temperature else GREEDY
+    seeds = args.seeds or [args.seed]
+    if len(seeds) > 1 and not args.temperature:
+        ap.error("--seeds needs --temperature: greedy answers do not depend on a seed")
+    sampling = SamplingParams(temperature=args.temperature, seed=seeds[0]) if args.temperature else GREEDY
     prompts = read_prompts(args.prompts)
     path = resolve_model(args.model)
     check_model_file(path)  # Llama() below loads it in this process, where a damaged file would abort it
@@ -134,6 +165,12 @@ def main(argv: list[str] | None = None) -> int:
         with safe_model_params():
             llm = Llama(str(path), n_threads=args.threads, n_threads_batch=args.threads, n_ctx=4096, verbose=False)
     methods = ["none", "lookup"] + (["draft", "auto"] if args.draft else [])
+    if args.methods:
+        wanted = ["none", *(m for m in args.methods.split(",") if m != "none")]
+        unknown = [m for m in wanted if m not in methods]
+        if unknown:
+            ap.error(f"--methods: {', '.join(unknown)} not available here (draft and auto need --draft)")
+        methods = wanted
     # Lookup searches the prompt and the answer so far, not earlier answers: a repeat would copy its last run.
     decoders = {m: build_decoder(DecoderSettings(model=args.model, draft=args.draft, method=m, threads=args.threads,
                                                  max_draft=args.max_draft, remember_requests=False))
@@ -143,12 +180,17 @@ def main(argv: list[str] | None = None) -> int:
     target = decoders["none"].target
     formatter = ChatFormatter(target) if args.chat else None
     end_tokens = [t for t in range(target.n_vocab) if target.is_end(t)] if args.ignore_eos else None
-    compared = what_was_compared(methods, args.max_tokens, args.ignore_eos, sampling)
+    compared = what_was_compared(methods, args.max_tokens, args.ignore_eos, sampling, seeds)
     print(compared)
-    rows = []
-    for turn, item in enumerate(prompts * args.repeats):
+    rows, kinds = [], {str(item["id"]): item.get("kind") or "all" for item in prompts}
+    runs_of = [(item, seed) for item in prompts for _ in range(args.repeats) for seed in seeds]
+    if len(seeds) == 1:
+        runs_of = [(item, seeds[0]) for _ in range(args.repeats) for item in prompts]  # as before: round by round
+    for turn, (item, seed) in enumerate(runs_of):
+        if not sampling.greedy:
+            sampling = SamplingParams(temperature=args.temperature, seed=seed)
         tokens, _ = encode(target, formatter, item["prompt"])  # once, so every side decodes the same prompt
-        row = {"id": item["id"]}
+        row = {"id": str(item["id"]), **({"seed": seed} if not sampling.greedy else {})}
         if llm is not None:
             row[REFERENCE], row[REFERENCE + "_detail"] = reference_run(llm, tokens, args.max_tokens, end_tokens,
                                                                 sampling)
@@ -163,9 +205,13 @@ def main(argv: list[str] | None = None) -> int:
               **{f"{m} / none": median_ratio(rows, m, "none") for m in methods[1:]}}
     for name, value in ratios.items():
         print(f"{name}: " + ("n/a" if value is None else f"{value:.2f}x") + f" (median over {len(rows)} prompt runs)")
+    kind_ratios = by_kind(rows, kinds, methods[1:])
+    for kind, per_method in kind_ratios.items():
+        print(f"{kind}: " + ", ".join(f"{m} {v:.2f}x" for m, v in per_method.items())
+              + " plain decoding (geomean over prompts of each one's median)")
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"compared": compared, "rows": rows, "ratios": ratios}, f, indent=1)
+            json.dump({"compared": compared, "rows": rows, "ratios": ratios, "by_kind": kind_ratios}, f, indent=1)
     return 0
 
 

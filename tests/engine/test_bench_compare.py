@@ -1,6 +1,7 @@
 """engine.measure.bench_compare compares like with like: llama-cpp-python's create_completion and SpecChat's
 loop count tokens the same way and follow the same end-token rule, and the output says so."""
 import json
+import statistics
 
 from engine.measure.bench_compare import main
 
@@ -48,3 +49,32 @@ def test_every_method_takes_every_place_in_the_order_in_turn():
     orders = [rotated(methods, turn) for turn in range(4)]
     assert all(sorted(order) == sorted(methods) for order in orders)
     assert [order.index("draft") for order in orders] == [2, 1, 0, 3]
+
+
+def test_seeds_run_every_prompt_once_each_and_the_kinds_get_a_geomean(tmp_path, capsys):
+    """The multi-seed figure of the benchmarks: each prompt once per seed, only the methods asked for, and per kind
+    the geomean over prompts of each prompt's median ratio to plain decoding."""
+    import pytest
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"id": name, "kind": kind, "prompt": PROMPT.replace("2+2", sum_)}) + "\n"
+                               for name, kind, sum_ in (("a", "edits", "2+2"), ("b", "edits", "3+5"),
+                                                        ("c", "open", "7+1"))))
+    out = tmp_path / "out.json"
+    assert main(["--model", "embedded", "--prompts", str(prompts), "--max-tokens", "8", "--threads", "2",
+                 "--temperature", "0.8", "--seeds", "1-2", "--methods", "lookup", "--no-reference",
+                 "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert [(r["id"], r["seed"]) for r in result["rows"]] == [("a", 1), ("a", 2), ("b", 1), ("b", 2), ("c", 1),
+                                                               ("c", 2)]
+    assert all(set(r) - {"id", "seed"} == {"none", "none_detail", "lookup", "lookup_detail"} for r in result["rows"])
+    assert "seeds 1, 2" in result["compared"]
+    medians = {i: statistics.median(r["lookup"] / r["none"] for r in result["rows"] if r["id"] == i) for i in "abc"}
+    assert result["by_kind"]["edits"]["lookup"] == pytest.approx(statistics.geometric_mean([medians["a"],
+                                                                                             medians["b"]]))
+    assert result["by_kind"]["open"]["lookup"] == pytest.approx(medians["c"])
+    assert "edits: lookup" in capsys.readouterr().out
+    with pytest.raises(SystemExit):  # greedy answers do not depend on a seed
+        main(["--model", "embedded", "--prompts", str(prompts), "--seeds", "1-2", "--no-reference"])
+    with pytest.raises(SystemExit):  # auto needs a draft model
+        main(["--model", "embedded", "--prompts", str(prompts), "--methods", "auto", "--no-reference"])
