@@ -38,7 +38,7 @@ from ..decoding.cost_model import SpeculationConfig
 from ..modelfiles.embedded import resolve_model
 from ..errors import EngineError, InvalidSettingError
 from .lab_metrics import UtilisationMeter, memory_figure, summarise_cell
-from .lab_report import throughput
+from .lab_report import least_disturbed
 from ..decoding.loader import DRAFT_METHODS, METHODS, proposer_for, require_rollback
 from ..decoding.runtime import LoadSettings, Model
 from ..decoding.sampling import SamplingParams
@@ -182,7 +182,7 @@ def run_lab(config: LabConfig, on_progress: Callable[[LabProgress], None] | None
                 measured[method].append(cell)
                 index += 1
             for method in config.methods:
-                cell = _least_disturbed(measured[method])
+                cell = least_disturbed(measured[method])
                 cells.append(cell)
                 if on_cell:
                     on_cell(cell)
@@ -197,16 +197,6 @@ def run_lab(config: LabConfig, on_progress: Callable[[LabProgress], None] | None
         target.close()
         if draft is not None:
             draft.close()
-
-
-def _least_disturbed(runs: list[dict]) -> dict:
-    """Of repeated runs of one cell, the fastest: other work on the machine only ever slows a run
-    down. Every run's throughput stays in the cell, so the spread is visible."""
-    best = dict(max(runs, key=lambda c: throughput(c) or 0.0))
-    best["repeats"] = len(runs)
-    best["aggregate_tokens_per_s_runs"] = [c["aggregate_tokens_per_s"] for c in runs]
-    best["full_tokens_per_s_runs"] = [c.get("full_tokens_per_s") for c in runs]
-    return best
 
 
 def _warm_up(target: Model, sampling: SamplingParams, prompts: list[dict]) -> None:

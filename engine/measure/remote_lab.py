@@ -19,7 +19,7 @@ from ..errors import GenerationCancelled, InvalidSettingError
 from ..remote.endpoint import normalised_url
 from .bench import read_prompts
 from .lab import SCHEMA, LabProgress
-from .lab_report import throughput
+from .lab_report import least_disturbed
 from .serve_bench import RequestTrace, named_url, run_cell, served_model
 
 MAX_CLIENTS = 1024
@@ -126,7 +126,7 @@ def run_remote_lab(config: RemoteLabConfig, on_progress: Callable[[LabProgress],
             # the next numbers follow this repeat's, its fillers' included (on the server that sent the most)
             number += clients * requests + max(c["filler_requests"] for c in (m[-1] for m in measured.values()))
         for name in names:
-            best = max(measured[name], key=lambda c: throughput(c) or 0.0)
+            best = least_disturbed(measured[name])
             cells.append(best)
             if on_cell:
                 on_cell(best)
