@@ -103,12 +103,18 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def what_was_compared(methods: list[str], max_tokens: int, ignore_eos: bool,
-                      sampling: SamplingParams = GREEDY, seeds: list[int] | None = None) -> str:
-    eos = ("end tokens ignored on both sides (create_completion's are masked by a logits processor, its only "
-           "way to go on past them)" if ignore_eos else "both stop at the first end token")
-    return (f"Compared: llama-cpp-python's create_completion (not streamed) and SpecChat's loop "
-            f"({', '.join(methods)}), {describe(sampling, seeds)}, the same prompt tokens, up to {max_tokens} tokens; "
-            f"both count sampled tokens, decode tokens/s = (tokens - 1) / time from the first token to the last; "
+                      sampling: SamplingParams = GREEDY, seeds: list[int] | None = None,
+                      reference: bool = True) -> str:
+    """The line that says what was measured; without the reference it names SpecChat's loop alone."""
+    if reference:
+        sides = f"llama-cpp-python's create_completion (not streamed) and SpecChat's loop ({', '.join(methods)})"
+        eos = ("end tokens ignored on both sides (create_completion's are masked by a logits processor, its only "
+               "way to go on past them)" if ignore_eos else "both stop at the first end token")
+    else:
+        sides = f"SpecChat's loop ({', '.join(methods)})"
+        eos = "end tokens ignored" if ignore_eos else "each stops at the first end token"
+    return (f"Compared: {sides}, {describe(sampling, seeds)}, the same prompt tokens, up to {max_tokens} tokens; "
+            f"tokens counted as sampled, decode tokens/s = (tokens - 1) / time from the first token to the last; "
             f"{eos}.")
 
 
@@ -180,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     target = decoders["none"].target
     formatter = ChatFormatter(target) if args.chat else None
     end_tokens = [t for t in range(target.n_vocab) if target.is_end(t)] if args.ignore_eos else None
-    compared = what_was_compared(methods, args.max_tokens, args.ignore_eos, sampling, seeds)
+    compared = what_was_compared(methods, args.max_tokens, args.ignore_eos, sampling, seeds, llm is not None)
     print(compared)
     rows, kinds = [], {str(item["id"]): item.get("kind") or "all" for item in prompts}
     runs_of = [(item, seed) for item in prompts for _ in range(args.repeats) for seed in seeds]

@@ -68,7 +68,7 @@ def test_seeds_run_every_prompt_once_each_and_the_kinds_get_a_geomean(tmp_path, 
     assert [(r["id"], r["seed"]) for r in result["rows"]] == [("a", 1), ("a", 2), ("b", 1), ("b", 2), ("c", 1),
                                                                ("c", 2)]
     assert all(set(r) - {"id", "seed"} == {"none", "none_detail", "lookup", "lookup_detail"} for r in result["rows"])
-    assert "seeds 1, 2" in result["compared"]
+    assert "seeds 1, 2" in result["compared"] and "create_completion" not in result["compared"]  # not run
     medians = {i: statistics.median(r["lookup"] / r["none"] for r in result["rows"] if r["id"] == i) for i in "abc"}
     assert result["by_kind"]["edits"]["lookup"] == pytest.approx(statistics.geometric_mean([medians["a"],
                                                                                              medians["b"]]))
