@@ -126,6 +126,15 @@ def encode(target, formatter: ChatFormatter | None, text: str) -> tuple[list[int
     return tokens, stop
 
 
+def parse_seeds(text: str) -> list[int]:
+    """"1,2,5" or "1-8"."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        seeds += range(int(low), int(high or low) + 1)
+    return seeds
+
+
 def answer_tokens(decoder, tokens: list[int], max_tokens: int, sampling: SamplingParams = GREEDY) -> list[int]:
     """The tokens of an answer, end tokens ignored (as --ignore-eos): what replay records and versus_server
     compares."""

@@ -19,12 +19,13 @@ import statistics
 import sys
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 
 import numpy as np
 import llama_cpp.llama
 from llama_cpp import Llama, LogitsProcessorList, StoppingCriteriaList
 
-from .bench import GREEDY, encode, llama_cpp_sampling, read_prompts
+from .bench import GREEDY, encode, llama_cpp_sampling, parse_seeds, read_prompts
 from ..chat_format import ChatFormatter
 from ..modelfiles.embedded import resolve_model
 from ..decoding.loader import DecoderSettings, build_decoder
@@ -91,15 +92,6 @@ def by_kind(rows: list[dict], kinds: dict[str, str], methods: list[str]) -> dict
             if medians:
                 out.setdefault(kind, {})[m] = statistics.geometric_mean(medians)
     return out
-
-
-def parse_seeds(text: str) -> list[int]:
-    """"1,2,5" or "1-8"."""
-    seeds: list[int] = []
-    for part in text.split(","):
-        low, _, high = part.partition("-")
-        seeds += range(int(low), int(high or low) + 1)
-    return seeds
 
 
 def what_was_compared(methods: list[str], max_tokens: int, ignore_eos: bool,
@@ -189,12 +181,13 @@ def main(argv: list[str] | None = None) -> int:
     compared = what_was_compared(methods, args.max_tokens, args.ignore_eos, sampling, seeds, llm is not None)
     print(compared)
     rows, kinds = [], {str(item["id"]): item.get("kind") or "all" for item in prompts}
-    runs_of = [(item, seed) for item in prompts for _ in range(args.repeats) for seed in seeds]
-    if len(seeds) == 1:
-        runs_of = [(item, seeds[0]) for _ in range(args.repeats) for item in prompts]  # as before: round by round
+    if len(seeds) > 1:  # a prompt's seeds one after another
+        runs_of = [(item, seed) for item in prompts for _ in range(args.repeats) for seed in seeds]
+    else:  # round by round through the prompts
+        runs_of = [(item, seeds[0]) for _ in range(args.repeats) for item in prompts]
     for turn, (item, seed) in enumerate(runs_of):
         if not sampling.greedy:
-            sampling = SamplingParams(temperature=args.temperature, seed=seed)
+            sampling = replace(sampling, seed=seed)
         tokens, _ = encode(target, formatter, item["prompt"])  # once, so every side decodes the same prompt
         row = {"id": str(item["id"]), **({"seed": seed} if not sampling.greedy else {})}
         if llm is not None:

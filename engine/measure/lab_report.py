@@ -64,8 +64,8 @@ def throughput(cell: dict) -> float | None:
 
 
 def least_disturbed(runs: list[dict]) -> dict:
-    """Of repeated runs of one cell (the lab's, or against servers), the fastest: other work on the machine only ever slows a run
-    down. Every run's throughput stays in the cell, so the spread is visible."""
+    """Of repeated runs of one cell (the lab's, or against servers), the fastest: other work on the machine only
+    ever slows a run down. Every run's throughput stays in the cell, so the spread is visible."""
     best = dict(max(runs, key=lambda c: throughput(c) or 0.0))
     best["repeats"] = len(runs)
     best["aggregate_tokens_per_s_runs"] = [c["aggregate_tokens_per_s"] for c in runs]

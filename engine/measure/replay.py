@@ -42,7 +42,7 @@ from ..decoding.sampling import SamplingParams
 from ..decoding.stats import GenerationStats
 from ..decoding.step import SequenceState, StepLoop, time_steps
 from ..decoding.verifier import Verifier
-from .bench import answer_tokens, encode, read_prompts
+from .bench import GREEDY, answer_tokens, encode, parse_seeds, read_prompts
 
 NGRAM_SIMPLE_N, NGRAM_SIMPLE_M = 12, 48  # llama.cpp's defaults (common_params_speculative_ngram_map)
 WARM_UP_TEXT = "Hello there, this is a warm up prompt of some length. " * 8  # cells before the timed ones
@@ -89,7 +89,7 @@ def record(model: str, prompts: Sequence[dict], max_tokens: int, chat: bool = Fa
         curve = time_steps(target, 0, len(warm), warm[-1], calibration_sizes(MAX_DRAFT_LIMIT + 1))
         target.forget_all()
         formatter = ChatFormatter(target) if chat else None
-        runs = [(None, SamplingParams(temperature=0.0))] if temperature == 0 else \
+        runs = [(None, GREEDY)] if not temperature else \
             [(seed, SamplingParams(temperature=temperature, seed=seed)) for seed in seeds]
         answers = []
         for item in prompts:
@@ -201,7 +201,7 @@ def replay_lookup(recording: Recording, max_draft: int = DEFAULT_MAX_DRAFT,
         loop.planner.begin_request()
         loop.proposer.start(0, a.prompt, None, None, 0)
         loop.calibrate(0, len(a.prompt), a.answer[0])
-        seq = SequenceState(0, history, Verifier(SamplingParams(temperature=0), torch.device("cpu"), 0),
+        seq = SequenceState(0, history, Verifier(GREEDY, torch.device("cpu"), 0),
                             GenerationStats(), stops_at_end=False)
         started, produced = target.now, 1
         while produced < len(a.answer):
@@ -345,7 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     rec.add_argument("--chat", action="store_true", help="send each prompt as one user message (chat template)")
     rec.add_argument("--threads", type=int, default=None)
     rec.add_argument("--temperature", type=float, default=0.0, help="sample the answers (0: greedy)")
-    rec.add_argument("--seeds", default="1", help="with --temperature: comma-separated seeds, one answer each")
+    rec.add_argument("--seeds", type=parse_seeds, default=[1], help="with --temperature: one answer per seed, "
+                     "as 1-3 or 1,2,5")
     rec.add_argument("--out", required=True)
     rep = sub.add_parser("replay", help="replay lookup, ngram-simple and the hindsight bound on a recording")
     rep.add_argument("recording")
@@ -359,8 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "record":
         prompts = read_prompts(args.prompts)
-        seeds = [int(x) for x in args.seeds.split(",")]
-        recording = record(args.model, prompts, args.max_tokens, args.chat, args.threads, args.temperature, seeds)
+        recording = record(args.model, prompts, args.max_tokens, args.chat, args.threads, args.temperature,
+                           args.seeds)
         recording.save(args.out)
         print(f"recorded {len(recording.answers)} answers to {args.out}")
     elif args.command == "trace":
