@@ -9,10 +9,10 @@ python -m engine.measure.gpu_kit sampling --out sampling.json
 vocabulary, width, depth, heads and feed-forward size): a step's cost depends on the shapes and the quantisation,
 not on the weights, and such files are made in seconds where a real 7B could neither be downloaded nor carried.
 `curves` loads each one (every layer on the GPU where the build has one) and times a target step per number of
-verified rows, 1 to --max-rows, as the decode loop's own calibration does (step.time_sizes: warm, fastest of
-rounds). The qwen2-0.5b curve's one-row step is what a draft token of that size costs.
-`python -m engine.measure.replay replay REC --curves curves.json --shape qwen2-7b` then predicts what prompt lookup
-would gain on that device on answers recorded here. `sampling` times one sampled verification on the CPU and on
+verified rows, 1 to --max-rows, as decoding pays them (in_situ.py: each size after one-row steps, the median
+of rounds), as a replay's recording does. The qwen2-0.5b curve's one-row step is what a draft token of that
+size costs. `python -m engine.measure.replay replay REC --curves curves.json --shape qwen2-7b --draft-shape
+qwen2-0.5b` then predicts what lookup, draft and auto would gain on that device on answers recorded here. `sampling` times one sampled verification on the CPU and on
 CUDA (where torch has it), so the faster place for that math is measured, not assumed.
 
 Q4_0 rather than the usual Q4_K_M: it is the one 4-bit type every backend has and every row size here allows
@@ -163,7 +163,7 @@ def write(shape: Shape, path: Path, quant: str = DEFAULT_QUANT) -> Path:
 def curve(path: Path, max_rows: int = DEFAULT_MAX_ROWS, n_gpu_layers: int = -1, threads: int | None = None) -> dict:
     """Seconds of one target step by rows verified, timed on this machine's backend."""
     from ..decoding.runtime import LoadSettings, Model
-    from ..decoding.step import time_sizes
+    from .in_situ import time_in_situ
 
     rows = [r for r in CURVE_ROWS if r < max_rows] + [max_rows]
     model = Model(path, LoadSettings(n_ctx=1024, n_gpu_layers=n_gpu_layers, threads=threads,
@@ -171,7 +171,7 @@ def curve(path: Path, max_rows: int = DEFAULT_MAX_ROWS, n_gpu_layers: int = -1, 
     try:
         context = [max(model.bos, 0)] + list(range(300, 556))  # the steps attend to 257 cells, as after a prompt
         model.prefill(context)
-        seconds = time_sizes(model, 0, len(context), 300, rows)  # afresh, and not kept: the kit measures
+        seconds = time_in_situ(model, len(context), 300, rows)  # afresh, and not kept: the kit measures
         return {"backend": model.backend, "threads": model.threads, "context_cells": len(context),
                 "seconds_by_rows": {str(r): seconds[r] for r in rows}}
     finally:

@@ -1,8 +1,9 @@
-"""`python -m engine.measure.replay`: prompt lookup's policy replayed offline on recorded answers.
+"""`python -m engine.measure.replay`: the decoding methods' policies replayed offline on recorded answers.
 
 Timing runs on a shared CPU vary by 5-10% between runs, more than most policy changes are worth, so a
 policy cannot be tuned on them. `record` saves a model's plain answers to a prompt set (token ids; greedy, or
-sampled with `--temperature` over `--seeds`) and its warm step-cost curve (seconds by rows verified). A sampled
+sampled with `--temperature` over `--seeds`) and its step-cost curve as decoding pays it (seconds by rows
+verified; recording.py). A sampled
 answer replays as faithfully as a greedy one: a seed fixes the token at each position whatever is drafted
 (the verifier draws lookup's tokens by Gumbel noise keyed to the position), so which drafted tokens an answer
 keeps is still which ones it goes on to write. `replay` then drives the real StepLoop,
@@ -15,8 +16,11 @@ recorded curve, and sets the result beside two baselines on the same clock:
   answer, longest-match proposals without learned edits). It bounds what choosing draft lengths can win;
 - the any-copy bound: the same, with each step's draft copied from whichever earlier place in the history
   the answer follows furthest. It bounds what any prompt-lookup proposer can win on these step costs.
+With `record --draft FILE` (greedy answers) the draft model's proposal at every position is recorded too, with
+its own curve, and the draft and auto methods replay as well (engine.measure.draft_replay).
 Each figure is a decode speed-up: plain decoding's time over the method's, per prompt. `replay --curves FILE
---shape NAME` charges another device's curve instead (engine.measure.gpu_kit): a prediction for that device. Deterministic,
+--shape NAME [--draft-shape NAME]` charges another device's curves instead (engine.measure.gpu_kit): a
+prediction for that device. Deterministic,
 about a second per prompt set; a replay does not see what the curve leaves out (numerics that part
 greedy answers at near-ties, a context that grows, other programs). `trace` prints every replayed step of
 chosen answers: what lookup offered, how much of it the answer keeps, and what the planner drafted.
@@ -26,94 +30,26 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-from dataclasses import asdict, dataclass
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 import torch
 
-from ..chat_format import ChatFormatter
-from ..decoding.cost_model import DEFAULT_MAX_DRAFT, MAX_DRAFT_LIMIT, SpeculationConfig, calibration_sizes
-from ..decoding.loader import DecoderSettings, build_decoder
-from ..decoding.proposers.base import Proposal
+from ..decoding.cost_model import DEFAULT_MAX_DRAFT, MAX_DRAFT_LIMIT, SpeculationConfig
+from ..decoding.proposers.auto import AutoProposer
+from ..decoding.proposers.base import NoProposer, Proposal
 from ..decoding.proposers.lookup import LookupProposer
-from ..decoding.sampling import SamplingParams
 from ..decoding.stats import GenerationStats
-from ..decoding.step import SequenceState, StepLoop, time_steps
+from ..decoding.step import SequenceState, StepLoop
 from ..decoding.verifier import Verifier
-from .bench import GREEDY, answer_tokens, encode, parse_seeds, read_prompts
+from .bench import GREEDY, parse_seeds, read_prompts
+from .draft_replay import ReplayDraft
+from .recording import Recording, on_device, record
 
 NGRAM_SIMPLE_N, NGRAM_SIMPLE_M = 12, 48  # llama.cpp's defaults (common_params_speculative_ngram_map)
-WARM_UP_TEXT = "Hello there, this is a warm up prompt of some length. " * 8  # cells before the timed ones
-
-
-@dataclass
-class Answer:
-    id: str
-    prompt: list[int]
-    answer: list[int]  # the first token comes from the prompt's prefill; the rest are decode steps
-
-
-@dataclass
-class Recording:
-    model: str
-    curve: dict[int, float]  # seconds of one step by rows verified
-    answers: list[Answer]
-    ends: list[int]  # end tokens among those the prompts and answers use
-    temperature: float = 0.0  # the answers' sampling (0: greedy; else one answer per prompt and seed)
-
-    def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(asdict(self)))
-
-    @classmethod
-    def load(cls, path: str | Path) -> "Recording":
-        raw = json.loads(Path(path).read_text())
-        return cls(raw["model"], {int(k): v for k, v in raw["curve"].items()},
-                   [Answer(**a) for a in raw["answers"]], raw["ends"], raw.get("temperature", 0.0))
-
-    def seconds(self, rows: int) -> float:
-        sizes = sorted(self.curve)
-        return float(np.interp(rows, sizes, [self.curve[r] for r in sizes]))
-
-
-def record(model: str, prompts: Sequence[dict], max_tokens: int, chat: bool = False,
-           threads: int | None = None, temperature: float = 0.0, seeds: Sequence[int] = (1,)) -> Recording:
-    """Plain answers (end tokens ignored, as bench's --ignore-eos) and the warm step-cost curve: greedy, or at
-    a temperature one per seed (ids `prompt@seed`), with SamplingParams' other filters."""
-    decoder = build_decoder(DecoderSettings(model=model, method="none", threads=threads))
-    target = decoder.target
-    try:
-        warm = target.tokenize(WARM_UP_TEXT)
-        target.prefill(warm, 0, 0)
-        curve = time_steps(target, 0, len(warm), warm[-1], calibration_sizes(MAX_DRAFT_LIMIT + 1))
-        target.forget_all()
-        formatter = ChatFormatter(target) if chat else None
-        runs = [(None, GREEDY)] if not temperature else \
-            [(seed, SamplingParams(temperature=temperature, seed=seed)) for seed in seeds]
-        answers = []
-        for item in prompts:
-            tokens, _ = encode(target, formatter, item["prompt"])
-            for seed, sampling in runs:
-                name = str(item["id"]) if seed is None else f"{item['id']}@{seed}"
-                answers.append(Answer(name, list(tokens), answer_tokens(decoder, tokens, max_tokens, sampling)))
-        used = {t for a in answers for t in a.prompt + a.answer}
-        return Recording(target.name, curve, answers, sorted(t for t in used if target.is_end(t)), temperature)
-    finally:
-        target.close()
-
-
-def on_device(recording: Recording, curves_path: str | Path, shape: str) -> Recording:
-    """The recording's answers on another device's step costs: one shape's curve from a gpu_kit curves file."""
-    shapes = json.loads(Path(curves_path).read_text())["shapes"]
-    if shape not in shapes:
-        raise ValueError(f"{curves_path} has no curve for {shape!r}; it has {', '.join(shapes)}")
-    found = shapes[shape]
-    curve = {int(rows): seconds for rows, seconds in found["seconds_by_rows"].items()}
-    return Recording(f"{recording.model} on {shape}'s {found.get('backend', '?')} step costs", curve,
-                     recording.answers, recording.ends, recording.temperature)
-
-
 class ReplayTarget:
     """Stands in for the target model: each decode advances the virtual clock by the recorded curve, and
     the logits make the recorded answer the argmax at every position (so the verifier keeps exactly the
@@ -121,9 +57,13 @@ class ReplayTarget:
 
     n_batch, can_roll_back, threads = 512, True, 1
 
-    def __init__(self, recording: Recording):
+    def __init__(self, recording: Recording, host_time: bool = False):
         self.recording = recording
         self.now = 0.0
+        # host_time: the clock also runs with the real time the loop spends around the decodes (planning,
+        # proposing, verifying over the vocabulary) on this machine, which the curves leave out
+        self.host_time = host_time
+        self._started, self._inside = time.perf_counter(), 0.0
         self.n_ctx = 1 + max(len(a.prompt) + len(a.answer) for a in recording.answers) + MAX_DRAFT_LIMIT
         self.n_vocab = 1 + max(t for a in recording.answers for t in a.prompt + a.answer)
         self.truth: list[int] = []  # the prompt and answer being replayed
@@ -137,15 +77,23 @@ class ReplayTarget:
         return {}
 
     def clock(self) -> float:
-        return self.now
+        if not self.host_time:
+            return self.now
+        return self.now + time.perf_counter() - self._started - self._inside
+
+    def advance(self, seconds: float) -> None:
+        """Time spent outside the target (a replayed draft model's decodes)."""
+        self.now += seconds
 
     def decode_multi(self, tokens, positions, seq_ids, want_logits) -> np.ndarray:
+        t = time.perf_counter()
         self.now += self.recording.seconds(len(tokens))
         for row, column in self._hot:  # the last step's ones, cleared
             self._logits[row, column] = 0.0
         self._hot = [(row, self.truth[pos + 1]) for row, pos in enumerate(positions) if pos + 1 < len(self.truth)]
         for row, column in self._hot:
             self._logits[row, column] = 1.0
+        self._inside += time.perf_counter() - t  # the stand-in's own work: the curve charges the decode
         return self._logits[:len(tokens)]
 
     def forget_from(self, pos: int, seq_id: int = 0) -> None:
@@ -185,35 +133,65 @@ class _WatchedLookup(LookupProposer):
         return self.last
 
 
+REPLAYED = ("lookup", "draft", "auto")
+
+
 def replay_lookup(recording: Recording, max_draft: int = DEFAULT_MAX_DRAFT,
                   on_step: Callable[[TracedStep], None] | None = None) -> list[float]:
-    """Prompt lookup's decode speed-up per answer, answered one after another as bench does (one planner);
-    on_step, if given, sees every step."""
-    target = ReplayTarget(recording)
-    proposer = _WatchedLookup(remember_requests=False)
-    loop = StepLoop(target, proposer, SpeculationConfig(max_draft=max_draft), torch.device("cpu"),
+    """Prompt lookup's decode speed-up per answer; on_step, if given, sees every step."""
+    return replay_method(recording, "lookup", max_draft, on_step)
+
+
+def replay_method(recording: Recording, method: str, max_draft: int = DEFAULT_MAX_DRAFT,
+                  on_step: Callable[[TracedStep], None] | None = None, adaptive: bool = True,
+                  host_time: bool = False) -> list[float]:
+    """A method's decode speed-up per answer (lookup; draft and auto where the recording has the draft's
+    proposals), answered one after another as bench does (one decoder); adaptive=False: fixed lengths of
+    max_draft, as the live setting. host_time: the loop's own time on this machine counts too, plain decoding's
+    included (not deterministic then; on a GPU, where a step takes milliseconds, it is a real part of a step)."""
+    if method not in REPLAYED:
+        raise ValueError(f"replays {', '.join(REPLAYED)}, not {method!r}")
+    if method != "lookup" and not recording.has_draft:
+        raise ValueError(f"{method} needs a recording with a draft model's proposals (record --draft)")
+    spent = _replay(recording, method, max_draft, on_step, adaptive, host_time)
+    if host_time:
+        plain = _replay(recording, "none", max_draft, None, adaptive, host_time)
+    else:
+        plain = [(len(a.answer) - 1) * recording.seconds(1) for a in recording.answers]
+    return [p / s if s > 0 else 1.0 for p, s in zip(plain, spent)]
+
+
+def _replay(recording: Recording, method: str, max_draft: int, on_step: Callable[[TracedStep], None] | None,
+            adaptive: bool, host_time: bool) -> list[float]:
+    """Seconds of each answer's decode (after its first token) by one method on the replay's clock."""
+    target = ReplayTarget(recording, host_time)
+    lookup = _WatchedLookup(remember_requests=False)
+    draft = ReplayDraft(recording.draft_seconds, target.advance, target.n_batch,
+                        pick_width=target.n_vocab if host_time else 0)
+    proposer = {"none": NoProposer(), "lookup": lookup, "draft": draft, "auto": AutoProposer(lookup, draft)}[method]
+    loop = StepLoop(target, proposer, SpeculationConfig(max_draft=max_draft, adaptive=adaptive), torch.device("cpu"),
                     tune_threads=False, clock=target.clock)
-    plain_step = recording.seconds(1)
     out = []
     for a in recording.answers:
         target.truth = a.prompt + a.answer
+        draft.follow(a.prompt, a.answer, a.draft_kept, a.draft_made)
         history = a.prompt + a.answer[:1]
         loop.planner.begin_request()
-        loop.proposer.start(0, a.prompt, None, None, 0)
+        lookup.start(0, a.prompt, None, None, 0)
         loop.calibrate(0, len(a.prompt), a.answer[0])
         seq = SequenceState(0, history, Verifier(GREEDY, torch.device("cpu"), 0),
                             GenerationStats(), stops_at_end=False)
-        started, produced = target.now, 1
+        started, produced = target.clock(), 1
         while produced < len(a.answer):
-            continuing, proposer.last = seq.continuing, []
+            continuing, lookup.last = seq.continuing, []
             outcome = loop.step([seq], [len(a.answer) - produced])[0]
             if on_step is not None:
-                offer = proposer.last[0] if proposer.last else Proposal()
+                offer = lookup.last[0] if lookup.last else Proposal()
                 on_step(TracedStep(a.id, produced, offer.match_length, continuing, len(offer.tokens),
                                    _kept(offer.tokens, a.answer, produced), seq.stats.draft_length,
                                    outcome.accepted, loop.planner.realism))
             produced += len(outcome.tokens)
-        out.append(_speed_up(len(a.answer), plain_step, target.now - started))
+        out.append(target.clock() - started)
     return out
 
 
@@ -300,23 +278,84 @@ def _speed_up(tokens: int, plain_step: float, spent: float) -> float:
     return (tokens - 1) * plain_step / spent if spent > 0 else 1.0
 
 
-def report(recording: Recording, max_draft: int) -> str:
-    lookup = replay_lookup(recording, max_draft)
-    ngram = replay_ngram_simple(recording)
-    bound = hindsight_bound(recording, max_draft)
-    any_copy = any_copy_bound(recording, max_draft)
+def speed_ups(recording: Recording, max_draft: int, host_time: bool = False) -> dict[str, list[float]]:
+    """Every figure the report shows, per answer: the methods replayed (draft and auto where the recording has
+    the draft's proposals; with host_time, this machine's loop time counted), ngram-simple and the two bounds."""
+    out = {"lookup": replay_method(recording, "lookup", max_draft, host_time=host_time),
+           "ngram-simple": replay_ngram_simple(recording),
+           "hindsight bound": hindsight_bound(recording, max_draft),
+           "any-copy bound": any_copy_bound(recording, max_draft)}
+    if recording.has_draft:
+        out |= {m: replay_method(recording, m, max_draft, host_time=host_time) for m in ("draft", "auto")}
+    return out
+
+
+def as_json(recording: Recording, figures: dict[str, list[float]]) -> dict:
+    """The figures by method and answer, with each method's geometric mean over the answers."""
+    return {"model": recording.model, "draft": recording.draft, "temperature": recording.temperature,
+            "speed_ups": {m: dict(zip((a.id for a in recording.answers), xs)) for m, xs in figures.items()},
+            "geomean": {m: statistics.geometric_mean(xs) for m, xs in figures.items()}}
+
+
+def report(recording: Recording, max_draft: int, figures: dict[str, list[float]] | None = None,
+           host_time: bool = False) -> str:
+    f = figures or speed_ups(recording, max_draft, host_time)
+    lookup, ngram, bound, any_copy = f["lookup"], f["ngram-simple"], f["hindsight bound"], f["any-copy bound"]
+    models = [f[m] for m in ("draft", "auto") if m in f]
     sampled = f", answers sampled at T = {recording.temperature}" if recording.temperature else ""
+    drafted = (f"; draft {recording.draft} (1 row {1000 * recording.draft_seconds(1):.1f} ms)"
+               if models else "")
     lines = [f"{recording.model}{sampled}: decode speed-up over plain decoding on the recorded step costs "
-             f"(1 row {1000 * recording.seconds(1):.1f} ms, 16 rows {1000 * recording.seconds(16):.1f} ms), "
-             f"max draft {max_draft}",
+             f"(1 row {1000 * recording.seconds(1):.1f} ms, 16 rows {1000 * recording.seconds(16):.1f} ms)"
+             f"{drafted}, max draft {max_draft}"
+             f"{'; the methods with this machine’s loop time (--host-time)' if host_time else ''}",
              "| prompt | lookup | ngram-simple | lookup / ngram-simple | hindsight bound | any-copy bound "
-             "| any-copy bound / ngram-simple |", "|---|---|---|---|---|---|---|"]
-    for a, x, y, z, w in zip(recording.answers, lookup, ngram, bound, any_copy):
-        lines.append(f"| {a.id} | {x:.2f}x | {y:.2f}x | {x / y:.2f} | {z:.2f}x | {w:.2f}x | {w / y:.2f} |")
+             "| any-copy bound / ngram-simple |" + (" draft | auto |" if models else ""),
+             "|---|---|---|---|---|---|---|" + ("---|---|" if models else "")]
+    for i, (a, x, y, z, w) in enumerate(zip(recording.answers, lookup, ngram, bound, any_copy)):
+        extra = "".join(f" {m[i]:.2f}x |" for m in models)
+        lines.append(f"| {a.id} | {x:.2f}x | {y:.2f}x | {x / y:.2f} | {z:.2f}x | {w:.2f}x | {w / y:.2f} |{extra}")
     med = statistics.median
+    extra = "".join(f" {med(m):.2f}x |" for m in models)
     lines.append(f"| median | {med(lookup):.2f}x | {med(ngram):.2f}x | {med(x / y for x, y in zip(lookup, ngram)):.2f} "
-                 f"| {med(bound):.2f}x | {med(any_copy):.2f}x | {med(w / y for w, y in zip(any_copy, ngram)):.2f} |")
+                 f"| {med(bound):.2f}x | {med(any_copy):.2f}x | {med(w / y for w, y in zip(any_copy, ngram)):.2f} |"
+                 f"{extra}")
+    geomean = as_json(recording, {m: f[m] for m in REPLAYED if m in f})["geomean"]
+    lines.append("geomean: " + ", ".join(f"{m} {x:.2f}x" for m, x in geomean.items()))
     return "\n".join(lines)
+
+
+def check(recording: Recording, live: dict, max_draft: int, host_time: bool = False) -> tuple[str, dict]:
+    """The replay's prediction set beside live figures of the same answers (bench_compare --out, run greedy with
+    --ignore-eos and the recording's --max-tokens): per method, each prompt's median live ratio to plain decoding
+    and the prediction, and over the prompts the geometric means and prediction / live."""
+    figures = speed_ups(recording, max_draft, host_time)
+    methods = [m for m in REPLAYED if m in figures and any(m in row for row in live["rows"])]
+    ids = [a.id for a in recording.answers]
+    lines = ["| prompt | " + " | ".join(f"{m} live | {m} replay" for m in methods) + " |",
+             "|---|" + "---|---|" * len(methods)]
+    measured = {m: {} for m in methods}
+    for i, name in enumerate(ids):
+        cells = []
+        for m in methods:
+            runs = [row[m] / row["none"] for row in live["rows"] if row["id"] == name and row.get("none")]
+            if runs:
+                measured[m][name] = statistics.median(runs)
+            shown = f"{measured[m][name]:.2f}x" if name in measured[m] else "n/a"
+            cells.append(f"{shown} | {figures[m][i]:.2f}x")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    summary = {}
+    for m in methods:
+        both = [name for name in ids if name in measured[m]]
+        if both:
+            live_geo = statistics.geometric_mean(measured[m][n] for n in both)
+            replay_geo = statistics.geometric_mean(figures[m][ids.index(n)] for n in both)
+            summary[m] = {"live": live_geo, "replay": replay_geo, "replay_over_live": replay_geo / live_geo,
+                          "prompts": len(both)}
+    lines.append("geomean over prompts: " + "; ".join(
+        f"{m} live {x['live']:.2f}x, replay {x['replay']:.2f}x (replay / live {x['replay_over_live']:.3f})"
+        for m, x in summary.items()))
+    return "\n".join(lines), summary
 
 
 def trace(recording: Recording, ids: Sequence[str], max_draft: int) -> str:
@@ -347,12 +386,27 @@ def main(argv: list[str] | None = None) -> int:
     rec.add_argument("--temperature", type=float, default=0.0, help="sample the answers (0: greedy)")
     rec.add_argument("--seeds", type=parse_seeds, default=[1], help="with --temperature: one answer per seed, "
                      "as 1-3 or 1,2,5")
+    rec.add_argument("--draft", help="a draft model: record its proposal at every position too (greedy only), so "
+                     "draft and auto replay")
+    rec.add_argument("--p-min", type=float, default=0.75, help="with --draft: its confidence cutoff")
+    rec.add_argument("--max-rows", type=int, default=MAX_DRAFT_LIMIT + 1, help="the widest step timed (wider ones "
+                     "are charged on the slope of the widest two)")
     rec.add_argument("--out", required=True)
     rep = sub.add_parser("replay", help="replay lookup, ngram-simple and the hindsight bound on a recording")
     rep.add_argument("recording")
     rep.add_argument("--max-draft", type=int, default=DEFAULT_MAX_DRAFT)
     rep.add_argument("--curves", help="a curves file from engine.measure.gpu_kit: predict on that device's step costs")
     rep.add_argument("--shape", help="with --curves: whose curve (e.g. qwen2-7b)")
+    rep.add_argument("--host-time", action="store_true", help="count the loop's own time on this machine too "
+                     "(planning, proposing, verifying; plain decoding's too): for a device whose steps are short")
+    rep.add_argument("--out", help="also write the figures as JSON (per method and answer, and geomeans)")
+    rep.add_argument("--draft-shape", help="with --curves: the draft's curve (e.g. qwen2-0.5b); without it, a "
+                     "prediction leaves draft and auto out")
+    ch = sub.add_parser("check", help="the replay's prediction beside live bench_compare figures of the same answers")
+    ch.add_argument("recording")
+    ch.add_argument("live", help="bench_compare --out JSON (greedy, --ignore-eos, the recording's --max-tokens)")
+    ch.add_argument("--max-draft", type=int, default=DEFAULT_MAX_DRAFT)
+    ch.add_argument("--host-time", action="store_true")
     tr = sub.add_parser("trace", help="every replayed lookup step: offered, keepable, drafted, accepted")
     tr.add_argument("recording")
     tr.add_argument("ids", nargs="*", help="answers to show (all when none)")
@@ -360,10 +414,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "record":
         prompts = read_prompts(args.prompts)
+        if args.draft and args.temperature:
+            parser.error("--draft records along greedy answers only (no --temperature)")
         recording = record(args.model, prompts, args.max_tokens, args.chat, args.threads, args.temperature,
-                           args.seeds)
+                           args.seeds, args.draft, args.p_min, args.max_rows)
         recording.save(args.out)
         print(f"recorded {len(recording.answers)} answers to {args.out}")
+    elif args.command == "check":
+        print(check(Recording.load(args.recording), json.loads(Path(args.live).read_text()), args.max_draft,
+                    args.host_time)[0])
     elif args.command == "trace":
         print(trace(Recording.load(args.recording), args.ids, args.max_draft))
     else:
@@ -371,8 +430,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.curves:
             if not args.shape:
                 parser.error("--curves needs --shape")
-            recording = on_device(recording, args.curves, args.shape)
-        print(report(recording, args.max_draft))
+            recording = on_device(recording, args.curves, args.shape, args.draft_shape)
+        figures = speed_ups(recording, args.max_draft, args.host_time)
+        print(report(recording, args.max_draft, figures, args.host_time))
+        if args.out:
+            Path(args.out).write_text(json.dumps(as_json(recording, figures), indent=1))
     return 0
 
 

@@ -5,8 +5,8 @@ import random
 import pytest
 
 from engine.decoding.sampling import SamplingParams
-from engine.measure import replay
-from engine.measure.replay import Answer, Recording
+from engine.measure import recording, replay
+from engine.measure.recording import Answer, Recording
 
 # A CPU-like curve: each extra verified row costs 15% of a one-row step.
 CURVE = {rows: 0.010 * (1 + 0.15 * (rows - 1)) for rows in list(range(1, 18)) + [24, 32, 48, 64, 65]}
@@ -65,8 +65,9 @@ def test_the_replay_is_deterministic_and_max_draft_bounds_the_steps():
 
 
 def test_record_and_replay_from_the_command_line(tmp_path, capsys):
-    """Recorded answers are the model's plain greedy answers; the replay prints one row per prompt (SmolLM2:
-    recording times 65-row steps, which cost Gemma's 262k-token rows twice as much)."""
+    """Recorded answers are the model's plain greedy answers; the replay prints one row per prompt. The curve is
+    timed at every size the planner calibrates, up to --max-rows (17 here: the default 65 takes the longest)."""
+    from engine.decoding.cost_model import calibration_sizes
     from engine.modelfiles.embedded import embedded_model_path
 
     model_path = embedded_model_path()
@@ -74,9 +75,9 @@ def test_record_and_replay_from_the_command_line(tmp_path, capsys):
     prompts.write_text('{"id": "count", "prompt": "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,"}\n')
     out = tmp_path / "rec.json"
     assert replay.main(["record", "--model", str(model_path), "--prompts", str(prompts), "--max-tokens", "24",
-                        "--threads", "2", "--out", str(out)]) == 0
+                        "--threads", "2", "--max-rows", "17", "--out", str(out)]) == 0
     rec = Recording.load(out)
-    assert rec.curve[1] > 0 and rec.curve[65] > rec.curve[1]
+    assert sorted(rec.curve) == calibration_sizes(17) and 0 < rec.curve[1] < rec.curve[17]
 
     from engine.decoding.loader import DecoderSettings, build_decoder
     decoder = build_decoder(DecoderSettings(model=str(model_path), method="none", threads=2))
@@ -110,7 +111,8 @@ def test_sampled_answers_are_recorded_per_seed_and_lookup_writes_the_same_tokens
     prompts.write_text('{"id": "list", "prompt": "%s"}\n' % text)
     out = tmp_path / "rec.json"
     assert replay.main(["record", "--model", str(model_path), "--prompts", str(prompts), "--max-tokens", "32",
-                        "--threads", "2", "--temperature", "0.9", "--seeds", "1,2", "--chat", "--out", str(out)]) == 0
+                        "--threads", "2", "--temperature", "0.9", "--seeds", "1,2", "--chat", "--max-rows", "9",
+                        "--out", str(out)]) == 0
     assert "recorded 2 answers" in capsys.readouterr().out
     rec = Recording.load(out)
     assert rec.temperature == 0.9 and [a.id for a in rec.answers] == ["list@1", "list@2"]
@@ -200,7 +202,7 @@ def test_the_same_answers_gain_more_on_a_device_whose_extra_rows_are_nearly_free
     synthetic(copy_and_fresh()).save(rec_path)
     flat = {str(rows): 0.010 * (1 + 0.01 * (rows - 1)) for rows in (1, 2, 4, 8, 16, 32, 64)}
     curves.write_text(json.dumps({"shapes": {"qwen2-7b": {"backend": "CUDA", "seconds_by_rows": flat}}}))
-    on_gpu = replay.on_device(Recording.load(rec_path), curves, "qwen2-7b")
+    on_gpu = recording.on_device(Recording.load(rec_path), curves, "qwen2-7b")
     assert on_gpu.curve[64] == pytest.approx(0.0163) and on_gpu.answers == synthetic(copy_and_fresh()).answers
     cpu, gpu = replay.replay_lookup(synthetic(copy_and_fresh())), replay.replay_lookup(on_gpu)
     assert gpu[0] > cpu[0] * 1.3 and gpu[1] == pytest.approx(1.0)  # the copy pays more; the fresh answer still 1.0x
@@ -208,4 +210,74 @@ def test_the_same_answers_gain_more_on_a_device_whose_extra_rows_are_nearly_free
     assert replay.main(["replay", str(rec_path), "--curves", str(curves), "--shape", "qwen2-7b"]) == 0
     assert "on qwen2-7b's CUDA step costs" in capsys.readouterr().out
     with pytest.raises(ValueError, match="no curve for 'llama3-8b'"):
-        replay.on_device(Recording.load(rec_path), curves, "llama3-8b")
+        recording.on_device(Recording.load(rec_path), curves, "llama3-8b")
+
+
+def test_a_recorded_curve_charges_what_a_step_costs_after_one_row_steps():
+    """A prediction has no live steps to correct its curve with, so each size is timed as decoding pays it: right
+    after one-row steps (here a wide step after a narrow one costs half as much again, as colder caches do), the
+    mean of the rounds but the slowest (one slow round does not count; a size whose cost is bimodal gets its
+    mean, which is what a total time follows)."""
+    from engine.measure.in_situ import NARROW_BEFORE, ROUNDS, time_in_situ
+
+    class ColdAfterNarrow:
+        def __init__(self):
+            self.now, self.decoded, self.last, self.wide = 0.0, [], 1, 0
+
+        def decode_multi(self, tokens, positions, seq_ids, want_logits):
+            rows = len(tokens)
+            slow = 3.0 if len(self.decoded) < 2 + (NARROW_BEFORE + 1) * 3 else 1.0  # the first round
+            if rows == 16 and len(self.decoded) >= 2:  # timed 16-row steps: 1x and 1.5x in turn (bimodal)
+                self.wide += 1
+                slow *= 1.5 if self.wide % 2 else 1.0
+            self.now += slow * 0.001 * rows * (1.5 if rows > 1 and self.last == 1 else 1.0)
+            self.decoded.append(rows)
+            self.last = rows
+
+        def forget_from(self, pos, seq_id=0):
+            pass
+
+    model = ColdAfterNarrow()
+    curve = time_in_situ(model, 0, 7, [1, 4, 16], clock=lambda: model.now)
+    # 16 rows: 108 (the slow round, left out), then 24, 36, 24, 36 ms: their mean, where a median said 36
+    assert curve == pytest.approx({1: 0.001, 4: 0.006, 16: 0.030})
+    timed = model.decoded[2:]  # after the untimed one-row and widest decodes
+    assert timed == ([1] * NARROW_BEFORE + [1] + [1] * NARROW_BEFORE + [4] + [1] * NARROW_BEFORE + [16]) * ROUNDS
+
+
+def test_the_check_sets_the_prediction_beside_live_medians(tmp_path, capsys):
+    """`replay check`: per prompt the median live ratio to plain decoding (from bench_compare --out rows) beside the
+    replay's, and over prompts both geometric means and their ratio."""
+    import json
+    import statistics
+
+    rec = synthetic(copy_and_fresh())
+    live = {"rows": [{"id": "copy", "none": 10.0, "lookup": 30.0}, {"id": "copy", "none": 10.0, "lookup": 20.0},
+                     {"id": "copy", "none": 10.0, "lookup": 24.0}, {"id": "fresh", "none": 10.0, "lookup": 9.0}]}
+    table, summary = replay.check(rec, live, 48)
+    predicted = replay.replay_lookup(rec)
+    assert summary["lookup"]["live"] == pytest.approx(statistics.geometric_mean([2.4, 0.9]))
+    assert summary["lookup"]["replay"] == pytest.approx(statistics.geometric_mean(predicted))
+    assert summary["lookup"]["replay_over_live"] == pytest.approx(summary["lookup"]["replay"] / summary["lookup"]["live"])
+    assert f"| copy | 2.40x | {predicted[0]:.2f}x |" in table and "| fresh | 0.90x | 1.00x |" in table
+    rec_path, live_path = tmp_path / "rec.json", tmp_path / "live.json"
+    rec.save(rec_path)
+    live_path.write_text(json.dumps(live))
+    capsys.readouterr()
+    assert replay.main(["check", str(rec_path), str(live_path)]) == 0
+    assert "geomean over prompts: lookup live 1.47x" in capsys.readouterr().out
+
+
+def test_with_host_time_the_loops_own_time_counts():
+    """On a device whose decodes cost next to nothing, the loop's own time on this machine is most of a step
+    (--host-time): plain decoding's replay then takes far longer than its curve says, and a copied answer, a
+    few dozen passes of the loop against plain decoding's two hundred, gains where a fresh one pays for
+    searching the history at every pass."""
+    tiny = {rows: 1e-9 * seconds / CURVE[1] for rows, seconds in CURVE.items()}
+    rec = Recording("synthetic", tiny, copy_and_fresh(), ends=[])
+    curve_only = replay._replay(rec, "none", 48, None, True, False)
+    assert curve_only == pytest.approx([(len(a.answer) - 1) * 1e-9 for a in rec.answers])
+    with_host = replay._replay(rec, "none", 48, None, True, True)
+    assert all(h > 100 * c for h, c in zip(with_host, curve_only)), (with_host, curve_only)
+    copy, fresh = replay.replay_method(rec, "lookup", host_time=True)
+    assert copy > 1.1 and copy > 2 * fresh, (copy, fresh)
