@@ -2,7 +2,8 @@
 # The GPU check in one run, for a bare NVIDIA machine without network (like the lent one: CUDA's nvcc, CMake,
 # ninja, Python with torch, numpy, psutil and huggingface_hub; no PySide6). It writes OUT/report.json:
 #   engine.doctor (backend, devices, VRAM reader, layers on the GPU, a bench), the GPU kit's step-cost curves for
-#   four real model shapes, the sampling math timed on the CPU and on CUDA, and the engine tests that run there.
+#   four real model shapes, the sampling math timed on the CPU and on CUDA, what lookup, draft and auto would gain
+#   there on the Qwen2.5-Coder pair's answers recorded on a CPU (a prediction), and the engine tests that run there.
 #
 #   bash packaging/gpu_check.sh OUT         on the GPU machine: builds llama-cpp-python with -DGGML_CUDA=on for
 #                                           this GPU's architecture only, from the pack that
@@ -35,12 +36,14 @@ if [ "$mode" = gpu ]; then
   fi
   shapes=qwen2-0.5b,qwen2-1.5b,qwen2-7b,llama3-8b
   target=qwen2-1.5b draft=qwen2-0.5b max_rows=64 bench_s=10
+  predict_target=qwen2-1.5b predict_draft=qwen2-0.5b  # the pair's own shapes
   tests=(tests/engine/test_gpu_kit.py tests/engine/test_verifier.py)
   kit=${GPU_KIT_DIR:-/tmp/specchat-gpu-kit}
 else
   py=.venv/bin/python
   shapes=tiny-test,qwen2-0.5b
   target=tiny-test draft=tiny-test max_rows=16 bench_s=0  # small and one round: the path, quickly
+  predict_target=qwen2-0.5b predict_draft=tiny-test
   tests=(tests/engine/test_gpu_kit.py)  # the verifier's run in the suite already
   kit="$out/kit"
 fi
@@ -54,6 +57,11 @@ log "kit: curves up to $max_rows rows"
 "$py" -m engine.measure.gpu_kit curves --models "$kit" --out "$out/curves.json" --max-rows "$max_rows"
 log "kit: sampling math by device"
 "$py" -m engine.measure.gpu_kit sampling --out "$out/sampling.json"
+# Answers recorded here with the real pair (python -m engine.measure.replay record --draft, docs/gpu-check.md).
+recording=resources/recordings/qwen2.5-coder-pair-heldout.json
+log "replay: the pair's recorded answers on $predict_target's curve, drafted on $predict_draft's"
+"$py" -m engine.measure.replay replay "$recording" --curves "$out/curves.json" --shape "$predict_target" \
+  --draft-shape "$predict_draft" --host-time --out "$out/prediction.json" > "$out/prediction.txt"
 # The kit's files are random: the bench's speeds are real, its acceptance says nothing about real models.
 doctor_draft=()
 [ "$mode" = gpu ] && doctor_draft=(--draft "$kit/$draft.gguf")
@@ -69,10 +77,11 @@ import json, sys
 from pathlib import Path
 out, mode, rc = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 report = {"mode": mode, "tests": {"returncode": rc, "summary": (out / "tests.txt").read_text().strip().splitlines()[-1:]}}
-for name in ("doctor-system", "doctor-model", "curves", "sampling"):
+for name in ("doctor-system", "doctor-model", "curves", "sampling", "prediction"):
     report[name] = json.loads((out / f"{name}.json").read_text())
 (out / "report.json").write_text(json.dumps(report, indent=1))
 print(json.dumps({"mode": mode, "backend": report["doctor-model"]["llama_cpp"]["backend"],
-                  "layers_on_gpu": report["doctor-model"]["model"]["layers_on_gpu"], "tests": report["tests"]}))
+                  "layers_on_gpu": report["doctor-model"]["model"]["layers_on_gpu"], "tests": report["tests"],
+                  "predicted_speed_ups": {m: round(x, 2) for m, x in report["prediction"]["geomean"].items()}}))
 EOF
 exit "$tests_rc"
