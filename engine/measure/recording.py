@@ -14,6 +14,7 @@ import numpy as np
 from ..chat_format import ChatFormatter
 from ..decoding.cost_model import MAX_DRAFT_LIMIT, calibration_sizes
 from ..decoding.loader import DecoderSettings, build_decoder, load_target
+from ..decoding.proposers.draft_model import check_draft
 from ..decoding.runtime import Model
 from ..decoding.sampling import SamplingParams
 from .bench import GREEDY, answer_tokens, encode
@@ -100,10 +101,10 @@ def record(model: str, prompts: Sequence[dict], max_tokens: int, chat: bool = Fa
         context = round(statistics.mean(len(a.prompt) + len(a.answer) // 2 for a in answers))
         recording = Recording(target.name, _curve(target, context, max_rows), answers,
                               sorted(t for t in used if target.is_end(t)), temperature)
+        if draft:
+            _record_draft(recording, draft, target, threads, p_min, context, max_rows)
     finally:
         target.close()
-    if draft:
-        _record_draft(recording, draft, threads, p_min, context, max_rows)
     return recording
 
 
@@ -119,11 +120,12 @@ def _curve(model: Model, context: int, max_rows: int = MAX_DRAFT_LIMIT + 1) -> d
     return curve
 
 
-def _record_draft(recording: Recording, draft: str, threads: int | None, p_min: float, context: int,
-                  max_rows: int) -> None:
-    settings = DecoderSettings(model=draft, method="none", threads=threads)
-    model = load_target(settings)
+def _record_draft(recording: Recording, draft: str, target: Model, threads: int | None, p_min: float,
+                  context: int, max_rows: int) -> None:
+    """The draft's curve and proposals, once it is known to fit the target (as the live draft method checks)."""
+    model = load_target(DecoderSettings(model=draft, method="none", threads=threads))
     try:
+        check_draft(model, target, p_min)
         recording.draft, recording.draft_curve = model.name, _curve(model, context, max_rows)
         for a in recording.answers:
             a.draft_kept, a.draft_made = draft_runs(model, a.prompt, a.answer, p_min)

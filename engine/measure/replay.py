@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,7 @@ from ..decoding.proposers.lookup import LookupProposer
 from ..decoding.stats import GenerationStats
 from ..decoding.step import SequenceState, StepLoop
 from ..decoding.verifier import Verifier
+from ..errors import EngineError
 from .bench import GREEDY, parse_seeds, read_prompts
 from .draft_replay import ReplayDraft
 from .recording import Recording, on_device, record
@@ -412,29 +414,33 @@ def main(argv: list[str] | None = None) -> int:
     tr.add_argument("ids", nargs="*", help="answers to show (all when none)")
     tr.add_argument("--max-draft", type=int, default=DEFAULT_MAX_DRAFT)
     args = parser.parse_args(argv)
-    if args.command == "record":
-        prompts = read_prompts(args.prompts)
-        if args.draft and args.temperature:
-            parser.error("--draft records along greedy answers only (no --temperature)")
-        recording = record(args.model, prompts, args.max_tokens, args.chat, args.threads, args.temperature,
-                           args.seeds, args.draft, args.p_min, args.max_rows)
-        recording.save(args.out)
-        print(f"recorded {len(recording.answers)} answers to {args.out}")
-    elif args.command == "check":
-        print(check(Recording.load(args.recording), json.loads(Path(args.live).read_text()), args.max_draft,
-                    args.host_time)[0])
-    elif args.command == "trace":
-        print(trace(Recording.load(args.recording), args.ids, args.max_draft))
-    else:
-        recording = Recording.load(args.recording)
-        if args.curves:
-            if not args.shape:
-                parser.error("--curves needs --shape")
-            recording = on_device(recording, args.curves, args.shape, args.draft_shape)
-        figures = speed_ups(recording, args.max_draft, args.host_time)
-        print(report(recording, args.max_draft, figures, args.host_time))
-        if args.out:
-            Path(args.out).write_text(json.dumps(as_json(recording, figures), indent=1))
+    if args.command == "record" and args.draft and args.temperature:
+        parser.error("--draft records along greedy answers only (no --temperature)")
+    if args.command == "replay" and args.curves and not args.shape:
+        parser.error("--curves needs --shape")
+    try:
+        if args.command == "record":
+            prompts = read_prompts(args.prompts)
+            recording = record(args.model, prompts, args.max_tokens, args.chat, args.threads, args.temperature,
+                               args.seeds, args.draft, args.p_min, args.max_rows)
+            recording.save(args.out)
+            print(f"recorded {len(recording.answers)} answers to {args.out}")
+        elif args.command == "check":
+            print(check(Recording.load(args.recording), json.loads(Path(args.live).read_text()), args.max_draft,
+                        args.host_time)[0])
+        elif args.command == "trace":
+            print(trace(Recording.load(args.recording), args.ids, args.max_draft))
+        else:
+            recording = Recording.load(args.recording)
+            if args.curves:
+                recording = on_device(recording, args.curves, args.shape, args.draft_shape)
+            figures = speed_ups(recording, args.max_draft, args.host_time)
+            print(report(recording, args.max_draft, figures, args.host_time))
+            if args.out:
+                Path(args.out).write_text(json.dumps(as_json(recording, figures), indent=1))
+    except (EngineError, OSError, ValueError) as exc:  # a bad file, a draft that does not fit, a shape not timed
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

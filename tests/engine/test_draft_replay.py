@@ -205,3 +205,16 @@ def test_a_step_wider_than_any_timed_is_charged_on_the_slope_of_the_widest_two()
     widest size's cost (np.interp alone would have charged a 300-row prefill as one 65-row step)."""
     rec = Recording("synthetic", {1: 1.0, 2: 2.0, 4: 3.0}, [], ends=[])
     assert rec.seconds(3) == pytest.approx(2.5) and rec.seconds(8) == pytest.approx(5.0)
+
+
+def test_a_draft_whose_vocabulary_does_not_fit_is_refused_with_a_message(tmp_path, capsys):
+    """As the live draft method refuses it: Gemma 3 cannot draft for SmolLM2, and the command says why."""
+    from engine.modelfiles.embedded import embedded_gemma_path, embedded_model_path
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "hi", "prompt": "Hello"}\n')
+    out = tmp_path / "rec.json"
+    code = replay.main(["record", "--model", str(embedded_model_path()), "--draft", str(embedded_gemma_path()),
+                        "--prompts", str(prompts), "--max-tokens", "4", "--max-rows", "2", "--out", str(out)])
+    assert code == 2 and not out.exists()
+    assert "vocabular" in capsys.readouterr().err.lower()
