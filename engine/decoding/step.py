@@ -82,15 +82,22 @@ def time_steps(target: Model, slot: int, start: int, token: int, sizes: list[int
     return {rows: kept[target.threads, rows] for rows in sizes}
 
 
+def time_decode(target: Model, slot: int, start: int, token: int, rows: int,
+                clock: Callable[[], float] = time.perf_counter) -> float:
+    """Seconds of one decode of `rows` rows of `token` in free cells from `start` of sequence `slot`, rolled
+    back after."""
+    t = clock()
+    target.decode_multi([token] * rows, range(start, start + rows), [slot] * rows, [True] * rows)
+    spent = clock() - t
+    target.forget_from(start, slot)
+    return spent
+
+
 def time_sizes(target: Model, slot: int, start: int, token: int, sizes: list[int],
                clock: Callable[[], float] = time.perf_counter) -> dict[int, float]:
     """The timing itself, every size afresh: nothing is read from or kept in the model's timings."""
     def timed(rows: int) -> float:
-        t = clock()
-        target.decode_multi([token] * rows, range(start, start + rows), [slot] * rows, [True] * rows)
-        spent = clock() - t
-        target.forget_from(start, slot)
-        return spent
+        return time_decode(target, slot, start, token, rows, clock)
 
     for _ in range(CALIBRATION_WARMUP):
         timed(1)

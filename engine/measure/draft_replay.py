@@ -17,14 +17,8 @@ import numpy as np
 
 from ..decoding.cost_model import MAX_DRAFT_LIMIT
 from ..decoding.proposers.base import Proposal, Want
-from ..decoding.proposers.draft_model import CATCH_UP_APART, CATCH_UP_TIMED_ROWS
+from ..decoding.proposers.draft_model import CATCH_UP_APART, CATCH_UP_TIMED_ROWS, greedy_pick
 from ..decoding.runtime import Model, common_prefix
-
-
-def _pick(row: np.ndarray) -> tuple[int, float]:
-    """The greedy pick of a logits row and its probability (the draft's confidence)."""
-    token = int(row.argmax())
-    return token, 1.0 / float(np.exp(row - row[token]).sum())
 
 
 def draft_runs(draft: Model, prompt: Sequence[int], answer: Sequence[int], p_min: float,
@@ -40,7 +34,7 @@ def draft_runs(draft: Model, prompt: Sequence[int], answer: Sequence[int], p_min
     # and a pick from one wide batch put a confidence of ~p_min on the other side of it (the 0.5B, once in 48).
     picks = [(0, 0.0)]  # picks[i]: after prompt + answer[:i]; position 0 is the prefill's token, never drafted for
     for i in range(n - 1):
-        picks.append(_pick(draft.decode_multi([answer[i]], [start + i], [0], [True])[0]))
+        picks.append(greedy_pick(draft.decode_multi([answer[i]], [start + i], [0], [True])[0]))
     kept, made = [0] * (n + 1), [0] * (n + 1)
     for i in range(n - 1, 0, -1):  # from the end, cutting the cache back as it goes: nothing is re-decoded
         token, confidence = picks[i]
@@ -60,7 +54,7 @@ def _drafted_after(draft: Model, position: int, token: int, p_min: float, most: 
     draft.forget_from(position)
     count = 0
     while count < most:
-        token, confidence = _pick(draft.decode_multi([token], [position + count], [0], [True])[0])
+        token, confidence = greedy_pick(draft.decode_multi([token], [position + count], [0], [True])[0])
         if confidence < p_min:
             break
         count += 1
@@ -133,7 +127,7 @@ class ReplayDraft:
         spent += self.seconds(len(history) - keep) + (decodes - 1) * self.seconds(1)
         if self._row is not None:
             for _ in range(decodes):
-                _pick(self._row)
+                greedy_pick(self._row)
         self.advance(spent)
         fed = drafted if drafted < k else k - 1
         self._cached = len(history) + min(good, fed)

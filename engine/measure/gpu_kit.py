@@ -9,11 +9,12 @@ python -m engine.measure.gpu_kit sampling --out sampling.json
 vocabulary, width, depth, heads and feed-forward size): a step's cost depends on the shapes and the quantisation,
 not on the weights, and such files are made in seconds where a real 7B could neither be downloaded nor carried.
 `curves` loads each one (every layer on the GPU where the build has one) and times a target step per number of
-verified rows, 1 to --max-rows, as decoding pays them (in_situ.py: each size after one-row steps, the median
-of rounds), as a replay's recording does. The qwen2-0.5b curve's one-row step is what a draft token of that
-size costs. `python -m engine.measure.replay replay REC --curves curves.json --shape qwen2-7b --draft-shape
-qwen2-0.5b` then predicts what lookup, draft and auto would gain on that device on answers recorded here. `sampling` times one sampled verification on the CPU and on
-CUDA (where torch has it), so the faster place for that math is measured, not assumed.
+verified rows, 1 to --max-rows, as decoding pays them (in_situ.py: each size after one-row steps, the mean of
+rounds but the slowest), as a replay's recording does. The qwen2-0.5b curve's one-row step is what a draft token
+of that size costs. `python -m engine.measure.replay replay REC --curves curves.json --shape qwen2-7b
+--draft-shape qwen2-0.5b` then predicts what lookup, draft and auto would gain on that device on answers recorded
+here. `sampling` times one sampled verification on the CPU and on CUDA (where torch has it), so the faster place
+for that math is measured, not assumed.
 
 Q4_0 rather than the usual Q4_K_M: it is the one 4-bit type every backend has and every row size here allows
 (Q4_K needs widths in 256s; Qwen2 0.5B's is 896). The type matters on a CPU, where llama.cpp repacks some types

@@ -8,7 +8,7 @@ program's does not count). The mean, not the median: some sizes' costs are bimod
 step ran 96 or 129 ms as the median of five in two recordings a minute apart; live ones 101-155 ms), and a total
 time follows the mean. On the Qwen2.5-Coder 1.5B here (2 cores), 17 rows took 293 ms fastest back to back,
 351 ms as the median after one-row steps, and live 17-row steps of lookup's answers averaged ~350 ms; the floor
-made replays over-predict lookup by ~9%.
+made replays over-predict lookup on the pair by 5-9%.
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import time
 from typing import Callable
 
 from ..decoding.runtime import Model
+from ..decoding.step import time_decode
 
 ROUNDS = 5
 NARROW_BEFORE = 2  # one-row steps before each timed one
@@ -27,11 +28,7 @@ def time_in_situ(model: Model, start: int, token: int, sizes: list[int], rounds:
     """Seconds of a decode of each size (rows of `token` in free cells from `start` of sequence 0, rolled back
     after), each timed after NARROW_BEFORE one-row decodes: the mean of `rounds`, the slowest left out."""
     def decode(rows: int) -> float:
-        t = clock()
-        model.decode_multi([token] * rows, range(start, start + rows), [0] * rows, [True] * rows)
-        spent = clock() - t
-        model.forget_from(start)
-        return spent
+        return time_decode(model, 0, start, token, rows, clock)
 
     decode(1)
     decode(max(sizes))  # untimed: the widest batch grows llama.cpp's buffers once

@@ -39,6 +39,12 @@ def stack_candidates(rows: list[Candidates]) -> Candidates:
     return Candidates(ids=ids, probs=probs)
 
 
+def greedy_pick(row: np.ndarray) -> tuple[int, float]:
+    """A greedy draft token from a logits row, and its probability (the confidence p_min is held against)."""
+    token = int(row.argmax())
+    return token, 1.0 / float(np.exp(row - row[token]).sum())
+
+
 def check_draft(draft: Model, target: Model, p_min: float) -> None:
     """A usable draft: a cutoff in range and a vocabulary the target can verify."""
     if not 0.0 <= p_min < 1.0:
@@ -170,8 +176,7 @@ class DraftModelProposer:
     def _pick(state: _DraftSlot, row: np.ndarray, position: int) -> tuple[int, float, Candidates | None]:
         """The draft token for sequence index `position`, its confidence, and q when sampling."""
         if state.sampling.greedy:
-            token = int(row.argmax())
-            return token, 1.0 / float(np.exp(row - row[token]).sum()), None
+            return (*greedy_pick(row), None)
         q = filter_logits(torch.from_numpy(row).to(state.device).view(1, -1), state.sampling)
         state.generator.manual_seed(position_seed(state.seed, position))
         return q.sample(0, state.generator), float(q.probs[0].max()), q
