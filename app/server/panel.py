@@ -76,6 +76,7 @@ class ServerPanel(QWidget):
         self.setWindowFlag(Qt.Window)
         self.engine = engine
         self.running: dict | None = None  # what serverStarted said
+        self.warning: str | None = None  # about the options being started, said beside "Serving …"
         self._build(settings)
         worker = engine.worker
         worker.serverStarted.connect(self._started)
@@ -152,6 +153,7 @@ class ServerPanel(QWidget):
             self.status.setText(f"Not started: {exc}")
             return
         self.optionsChanged.emit(values)
+        self.warning = options.open_to_every_page
         self.status.setText("Starting…")
         self.start_button.setEnabled(False)
         self.engine.start_server(options)
@@ -178,7 +180,8 @@ class ServerPanel(QWidget):
         if info:
             self.status.setText(
                 f"Serving {info['model']} at {info['url']}/v1 ({info['method']}, {info['parallel']} in parallel). "
-                "OpenAI clients: base_url = that address; the chat in this window joins the same batch.")
+                "OpenAI clients: base_url = that address; the chat in this window joins the same batch."
+                + (f"\n{self.warning}" if self.warning else ""))
 
     def _row_added(self, *_args) -> None:
         self.table.resizeColumnsToContents()

@@ -26,6 +26,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="clients must send 'Authorization: Bearer KEY' (default: $SPECCHAT_API_KEY)")
     ap.add_argument("--cors", action="append", default=[], metavar="ORIGIN",
                     help="a browser origin allowed to call the API (repeatable; '*' for any)")
+    ap.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                    help="a name clients reach this server by (repeatable); a Host header that is not such a "
+                         "name, localhost or an IP address this server answers to gets 403")
     ap.add_argument("--parallel", type=int, default=4, help="requests decoded together in one batch")
     ap.add_argument("--max-queue", type=int, default=32, help="requests that may wait beyond those (then 429)")
     ap.add_argument("--max-body-mb", type=float, default=MAX_BODY_BYTES / (1 << 20),
@@ -47,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         options = ServeOptions(args.host, args.port, args.api_key, tuple(args.cors), args.parallel, args.max_queue,
-                               int(args.max_body_mb * (1 << 20)))
+                               int(args.max_body_mb * (1 << 20)), tuple(args.allow_host))
         settings = DecoderSettings(model=args.model, draft=args.draft, method=args.method, max_draft=args.max_draft,
                                    n_ctx=args.ctx, threads=args.threads, remember_requests=not args.no_remember)
         target = load_target(settings, n_seq_max=args.parallel)

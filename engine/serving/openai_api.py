@@ -9,11 +9,28 @@ refused (413) from its Content-Length, or as soon as that many bytes have come; 
 BODY_TIMEOUT_S is a 408; a prompt whose byte length alone is more than the context can hold is a 400 before it
 is templated or tokenized; a chat template the sandbox refused (engine/template_sandbox.py) makes chat requests
 fail with a clear 500 rather than guess another format for a client that cannot see a notice.
+
+Any web page can send requests to a loopback server: a "simple" cross-site POST (Content-Type text/plain, no
+preflight) runs the model, and a page whose DNS name is rebound to 127.0.0.1 reads the answers. So, before any
+route runs (RequestGuard), a request is refused when:
+- its Host is not allowed (403 host_not_allowed). Allowed: localhost, a loopback address (127.0.0.0/8, [::1]),
+  the address the server is bound to, and the names listed in ApiConfig.allowed_hosts (--allow-host), with or
+  without a port. Bound to every interface (0.0.0.0 or ::, which needs an API key), any IP-address Host is
+  allowed too, since clients on the network name the machine by its LAN address; a DNS name must still be listed,
+  as a rebound name is exactly what a hostile page sends. A request without Host (HTTP/1.0) passes: browsers
+  always send one;
+- it carries an Origin (every browser request that a page makes across origins does) that is not among
+  ApiConfig.cors_origins, unless those hold '*' (403 origin_not_allowed); clients that send no Origin (curl,
+  editors, SDKs) are unaffected;
+- it is a POST (every POST here takes a JSON body) whose Content-Type is not application/json, parameters such
+  as charset aside (415 unsupported_media_type): a page can send application/json across origins only after a
+  CORS preflight, which only the origins allowed above pass.
 """
 from __future__ import annotations
 
 import asyncio
 import hmac
+import ipaddress
 import json
 import logging
 import time
@@ -24,6 +41,7 @@ from typing import Callable
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
@@ -73,6 +91,8 @@ class ApiConfig:
     on_record: Callable[[RequestRecord], None] | None = None  # called on the event loop's thread
     records: list[RequestRecord] = field(default_factory=list)
     max_body_bytes: int = MAX_BODY_BYTES
+    bind_host: str = "127.0.0.1"  # the address listened on: a Host that names it is allowed
+    allowed_hosts: tuple[str, ...] = ()  # more names a Host may give (--allow-host)
 
 
 class _Feed:
@@ -189,10 +209,7 @@ def create_app(scheduler: Scheduler, formatter: ChatFormatter, config: ApiConfig
             rec.ttft_s, rec.method, rec.finish = stats.ttft_s, stats.method, job.finish_reason
         if status == 499:  # the client went away: its job ends at the engine's next step
             rec.finish = "cancelled"
-        config.records.append(rec)
-        del config.records[:-1000]
-        if config.on_record:
-            config.on_record(rec)
+        _keep(config, rec)
 
     def envelope(job: Job, kind: str) -> dict:
         return {"id": job.id, "object": kind, "created": int(time.time()), "model": config.model_id,
@@ -331,7 +348,7 @@ def create_app(scheduler: Scheduler, formatter: ChatFormatter, config: ApiConfig
               Route("/v1/models", models, methods=["GET"]),
               Route("/tokenize", tokenize, methods=["POST"]),
               Route("/health", health, methods=["GET"])]
-    middleware = []
+    middleware = [Middleware(RequestGuard, config=config)]  # first: outside CORS, so a refused Origin gets no CORS
     if config.cors_origins:
         middleware.append(Middleware(CORSMiddleware, allow_origins=list(config.cors_origins),
                                      allow_methods=["GET", "POST", "OPTIONS"],
@@ -345,6 +362,96 @@ def create_app(scheduler: Scheduler, formatter: ChatFormatter, config: ApiConfig
 
     return Starlette(routes=routes, middleware=middleware,
                      exception_handlers={HTTPException: http_error, Exception: crashed})
+
+
+class RequestGuard:
+    """Refuses a request a web page could have sent (see the module's docstring) before any route reads a byte
+    of its body or the model does any work; each refusal is recorded, so the Server panel lists it."""
+
+    def __init__(self, app, config: ApiConfig):
+        self.app, self.config = app, config
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http":
+            refused = request_refusal(Headers(scope=scope), scope["method"], self.config)
+            if refused is not None:
+                client = scope.get("client")
+                _keep(self.config, RequestRecord("-", scope["path"], client[0] if client else "?", time.time(),
+                                                 status=refused.status))
+                response = JSONResponse(refused.body(), status_code=refused.status,
+                                        headers={"Connection": "close"})  # its body, if any, is never read
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def request_refusal(headers: Headers, method: str, config: ApiConfig) -> ApiError | None:
+    """Why this request is refused (Host, then Origin, then Content-Type), or None."""
+    host = headers.get("host")
+    if host is not None and not host_allowed(host, config):
+        return ApiError(403, f"Host {host!r} is not allowed: this server answers to {_answers_to(config)}. If it "
+                             "is this server's name, start it with --allow-host NAME (a web page can point any "
+                             "name at this machine).", kind="permission_error", code="host_not_allowed")
+    origin = headers.get("origin")
+    if origin is not None and "*" not in config.cors_origins and origin not in config.cors_origins:
+        return ApiError(403, f"Origin {origin!r} is not allowed: web pages may call this server only from the "
+                             "origins given with --cors ORIGIN (the Server panel's CORS origins).",
+                        kind="permission_error", code="origin_not_allowed")
+    media_type = headers.get("content-type", "").partition(";")[0].strip().lower()
+    if method == "POST" and media_type != "application/json":
+        said = repr(media_type) if media_type else "missing"
+        return ApiError(415, f"Content-Type {said}: this endpoint takes only 'application/json'.",
+                        code="unsupported_media_type")
+    return None
+
+
+def host_allowed(host: str, config: ApiConfig) -> bool:
+    name, bound = host_name(host), host_name(config.bind_host)
+    if name in ("localhost", bound) or name in map(host_name, config.allowed_hosts):
+        return True
+    address = _address(name)
+    if address is None:
+        return False  # a DNS name, and not one the user listed
+    return address.is_loopback or _every_interface(bound)
+
+
+def _answers_to(config: ApiConfig) -> str:
+    """The Hosts host_allowed takes, for a person (the listed names aside)."""
+    bound = host_name(config.bind_host)
+    if _every_interface(bound):
+        return "localhost and IP addresses"
+    address = _address(bound)
+    if bound == "localhost" or address is not None and address.is_loopback:
+        return "localhost and loopback addresses"
+    return f"localhost, loopback addresses and {bound}"
+
+
+def _every_interface(bound: str) -> bool:
+    return bound in ("0.0.0.0", "::")
+
+
+def _address(name: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(name)
+    except ValueError:
+        return None
+
+
+def host_name(host: str) -> str:
+    """'Example.COM.:8765' -> 'example.com', '[::1]:80' -> '::1': the name or address a Host header gives."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        host = host[1:].partition("]")[0]
+    elif host.count(":") == 1:
+        host = host.partition(":")[0]
+    return host.removesuffix(".")
+
+
+def _keep(config: ApiConfig, rec: RequestRecord) -> None:
+    config.records.append(rec)
+    del config.records[:-1000]
+    if config.on_record:
+        config.on_record(rec)
 
 
 async def _read_capped(request: Request, cap: int) -> bytes | None:

@@ -36,6 +36,7 @@ class ServeOptions:
     parallel: int = 4
     max_queue: int = 32
     max_body_bytes: int = MAX_BODY_BYTES
+    allowed_hosts: tuple[str, ...] = ()  # names a request's Host may give beyond loopback (openai_api's docstring)
 
     def __post_init__(self) -> None:
         if not (isinstance(self.port, int) and 0 <= self.port <= 65535):
@@ -46,6 +47,19 @@ class ServeOptions:
             raise InvalidSettingError(f"max body must be at least 1 KB, got {self.max_body_bytes!r}")
         if not is_loopback(self.host) and not self.api_key:
             raise InvalidSettingError(f"Serving on {self.host} reaches other machines: set an API key.")
+        for name in self.allowed_hosts:
+            if not name or any(c.isspace() or c in "/@*" for c in name):
+                raise InvalidSettingError(f"An allowed host must be a bare name or address, got {name!r}")
+        if warning := self.open_to_every_page:  # said where every start's options are made: the command line
+            log.warning(warning)                  # before its model loads, the app at each Start (and its panel)
+
+    @property
+    def open_to_every_page(self) -> str | None:
+        """The warning for CORS '*' without an API key, or None."""
+        if "*" not in self.cors_origins or self.api_key:
+            return None
+        return ("Warning: CORS origin '*' without an API key lets every web page you visit use this server "
+                "(run the model, read its answers). Set an API key, or list the origins that need it.")
 
 
 def is_loopback(host: str) -> bool:
@@ -116,7 +130,8 @@ class Service:
         self.scheduler = Scheduler(target, proposer, speculation, options.parallel, options.max_queue,
                                    step_costs=step_costs)
         self.api = ApiConfig(model_id, options.api_key, options.cors_origins, on_record,
-                             max_body_bytes=options.max_body_bytes)
+                             max_body_bytes=options.max_body_bytes, bind_host=options.host,
+                             allowed_hosts=options.allowed_hosts)
         self.formatter = ChatFormatter(target)
         if self.formatter.template and self.formatter.refusal:
             log.warning("%s Chat requests will be refused; /v1/completions works.", self.formatter.refusal)

@@ -97,6 +97,20 @@ def test_the_network_needs_a_key_and_a_key_is_enforced(make_window, qtbot, quick
     assert models["data"][0]["meta"]["parallel"] == panel.parallel.value()
 
 
+def test_cors_for_every_page_without_a_key_is_warned_of_and_a_pages_plain_post_is_refused(make_window, qtbot,
+                                                                                          quick_settings):
+    window = make_window(quick_settings)
+    panel = start(window, qtbot, cors="*")
+    assert "Serving" in panel.status.text() and "every web page you visit" in panel.status.text()
+    # A browser's simple cross-site POST (text/plain, no preflight): refused before the model, and listed.
+    reply = httpx.post(panel.running["url"] + "/v1/completions", content='{"prompt": "Hi", "max_tokens": 2}',
+                       headers={"Content-Type": "text/plain", "Origin": "http://any.example"}, timeout=30)
+    assert reply.status_code == 415 and reply.json()["error"]["code"] == "unsupported_media_type"
+    qtbot.waitUntil(lambda: panel.log.rowCount() == 1, timeout=5000)
+    row = [panel.log.data(panel.log.index(0, c)) for c in range(panel.log.columnCount())]
+    assert row[2] == "/v1/completions" and row[8] == "-" and row[9] == "415"
+
+
 def test_a_port_in_use_is_reported_and_the_chat_keeps_working(make_window, qtbot, wait_response, quick_settings):
     window = make_window(quick_settings)
     with socket.socket() as taken:

@@ -126,7 +126,8 @@ def test_a_20_mb_body_is_refused_before_it_is_read(spinning):
             yield b"x" * (1 << 20)
 
     try:
-        chunked = httpx.post(spinning.url + "/v1/completions", content=chunks(), timeout=60)
+        chunked = httpx.post(spinning.url + "/v1/completions", content=chunks(), timeout=60,
+                             headers={"Content-Type": "application/json"})
         assert chunked.status_code == 413
     except httpx.TransportError:
         pass  # the server may close the connection while the client is still sending: it did not read it
@@ -184,10 +185,10 @@ def test_connections_that_send_nothing_or_dribble_are_closed(spinning, monkeypat
     with socket.create_connection((host, port)) as silent:
         assert closed_within(silent, 5) == b""
     with socket.create_connection((host, port)) as dribbling:
-        dribbling.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+        dribbling.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         closed_within(dribbling, 5, dribble=b"X")
     with socket.create_connection((host, port)) as slow_body:
-        slow_body.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        slow_body.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                           b"Content-Length: 1000\r\n\r\n{\"messages\"")
         answer = closed_within(slow_body, 5)
         assert answer.startswith(b"HTTP/1.1 408") and b"request_timeout" in answer
