@@ -14,7 +14,7 @@ import traceback
 from typing import Callable
 
 from engine.errors import EngineError
-from engine.remote.client import RemoteEngine
+from engine.remote.client import RemoteEngine, RemoteFigures, interruptible
 from engine.remote.endpoint import Endpoint
 from engine.remote.keys import saved_key
 
@@ -99,10 +99,24 @@ def _answer(worker, request) -> None:
     answer = None
     try:
         engine = server_for(request.remote)
-        answer = engine.answer(request.messages, request.sampling, request.max_tokens, engine.model(),
+        model = interruptible(engine.model, request.cancel)  # Stop does not wait on the server's model list
+        if model is None:
+            stopped = RemoteFigures(backend=f"remote {engine.endpoint.host}", model="", finish_reason="cancelled")
+            worker.finished.emit(rid, figures(stopped.to_dict()))
+            return
+        answer = engine.answer(request.messages, request.sampling, request.max_tokens, model,
                                request.cancel, continue_last=request.continue_last)
+
+        def stats_now() -> dict:
+            return figures(answer.figures.to_dict())
+
+        def show_held() -> None:  # the batch's text shown once the server goes quiet, not at its next piece
+            if progress.pending:
+                progress.flush(stats_now())
+
+        answer.on_wait = show_held
         for text in answer:
-            progress.add([(text, False)], lambda: figures(answer.figures.to_dict()))
+            progress.add([(text, False)], stats_now)
         stats = figures(answer.figures.to_dict())
         progress.flush(stats)
         worker.finished.emit(rid, stats)

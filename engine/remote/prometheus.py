@@ -20,17 +20,24 @@ ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 RUNNING = "vllm:num_requests_running"
 FINISHED = "vllm:request_success_total"
+WANTED = (PREFIX, RUNNING, FINISHED)  # the only series read: a server's others are none of this module's business
+MAX_LINE_CHARS = 4096  # vLLM's lines are under 300 characters; a longer one is skipped unread (the regex's cost grows)
+MAX_SERIES = 10_000  # of those wanted: vLLM has one per engine, draft position and finish reason, hundreds at most
 _SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?$')
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
-def parse(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Samples of a Prometheus text exposition: {(name, sorted labels): value}. Comments and malformed lines
-    are skipped (a server's other metrics are none of this module's business)."""
+def parse(text: str, wanted: tuple[str, ...] | None = None,
+          max_series: int = MAX_SERIES) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Samples of a Prometheus text exposition: {(name, sorted labels): value}, of the names starting with one of
+    wanted (all when None). Comments, malformed lines and lines over MAX_LINE_CHARS are skipped; ValueError past
+    max_series samples (no server has that many of these: the text is not to be trusted)."""
     out = {}
-    for line in text.splitlines():
+    for line in text.split("\n"):  # the format's only line end (a label value may hold U+2028)
         line = line.strip()
-        if not line or line.startswith("#"):
+        if not line or line.startswith("#") or len(line) > MAX_LINE_CHARS:
+            continue
+        if wanted is not None and not line.startswith(wanted):
             continue
         match = _SAMPLE.match(line)
         if not match:
@@ -41,6 +48,8 @@ def parse(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         except ValueError:
             continue
         out[(name, tuple(sorted(_LABEL.findall(labels or ""))))] = number
+        if len(out) > max_series:
+            raise ValueError(f"more than {max_series:,} series")
     return out
 
 
@@ -57,8 +66,9 @@ class SpecCounters:
 
     @classmethod
     def from_text(cls, text: str) -> "SpecCounters":
+        """The counters in a /metrics text; ValueError where it has more than MAX_SERIES of them."""
         counters = cls()
-        for (name, labels), value in parse(text).items():
+        for (name, labels), value in parse(text, WANTED).items():
             if name == PER_POSITION:
                 position = dict(labels).get("position")
                 if position is not None and position.isdigit():

@@ -4,13 +4,14 @@ not there; and `specchat --smoke-test --engine-url`. The server is a real SpecCh
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from PySide6.QtWidgets import QDialogButtonBox
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
-from remote_server import specchat_server  # noqa: E402  (tests/engine/remote_server.py)
+from remote_server import HostileServer, event, specchat_server  # noqa: E402  (tests/engine/remote_server.py)
 
 from app.chat.engine_picker import REMOTE  # noqa: E402
 from engine.remote.keys import saved_key  # noqa: E402
@@ -222,6 +223,55 @@ def test_the_lab_window_runs_the_experiment_against_servers(qtbot, server, tmp_p
     assert cells[("lookup", 1)]["drafted"] > 0 and not cells[("lookup", 2)]["errors"]  # the saved key was sent
     assert "lookup" in results["crossover"] and "nothing here to apply" in lab.advice.text()
     assert not lab.apply_button.isEnabled()
+
+
+def test_stop_while_the_server_is_silent_ends_the_answer_at_once_with_its_text_kept(make_window, qtbot, wait_response,
+                                                                                   quick_settings):
+    """A server that sends a little and then nothing: Stop ends the answer within a second (not the session's
+    grace for an engine that does not stop), the text so far kept and marked stopped."""
+    def hello_then_silence(conn):
+        conn.head()
+        conn.send(event({"role": "assistant", "content": ""}) + event({"content": "Hello"}) +
+                  event({"content": " there"}))
+        conn.wait(20)  # ends early once the client goes
+
+    with HostileServer({"POST /v1/chat/completions": hello_then_silence}) as server:
+        window = make_window(quick_settings)
+        set_engine(qtbot, window, server.url).accept()
+        window.input.setPlainText("Hello?")
+        window.send_message()
+        # shown while the server is silent, not held back for a next piece that never comes
+        qtbot.waitUntil(lambda: window.session.model.items[-1].content == "Hello there", timeout=10_000)
+        stopped_at = time.monotonic()
+        window.send_button.click()  # Stop
+        stopped = wait_response(window, timeout=5_000)
+        took = time.monotonic() - stopped_at
+        assert server.last("POST /v1/chat/completions").gone.wait(1.0)  # the request ended on the server too
+    assert took < 1.0 and stopped.status == "stopped" and stopped.content == "Hello there"
+    assert not stopped.notice and stopped.stats["finish_reason"] == "cancelled"
+    assert "stopped by you" in stats_text(window)
+
+
+def test_stop_while_the_server_is_silent_on_its_model_list_ends_the_answer_at_once():
+    """Before the answer is asked for, its model is (the server's list): Stop does not wait on that either."""
+    import threading
+    from types import SimpleNamespace
+
+    from app.remote_answer import answer_remotely
+    from app.worker import GenerationRequest
+    from engine.remote.endpoint import Endpoint
+
+    signals = []
+    worker = SimpleNamespace(**{name: SimpleNamespace(emit=lambda *args, name=name: signals.append((name, *args)))
+                                for name in ("started", "progress", "finished", "failed")})
+    with HostileServer({"GET /v1/models": lambda conn: conn.wait(10)}) as server:
+        request = GenerationRequest([{"role": "user", "content": "Hello?"}], remote=Endpoint(server.url))
+        threading.Timer(0.3, request.cancel.set).start()
+        started = time.monotonic()
+        answer_remotely(worker, request)
+        took = time.monotonic() - started
+    assert took < 1.3 and [s[0] for s in signals] == ["started", "finished"]
+    assert signals[-1][2]["finish_reason"] == "cancelled"
 
 
 def test_a_model_id_that_is_a_path_is_shown_by_its_file_name():

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 
 import httpx
@@ -22,9 +23,9 @@ from engine.decoding.sampling import SamplingParams
 from engine.errors import EngineError, InvalidSettingError
 from engine.modelfiles.embedded import embedded_model_path
 from engine.remote import keys, prometheus
-from engine.remote.client import RemoteEngine
+from engine.remote.client import EventStream, RemoteEngine, RemoteModel
 from engine.remote.endpoint import Endpoint, normalised_url, url_warning
-from remote_server import specchat_server  # tests/engine/remote_server.py
+from remote_server import DONE, MIB, HostileServer, event, specchat_server  # tests/engine/remote_server.py
 
 GREEDY = SamplingParams(temperature=0.0)
 COPY = [{"role": "user", "content": "Passage: The lighthouse at Point Arden was built in 1871 from granite quarried "
@@ -322,6 +323,249 @@ def test_a_stream_cut_short_is_an_error_that_keeps_the_text_so_far():
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+# --- a server that misbehaves ------------------------------------------------------------------------------
+CHAT = "POST /v1/chat/completions"
+HUGE = 64 * MIB  # what a hostile route sends at most: the issue's 200 MB, cut short (the client stops far sooner)
+BLOCK = 64 << 10
+
+
+def collect(answer) -> tuple[list[str], EngineError | None]:
+    """The answer's pieces, and the EngineError that ended it (None where it finished)."""
+    pieces = []
+    try:
+        for piece in answer:
+            pieces.append(piece)
+    except EngineError as exc:
+        return pieces, exc
+    return pieces, None
+
+
+def hostile_answer(server: HostileServer, max_tokens: int = 64, cancel=None, **engine_options):
+    engine = RemoteEngine(Endpoint(server.url), **engine_options)
+    return engine.answer(COUNTING, GREEDY, max_tokens, RemoteModel("hostile", None), cancel)
+
+
+def measured(call):
+    """(call's result, seconds it took, the most memory Python held meanwhile above what it held before)."""
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    started = time.monotonic()
+    try:
+        out = call()
+        return out, time.monotonic() - started, tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_line_without_an_end_is_given_up_at_1_mib_and_the_text_so_far_kept():
+    def endless_line(conn):
+        conn.head()
+        conn.send(event({"content": "Hello"}))
+        conn.send(b'data: {"choices": [{"delta": {"content": "')
+        for _ in range(HUGE // BLOCK):
+            if not conn.send(b"x" * BLOCK):
+                return
+
+    with HostileServer({CHAT: endless_line}) as server:
+        (pieces, error), took, peak = measured(lambda: collect(hostile_answer(server)))
+        assert server.last(CHAT).gone.wait(2)
+    assert pieces == ["Hello"] and error is not None and "sent a line over 1 MiB" in str(error)
+    assert "the text so far is kept" in str(error)
+    assert server.last(CHAT).sent < 12 * MIB and peak < 16 * MIB and took < 5  # not the 64 MiB sent at most
+
+
+def test_a_huge_error_body_is_read_to_64_kib_and_shown_in_a_few_hundred_characters():
+    def huge_error(conn):
+        conn.head(500, "application/json", HUGE)
+        conn.send(b'{"error": {"message": "')
+        for _ in range(HUGE // BLOCK):
+            if not conn.send((b"out of memory " * (BLOCK // 14 + 1))[:BLOCK]):
+                return
+
+    with HostileServer({CHAT: huge_error, "GET /v1/models": huge_error}) as server:
+        (_pieces, error), took, peak = measured(lambda: collect(hostile_answer(server)))
+        with pytest.raises(EngineError) as listing:
+            RemoteEngine(Endpoint(server.url)).models()
+        sent = [conn.sent for conn in server.conns[CHAT] + server.conns["GET /v1/models"]]
+    for message in (str(error), str(listing.value)):
+        assert "answered HTTP 500: " in message and len(message) < 450, message  # the body was no JSON: raw text
+    assert max(sent) < 12 * MIB and peak < 16 * MIB and took < 5
+
+
+def test_huge_metrics_are_read_to_8_mib_and_too_many_series_are_not_parsed():
+    def million_series(conn):
+        conn.head(200, "text/plain")
+        conn.send(metrics_text(drafts=1.0, draft_tokens=3.0).encode())  # the counters, then 1M series more
+        for start in range(0, 1_000_000, 10_000):
+            lines = "".join(f'vllm:iteration_tokens_total_bucket{{le="{i}",model_name="m"}} 1.0\n'
+                            for i in range(start, start + 10_000))
+            if not conn.send(lines.encode()):
+                return
+
+    with HostileServer({"GET /metrics": million_series}) as server:
+        counters, took, peak = measured(RemoteEngine(Endpoint(server.url)).spec_counters)
+        sent = server.last("GET /metrics").sent
+    assert counters is None and took < 3 and sent < 20 * MIB and peak < 40 * MIB
+    many = "".join(f'vllm:spec_decode_num_draft_tokens_total{{engine="{i}"}} 1\n' for i in range(20_000))
+    with pytest.raises(ValueError, match="more than 10,000 series"):
+        prometheus.SpecCounters.from_text(many)
+    long_line = 'vllm:spec_decode_num_draft_tokens_total{model_name="' + "x" * 100_000 + '"} 1\n'
+    assert not prometheus.SpecCounters.from_text(long_line).speculates  # skipped unread
+
+
+def test_a_listing_of_100000_models_is_cut_to_1000_and_a_missing_model_named_in_a_short_message():
+    many = {"object": "list", "data": [{"id": f"org/model-{i:06d}", "object": "model"} for i in range(100_000)]}
+    too_many = {"object": "list", "data": many["data"] * 3}  # 13 MB of JSON
+    with HostileServer({"GET /v1/models": lambda conn: conn.json(many)}) as server:
+        assert len(RemoteEngine(Endpoint(server.url)).models()) == 1000
+        assert RemoteEngine(Endpoint(server.url, "org/model-099999")).model().id == "org/model-099999"
+        with pytest.raises(EngineError) as missing:
+            RemoteEngine(Endpoint(server.url, "gpt-9")).model()
+    message = str(missing.value)
+    assert message.startswith(f"{server.url} does not serve “gpt-9”; it serves org/model-000000, ")
+    assert " more." in message and len(message) < 450, message
+    with HostileServer({"GET /v1/models": lambda conn: conn.json(too_many)}) as server:
+        with pytest.raises(EngineError, match="answered more than 8 MiB"):
+            RemoteEngine(Endpoint(server.url)).models()
+
+
+def test_a_quick_call_ends_at_its_deadline_though_bytes_trickle_in(monkeypatch):
+    from engine.remote import client
+
+    def trickled_models(conn):
+        body = json.dumps({"data": [{"id": "hostile"}]}).encode()
+        conn.head(200, "application/json", len(body))
+        for byte in body:
+            if not conn.send(bytes([byte])) or not conn.wait(0.2):
+                return
+
+    monkeypatch.setattr(client, "QUICK_TIMEOUT_S", 1.0)
+    with HostileServer({"GET /v1/models": trickled_models}) as server:
+        started = time.monotonic()
+        with pytest.raises(EngineError, match="did not answer within 1 s"):
+            RemoteEngine(Endpoint(server.url)).models()
+        assert time.monotonic() - started < 2.5 and server.last("GET /v1/models").gone.wait(2)
+
+
+def test_an_answer_ends_here_at_max_tokens_and_a_margin_whatever_the_server_sends():
+    def endless(conn):
+        conn.head()
+        for i in range(10_000):
+            if not conn.send(event({"content": f"{i} "})):
+                return
+        conn.send(event({}, finish="stop") + DONE)
+
+    def one_huge_delta(conn):
+        conn.head()
+        conn.send(event({"content": "x" * 900_000}) + event({}, finish="stop") + DONE)
+
+    with HostileServer({CHAT: endless}) as server:
+        answer = hostile_answer(server, max_tokens=64)
+        pieces, error = collect(answer)
+        assert server.last(CHAT).gone.wait(2)  # the response closed here, not read to its end
+    assert error is None and 64 < len(pieces) <= 64 + 16 and answer.figures.finish_reason == "length"
+    with HostileServer({CHAT: one_huge_delta}) as server:
+        answer = hostile_answer(server, max_tokens=64)
+        pieces, error = collect(answer)
+    assert error is None and len("".join(pieces)) == (64 + 16) * 64 and answer.figures.finish_reason == "length"
+
+
+def hello_then(after):
+    """A route: headers, one piece of text, then after(conn)."""
+    def route(conn):
+        conn.head()
+        conn.send(event({"role": "assistant", "content": ""}) + event({"content": "Hello"}))
+        after(conn)
+    return route
+
+
+def silent(conn):
+    conn.wait(10)  # ends early once the client goes
+
+
+def trickle(conn, every_s: float = 0.5):
+    """A byte every every_s: a whole event about every 50 bytes."""
+    for byte in event({"content": " world"}) * 4:
+        if not conn.send(bytes([byte])) or not conn.wait(every_s):
+            return
+
+
+@pytest.mark.parametrize("after", [silent, trickle], ids=["silent", "a-byte-at-a-time"])
+def test_stop_ends_the_answer_within_a_second_whatever_the_server_does(after):
+    with HostileServer({CHAT: hello_then(after)}) as server:
+        cancel = threading.Event()
+        answer = hostile_answer(server, cancel=cancel)
+        pieces, stopped_at = [], []
+
+        def stop():
+            stopped_at.append(time.monotonic())
+            cancel.set()
+
+        for piece in answer:
+            pieces.append(piece)
+            if len(pieces) == 1:
+                threading.Timer(0.3, stop).start()
+        took = time.monotonic() - stopped_at[0]
+        assert server.last(CHAT).gone.wait(1.0)  # the connection closed: a real server frees the request's slot
+    assert took < 1.0 and pieces == ["Hello"] and answer.figures.finish_reason == "cancelled"
+
+
+def test_an_answer_with_no_new_event_for_the_deadline_fails_though_bytes_trickle_in():
+    with HostileServer({CHAT: hello_then(lambda conn: trickle(conn, every_s=0.2))}) as server:
+        (pieces, error), took, _peak = measured(lambda: collect(hostile_answer(server, read_timeout_s=1.0)))
+    assert pieces == ["Hello"] and error is not None and "sent nothing new for 1 s" in str(error)
+    assert 1.0 <= took < 2.5
+
+
+def test_server_sent_events_are_parsed_as_their_spec_says():
+    """Lines end at CR, LF or CRLF only: U+2028, U+2029 and U+0085 in a JSON string are text. Comments, a BOM,
+    data over two lines, line ends split between reads."""
+    def route(conn):
+        conn.head()
+        for part in (b"\xef\xbb\xbf: a comment, as servers ping\n\n", event({"content": "a\u2028b"}),
+                     event({"content": "c\u0085d\u2029e"}, end=b"\r\n\r\n"), event({"content": "f"}, end=b"\r\r"),
+                     b'data: {"choices": [{"index": 0,\ndata: "delta": {"content": "g"}}]}\n\n',
+                     event({"content": "h"}, end=b"\r"), b"\n\r\n", b"event: ignored\nid: 1\n",
+                     event({}, finish="stop"), DONE):
+            conn.send(part)
+            time.sleep(0.01)  # each its own read
+
+    with HostileServer({CHAT: route}) as server:
+        answer = hostile_answer(server)
+        pieces, error = collect(answer)
+    assert error is None and "".join(pieces) == "a\u2028bc\u0085d\u2029efgh" and answer.figures.finish_reason == "stop"
+    first = event({"content": "x\u2028y"}, end=b"\r\n\r\n")
+    stream, events = first + b"data: [DONE]\r\n\r\n", EventStream(MIB)
+    assert [e for b in range(len(stream)) for e in events.feed(stream[b:b + 1])] == \
+        [first[6:-4].decode(), "[DONE]"]  # fed a byte at a time
+    pings = EventStream(max_total=1000)
+    with pytest.raises(ValueError, match="more than 1,000 bytes"):  # no events, only pings: not for ever
+        for _ in range(200):
+            pings.feed(b": ping\n")
+    with pytest.raises(ValueError, match="an event over 1 MiB"):  # data lines that never end their event
+        EventStream(max_total=16 * MIB).feed(b"data: x\n" * MIB)
+
+
+def test_a_content_that_is_not_text_is_a_clear_error_and_null_is_none():
+    said = {}
+
+    def route(conn):
+        conn.head()
+        conn.send(event({"role": "assistant", "content": None}) + event({"content": "Hello"}) +
+                  event({"content": said["content"]}) + event({}, finish="stop") + DONE)
+
+    with HostileServer({CHAT: route}) as server:
+        for content, kind in ((42, "a number"), (["x"], "a list"), ({"text": "x"}, "an object"),
+                              (True, "true or false"), (None, None)):
+            said["content"] = content
+            pieces, error = collect(hostile_answer(server))
+            assert pieces == ["Hello"]
+            if kind is None:
+                assert error is None
+            else:
+                assert f"delta content was {kind}, not text" in str(error) and "text so far is kept" in str(error)
 
 
 # --- llama-server ---------------------------------------------------------------------------------
