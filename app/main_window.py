@@ -21,6 +21,7 @@ from app.conversations.sidebar import ConversationPanel
 from app.chat.input_box import ChatInput
 from app.chat.message_view import ChatView
 from app.notices import NoticeArea
+from app.safe_text import install_guards
 from app.settings.presets import load_presets
 from app.settings.values import METHOD_LABELS, AppSettings, save_settings, what_changed
 from app.conversations.store import ConversationStore
@@ -43,6 +44,7 @@ class MainWindow(QMainWindow):
 
     def __init__(self, settings: AppSettings, store: ConversationStore, notices: list[str] = (), parent=None):
         super().__init__(parent)
+        install_guards()  # before any label or tooltip shows outside text (safe_text.py)
         self.setWindowTitle("SpecChat")
         self.settings = settings
         self.store = store

@@ -2,14 +2,22 @@
 with a close button. Nothing here is ever only printed to a console."""
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QUrl, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
+
+from app.safe_text import open_link
 
 STYLES = {
     "info": "background: rgba(33, 150, 243, 0.13); border: 1px solid rgba(33, 150, 243, 0.45);",
     "warning": "background: rgba(255, 167, 38, 0.16); border: 1px solid rgba(255, 167, 38, 0.6);",
     "error": "background: rgba(229, 57, 53, 0.14); border: 1px solid rgba(229, 57, 53, 0.6);",
 }
+
+
+def inert_markdown(text: str) -> str:
+    """A notice's Markdown with its images and HTML shown as text: a notice quotes errors and names from outside
+    (a server's message, a file's model name), and a QLabel loads the images its rich text names from disk."""
+    return text.replace("<", "&lt;").replace("![", "!\\[")
 
 
 class Notice(QFrame):
@@ -22,10 +30,11 @@ class Notice(QFrame):
         self.setStyleSheet(f"#notice {{ {STYLES[level]} border-radius: 4px; }}")
         row = QHBoxLayout(self)
         row.setContentsMargins(10, 6, 6, 6)
-        self.label = QLabel(text)
+        self.text = text
+        self.label = QLabel(inert_markdown(text))
         self.label.setWordWrap(True)
         self.label.setTextFormat(Qt.TextFormat.MarkdownText)
-        self.label.setOpenExternalLinks(True)
+        self.label.linkActivated.connect(lambda link: open_link(QUrl(link), self))
         self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextBrowserInteraction)
         row.addWidget(self.label, 1)
         close = QToolButton()
@@ -56,7 +65,7 @@ class NoticeArea(QWidget):
         if key:
             self.clear(key)
         for shown in self.notices:
-            if shown.label.text() == text and shown.level == level:
+            if shown.text == text and shown.level == level:
                 return shown  # the same message again (e.g. trimming on every turn): once is enough
         notice = Notice(text, level, key)
         notice.closed.connect(lambda n=notice: self._forget(n))
@@ -70,10 +79,10 @@ class NoticeArea(QWidget):
             n.dismiss()
 
     def texts(self) -> list[str]:
-        return [n.label.text() for n in self.notices]
+        return [n.text for n in self.notices]
 
     def shown_texts(self) -> list[str]:
-        return [n.label.text() for n in self.notices if not n.isHidden()]
+        return [n.text for n in self.notices if not n.isHidden()]
 
     def set_hidden(self, key: str, hidden: bool) -> None:
         """Hide the notices with this key, or show them again, keeping them: for a notice that is not true of

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QPalette
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QTextBrowser, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QToolButton, QVBoxLayout, QWidget
 
 from engine.reasoning import find_thinking
 
@@ -16,15 +16,16 @@ from app.chat.attachments import AttachmentRow, split_attachments
 from app.chat.render import (CodeFence, append_code, apply_colours, code_fence, colour_ranges, lex_in_background, render,
                      render_code, spans_within, split_blocks)
 from app.conversations.store import Message
+from app.safe_text import SafeTextBrowser
 
 
-class MessageText(QTextBrowser):
-    """Read-only rendered markdown that is exactly as tall as its text; the outer view scrolls."""
+class MessageText(SafeTextBrowser):
+    """Read-only rendered markdown that is exactly as tall as its text; the outer view scrolls. It loads nothing
+    its text names, and opens links only as open_link allows (safe_text.py)."""
 
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setReadOnly(True)
-        self.setOpenExternalLinks(True)
         self.setFrameShape(QFrame.Shape.NoFrame)
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)

@@ -42,7 +42,9 @@ class PairsTab(QWidget):
         self._download_pair: CatalogPair | None = None
         self.table = make_table(["Pair", "Download size", "Status"])
         self.table.itemSelectionChanged.connect(self._pair_selected)
-        self.details = QLabel(catalog_error or "Choose a pair to see what it contains.")
+        self.details = QLabel()
+        self.details.setTextFormat(Qt.TextFormat.RichText)  # our markup around escaped names (see below)
+        self.details.setText(html.escape(catalog_error or "Choose a pair to see what it contains."))
         self.details.setWordWrap(True)
         self.details.setTextInteractionFlags(Qt.TextSelectableByMouse)
         self.download_button = QPushButton("Download pair")
