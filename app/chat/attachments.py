@@ -13,23 +13,33 @@ plain text; split_attachments finds the blocks again, so a sent message shows ch
 
 Only text is accepted: known binary types, files with NUL bytes and files that are not UTF-8 are
 refused with a message, and so are files too large for the model's context.
+
+Only regular files are read, and never on the GUI thread: a link is resolved first, then anything that is
+not a regular file (a FIFO would block the read until a writer came; /dev/zero never ends) is refused
+before it is opened, and a file is read to at most MAX_FILE_BYTES (plus one chunk) whatever its size says
+(it may grow; /proc files say 0). The read runs on a worker thread and the tray hears back through Qt.
 """
 from __future__ import annotations
 
 import logging
+import os
 import re
+import stat
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from PySide6.QtCore import QEvent, QObject, QPointF, QRectF, Qt, Signal
+from PySide6.QtCore import QEvent, QObject, QPointF, QRectF, Qt, Signal, Slot
 from PySide6.QtGui import QColor, QFontDatabase, QIcon, QPainter, QPainterPath, QPen, QPixmap
 from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFrame, QGridLayout, QHBoxLayout, QPlainTextEdit, QStyle,
                                QToolButton, QVBoxLayout, QWidget)
+from shiboken6 import isValid
 
 log = logging.getLogger(__name__)
 
 MAX_FILE_BYTES = 8 << 20  # beyond any context SpecChat runs; a bigger file is not even read
+READ_CHUNK = 64 << 10  # a fixed read size: some kernel files (/proc/self/pagemap) refuse reads of odd lengths
 BYTES_PER_TOKEN_BOUND = 8  # no tokenizer packs text denser than this on average: the bound with no model loaded
 BINARY_SUFFIXES = frozenset(
     ".png .jpg .jpeg .gif .bmp .webp .ico .tif .tiff .heic .psd .pdf .zip .gz .tgz .bz2 .xz .zst .7z .rar .tar "
@@ -72,22 +82,22 @@ def human_size(n: int) -> str:
 
 
 def read_attachment(path: str | Path) -> Attachment:
-    """The file's text, or AttachmentRefused saying why it cannot be attached."""
+    """The file's text, or AttachmentRefused saying why it cannot be attached. It reads the disk (and may be
+    slow): call it off the GUI thread, as AttachmentTray does."""
     path = Path(path)
     name = path.name
-    if path.suffix.lower() in BINARY_SUFFIXES:
-        raise AttachmentRefused(f"{name} is a {path.suffix.lower()} file, not text. Only text files (code, "
-                                "Markdown, CSV, logs, …) can be attached.")
+    _refuse_binary_suffix(name, path.suffix)
     try:
-        if path.is_dir():
-            raise AttachmentRefused(f"{name} is a folder. Attach the files in it one by one.")
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise AttachmentRefused(f"{name} is {human_size(size)}: too large to put into a message "
-                                    f"(at most {human_size(MAX_FILE_BYTES)}).")
-        data = path.read_bytes()
+        real = path.resolve(strict=True)  # links first: what is checked and read is the file itself
+        label = f"{name} (a link to {real})" if path.is_symlink() else name
+        if real.name != name:
+            _refuse_binary_suffix(label, real.suffix)
+        _check_file(os.stat(real), label)  # before opening: opening a device or a FIFO can block or act
+        data = _read_bounded(real, label)
     except OSError as exc:
         raise AttachmentRefused(f"{name} could not be read: {exc.strerror or exc}.") from exc
+    except RuntimeError as exc:  # a link loop, on Python before 3.13
+        raise AttachmentRefused(f"{name} could not be read: {exc}.") from exc
     if b"\0" in data:
         raise AttachmentRefused(f"{name} is a binary file (it contains NUL bytes), not text. Only text files "
                                 "can be attached.")
@@ -97,6 +107,95 @@ def read_attachment(path: str | Path) -> Attachment:
         raise AttachmentRefused(f"{name} is not UTF-8 text (byte {exc.start} cannot be read). Only UTF-8 text "
                                 "files can be attached; convert it first.") from exc
     return Attachment(name, text.replace("\r\n", "\n"))
+
+
+def _refuse_binary_suffix(label: str, suffix: str) -> None:
+    if suffix.lower() in BINARY_SUFFIXES:
+        raise AttachmentRefused(f"{label} is a {suffix.lower()} file, not text. Only text files (code, "
+                                "Markdown, CSV, logs, …) can be attached.")
+
+
+_KINDS = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a disk device"),
+          (stat.S_ISSOCK, "a socket"))
+
+
+def _check_file(st: os.stat_result, label: str) -> None:
+    """Refuses what is not a regular file, or is over MAX_FILE_BYTES by its size."""
+    if stat.S_ISDIR(st.st_mode):
+        raise AttachmentRefused(f"{label} is a folder. Attach the files in it one by one.")
+    if not stat.S_ISREG(st.st_mode):
+        kind = next((what for test, what in _KINDS if test(st.st_mode)), "a special file")
+        raise AttachmentRefused(f"{label} is {kind}, not a regular file, so it was not read (it could wait for "
+                                "ever or never end). Only regular files can be attached.")
+    if st.st_size > MAX_FILE_BYTES:
+        raise AttachmentRefused(f"{label} is {human_size(st.st_size)} ({st.st_size:,} bytes): too large to put "
+                                f"into a message (at most {MAX_FILE_BYTES:,} bytes).")
+
+
+def _read_bounded(real: Path, label: str) -> bytes:
+    """The bytes of the regular file at real, read to at most MAX_FILE_BYTES + READ_CHUNK."""
+    # O_NONBLOCK: if real was swapped for a FIFO since the stat, the open does not wait for a writer; the
+    # fstat then checks the file actually opened. (It changes nothing for a regular file.)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_BINARY", 0)
+    fd = os.open(real, flags)
+    try:
+        _check_file(os.fstat(fd), label)
+        chunks, total = [], 0
+        while total <= MAX_FILE_BYTES:  # its size may be wrong: a file can grow, and /proc files say 0
+            chunk = os.read(fd, READ_CHUNK)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            total += len(chunk)
+    finally:
+        os.close(fd)
+    raise AttachmentRefused(f"{label} is over {MAX_FILE_BYTES:,} bytes (more than its size said): too large to "
+                            f"put into a message (at most {MAX_FILE_BYTES:,} bytes).")
+
+
+def _read_or_refusal(path: str) -> Attachment | AttachmentRefused:
+    """read_attachment on a worker thread: its answer, or why not (nothing raised goes unsaid)."""
+    try:
+        return read_attachment(path)
+    except AttachmentRefused as exc:
+        return exc
+    except Exception as exc:  # noqa: BLE001 - a file must never vanish without a word
+        log.exception("reading an attached file")
+        return AttachmentRefused(f"{Path(path).name} could not be read: {str(exc) or type(exc).__name__}.")
+
+
+class _GuiCalls(QObject):
+    """Runs callables on the thread it lives in (the GUI thread): a worker emits `call`, Qt queues it there."""
+    call = Signal(object)
+
+    def __init__(self):
+        super().__init__()
+        # Always queued, even when emitted on the GUI thread (a read may end before its callback is added,
+        # which then runs at once): the tray's answer never arrives inside add_files.
+        self.call.connect(self._run, Qt.ConnectionType.QueuedConnection)
+
+    @Slot(object)
+    def _run(self, fn) -> None:
+        fn()
+
+
+_gui_calls: _GuiCalls | None = None
+_reader: ThreadPoolExecutor | None = None
+
+
+def _read_in_background(path: str, then: Callable[[Attachment | AttachmentRefused], None]) -> None:
+    """Reads path on the attachment reader's thread; then(result) runs on the GUI thread. Call on the GUI
+    thread. One reader thread: files arrive in the order they were given."""
+    global _gui_calls, _reader
+    if _gui_calls is None:
+        _gui_calls = _GuiCalls()  # made here, so it lives on the GUI thread
+        _reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attachment-reader")
+    calls = _gui_calls
+
+    def done(future: Future) -> None:
+        result = future.result()
+        calls.call.emit(lambda: then(result))
+    _reader.submit(_read_or_refusal, path).add_done_callback(done)
 
 
 def compose(text: str, attachments: list[Attachment]) -> str:
@@ -298,24 +397,32 @@ class AttachmentTray(AttachmentRow):
         self.removed.connect(self.remove)
 
     def add_files(self, paths: list[str]) -> None:
+        """Reads and checks each file off the GUI thread; each is added (or refused) when its read is done,
+        and until then counts as pending, so the message waits for it."""
         for path in paths:
-            try:
-                attachment = read_attachment(path)
-            except AttachmentRefused as exc:
-                self.refused.emit(str(exc))
-                continue
-            budget = self.budget()
-            if budget is None:
-                self._add(attachment)
-            elif self.counter is not None and self.counter.available:
-                block = attachment.block()
-                self.pending += 1
-                self.counter.submit(lambda f, block=block: _count(f, block),
-                                    lambda tokens, a=attachment, b=budget: self._sized(a, tokens, b))
-            elif attachment.size > budget * BYTES_PER_TOKEN_BOUND:
-                self.refused.emit(self._too_large(attachment, f"{human_size(attachment.size)}", budget))
-            else:
-                self._add(attachment)
+            self.pending += 1
+            _read_in_background(str(path), self._read)
+
+    def _read(self, result: Attachment | AttachmentRefused) -> None:
+        if not isValid(self):  # the window closed while the file was read
+            return
+        self.pending -= 1
+        if isinstance(result, AttachmentRefused):
+            self.refused.emit(str(result))
+            return
+        attachment = result
+        budget = self.budget()
+        if budget is None:
+            self._add(attachment)
+        elif self.counter is not None and self.counter.available:
+            block = attachment.block()
+            self.pending += 1
+            self.counter.submit(lambda f, block=block: _count(f, block),
+                                lambda tokens, a=attachment, b=budget: self._sized(a, tokens, b))
+        elif attachment.size > budget * BYTES_PER_TOKEN_BOUND:
+            self.refused.emit(self._too_large(attachment, f"{human_size(attachment.size)}", budget))
+        else:
+            self._add(attachment)
 
     def _sized(self, attachment: Attachment, tokens, budget: int) -> None:
         self.pending -= 1

@@ -104,6 +104,7 @@ def test_binary_undecodable_and_oversize_files_are_refused_with_a_message(make_w
                    encoding="utf-8")
     window = make_window(replace(quick_settings, n_ctx=1024, max_tokens=24))
     window.tray.add_files([str(picture), str(blob), str(latin), str(dirs / "missing.txt")])
+    qtbot.waitUntil(lambda: window.tray.pending == 0, timeout=30_000)  # files are read off the GUI thread
     texts = window.notices.texts()
     assert any("photo.png is a .png file, not text" in t for t in texts), texts
     assert any("data.dat is a binary file" in t for t in texts), texts
@@ -126,6 +127,7 @@ def test_with_no_model_loaded_a_byte_bound_refuses_what_cannot_fit(qtbot, dirs):
     refused = []
     tray.refused.connect(refused.append)
     tray.add_files([str(big), str(small)])
+    qtbot.waitUntil(lambda: tray.pending == 0, timeout=30_000)  # files are read off the GUI thread
     assert len(refused) == 1 and "big.txt is too large" in refused[0] and "9.0 KB" in refused[0]
     assert [a.name for a in tray.attachments] == ["small.txt"]
 
