@@ -13,8 +13,9 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QToolBut
 from engine.reasoning import find_thinking
 
 from app.chat.attachments import AttachmentRow, split_attachments
-from app.chat.render import (CodeFence, append_code, apply_colours, code_fence, colour_ranges, lex_in_background, render,
-                     render_code, spans_within, split_blocks)
+from app.chat.long_text import LongTextViewer, size_words
+from app.chat.render import (CodeFence, append_code, apply_colours, code_fence, colour_ranges, fold_point,
+                             lex_in_background, render, render_code, spans_within, split_blocks)
 from app.conversations.store import Message
 from app.safe_text import SafeTextBrowser
 
@@ -173,9 +174,31 @@ class MessageBody(QWidget):
         self.column.setSpacing(6)
         self.chunks: list[MessageText | CodeBlock] = []
         self.keys: list[tuple] = []
+        self.source = ""
+        self.show_all = QToolButton()  # for a message too long to render here (render.fold_point)
+        self.show_all.setAutoRaise(True)
+        self.show_all.setToolTip("Open the whole message in a viewer")
+        self.show_all.clicked.connect(self.open_whole)
+        self.show_all.hide()
+        self.column.addWidget(self.show_all, 0, Qt.AlignmentFlag.AlignLeft)
+        self.viewer: LongTextViewer | None = None
 
     def set_content(self, source: str, spans, color_drafts: bool, markdown: bool = True, final: bool = True) -> None:
-        """final: the text is complete (an unclosed code block is then coloured too)."""
+        """final: the text is complete (an unclosed code block is then coloured too). Text past the fold point is
+        not rendered: "Show all" opens it."""
+        self.source = source
+        fold = fold_point(source)
+        self.show_all.setVisible(fold is not None)
+        if fold is not None:
+            self.show_all.setText(f"Show all ({size_words(len(source))}; {len(source) - fold:,} not shown here)…")
+            source, spans = source[:fold], spans_within(spans or [], 0, fold)
+        self._set_chunks(source, spans, color_drafts, markdown, final)
+
+    def open_whole(self) -> None:
+        self.viewer = LongTextViewer(self.source, parent=self.window())
+        self.viewer.show()
+
+    def _set_chunks(self, source: str, spans, color_drafts: bool, markdown: bool, final: bool) -> None:
         pieces = split_blocks(source) if markdown else [(0, len(source))]
         for i, (start, end) in enumerate(pieces or [(0, 0)]):
             part = source[start:end]
@@ -186,7 +209,7 @@ class MessageBody(QWidget):
             if i == len(self.chunks):
                 self.chunks.append(kind())
                 self.keys.append(None)
-                self.column.addWidget(self.chunks[i])
+                self.column.insertWidget(i, self.chunks[i])  # above the "Show all" button
             elif type(self.chunks[i]) is not kind:  # e.g. "``" became the start of a code block
                 old, self.chunks[i] = self.chunks[i], kind()
                 self.column.replaceWidget(old, self.chunks[i])

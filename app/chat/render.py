@@ -125,6 +125,37 @@ def split_blocks(source: str) -> list[tuple[int, int]]:
 _LIST_ITEM = re.compile(r"([-*+]|\d{1,9}[.)])(\s|$)")
 
 
+# Qt lays out rich text on the GUI thread, and some text costs far more than its length (measured on a 2-core
+# CPU): a line's layout grows with the square of its length (16K characters 55 ms, 64K 1 s), a table row costs
+# ~0.6 ms, ordinary paragraphs ~2 ms per thousand characters. A message is shown up to a budget of about 40 ms
+# and folded after it ("Show all" opens the whole text in a viewer that takes it a slice at a time).
+DISPLAY_BUDGET = 16_000  # cost units: a character of ordinary text is one
+TABLE_ROW_COST = 250  # what a table row costs beyond its characters
+CODE_SHARE = 0.5  # a code block is plain text (coloured later, a slice at a time): half the cost of markdown
+LONG_LINE = 4_000  # characters: a longer line is cut here
+
+
+def fold_point(source: str) -> int | None:
+    """Where to stop rendering source so that laying it out stays within DISPLAY_BUDGET; None when all of it
+    fits. It depends only on the text before it, so a streaming answer folds once and stays folded there."""
+    cost, pos, in_code = 0.0, 0, False
+    while pos < len(source):
+        end = source.find("\n", pos)
+        end = len(source) if end < 0 else end + 1
+        if end - pos > LONG_LINE:
+            return pos + LONG_LINE
+        start = source[pos:min(pos + 8, end)].lstrip()
+        in_code ^= start.startswith(("```", "~~~"))
+        if in_code:
+            cost += (end - pos) * CODE_SHARE
+        else:
+            cost += end - pos + (TABLE_ROW_COST if start.startswith("|") else 0)
+        if cost > DISPLAY_BUDGET:
+            return max(pos, 1)
+        pos = end
+    return None
+
+
 def spans_within(spans: list[list[int]], start: int, end: int) -> list[list[int]]:
     """The parts of sorted, non-overlapping spans inside [start, end), shifted to start at 0."""
     out = []
