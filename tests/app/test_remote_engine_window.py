@@ -280,3 +280,31 @@ def test_a_model_id_that_is_a_path_is_shown_by_its_file_name():
     assert model_label("/srv/models/SmolLM2-135M-Instruct.Q4_1.gguf") == "SmolLM2-135M-Instruct.Q4_1.gguf"
     assert model_label("C:\\models\\qwen.gguf") == "qwen.gguf"
     assert model_label("Qwen/Qwen2.5-Coder-7B-Instruct") == "Qwen/Qwen2.5-Coder-7B-Instruct"  # a hub id stays
+
+
+def test_a_50_mb_answer_from_a_server_never_stalls_the_window(make_window, qtbot, wait_response, quick_settings,
+                                                             stall_probe):
+    """A server that pours out 50 MB (60 KB a chunk): the client keeps what max_tokens allows, the window folds it
+    (render.fold_point), and the GUI thread never waits more than STALL_LIMIT_S."""
+    from conftest import STALL_LIMIT_S
+
+    piece = "lorem ipsum " * 5_000  # 60 KB of text in one chunk
+    def pours(conn):
+        conn.head()
+        for _ in range(50_000_000 // len(piece)):
+            if not conn.send(event({"content": piece})):
+                return
+
+    with HostileServer({"POST /v1/chat/completions": pours}) as server:
+        window = make_window(quick_settings)
+        set_engine(qtbot, window, server.url, max_tokens=4096).accept()
+        stall_probe.start()
+        window.input.setPlainText("Say a lot.")
+        window.send_message()
+        reply = wait_response(window, timeout=60_000)
+        qtbot.wait(200)
+        worst = stall_probe.stop()
+        assert server.last("POST /v1/chat/completions").sent < 20_000_000  # it stopped reading long before 50 MB
+    assert reply.content.startswith("lorem ipsum") and len(reply.content) <= 64 * (4096 + 1024) + len(piece)
+    assert window.view.widget_for(1).text.answer.show_all.isVisible()
+    assert worst < STALL_LIMIT_S, f"the GUI thread was blocked for {worst * 1000:.0f} ms"
