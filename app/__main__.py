@@ -72,13 +72,25 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return args, qt_args
 
 
+class _PrivateLog(logging.handlers.RotatingFileHandler):
+    """The log, readable by the user alone (it names files, servers and what went wrong): each file it opens, the
+    first and each after a rollover, is made PRIVATE_FILE (engine.paths)."""
+
+    def _open(self):
+        from engine.paths import private_opener
+
+        return open(self.baseFilename, self.mode, encoding=self.encoding, errors=self.errors, opener=private_opener)
+
+
 def _setup_logging() -> None:
-    from engine.paths import data_dir
+    from engine.paths import data_dir, make_private
 
     handlers: list[logging.Handler] = [logging.StreamHandler()]
+    log_file = data_dir() / "specchat.log"
+    for kept in (1, 2):  # the rolled-over logs an older version left readable by others
+        make_private(f"{log_file}.{kept}")
     try:
-        handlers.append(logging.handlers.RotatingFileHandler(data_dir() / "specchat.log", maxBytes=1 << 20,
-                                                             backupCount=2, encoding="utf-8"))
+        handlers.append(_PrivateLog(log_file, maxBytes=1 << 20, backupCount=2, encoding="utf-8"))
     except OSError:
         pass
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",

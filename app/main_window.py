@@ -21,6 +21,7 @@ from app.conversations.sidebar import ConversationPanel
 from app.chat.input_box import ChatInput
 from app.chat.message_view import ChatView
 from app.notices import NoticeArea
+from app.plain_text import plain_line
 from app.safe_text import install_guards
 from app.settings.presets import load_presets
 from app.settings.values import METHOD_LABELS, AppSettings, save_settings, what_changed
@@ -334,7 +335,8 @@ class MainWindow(QMainWindow):
     def _update_title(self) -> None:
         cid = self.session.conversation_id
         conv = self.store.conversation(cid) if cid is not None else None
-        self.setWindowTitle(f"{conv.title} — SpecChat" if conv else "SpecChat")
+        # Plain: a bidi control or zero-width character in a title must not disguise what the title bar says.
+        self.setWindowTitle(f"{plain_line(conv.title)} — SpecChat" if conv else "SpecChat")
 
     def _conversations_changed(self, conversation_id: int) -> None:
         self._changed_conversation = conversation_id
@@ -398,11 +400,14 @@ class MainWindow(QMainWindow):
         return True
 
     def import_conversation(self, path: str | Path | None = None) -> int | None:
-        """A JSON export as a new conversation, opened; its id, or None if refused. Without a path, asks."""
+        """A JSON export as a new conversation, opened; its id, or None if refused. Without a path, asks. Settings
+        in it that would change where messages go or what goes with them are used only if the person says so."""
         import sqlite3
 
 
-        from app.conversations.files import ConversationFileError, import_json
+        from app.conversations.files import (ConversationFileError, add_conversation, read_conversation_file,
+                                             settings_to_confirm)
+        from app.conversations.imported_settings import use_imported_settings
 
         if path is None:
             path, _ = QFileDialog.getOpenFileName(self, "Import conversation", str(Path.home()),
@@ -410,7 +415,10 @@ class MainWindow(QMainWindow):
             if not path:
                 return None
         try:
-            cid = import_json(self.store, Path(path))
+            data = read_conversation_file(Path(path))
+            carried = settings_to_confirm(data["settings"], self.presets.default)
+            keep = bool(carried) and use_imported_settings(self, Path(path).name, carried)
+            cid = add_conversation(self.store, data, dropped=() if keep else tuple(carried))
         except ConversationFileError as exc:
             self.notices.show_notice(str(exc), "error", key="import")
             return None

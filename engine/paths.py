@@ -10,15 +10,20 @@ from pathlib import Path
 import platformdirs
 
 APP_NAME = "SpecChat"
+# Settings (a server's API key), conversations and the log are the user's alone: on POSIX their files are made
+# 0600 and the folders holding them 0700, whatever the umask; ones an older version made looser are tightened.
+PRIVATE_FILE, PRIVATE_DIR = 0o600, 0o700
 
 
-def _dir(env: str, default: str) -> Path:
+def _dir(env: str, default: str, private: bool = False) -> Path:
     # SPECCHAT_*_DIR lets tests and portable installs put everything elsewhere.
     path = Path(os.environ.get(env) or default)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError:
         pass  # unwritable or blocked: each read or write there says so, and unwritable_reason tells why
+    if private:
+        make_private(path, PRIVATE_DIR)
     return path
 
 
@@ -27,11 +32,40 @@ def cache_dir() -> Path:
 
 
 def data_dir() -> Path:
-    return _dir("SPECCHAT_DATA_DIR", platformdirs.user_data_dir(APP_NAME, appauthor=False))
+    """Conversations, the log and downloaded models: private (PRIVATE_DIR)."""
+    return _dir("SPECCHAT_DATA_DIR", platformdirs.user_data_dir(APP_NAME, appauthor=False), private=True)
 
 
 def config_dir() -> Path:
-    return _dir("SPECCHAT_CONFIG_DIR", platformdirs.user_config_dir(APP_NAME, appauthor=False))
+    """Settings and presets: private (PRIVATE_DIR)."""
+    return _dir("SPECCHAT_CONFIG_DIR", platformdirs.user_config_dir(APP_NAME, appauthor=False), private=True)
+
+
+def make_private(path: Path | str, mode: int = PRIVATE_FILE) -> None:
+    """Take away what group and others may do with path (a file: PRIVATE_FILE, a folder: PRIVATE_DIR), if it is
+    ours and exists. POSIX only; a failure is left to the reads and writes that follow to tell."""
+    if os.name != "posix":
+        return
+    try:
+        st = os.stat(path)
+        if st.st_uid == os.getuid() and st.st_mode & 0o077:
+            os.chmod(path, (st.st_mode & 0o7777 & ~0o077) | (mode & 0o700))
+    except OSError:
+        pass
+
+
+def private_opener(path: str, flags: int) -> int:
+    """An opener for open(): a file it creates is PRIVATE_FILE from the start (never readable by others, not
+    even for a moment); an existing one is tightened."""
+    fd = os.open(path, flags, PRIVATE_FILE)
+    if os.name == "posix":
+        try:
+            st = os.fstat(fd)
+            if st.st_mode & 0o077:
+                os.fchmod(fd, st.st_mode & 0o7777 & ~0o077)
+        except OSError:
+            pass
+    return fd
 
 
 def unwritable_reason(folder: Path) -> str:
@@ -62,12 +96,14 @@ def icon_path(size: int | None = 256) -> Path:
     return resources_dir() / "icons" / name
 
 
-def write_text_atomic(path: Path, text: str) -> None:
+def write_text_atomic(path: Path, text: str, private: bool = False) -> None:
     """text in path, through a temporary file beside it, so a crash or a full disk leaves the old file or
-    the new one, never half of one. Raises OSError (the temporary file is gone then too)."""
+    the new one, never half of one. private: the file is PRIVATE_FILE. Raises OSError (the temporary file is
+    gone then too)."""
     temp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")  # writers never share one
     try:
-        temp.write_text(text, encoding="utf-8", errors="replace")
+        with open(temp, "w", encoding="utf-8", errors="replace", opener=private_opener if private else None) as f:
+            f.write(text)
         os.replace(temp, path)
     except OSError:
         temp.unlink(missing_ok=True)

@@ -5,17 +5,23 @@ JSON holds everything: every branch (each message names its parent and the child
 stats, draft spans, statuses, model names and the conversation's own settings, under a format name
 and version. import_json reads only that JSON, checks all of it first, and adds the conversation in
 one transaction: a bad file is refused with a message that says why, and nothing is added.
+
+A conversation file is data, never settings: what it says about where messages go and what goes with them
+(SENT_KEYS: a server, its model, a system prompt, a preset) is used only when the person importing it has
+seen it and said so (the window asks); otherwise it is dropped. An imported chat's title says it was imported.
+Exports never hold a user name or password from a server's URL (older versions kept them in labels).
 """
 from __future__ import annotations
 
 import json
 import math
-import re
 import time
 from pathlib import Path
 
 from engine.paths import write_text_atomic
+from engine.remote.endpoint import without_credentials
 
+from app.plain_text import safe_file_name
 from app.settings.values import FIELDS, check_field, write_json_atomic
 from app.chat.stats_view import stat_items
 from app.conversations.store import STATUSES, ConversationStore, Message
@@ -28,6 +34,10 @@ MAX_TEXT_CHARS = 4_000_000  # one message's text
 MAX_NAME_CHARS = 1_000  # a title, a model name, a notice
 ROLES = ("system", "user", "assistant")
 ROLE_HEADERS = {"user": "You", "assistant": "Assistant", "system": "System"}
+# Settings that change where a chat's messages go, or what is sent with them: an import uses them only when asked.
+# Sampling values (temperature, top-k, top-p, min-p, seed, max tokens) change neither, and are kept.
+SENT_KEYS = ("engine_url", "engine_model", "system_prompt", "preset")
+IMPORTED_MARK = " (imported)"
 
 # The shapes of a response's stats (app.progress.snapshot), as the stats line reads them.
 STATS_NUMBERS = {"prompt_tokens", "reused_prompt_tokens", "generated", "drafted", "accepted", "verify_steps",
@@ -58,13 +68,23 @@ def conversation_data(store: ConversationStore, conversation_id: int) -> dict:
         m = tree.messages[mid]
         shown = tree.active_child(mid)
         messages.append({"id": number[mid], "parent": number.get(m.parent_id), "role": m.role,
-                         "content": m.content, "status": m.status, "model": m.model, "stats": m.stats,
-                         "draft_spans": m.draft_spans, "notice": m.notice,
+                         "content": m.content, "status": m.status, "model": without_credentials(m.model),
+                         "stats": _without_credentials(m.stats), "draft_spans": m.draft_spans,
+                         "notice": without_credentials(m.notice),
                          "active_child": number[shown] if shown is not None else None})
     root = tree.active_child(None)
     return {"format": FORMAT, "version": VERSION, "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "title": conversation.title, "settings": store.conversation_settings(conversation_id),
+            "title": conversation.title,
+            "settings": _without_credentials(store.conversation_settings(conversation_id)),
             "active_root": number[root] if root is not None else None, "messages": messages}
+
+
+def _without_credentials(values: dict | None) -> dict | None:
+    """The app's own texts in values (a server's URL, a "remote host" label) without a user:password@ that an
+    older version kept in them."""
+    if not values:
+        return values
+    return {k: without_credentials(v) if isinstance(v, str) else v for k, v in values.items()}
 
 
 def export_json(store: ConversationStore, conversation_id: int, path: Path | str) -> None:
@@ -86,15 +106,16 @@ def markdown(store: ConversationStore, conversation_id: int) -> str:
     for m in path:
         header = ROLE_HEADERS.get(m.role, m.role)
         if m.role == "assistant" and m.model:
-            header += f" · {m.model}"
+            header += f" · {without_credentials(m.model)}"
         parts.append(f"## {header}\n")
         parts.append((m.content.strip() or "*(no text)*") + "\n")
         if m.status not in ("done", "stopped"):
             parts.append(f"*({m.status})*\n")
         if m.notice:
-            parts.append(f"*{m.notice}*\n")
+            parts.append(f"*{without_credentials(m.notice)}*\n")
         if m.role == "assistant" and m.stats:
-            parts.append("*" + "  ·  ".join(text for _, text, _ in stat_items(m.stats)) + "*\n")
+            parts.append("*" + "  ·  ".join(text for _, text, _ in stat_items(_without_credentials(m.stats)))
+                         + "*\n")
     return "\n".join(parts)
 
 
@@ -104,19 +125,37 @@ def export_markdown(store: ConversationStore, conversation_id: int, path: Path |
 
 
 def suggested_file_name(title: str, suffix: str) -> str:
-    """A file name from a conversation's title, safe on every system."""
-    name = re.sub(r'[\\/:*?"<>|\x00-\x1f]+', " ", title).strip(" .") or "conversation"
-    return " ".join(name.split())[:80] + suffix
+    """A file name from a conversation's title, safe on every system and in every shell (app.plain_text)."""
+    return safe_file_name(title, suffix)
 
 
 # --- import -----------------------------------------------------------------------------------
-def import_json(store: ConversationStore, path: Path | str) -> int:
-    """Add the conversation in a JSON export as a new one; its id. Raises ConversationFileError (the file
-    is refused and nothing is added) or sqlite3.Error (it could not be saved; nothing is added either)."""
-    data = read_conversation_file(Path(path))
+def import_json(store: ConversationStore, path: Path | str, keep_sent: bool = False) -> int:
+    """Add the conversation in a JSON export as a new one; its id. keep_sent: use its SENT_KEYS settings (only
+    once the person importing it has seen them and said so). Raises ConversationFileError (the file is refused
+    and nothing is added) or sqlite3.Error (it could not be saved; nothing is added either)."""
+    return add_conversation(store, read_conversation_file(Path(path)), () if keep_sent else SENT_KEYS)
+
+
+def settings_to_confirm(settings: dict, default_preset: str) -> dict:
+    """The settings of an imported conversation that would change where its next message goes or what goes
+    with it, in SENT_KEYS order: those that say something (a preset other than this machine's default one)."""
+    return {k: settings[k] for k in SENT_KEYS if k in settings and isinstance(settings[k], str)
+            and settings[k].strip() and not (k == "preset" and settings[k] == default_preset)}
+
+
+def imported_title(title: str) -> str:
+    title = title.strip() or "Untitled"
+    return title if title.endswith(IMPORTED_MARK) else title + IMPORTED_MARK
+
+
+def add_conversation(store: ConversationStore, data: dict, dropped=SENT_KEYS) -> int:
+    """Add a checked conversation (read_conversation_file) as a new one, in one transaction; its id. Its settings
+    named in dropped are left out (by default every SENT_KEYS one: the chat is answered as a new one would be)."""
+    settings = {k: v for k, v in data["settings"].items() if k not in dropped}
     with store.transaction():
-        cid = store.create_conversation(data["title"].strip() or "Imported chat")
-        store.set_conversation_settings(cid, data["settings"])
+        cid = store.create_conversation(imported_title(data["title"]))
+        store.set_conversation_settings(cid, settings)
         new_id: dict[int, int] = {}
         for m in data["messages"]:
             message = Message(id=None, role=m["role"], content=m["content"],
@@ -174,6 +213,8 @@ def check_conversation(data) -> dict:
           f"its title must be text of at most {MAX_NAME_CHARS} characters")
     settings = data.get("settings")
     settings = {} if settings is None else settings
+    _need(isinstance(settings, dict), "its settings must be an object")
+    settings = _without_credentials(settings)  # an older export's server URL may hold a password: never kept
     _check_settings(settings)
     messages = data.get("messages")
     _need(isinstance(messages, list), "it has no list of messages")
@@ -221,8 +262,9 @@ def _check_message(m, n: int, children: dict[int | None, set[int]]) -> dict:
     _need(choice is None or _is_int(choice), f"{where}: the message shown below it must be an id")
     children[mid] = set()
     children[parent].add(mid)
-    return {"id": mid, "parent": parent, "role": role, "content": content, "status": status, "model": model,
-            "stats": stats, "draft_spans": [list(s) for s in spans], "notice": notice, "active_child": choice}
+    return {"id": mid, "parent": parent, "role": role, "content": content, "status": status,
+            "model": without_credentials(model), "stats": _without_credentials(stats),
+            "draft_spans": [list(s) for s in spans], "notice": without_credentials(notice), "active_child": choice}
 
 
 def _check_stats(stats: dict, where: str) -> None:

@@ -149,6 +149,8 @@ class ConversationStore:
         """Open (or create) the file and bring its schema up to date. Raises sqlite3.DatabaseError
         (damaged, locked, unwritable) or NewerSchemaError, having written nothing in those cases."""
         self.path = path if path == MEMORY else Path(path or default_path())
+        if self.path != MEMORY:
+            _make_private_file(self.path)
         self.db = sqlite3.connect(self.path, isolation_level=None, timeout=BUSY_TIMEOUT_S)  # autocommit
         try:
             version = self.db.execute("PRAGMA user_version").fetchone()[0]
@@ -340,6 +342,21 @@ def open_store(path: Path | None = None) -> tuple[ConversationStore, list[str]]:
         notices.append(f"{store.recovered} response{'s were' if store.recovered != 1 else ' was'} cut off when "
                        "SpecChat last closed unexpectedly; the text saved up to then is kept, marked interrupted.")
     return store, notices
+
+
+def _make_private_file(path: Path) -> None:
+    """The database file created readable by its owner alone (engine.paths.PRIVATE_FILE) before SQLite opens it:
+    SQLite gives its -wal and -shm the same mode. Those an older version made readable by others are tightened."""
+    import os  # (here: this function is the permissions' part of this module)
+
+    from engine.paths import PRIVATE_FILE, make_private
+
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE))  # an empty file: a new database
+    except OSError:
+        pass  # there already, or not creatable: SQLite opens it or says why
+    for suffix in ("", "-wal", "-shm"):
+        make_private(Path(str(path) + suffix))
 
 
 def _is_busy(exc: sqlite3.Error) -> bool:

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from engine.errors import InvalidSettingError
-from engine.paths import config_dir
+from engine.paths import config_dir, make_private
 from engine.decoding.sampling import SamplingParams
 
 from app.settings.values import AppSettings, check_field, read_json_object, set_aside, write_json_atomic
@@ -141,8 +141,9 @@ class PresetBook:
         self.default = name
 
     def save(self) -> None:
-        """Write the file atomically. Raises only OSError."""
-        write_json_atomic(self.path, {"default": self.default, "presets": [asdict(p) for p in self.presets.values()]})
+        """Write the file atomically, readable by the user alone (system prompts, servers). Raises only OSError."""
+        write_json_atomic(self.path, {"default": self.default, "presets": [asdict(p) for p in self.presets.values()]},
+                          private=True)
 
 
 def check_name(name: str, taken: list[str]) -> None:
@@ -164,6 +165,7 @@ def load_presets(settings: AppSettings, path: Path | None = None) -> tuple[Prese
     Default preset (no file, or nothing usable in it) and the values a preset's bad ones fall back to."""
     path = path or presets_path()
     fallback = f"the built-in {DEFAULT_NAME} preset is in use"
+    make_private(path)  # an older version's file, readable by others: no longer
     raw, notices = read_json_object(path, "presets", fallback)
     if raw is None:
         return PresetBook.built_in(settings, path), notices

@@ -1,5 +1,8 @@
 """User settings: one JSON file in the config dir. Bad values fall back to defaults, with a notice.
 
+The file is the user's alone (0600 in a 0700 folder on POSIX, engine.paths). The API server's key is kept in the
+system keyring where one works (the file then says so, and holds no key), else in the file.
+
 No Qt here: the dialog edits an AppSettings, this module validates, loads and saves it.
 """
 from __future__ import annotations
@@ -12,11 +15,15 @@ import time
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
+import keyring
+from keyring.errors import KeyringError
+
 from engine.errors import InvalidSettingError
 from engine.remote.endpoint import normalised_url
 from engine.decoding.cost_model import DEFAULT_MAX_DRAFT
 from engine.decoding.loader import DRAFT_METHODS, DecoderSettings
-from engine.paths import config_dir, write_text_atomic, unwritable_reason
+from engine.paths import config_dir, make_private, write_text_atomic, unwritable_reason
+from engine.remote.keys import secure
 from engine.decoding.sampling import SamplingParams
 
 FILE_NAME = "settings.json"
@@ -25,6 +32,9 @@ METHOD_LABELS = {"auto": "Lookup + draft model (auto)", "draft": "Draft model", 
 RELOAD_KEYS = ("model", "n_ctx", "n_gpu_layers", "threads", "flash_attention")  # a change reloads the target model
 SPECULATION_KEYS = ("speculation", "method", "draft", "max_draft", "min_draft", "p_min", "adaptive")
 _SURROGATE = re.compile("[\ud800-\udfff]")
+SERVER_KEY_SERVICE = "SpecChat API server"  # keyring entries: one per settings file (its path)
+IN_KEYRING = "server_api_key_in_keyring"  # in settings.json: the server's key is in the keyring, not here
+_kept_keys: dict[str, str] = {}  # settings file -> the server key its keyring entry holds, as last read or written
 
 
 @dataclass(frozen=True)
@@ -134,6 +144,7 @@ def load_settings(path: Path | None = None) -> tuple[AppSettings, list[str]]:
     will not be saved."""
     path = path or settings_path()
     reason = unwritable_reason(path.parent)
+    make_private(path)  # an older version's file, readable by others: no longer
     settings, notices = _read(path)
     if reason:  # what the file holds is still used: only saving is impossible
         notices.append(f"Settings will not be saved: {path.parent} is not writable ({reason}). Changes apply "
@@ -180,20 +191,74 @@ def _read(path: Path) -> tuple[AppSettings, list[str]]:
         bad.append(f"speculation ({exc})")
         settings = replace(settings, **{k: getattr(defaults, k) for k in SPECULATION_KEYS})
     notices = [f"Some settings were invalid and were reset to their defaults: {', '.join(bad)}."] if bad else []
-    return settings, notices
+    return _with_server_key(settings, raw, path, notices), notices
+
+
+def _with_server_key(settings: AppSettings, raw: dict, path: Path, notices: list[str]) -> AppSettings:
+    """The API server's key from the keyring, where the file says it is; a key an older version kept in the file
+    moved there (the file is written again without it). The keyring is asked only when the file names it: it
+    may ask the person to unlock it. notices: the file's so far; one is added if the key cannot be read."""
+    if settings.server_api_key:
+        if raw.get(IN_KEYRING) is not True and not notices:  # (a file with bad values is kept as it is)
+            try:
+                save_settings(settings, path)
+            except OSError:
+                pass  # read-only: it stays where it is, in a file only its owner can read
+        return settings
+    if raw.get(IN_KEYRING) is not True:
+        return settings
+    try:
+        key = keyring.get_password(SERVER_KEY_SERVICE, str(path)) or ""
+    except (KeyringError, RuntimeError):  # RuntimeError: a backend that fails to start
+        key = ""
+    if not key:
+        notices.append("The API server's key could not be read from the system keyring; set it again in "
+                       "Model → Server… before serving on the network.")
+        return settings
+    _kept_keys[str(path)] = key
+    return replace(settings, server_api_key=key)
 
 
 def save_settings(settings: AppSettings, path: Path | None = None) -> None:
-    """Write atomically, so a crash mid-write never leaves a half file. Raises only OSError."""
-    write_json_atomic(path or settings_path(), asdict(settings))
+    """Write atomically (a crash mid-write never leaves a half file), readable by the user alone; the server's
+    API key goes to the keyring where one works. Raises only OSError."""
+    path = path or settings_path()
+    data = asdict(settings)
+    if _keep_server_key(path, settings.server_api_key):
+        data["server_api_key"], data[IN_KEYRING] = "", True
+    write_json_atomic(path, data, private=True)
 
 
-def write_json_atomic(path: Path, data) -> None:
-    """data as JSON in path, written atomically (a crash mid-write never leaves a half file). Raises only OSError."""
+def _keep_server_key(path: Path, key: str) -> bool:
+    """Whether the keyring holds key for this settings file (written there now if it changed; an empty key
+    forgets the one kept). Only a system keyring (engine.remote.keys.secure) is trusted with it."""
+    name = str(path)
+    if _kept_keys.get(name) == key:  # unchanged: the keyring is not asked again at every save
+        return bool(key)
+    try:
+        if not key:
+            if _kept_keys.get(name):
+                try:
+                    keyring.delete_password(SERVER_KEY_SERVICE, name)
+                except keyring.errors.PasswordDeleteError:
+                    pass  # gone already
+        elif secure(keyring.get_keyring()):
+            keyring.set_password(SERVER_KEY_SERVICE, name, key)
+        else:
+            return False
+    except (KeyringError, RuntimeError):
+        return False  # no keyring works here: the key stays in the file, which only its owner can read
+    _kept_keys[name] = key
+    return bool(key)
+
+
+def write_json_atomic(path: Path, data, private: bool = False) -> None:
+    """data as JSON in path, written atomically (a crash mid-write never leaves a half file); private: readable
+    by its owner alone (engine.paths.PRIVATE_FILE). Raises only OSError."""
     text = json.dumps(data, indent=2, ensure_ascii=False)
     # A lone surrogate (half an emoji, as a paste can give) has no UTF-8 form: a \u escape keeps it exactly.
     text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
-    write_text_atomic(path, text)
+    write_text_atomic(path, text, private=private)
 
 
 def set_aside(path: Path, label: str = "corrupt", copy: bool = False) -> Path | None:
@@ -205,6 +270,7 @@ def set_aside(path: Path, label: str = "corrupt", copy: bool = False) -> Path | 
             shutil.copyfile(path, target)
         else:
             os.replace(path, target)
+        make_private(target)  # a copy of settings or presets is as private as they are
         return target
     except OSError:
         return None

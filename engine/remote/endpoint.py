@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -16,7 +17,21 @@ class Endpoint:
 
     @property
     def host(self) -> str:
-        return urlsplit(self.url).netloc
+        """host[:port], never a user or password (normalised_url refuses them; older versions kept them)."""
+        return urlsplit(self.url).netloc.rpartition("@")[2]
+
+
+# A user and password before a host, in a URL ("http://me:pw@host") or in a label an older version made from one
+# ("model @ me:pw@host"): normalised_url refuses them now; without_credentials takes them out of older text.
+_CREDENTIALS = re.compile(r"(?<=://)[^\s/?#]*@|(?<![^\s(\[\"'])[^\s/?#@:()\[\]\"']+:[^\s/?#]*@")
+CREDENTIALS_REFUSED = ("A remote engine's URL cannot hold a user name or password (user:password@…): SpecChat "
+                       "would have to keep it in plain text. Put the password or token in the API key field, "
+                       "which is kept in the system keyring.")
+
+
+def without_credentials(text: str) -> str:
+    """text with any user:password@ before a host taken out."""
+    return _CREDENTIALS.sub("", text)
 
 
 def normalised_url(text: str) -> str:
@@ -30,6 +45,8 @@ def normalised_url(text: str) -> str:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https"):
         raise InvalidSettingError(f"A remote engine's URL starts with http:// or https://, not {parts.scheme}://.")
+    if "@" in parts.netloc:  # before any message that quotes the URL: it must not echo a password
+        raise InvalidSettingError(CREDENTIALS_REFUSED)
     try:
         parts.port  # noqa: B018 - raises ValueError for a port that is not a number
     except ValueError:

@@ -64,11 +64,14 @@ def test_a_json_export_imports_back_to_the_same_conversation(store, tmp_path):
     assert len(data["messages"]) == 7 and data["settings"]["temperature"] == 0.2
 
     other = ConversationStore(tmp_path / "elsewhere.sqlite3")  # as on another machine
-    new = import_json(other, tmp_path / "chat.json")
-    assert shape(other, new) == shape(store, cid)
+    new = import_json(other, tmp_path / "chat.json", keep_sent=True)  # its preset and system prompt, as if asked
+    assert shape(other, new) == {**shape(store, cid), "title": "Colours and *fruit* (imported)"}
     assert [m.content for m in other.messages(new)] == ["Name a colour.", "Red.", "And another?", "Green"]
     again = import_json(store, tmp_path / "chat.json")  # into the same store: a second, separate copy
-    assert again != cid and shape(store, again) == shape(store, cid)
+    assert again != cid
+    # Not asked: what it says about what is sent (the preset, the system prompt) is dropped; sampling stays.
+    assert shape(store, again) == {**shape(store, cid), "title": "Colours and *fruit* (imported)",
+                                   "settings": {"temperature": 0.2}}
     other.close()
 
 
@@ -224,7 +227,8 @@ def test_the_window_exports_and_imports_a_real_conversation(make_window, qtbot, 
     new = window.import_conversation(tmp_path / "chat.json")
     assert new is not None and new != cid and window.session.conversation_id == new
     assert window.panel.current_id() == new and len(window.panel.model.rows) == 2
-    assert shape(window.store, new) == shape(window.store, cid)
+    assert shape(window.store, new) == {**shape(window.store, cid),
+                                        "title": window.store.conversation(cid).title + " (imported)"}
     assert window.view.widget_for(1).branches.position.text() == "2 / 2"
 
     (tmp_path / "bad.json").write_text('{"format": "specchat-conversation", "version": 1, "messages": 3}')

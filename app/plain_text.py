@@ -1,0 +1,43 @@
+"""Text from a conversation where nothing in it may change how it reads: a window title, a suggested file name,
+settings shown before they are used. Bidi controls (U+202E turns "Invoice ‮fdp.exe" into what reads as
+"Invoice exe.pdf"), zero-width and other invisible characters are taken out there, or shown by their code.
+No Qt here."""
+from __future__ import annotations
+
+import unicodedata
+
+# Format (Cf: bidi controls U+202A-E, U+2066-9, U+200E/F, U+061C; zero-width U+200B-D, U+2060, U+FEFF; soft
+# hyphen, tags) and control (Cc) characters, and the line and paragraph separators.
+_INVISIBLE = ("Cf", "Cc", "Zl", "Zp")
+WINDOWS_RESERVED = {"CON", "PRN", "AUX", "NUL", *(f"COM{n}" for n in range(1, 10)), *(f"LPT{n}" for n in range(1, 10))}
+NAME_CHARS = 80
+
+
+def _invisible(c: str) -> bool:
+    return unicodedata.category(c) in _INVISIBLE
+
+
+def plain_line(text: str) -> str:
+    """text as one line with nothing invisible in it: controls and line breaks become spaces, format characters
+    go; runs of spaces become one."""
+    kept = "".join((" " if unicodedata.category(c) != "Cf" else "") if _invisible(c) else c for c in text)
+    return " ".join(kept.split())
+
+
+def shown_plainly(text: str) -> str:
+    """text as it is, with each invisible character (but line breaks and tabs) shown as ⟨U+XXXX⟩, so what is
+    read is what the text holds."""
+    return "".join(f"⟨U+{ord(c):04X}⟩" if _invisible(c) and c not in "\n\t" else c for c in text)
+
+
+def safe_file_name(title: str, suffix: str) -> str:
+    """A file name from a title that any system and any shell takes as it is: letters and digits of any script
+    (with their marks), spaces and - _ . , + only; no leading dash or dot, no trailing dot; not a Windows
+    device name; at most NAME_CHARS before suffix."""
+    text = plain_line(title).replace("…", " ")  # a title cut short ends in an ellipsis: not part of the name
+    kept = "".join(c if c.isalnum() or unicodedata.category(c)[0] == "M" or c in " -_.,+" else " " for c in text)
+    name = " ".join(kept.split()).lstrip("-. ")[:NAME_CHARS].rstrip(". ")
+    name = name or "conversation"
+    if name.split(".")[0].strip().upper() in WINDOWS_RESERVED:
+        name = f"chat {name}"
+    return name + suffix
