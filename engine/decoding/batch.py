@@ -1,8 +1,10 @@
 """Sequences sharing one target context (llama.cpp sequence ids), on the one step loop. Jobs join and
 leave at any step: the lab fills it from a fixed list, the server from its clients.
 
-Each pump: drop cancelled jobs, admit waiting ones into free sequence ids (prefill, first token), end
-the longest sequence if the shared cache is full, then one StepLoop.step over every active sequence.
+Each pump: drop cancelled jobs, prefill about one chunk of prompt (the job being admitted goes on, else waiting
+ones take a free sequence id; after a prompt's last piece, its first token), end the longest sequence if the
+shared cache is full, then one StepLoop.step over every active sequence. So a long prompt delays the others' next
+token by one chunk, not by its whole prefill, and a job cancelled while it is prefilled frees its id within one.
 With keep_caches, a finished job's cache stays in its sequence id, and a later prompt that starts the
 same way (the next turn of a conversation) is given that id and prefills only what is new; one that shares
 only a shorter start with it (a system prompt) gets a fresh id with that start shared into it.
@@ -32,6 +34,17 @@ CONTINUES = 0.5
 # eight kept conversations had slowed a plain server from ~170 to ~150 tok/s). So they hold at most this
 # share of the context.
 KEPT_SHARE = 1 / 8
+# Prompt tokens prefilled per pump while other sequences decode (llama-server and vLLM interleave the same way).
+# Measured here (2 cores, SmolLM2 135M, quiet): a 128-token piece took 0.4 s at the start of a 3,000-token
+# prompt and 0.8 s at its end, against ~10 ms for a one-row step; prefill ran at ~200 tok/s with pieces of 128,
+# 256 or 512 alike, and at ~165 with pieces of 64. So 128: a quarter of 512's stall, at no cost in prefill speed.
+PREFILL_CHUNK = 128
+# llama.cpp's CPU kernels compute a row differently in a batch of fewer than 64 rows, and Gemma's repacked GEMM
+# takes rows 4 at a time (measured: a prompt's last logits moved by up to ~0.8 when its last piece was shorter
+# than 64 rows or began off a multiple of 4, and not at all otherwise). Pieces of at least this many rows, each
+# starting a multiple of 16 rows into Model.prefill's n_batch chunks, leave every row as those chunks compute it:
+# the chunk size changes no token.
+MIN_PIECE = 64
 
 
 @dataclass
@@ -100,10 +113,33 @@ class _Sequence(SequenceState):
     answer: AnswerStream | None = None
 
 
+@dataclass
+class _Filling:
+    """A job being admitted: its prompt's tokens from `reused` on are prefilled a piece per pump."""
+
+    job: Job
+    slot: int
+    reused: int
+    done: int = 0  # of the tokens after `reused`
+
+
+def prefill_piece(done: int, total: int, chunk: int, block: int) -> int:
+    """How many rows of a prompt to decode next, `done` of `total` decoded: about `chunk` at most, never across
+    Model.prefill's `block`-row chunks, every piece but a block's last a multiple of 16, and none shorter than
+    MIN_PIECE where its block is longer (see MIN_PIECE). A chunk of a block or more gives Model.prefill's chunks."""
+    left = min(total, (done // block + 1) * block) - done  # to the end of this block
+    if left <= chunk:
+        return left
+    piece = max(MIN_PIECE, chunk // 16 * 16)
+    if left - piece < MIN_PIECE:  # leave the block's last piece MIN_PIECE rows at least
+        piece = (left - MIN_PIECE) // 16 * 16
+    return piece if piece >= MIN_PIECE else left
+
+
 class Batch:
     """Jobs through one target context and one StepLoop. Not thread-safe: one thread pumps it."""
 
-    def __init__(self, loop: StepLoop, slots: int, keep_caches: bool = False):
+    def __init__(self, loop: StepLoop, slots: int, keep_caches: bool = False, prefill_chunk: int = PREFILL_CHUNK):
         target = loop.target
         if not 1 <= slots <= target.settings.n_seq_max:
             raise InvalidSettingError(f"slots must be 1..{target.settings.n_seq_max} (the context's sequences), "
@@ -113,15 +149,20 @@ class Batch:
         self.active: list[_Sequence] = []
         self.free_slots = list(range(slots))[::-1]
         self.cached: dict[int, list[int]] = {}  # a free sequence id -> the tokens its cache still holds
-        self._admitting = 0  # a job being prefilled is neither waiting nor active
+        self.filling: _Filling | None = None  # the job being prefilled: neither waiting nor active
+        self.prefill_chunk = prefill_chunk  # prompt tokens per pump (a huge one: whole prompts, as before issue 51)
 
     @property
     def idle(self) -> bool:
-        return not self.waiting and not self.active
+        return not self.waiting and not self.active and self.filling is None
 
     @property
     def running(self) -> int:
-        return len(self.active) + self._admitting
+        return len(self.active) + (self.filling is not None)
+
+    @property
+    def running_jobs(self) -> list[Job]:
+        return [s.job for s in self.active] + ([self.filling.job] if self.filling else [])
 
     def check(self, job: Job) -> None:
         """Raise for a job that can never be served, before it waits in line."""
@@ -138,18 +179,15 @@ class Batch:
         self.waiting.append(job)
 
     def pump(self) -> None:
-        """Admit what fits, then one step for every active sequence."""
+        """Prefill about one chunk of what fits, then one step for every active sequence."""
         for job in [j for j in self.waiting if j.cancel.is_set()]:
             self.waiting.remove(job)
             self._fail(job, None)
         for seq in [s for s in self.active if s.job.cancel.is_set()]:
             self._end(seq, "cancelled")
-        while self.waiting and self.free_slots and self._fits(self.waiting[0].prompt):
-            self._admitting = 1
-            try:
-                self._admit(self.waiting.popleft())
-            finally:
-                self._admitting = 0
+        if self.filling and self.filling.job.cancel.is_set():
+            self._drop_filling(None)
+        self._prefill()
         self._make_room()
         if not self.active:
             return
@@ -170,6 +208,8 @@ class Batch:
         """End every job now, waiting or running."""
         while self.waiting:
             self._fail(self.waiting.popleft(), None)
+        if self.filling:
+            self._drop_filling(self.filling.job.error)
         for seq in list(self.active):
             self._end(seq, reason)
 
@@ -184,7 +224,8 @@ class Batch:
         return sum(len(tokens) for tokens in self.cached.values())
 
     def _free_cells(self) -> int:
-        self.loop.held_cells = self._held_cells
+        # The job being prefilled has its whole prompt's cells set aside: the active ones must not grow into them.
+        self.loop.held_cells = self._held_cells + (len(self.filling.job.prompt) if self.filling else 0)
         return self.loop.free_cells(self.active)
 
     def _make_room(self) -> None:
@@ -236,8 +277,27 @@ class Batch:
             return empty[0], shared
         return empty[0], 0
 
-    def _admit(self, job: Job) -> None:
-        """Prefill a job into a free sequence id and emit its first token; the proposer starts after it."""
+    def _prefill(self) -> None:
+        """Prefill about prefill_chunk prompt tokens: the job being admitted goes on, and once it is active the
+        next waiting job that fits takes a free sequence id. A piece is decoded whole, so one more than the chunk
+        leaves waits for the next pump (unless nothing was decoded in this one)."""
+        spent = 0
+        while True:
+            if self.filling is None:
+                if not (self.waiting and self.free_slots and self._fits(self.waiting[0].prompt)):
+                    return
+                self._start_filling(self.waiting.popleft())
+                continue
+            fill = self.filling
+            total = len(fill.job.prompt) - fill.reused
+            piece = prefill_piece(fill.done, total, self.prefill_chunk, self.target.n_batch)
+            if spent and spent + piece > self.prefill_chunk:
+                return
+            spent += piece
+            self._prefill_piece(fill, piece)
+
+    def _start_filling(self, job: Job) -> None:
+        """Give a job a free sequence id (with what its cache holds of the prompt); its prefill starts."""
         target, loop = self.target, self.loop
         slot, shared = self._pick_slot(job.prompt)
         self.free_slots.remove(slot)
@@ -246,26 +306,50 @@ class Batch:
         stats = GenerationStats(method=loop.method, backend=target.backend, prompt_tokens=len(job.prompt),
                                 reused_prompt_tokens=reused, draft_model_bytes=loop.draft_model_bytes)
         job.run = RequestRun(job.id, slot, [], stats, admitted_at=time.perf_counter())
+        self.filling = _Filling(job, slot, reused)
         try:
             target.forget_from(reused, slot)
-            logits = target.prefill(job.prompt[reused:], reused, seq_id=slot)
-            verifier = Verifier(job.sampling, loop.device, job.seeds[0])
-            first = verifier.verify(logits, [], None, position=len(job.prompt)).next_token
         except EngineError as exc:
-            target.forget_from(0, slot)
-            self.free_slots.append(slot)
-            self._fail(job, str(exc))
+            self._drop_filling(str(exc))
+
+    def _prefill_piece(self, fill: _Filling, rows: int) -> None:
+        """Decode the next `rows` of the prompt; after the last, the job's first token."""
+        job, start = fill.job, fill.reused + fill.done
+        last = start + rows == len(job.prompt)
+        started = time.perf_counter()
+        try:
+            logits = self.target.decode(job.prompt[start:start + rows], start, 1 if last else 0, seq_id=fill.slot)
+            fill.done += rows
+            if last:
+                verifier = Verifier(job.sampling, self.loop.device, job.seeds[0])
+                first = verifier.verify(logits, [], None, position=len(job.prompt)).next_token
+        except EngineError as exc:
+            self._drop_filling(str(exc))
             return
-        now = time.perf_counter()
-        stats.prefill_s = stats.ttft_s = now - job.run.admitted_at
-        loop.totals.prefill_s += stats.prefill_s
+        finally:
+            self.loop.totals.prefill_s += time.perf_counter() - started  # the target's own time, not the wait
+        if last:
+            self.filling = None
+            self._activate(job, fill.slot, verifier, first)
+
+    def _activate(self, job: Job, slot: int, verifier: Verifier, first: int) -> None:
+        """A prefilled job joins the active sequences with its first token; the proposer starts after it."""
+        now, stats, loop = time.perf_counter(), job.run.stats, self.loop
+        stats.prefill_s = stats.ttft_s = now - job.run.admitted_at  # other sequences' steps included: a wait
         seq = _Sequence(slot, [*job.prompt, first], verifier, stats, stops_at_end=not job.ignore_eos, job=job,
-                        answer=AnswerStream(target, job.max_tokens, job.ignore_eos, job.stop))
+                        answer=AnswerStream(self.target, job.max_tokens, job.ignore_eos, job.stop))
         job.run.tokens = seq.answer.tokens  # the run's tokens are the answer's, as it grows
         self.active.append(seq)
         self._emit(seq, seq.answer.push([first]), now)
         if seq in self.active:  # only now, so the first token never waits for the proposer
             loop.proposer.start(slot, job.prompt, job.sampling, loop.device, job.seeds[1])
+
+    def _drop_filling(self, error: str | None) -> None:
+        """End the job being prefilled (cancelled, or failed): its sequence id is free again, its cells gone."""
+        fill, self.filling = self.filling, None
+        self.target.forget_from(0, fill.slot)
+        self.free_slots.append(fill.slot)
+        self._fail(fill.job, error)
 
     def _emit(self, seq: _Sequence, delta: Delta, now: float) -> None:
         """Hand on what the answer kept of a step; end the sequence when the answer is done."""

@@ -1,7 +1,9 @@
 """The engine thread a server (and the window's chat, while serving) shares: one Batch, pumped while it
 has work, fed from any thread. Up to `parallel` jobs decode together; up to `max_queue` more wait in line,
 and beyond that submit() refuses (the server answers 429). The step loop's cost model decides per step
-how many draft rows each sequence verifies, so speculation steps back by itself as the batch fills."""
+how many draft rows each sequence verifies, so speculation steps back by itself as the batch fills. A long prompt
+is prefilled a chunk per pump (batch.py): the other streams go on between its chunks, and a request cancelled in
+its prefill frees its slot within one."""
 from __future__ import annotations
 
 import logging
@@ -122,8 +124,8 @@ class Scheduler:
                 batch.pump()
             except Exception as exc:  # noqa: BLE001 - a failed step ends its jobs, never the server
                 log.exception("a batch step failed")
-                for seq in list(batch.active):
-                    seq.job.error = f"the engine failed: {exc}"
+                for job in batch.running_jobs:  # the one being prefilled included
+                    job.error = f"the engine failed: {exc}"
                 batch.cancel_all("error")
         with self._wake:
             for job in self._inbox:
