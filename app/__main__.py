@@ -184,6 +184,21 @@ def _come_forward(window, request: dict) -> None:
             window.session.send(text)
 
 
+def crash_notice(window, kind, value) -> str:
+    """What the user reads about an unexpected error. It claims the conversations are saved only when nothing
+    is waiting to be saved and the error is not the storage failing (then that last write may be missing)."""
+    import sqlite3
+
+    said = f"Something went wrong: {kind.__name__}: {value}."
+    unsaved = getattr(window.session, "unsaved", 0)
+    if unsaved:
+        return (f"{said} An answer is not saved yet (see the notice about it); everything saved before is kept. "
+                "Details are in the log.")
+    if issubclass(kind, (sqlite3.Error, OSError)):
+        return f"{said} The last change may not be saved; everything saved before is kept. Details are in the log."
+    return f"{said} Your conversations are saved; details are in the log."
+
+
 def _install_excepthook(window, smoke: bool) -> None:
     """An unexpected error in a slot is logged and shown; the app keeps running (the smoke test fails)."""
     log = logging.getLogger("specchat")
@@ -196,8 +211,7 @@ def _install_excepthook(window, smoke: bool) -> None:
             QApplication.exit(1)
             return
         try:
-            window.notices.show_notice(f"Something went wrong: {kind.__name__}: {value}. Your conversations are "
-                                       "saved; details are in the log.", "error", key="crash")
+            window.notices.show_notice(crash_notice(window, kind, value), "error", key="crash")
         except Exception:  # noqa: BLE001
             pass
 

@@ -167,6 +167,7 @@ class MainWindow(QMainWindow):
         self.chat_settings_button.refreshed.connect(self._show_chat_engine)
         self.session.busyChanged.connect(self._busy_changed)
         self.session.noticeRaised.connect(lambda text, level: self.notices.show_notice(text, level))
+        self.session.saveNotice.connect(self._save_notice)
         self.session.conversationsChanged.connect(self._conversations_changed)
         self._list_refresh = QTimer(self, singleShot=True, interval=0)  # list updates go in their own turn
         self._list_refresh.timeout.connect(self._refresh_list)
@@ -667,7 +668,29 @@ class MainWindow(QMainWindow):
             "with honest live figures for every response."))
 
     # --- closing ------------------------------------------------------------------------------
+    def _save_notice(self, text: str, level: str, key: str) -> None:
+        """What the store refused (a full disk), or saved after all: one notice per key, the latest word."""
+        if text:
+            self.notices.show_notice(text, level, key=key)
+        else:
+            self.notices.clear(key)
+
+    def _close_unsaved(self) -> bool:
+        """An answer is still not saved (the disk is full): close anyway? Asked before anything stops, so No
+        leaves the window as it was."""
+        answer = QMessageBox.question(
+            self, "Close SpecChat",
+            "An answer is not saved: the conversation file cannot be written (the disk may be full). If you close "
+            "now, that answer is lost; everything saved before is kept.\n\nClose anyway? (No: keep the window "
+            "open, free some space, and it is saved within seconds.)",
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, QMessageBox.StandardButton.No)
+        return answer == QMessageBox.StandardButton.Yes
+
     def closeEvent(self, event) -> None:
+        asked = not self.session.save_unsaved()
+        if asked and not self._close_unsaved():
+            event.ignore()
+            return
         # A Compare run is cancelled too, and a system check's child stopped.
         for window in (self._lab, self._models_dialog, self._compare, self._system_check):
             if window is not None:
@@ -677,7 +700,11 @@ class MainWindow(QMainWindow):
             log.warning("the engine thread did not stop in time")
         self.counter.shutdown()
         QCoreApplication.sendPostedEvents()  # the last tokens and the final stats, if they arrived
-        self.session.close()
+        if not self.session.close() and not asked:  # refused only now, at its last save: say so, once
+            log.error("an answer could not be saved as SpecChat closed")
+            QMessageBox.warning(self, "Close SpecChat", "The answer being written could not be saved: the "
+                                "conversation file cannot be written (the disk may be full). Everything saved "
+                                "before is kept.")
         try:
             self._store_settings(self.settings.merged({
                 "window_geometry": bytes(self.saveGeometry().toBase64()).decode(),

@@ -7,9 +7,17 @@ streaming response is saved at least every SAVE_EVERY_S, so a crash loses at mos
 An answer that gets no new text for STALL_AFTER_S says so under it, with the seconds counting, until text
 comes again. Stop always ends the answer in the window: the engine stops within a step, and if it has not
 said so within STOP_GRACE_S (a stuck engine), the answer is ended here, kept as far as it got.
+
+A write the store refuses (a full disk) never stops an answer: it keeps streaming into the window, ends as
+usual, and is held in memory (shown from there) and saved again every RETRY_EVERY_S, at the next send and at
+close; one notice says so (saveNotice), and another once it is saved. A question that cannot be saved is
+not sent.
 """
 from __future__ import annotations
 
+import errno
+import logging
+import sqlite3
 import time
 from typing import Callable
 
@@ -25,7 +33,11 @@ from app.settings.values import AppSettings
 from app.conversations.store import ConversationStore, Message
 from app.worker import EngineClient, GenerationRequest
 
+log = logging.getLogger(__name__)
+
 SAVE_EVERY_S = 0.5
+RETRY_EVERY_S = 10.0  # an answer the store refused is saved again this often (and at the next send, and at close)
+STORE_ERRORS = (sqlite3.Error, OSError)  # what a full, read-only or vanished disk raises from the store
 TITLE_CHARS = 48
 STALL_AFTER_S = 20.0  # a long prompt on a slow CPU may take this long to read; beyond it, say so
 STOP_GRACE_S = 3.0  # the engine honours Stop within a step (or a template's 3 s limit); past this it is stuck
@@ -35,6 +47,15 @@ def storable(text: str) -> str:
     """Text as it can be saved and tokenized: a lone UTF-16 surrogate (pasted from a broken source)
     becomes U+FFFD instead of failing every UTF-8 encode downstream; proper pairs are kept."""
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def store_problem(exc: BaseException) -> tuple[str, str]:
+    """What kept the store from writing, and what to do about it, in words for a notice."""
+    full = (getattr(exc, "sqlite_errorname", "") == "SQLITE_FULL" or getattr(exc, "errno", None) == errno.ENOSPC
+            or "full" in str(exc))
+    if full:
+        return f"the disk is full ({exc})", "free some space"
+    return f"the conversation file cannot be written ({exc})", "check the disk and the conversation file"
 
 
 def title_from(text: str) -> str:
@@ -48,6 +69,9 @@ class ChatSession(QObject):
     conversationsChanged = Signal(int)  # a conversation was created, retitled or touched
     responseFinished = Signal(object)  # final stats dict
     responseFailed = Signal(str)
+    # text, level, key: what the store refused ("unsaved": an answer, "unsent": a question), each replacing the
+    # last with its key; no text: nothing to say any more
+    saveNotice = Signal(str, str, str)
 
     def __init__(self, store: ConversationStore, engine: EngineClient, settings: Callable[[], AppSettings],
                  parent=None, presets: Callable[[], PresetBook] | None = None):
@@ -70,6 +94,9 @@ class ChatSession(QObject):
         self._stall_notice = ""  # what the stall watch wrote under the answer, until text comes again
         self._stall_timer = QTimer(self, interval=1000)
         self._stall_timer.timeout.connect(self._watch_stall)
+        self._unsaved: dict[int, tuple[int | None, Message]] = {}  # id -> (conversation, message) not saved yet
+        self._retry_timer = QTimer(self, interval=int(RETRY_EVERY_S * 1000))
+        self._retry_timer.timeout.connect(self.save_unsaved)
         w = engine.worker
         w.progress.connect(self._progress)
         w.finished.connect(self._finished)
@@ -91,9 +118,12 @@ class ChatSession(QObject):
             return [], []
         tree = self.store.tree(self.conversation_id)
         messages = tree.path()
-        if self.streaming is not None and self.conversation_id == self.streaming_conversation:
-            # Show the live response object, not a saved copy of it, so it keeps streaming in view.
-            messages = [self.streaming if m.id == self.streaming.id else m for m in messages]
+        # Show the live response object, not a saved copy of it, so it keeps streaming in view; and an answer
+        # not saved yet as it is in memory (ids are unique across conversations).
+        live = {mid: m for mid, (_, m) in self._unsaved.items()}
+        if self.streaming is not None:
+            live[self.streaming.id] = self.streaming
+        messages = [live.get(m.id, m) for m in messages]
         return messages, [tree.siblings(m) for m in messages]
 
     def _show_path(self) -> None:
@@ -108,6 +138,8 @@ class ChatSession(QObject):
         if self.streaming_conversation == conversation_id:
             self.stop()
             self.streaming = None  # nothing left to save it into
+        for mid in [mid for mid, (cid, _) in self._unsaved.items() if cid == conversation_id]:
+            del self._unsaved[mid]
         if self.conversation_id == conversation_id:
             self.open(None)
 
@@ -116,19 +148,46 @@ class ChatSession(QObject):
         text = storable(text).strip()
         if not text or self.busy:
             return False
-        if self.conversation_id is None:
-            self.conversation_id = self.store.create_conversation(title_from(text))
-            self.store.set_conversation_settings(self.conversation_id,
-                                                 {"preset": self.presets().default, **self.new_chat_settings})
-        self._ask(text, self.model.items[-1].id if self.model.items else None)
-        return True
+        new = self.conversation_id is None
+        parent = self.model.items[-1].id if self.model.items else None
 
-    def _ask(self, text: str, parent: int | None) -> None:
+        def write() -> Message:
+            if new:
+                self.conversation_id = self.store.create_conversation(title_from(text))
+                self.store.set_conversation_settings(self.conversation_id,
+                                                     {"preset": self.presets().default, **self.new_chat_settings})
+            return self._add_turn(text, parent)
+        reply = self._written(write)
+        if reply is None and new:
+            self.conversation_id = None  # its creation was undone with the rest
+        return reply is not None and self._start(reply)
+
+    def _add_turn(self, text: str, parent: int | None) -> Message:
+        """Save the question and the row its answer streams into (inside a _written transaction)."""
         user = Message(id=None, role="user", content=text)
         self.store.add_message(self.conversation_id, user, parent=parent)
-        self._show_path()
-        self.conversationsChanged.emit(self.conversation_id)
-        self._respond(user.id)
+        return self._add_reply(user.id)
+
+    def _add_reply(self, parent: int) -> Message:
+        reply = Message(id=None, role="assistant", status="streaming", model=self.answering_model())
+        self.store.add_message(self.conversation_id, reply, parent=parent)
+        return reply
+
+    def _written(self, write: Callable[[], Message]) -> Message | None:
+        """write() as one transaction: its result, or None (nothing written, the user told) if the store refused
+        it. Answers held from before are tried first: a send is a moment to save them."""
+        self.save_unsaved()
+        try:
+            with self.store.transaction():
+                written = write()
+        except STORE_ERRORS as exc:
+            what, remedy = store_problem(exc)
+            log.warning("a message could not be saved, so it was not sent: %s", exc)
+            self.saveNotice.emit(f"Not sent: {what}. Your message stays in the box; {remedy} and send it again.",
+                                 "error", "unsent")
+            return None
+        self.saveNotice.emit("", "", "unsent")  # sent: a refusal told before is over
+        return written
 
     def regenerate(self, message: Message | None = None) -> bool:
         """Write this response (by default the last) again, as a new branch beside it: it stays."""
@@ -137,8 +196,8 @@ class ChatSession(QObject):
         if (self.busy or message is None or message.role != "assistant" or message.parent_id is None
                 or self.model.row_of(message) < 0):
             return False
-        self._respond(message.parent_id)
-        return True
+        reply = self._written(lambda: self._add_reply(message.parent_id))
+        return reply is not None and self._start(reply)
 
     def resend_edited(self, text: str, message: Message | None = None) -> bool:
         """Send text in place of this user message (by default the last) and answer it: a new branch from
@@ -148,18 +207,22 @@ class ChatSession(QObject):
             message = next((m for m in reversed(self.model.items) if m.role == "user"), None)
         if self.busy or message is None or message.role != "user" or not text or self.model.row_of(message) < 0:
             return False
-        if message.parent_id is None:
-            self._retitle(message.content, text)
-        self._ask(text, message.parent_id)
-        return True
 
-    def _retitle(self, old: str, new: str) -> None:
+        def write() -> Message:
+            if message.parent_id is None:
+                self._retitle(message.content, text, notify=False)  # _start says the conversation changed
+            return self._add_turn(text, message.parent_id)
+        reply = self._written(write)
+        return reply is not None and self._start(reply)
+
+    def _retitle(self, old: str, new: str, notify: bool = True) -> None:
         """The first question shown changed from old to new: a title made from old follows it; one the user
         chose stays."""
         conv = self.store.conversation(self.conversation_id)
         if conv is not None and conv.title == title_from(old) != title_from(new):
             self.store.rename(self.conversation_id, title_from(new))
-            self.conversationsChanged.emit(self.conversation_id)  # the sidebar shows the new title
+            if notify:
+                self.conversationsChanged.emit(self.conversation_id)  # the sidebar shows the new title
 
     def continue_answer(self, message: Message | None = None) -> bool:
         """Write more of the last answer, cut short by the length limit or a stop, into the same message."""
@@ -169,8 +232,8 @@ class ChatSession(QObject):
             return False
         self._before_continue = (message.status, message.stats)  # put back if the continuation fails
         message.status, message.notice = "streaming", ""
-        self.store.update_message(message)
         self.streaming, self.streaming_conversation = message, self.conversation_id
+        self._save()  # refused (a full disk): it continues in memory, held like any answer
         self._changed()
         self._generate(items, continue_last=True)
         return True
@@ -235,13 +298,13 @@ class ChatSession(QObject):
             return self.model_name
         return f"{remote.model} @ {remote.host}" if remote.model else remote.host
 
-    def _respond(self, parent: int) -> None:
-        """A new answer to the message `parent`, shown and written."""
-        reply = Message(id=None, role="assistant", status="streaming", model=self.answering_model())
-        self.store.add_message(self.conversation_id, reply, parent=parent)
+    def _start(self, reply: Message) -> bool:
+        """Write the answer saved as `reply`'s row, shown from here on."""
         self.streaming, self.streaming_conversation = reply, self.conversation_id
         self._show_path()
+        self.conversationsChanged.emit(self.conversation_id)
         self._generate(self.model.items[:-1])
+        return True
 
     def prompt_history(self, messages: list[Message], continue_last: bool = False) -> list[dict]:
         """What the model is sent for these messages: the chat's system prompt, then each message; an earlier
@@ -341,13 +404,15 @@ class ChatSession(QObject):
             self.streaming.notice = ""  # the answer ended: it no longer waits
         self._stall_notice = ""
         self._before_continue = None
-        self._changed()
-        self._save()
-        if self.streaming_conversation is not None and self.streaming is not None:
-            self.store.touch(self.streaming_conversation)
-            self.conversationsChanged.emit(self.streaming_conversation)
-        self.streaming = self.streaming_conversation = self.request = None
-        self.busyChanged.emit(False)
+        try:
+            self._changed()
+            self._save()
+            if self.streaming_conversation is not None and self.streaming is not None:
+                self._touch(self.streaming_conversation)
+                self.conversationsChanged.emit(self.streaming_conversation)
+        finally:  # whatever went wrong above, the window is ready for the next message
+            self.streaming = self.streaming_conversation = self.request = None
+            self.busyChanged.emit(False)
 
     def _changed(self) -> None:
         row = self.model.row_of(self.streaming) if self.streaming is not None else -1
@@ -356,14 +421,72 @@ class ChatSession(QObject):
 
     def _save(self) -> None:
         if self.streaming is not None and self.streaming.id is not None:
-            self.store.update_message(self.streaming)
             self._saved_at = time.monotonic()
+            try:
+                self.store.update_message(self.streaming)
+            except STORE_ERRORS as exc:
+                self._hold(self.streaming_conversation, self.streaming, exc)
+            else:
+                self._saved(self.streaming.id)
 
-    def close(self) -> None:
-        """The app is closing: whatever is still streaming is saved as stopped."""
+    def _touch(self, conversation_id: int) -> None:
+        try:
+            self.store.touch(conversation_id)
+        except STORE_ERRORS:
+            pass  # only the list's order: touched again when the answer held is saved
+
+    def _hold(self, conversation_id: int | None, message: Message, exc: BaseException) -> None:
+        """The store refused this message: keep it to save later, and say so once (not at every refusal)."""
+        if message.id in self._unsaved:
+            return
+        self._unsaved[message.id] = (conversation_id, message)
+        self._retry_timer.start()
+        what, remedy = store_problem(exc)
+        log.warning("an answer could not be saved; it is held to be saved later: %s", exc)
+        n = len(self._unsaved)
+        held = "This answer is" if n == 1 else f"{n} answers are"
+        self.saveNotice.emit(f"{held} not saved yet: {what}. It stays in the window and is saved when it can be "
+                             f"(every {RETRY_EVERY_S:g} s and when you send or close); {remedy}.", "error", "unsaved")
+
+    @property
+    def unsaved(self) -> int:
+        """How many answers are held in memory because the store refused them."""
+        return len(self._unsaved)
+
+    def save_unsaved(self) -> bool:
+        """Save the answers the store refused, if it takes them now: True once none is left."""
+        if not self._unsaved:
+            return True
+        for mid, (cid, message) in list(self._unsaved.items()):
+            try:
+                self.store.update_message(message)
+            except STORE_ERRORS as exc:
+                log.info("an answer held is still not saved: %s", exc)
+                return False
+            if cid is not None and message is not self.streaming:
+                self._touch(cid)
+                self.conversationsChanged.emit(cid)
+            self._saved(mid)
+        return True
+
+    def _saved(self, message_id: int) -> None:
+        """This message is saved: if it was held, it is no longer, and once none is, the user hears so."""
+        if self._unsaved.pop(message_id, None) is None or self._unsaved:
+            return
+        self._retry_timer.stop()
+        log.info("the answers held are saved now")
+        self.saveNotice.emit("Saved now: no answer is waiting to be saved any more.", "info", "unsaved")
+
+    def close(self) -> bool:
+        """The app is closing: whatever is still streaming is saved as stopped, and answers held are tried once
+        more. False if something could not be saved (it is dropped: the caller tells the user)."""
         self._stall_timer.stop()
         if self.streaming is not None:
             self.streaming.status = "stopped"
             self.streaming.notice = self.streaming.notice or "Stopped because the app was closed."
             self._save()
         self.streaming = self.streaming_conversation = self.request = None
+        saved = self.save_unsaved()
+        self._retry_timer.stop()
+        self._unsaved.clear()  # the store closes next: a later close has nothing to ask about
+        return saved

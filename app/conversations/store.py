@@ -282,10 +282,11 @@ class ConversationStore:
         self.db.execute("BEGIN IMMEDIATE")
         try:
             yield
+            self.db.execute("COMMIT")  # may fail too (a full disk): then it is rolled back, never left open
         except BaseException:
-            self.db.execute("ROLLBACK")
+            if self.db.in_transaction:  # SQLite may have rolled it back itself (a full disk, an I/O error)
+                self.db.execute("ROLLBACK")
             raise
-        self.db.execute("COMMIT")
 
     def update_message(self, message: Message) -> None:
         self.db.execute(

@@ -1,0 +1,200 @@
+"""A disk that fills while an answer is written (issue 51, item 8): one notice says the answer is not saved yet,
+the answer goes on in the window and ends as usual (Send, not Stop), it is saved once there is space again, and
+closing with it unsaved asks instead of raising. Nothing saved before is touched.
+
+The full disk is the store's own connection with a switch: while it is on, every write fails with the error
+SQLite raises on a full disk (SQLITE_FULL, made by SQLite itself), as every write did in the report."""
+from __future__ import annotations
+
+import sqlite3
+import sys
+from dataclasses import replace
+
+from PySide6.QtWidgets import QMessageBox
+
+import app.chat.session as session_module
+from app.conversations.store import default_path
+
+from conftest import PASSAGE  # tests/app/conftest.py
+
+WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE")
+
+
+def sqlite_full() -> sqlite3.OperationalError:
+    """SQLite's own full-disk error: a database that may not grow past two pages is asked to."""
+    db = sqlite3.connect(":memory:")
+    try:
+        db.execute("PRAGMA max_page_count=2")
+        db.execute("CREATE TABLE t(x)")
+        db.execute("INSERT INTO t VALUES (zeroblob(100000))")
+    except sqlite3.OperationalError as exc:
+        assert exc.sqlite_errorname == "SQLITE_FULL"
+        return exc
+    finally:
+        db.close()
+    raise AssertionError("SQLite wrote past max_page_count")
+
+
+class FullDisk:
+    """Stands in for the store's connection: reads go through; while full, writes fail as on a full disk."""
+
+    def __init__(self, db: sqlite3.Connection):
+        self.db, self.full, self.refused = db, False, 0
+
+    @classmethod
+    def under(cls, store) -> "FullDisk":
+        store.db = disk = cls(store.db)
+        return disk
+
+    def execute(self, sql: str, *args):
+        if self.full and sql.lstrip().upper().startswith(WRITES):
+            self.refused += 1
+            raise sqlite_full()
+        return self.db.execute(sql, *args)
+
+    def __getattr__(self, name):
+        return getattr(self.db, name)
+
+
+def count_unhandled() -> list[str]:
+    """Every exception that reaches sys.excepthook (one raised in a slot or in closeEvent), passed on as before.
+    Installed in the test's body: pytest-qt sets its own hook for each phase of a test."""
+    seen, before = [], sys.excepthook
+
+    def hook(kind, value, tb):
+        seen.append(f"{kind.__name__}: {value}")
+        before(kind, value, tb)
+    sys.excepthook = hook
+    return seen
+
+
+def answer_close_questions(monkeypatch, answer=QMessageBox.StandardButton.Yes) -> list[str]:
+    """The window's questions get `answer` instead of waiting for a click that never comes (pytest-qt closes the
+    windows before any fixture's teardown, maybe with the disk still full): the texts asked."""
+    asked = []
+    monkeypatch.setattr(QMessageBox, "question", staticmethod(lambda parent, title, text, *a: asked.append(text)
+                                                              or answer))
+    return asked
+
+
+def fill_mid_answer(window, disk: FullDisk, after: int = 2) -> None:
+    """The disk fills once the answer has shown text `after` times (the first of them saved: SAVE_EVERY_S is 0)."""
+    steps = []
+
+    def step(*_):
+        streaming = window.session.streaming
+        if streaming is not None and streaming.content and len(steps) < after:  # once: later answers are not
+            steps.append(len(streaming.content))
+            disk.full = len(steps) == after
+    window.session.model.dataChanged.connect(step)  # in _progress, after the text is added, before the save
+
+
+def saved_rows(conversation_id: int | None = None) -> list[tuple]:
+    """(id, role, content, status) of the messages in the file, read as another program would."""
+    db = sqlite3.connect(f"{default_path().resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        where, args = ("WHERE conversation_id=?", (conversation_id,)) if conversation_id is not None else ("", ())
+        return db.execute(f"SELECT id, role, content, status FROM messages {where} ORDER BY id", args).fetchall()
+    finally:
+        db.close()
+
+
+def unsaved_notices(window) -> list:
+    return [n for n in window.notices.notices if "not saved" in n.text]
+
+
+def answer_with_full_disk(window, qtbot, disk: FullDisk, text: str = PASSAGE) -> tuple[object, list]:
+    """Send text, fill the disk mid-answer, wait for the answer's end: the answer, and (Send button text, busy)
+    as the window was the moment it ended."""
+    ended = []
+    window.session.responseFinished.connect(
+        lambda stats: ended.append((window.send_button.text(), window.session.busy)))
+    fill_mid_answer(window, disk)
+    window.input.setPlainText(text)
+    window.send_message()
+    qtbot.waitUntil(lambda: bool(ended), timeout=60_000)  # today: never (the end's save raised, Stop stayed)
+    return window.session.model.items[-1], ended
+
+
+def test_an_answer_the_full_disk_refuses_is_kept_told_once_and_saved_when_there_is_space(
+        make_window, quick_settings, qtbot, monkeypatch):
+    monkeypatch.setattr(session_module, "SAVE_EVERY_S", 0.0)  # a save at every step: many refused, one notice
+    monkeypatch.setattr(session_module, "RETRY_EVERY_S", 0.3, raising=False)
+    asked = answer_close_questions(monkeypatch)
+    unhandled = count_unhandled()
+    window = make_window(replace(quick_settings, max_tokens=48))
+    disk = FullDisk.under(window.store)
+
+    answer, ended = answer_with_full_disk(window, qtbot, disk)
+    assert ended == [("Send", False)]  # idle the moment the answer ended
+    assert disk.refused >= 3 and unhandled == []
+    notices = unsaved_notices(window)
+    assert len(notices) == 1 and notices[0].level == "error", window.notices.texts()
+    assert notices[0].text.startswith("This answer is not saved yet: the disk is full (database or disk is full).")
+    assert "free some space" in notices[0].text
+    assert answer.status == "done" and len(answer.content.split()) >= 8
+    shown = " ".join(window.view.widget_for(1).text.toPlainText().split())
+    assert " ".join(answer.content.split()[-3:]).strip("*_`") in shown  # its end is in the window
+    cid = window.session.conversation_id
+    on_disk = saved_rows(cid)[-1]
+    assert on_disk[0] == answer.id and on_disk[3] == "streaming"  # as far as the disk took it
+    assert 0 < len(on_disk[2]) < len(answer.content) and answer.content.startswith(on_disk[2])
+
+    window.input.setPlainText("And then?")  # sent while the disk is still full: refused, kept in the box
+    window.send_message()
+    assert not window.session.busy and window.input.toPlainText() == "And then?"
+    assert any(t.startswith("Not sent: the disk is full") for t in window.notices.texts())
+    assert [r[0] for r in saved_rows(cid)] == [m.id for m in window.session.model.items]  # nothing half-written
+    window.open_conversation(cid)  # shown again: the answer from memory, not the file's older copy
+    assert window.session.model.items[-1].content == answer.content
+
+    disk.full = False  # space again: the next retry saves it, and the notice says so
+    qtbot.waitUntil(lambda: not unsaved_notices(window), timeout=10_000)
+    assert any(t.startswith("Saved now") for t in window.notices.texts())
+    assert saved_rows(cid)[-1] == (answer.id, "assistant", answer.content, "done")
+    window.send_message()  # the message kept in the box goes now
+    qtbot.waitUntil(lambda: not window.session.busy, timeout=60_000)
+    assert [r[2] for r in saved_rows(cid)][-2:] == ["And then?", window.session.model.items[-1].content]
+    assert not any(t.startswith("Not sent") for t in window.notices.texts())  # sent: that notice went
+    assert unhandled == [] and asked == []
+
+
+def test_closing_with_an_answer_the_full_disk_refused_asks_and_keeps_what_was_saved(
+        make_window, quick_settings, qtbot, monkeypatch, wait_response):
+    from app.__main__ import _install_excepthook
+
+    monkeypatch.setattr(session_module, "SAVE_EVERY_S", 0.0)
+    answer_close_questions(monkeypatch)
+    unhandled = count_unhandled()
+    window = make_window(quick_settings)
+    window.input.setPlainText("Name three colours.")
+    window.send_message()
+    wait_response(window, timeout=60_000)
+    before = saved_rows()  # a whole exchange, saved
+    assert [r[1:] for r in before] == [(m.role, m.content, "done") for m in window.session.model.items]
+    disk = FullDisk.under(window.store)
+
+    answer, ended = answer_with_full_disk(window, qtbot, disk)
+    assert ended == [("Send", False)] and answer.status == "done"
+
+    # An unexpected error now must not claim the conversations are saved.
+    counting = sys.excepthook
+    _install_excepthook(window, smoke=False)
+    app_hook, sys.excepthook = sys.excepthook, counting
+    app_hook(ValueError, ValueError("a bug in a slot"), None)
+    crash = [t for t in window.notices.texts() if t.startswith("Something went wrong")]
+    assert len(crash) == 1 and "a bug in a slot" in crash[0]
+    assert "conversations are saved" not in crash[0] and "not saved" in crash[0]
+
+    asked = answer_close_questions(monkeypatch, QMessageBox.StandardButton.No)
+    assert not window.close() and window.isVisible()  # No: the window stays as it was, the answer with it
+    assert len(asked) == 1 and "not saved" in asked[0] and "Close anyway?" in asked[0]
+    assert not window.session.busy and window.session.model.items[-1].content == answer.content
+    asked = answer_close_questions(monkeypatch)
+    assert window.close() and not window.isVisible()  # Yes: it closes, without raising
+    assert len(asked) == 1 and unhandled == []
+
+    after = saved_rows()
+    assert after[:len(before)] == before  # what was saved before is intact
+    assert [r[1:3] for r in after[len(before):]][0] == ("user", PASSAGE)  # the question was saved
+    assert answer.content.startswith(after[-1][2]) and len(after[-1][2]) < len(answer.content)
