@@ -35,9 +35,10 @@ CONTINUES = 0.5
 # share of the context.
 KEPT_SHARE = 1 / 8
 # Prompt tokens prefilled per pump while other sequences decode (llama-server and vLLM interleave the same way).
-# Measured here (2 cores, SmolLM2 135M, quiet): a 128-token piece took 0.4 s at the start of a 3,000-token
-# prompt and 0.8 s at its end, against ~10 ms for a one-row step; prefill ran at ~200 tok/s with pieces of 128,
-# 256 or 512 alike, and at ~165 with pieces of 64. So 128: a quarter of 512's stall, at no cost in prefill speed.
+# Measured here (2 cores, SmolLM2 135M): a 128-token piece took 0.4-0.5 s at the start of a 3,000-token prompt
+# and 0.8-1.0 s at its end (attention spans more cells), a one-row step ~10 ms; a 3,000-token prompt ran at
+# 175-205 tok/s in pieces of 128, 150-180 in pieces of 64 and 115-215 in pieces of 512. So 128: a quarter of
+# 512's stall (~1 s at most, docs/server.md "Fairness"), at no cost in prefill speed.
 PREFILL_CHUNK = 128
 # llama.cpp's CPU kernels compute a row differently in a batch of fewer than 64 rows, and Gemma's repacked GEMM
 # takes rows 4 at a time (measured: a prompt's last logits moved by up to ~0.8 when its last piece was shorter
