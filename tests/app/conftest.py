@@ -135,6 +135,7 @@ STALL_LIMIT_S = 0.100
 
 class StallProbe:
     """A 2 ms timer on the GUI thread: the longest gap between its ticks is the worst stall."""
+    LIMIT_S = STALL_LIMIT_S  # for a test module that cannot import this conftest by name
 
     def __init__(self):
         from PySide6.QtCore import QTimer

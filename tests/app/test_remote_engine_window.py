@@ -285,9 +285,7 @@ def test_a_model_id_that_is_a_path_is_shown_by_its_file_name():
 def test_a_50_mb_answer_from_a_server_never_stalls_the_window(make_window, qtbot, wait_response, quick_settings,
                                                              stall_probe):
     """A server that pours out 50 MB (60 KB a chunk): the client keeps what max_tokens allows, the window folds it
-    (render.fold_point), and the GUI thread never waits more than STALL_LIMIT_S."""
-    from conftest import STALL_LIMIT_S
-
+    (render.fold_point), and the GUI thread never waits more than the stall limit."""
     piece = "lorem ipsum " * 5_000  # 60 KB of text in one chunk
     def pours(conn):
         conn.head()
@@ -307,4 +305,4 @@ def test_a_50_mb_answer_from_a_server_never_stalls_the_window(make_window, qtbot
         assert server.last("POST /v1/chat/completions").sent < 20_000_000  # it stopped reading long before 50 MB
     assert reply.content.startswith("lorem ipsum") and len(reply.content) <= 64 * (4096 + 1024) + len(piece)
     assert window.view.widget_for(1).text.answer.show_all.isVisible()
-    assert worst < STALL_LIMIT_S, f"the GUI thread was blocked for {worst * 1000:.0f} ms"
+    assert worst < stall_probe.LIMIT_S, f"the GUI thread was blocked for {worst * 1000:.0f} ms"
