@@ -14,6 +14,9 @@ from pathlib import Path
 
 
 class FifoTrap:
+    HOLD_S = 0.0  # how long the writer waits once a reader has opened the FIFO (a subclass makes reads slow)
+    PAYLOAD = b"GIF89a"
+
     def __init__(self, path: Path):
         self.path = Path(path)
         os.mkfifo(self.path)
@@ -36,8 +39,9 @@ class FifoTrap:
                 time.sleep(0.002)
                 continue
             self.opened += 1
+            time.sleep(self.HOLD_S)
             try:
-                os.write(fd, b"GIF89a")
+                os.write(fd, self.PAYLOAD)
             except OSError:
                 pass
             os.close(fd)
