@@ -11,7 +11,7 @@ import pytest
 from PySide6.QtWidgets import QDialogButtonBox
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
-from remote_server import HostileServer, event, specchat_server  # noqa: E402  (tests/engine/remote_server.py)
+from remote_server import DONE, HostileServer, event, specchat_server  # noqa: E402  (tests/engine/remote_server.py)
 
 from app.chat.engine_picker import REMOTE  # noqa: E402
 from engine.remote.keys import saved_key  # noqa: E402
@@ -306,3 +306,36 @@ def test_a_50_mb_answer_from_a_server_never_stalls_the_window(make_window, qtbot
     assert reply.content.startswith("lorem ipsum") and len(reply.content) <= 64 * (4096 + 1024) + len(piece)
     assert window.view.widget_for(1).text.answer.show_all.isVisible()
     assert worst < stall_probe.LIMIT_S, f"the GUI thread was blocked for {worst * 1000:.0f} ms"
+
+
+def test_a_servers_answer_and_error_naming_local_files_read_none_of_them(make_window, qtbot, wait_response,
+                                                                        quick_settings, tmp_path):
+    """What a server sends is rendered like a local answer (app/safe_text.py): its images and its error text's
+    HTML load nothing, whichever widget shows them (the message, its error line, a notice)."""
+    from fifo_trap import FifoTrap
+
+    with FifoTrap(tmp_path / "remote.fifo") as trap:
+        hostile = f'![x]({trap.url}) <img src="{trap.url}">'
+
+        def answers(conn):
+            conn.head()
+            conn.send(event({"role": "assistant", "content": ""}) + event({"content": f"Look: {hostile} end."}) +
+                      event({}, finish="stop") + DONE)
+
+        def fails(conn):
+            conn.json({"error": {"message": f"{hostile} the model is busy"}}, status=500)
+
+        with HostileServer({"POST /v1/chat/completions": answers}) as server:
+            window = make_window(quick_settings)
+            set_engine(qtbot, window, server.url).accept()
+            window.input.setPlainText("Hello?")
+            window.send_message()
+            assert wait_response(window).content.endswith("end.")
+        with HostileServer({"POST /v1/chat/completions": fails}) as server:
+            set_engine(qtbot, window, server.url).accept()
+            window.input.setPlainText("Again?")
+            window.send_message()
+            failed = wait_response(window)
+            qtbot.wait(300)
+        assert failed.status == "error" and "the model is busy" in failed.notice
+        assert trap.opened == 0
