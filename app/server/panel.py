@@ -96,6 +96,10 @@ class ServerPanel(QWidget):
         key_row.addWidget(self.api_key, 1)
         key_row.addWidget(generate)
         self.cors = QLineEdit(s.server_cors, placeholderText="e.g. http://localhost:3000 (comma-separated; * for any)")
+        self.hosts = QLineEdit(s.server_hosts, placeholderText="e.g. mybox.local (comma-separated; this machine's "
+                                                              "own addresses always work)")
+        self.hosts.setToolTip("Host names clients may use to reach the server. Requests addressed to any other name "
+                              "are refused, so a web page cannot reach it through a name it controls (DNS rebinding).")
         self.parallel = QSpinBox(minimum=1, maximum=16, value=s.server_parallel)
         self.parallel.setToolTip("Requests decoded together in one batch (the chat counts as one); more wait in line.")
         form = QFormLayout()
@@ -103,6 +107,7 @@ class ServerPanel(QWidget):
         form.addRow("", self.lan)
         form.addRow("API key", key_row)
         form.addRow("CORS origins", self.cors)
+        form.addRow("Host names", self.hosts)
         form.addRow("Parallel requests", self.parallel)
         self.start_button = QPushButton("Start server")
         self.start_button.clicked.connect(self.toggle)
@@ -135,7 +140,7 @@ class ServerPanel(QWidget):
     def values(self) -> dict:
         return {"server_port": self.port.value(), "server_lan": self.lan.isChecked(),
                 "server_api_key": self.api_key.text().strip(), "server_cors": self.cors.text().strip(),
-                "server_parallel": self.parallel.value()}
+                "server_hosts": self.hosts.text().strip(), "server_parallel": self.parallel.value()}
 
     def toggle(self) -> None:
         if self.running is not None:
@@ -175,7 +180,7 @@ class ServerPanel(QWidget):
         self.start_button.setEnabled(True)
         self.start_button.setText("Stop server" if info else "Start server")
         self.copy_button.setEnabled(info is not None)
-        for field in (self.port, self.lan, self.api_key, self.cors, self.parallel):
+        for field in (self.port, self.lan, self.api_key, self.cors, self.hosts, self.parallel):
             field.setEnabled(info is None)
         if info:
             self.status.setText(

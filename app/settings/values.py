@@ -37,6 +37,11 @@ IN_KEYRING = "server_api_key_in_keyring"  # in settings.json: the server's key i
 _kept_keys: dict[str, str] = {}  # settings file -> the server key its keyring entry holds, as last read or written
 
 
+def _listed(text: str) -> tuple[str, ...]:
+    """A comma-separated setting as its items."""
+    return tuple(item.strip() for item in text.split(",") if item.strip())
+
+
 @dataclass(frozen=True)
 class AppSettings:
     # models
@@ -70,6 +75,7 @@ class AppSettings:
     server_lan: bool = False  # listen on every interface, not only this machine (needs an API key)
     server_api_key: str = ""
     server_cors: str = ""  # browser origins allowed to call the API, comma-separated
+    server_hosts: str = ""  # host names requests may be addressed to beyond this machine's, comma-separated
     server_parallel: int = 4
     # view
     color_drafts: bool = False
@@ -95,7 +101,7 @@ class AppSettings:
 
         return ServeOptions(host="0.0.0.0" if self.server_lan else "127.0.0.1", port=self.server_port,
                             api_key=self.server_api_key.strip() or None, parallel=self.server_parallel,
-                            cors_origins=tuple(o.strip() for o in self.server_cors.split(",") if o.strip()))
+                            cors_origins=_listed(self.server_cors), allowed_hosts=_listed(self.server_hosts))
 
     def sampling(self) -> SamplingParams:
         return SamplingParams(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
@@ -333,6 +339,7 @@ FIELDS = {
     "server_lan": (_is(bool), "on or off"),
     "server_api_key": (_is(str), "text"),
     "server_cors": (_is(str), "text"),
+    "server_hosts": (_is(str), "text"),
     "server_parallel": (_int(1, 16), "a whole number 1..16"),
     "color_drafts": (_is(bool), "on or off"),
     "show_sparkline": (_is(bool), "on or off"),

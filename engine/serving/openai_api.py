@@ -390,8 +390,9 @@ def request_refusal(headers: Headers, method: str, config: ApiConfig) -> ApiErro
     host = headers.get("host")
     if host is not None and not host_allowed(host, config):
         return ApiError(403, f"Host {host!r} is not allowed: this server answers to {_answers_to(config)}. If it "
-                             "is this server's name, start it with --allow-host NAME (a web page can point any "
-                             "name at this machine).", kind="permission_error", code="host_not_allowed")
+                             "is this server's name, list it: --allow-host NAME, or Host names in SpecChat's Server "
+                             "panel (a web page can point any name at this machine).",
+                        kind="permission_error", code="host_not_allowed")
     origin = headers.get("origin")
     if origin is not None and "*" not in config.cors_origins and origin not in config.cors_origins:
         return ApiError(403, f"Origin {origin!r} is not allowed: web pages may call this server only from the "

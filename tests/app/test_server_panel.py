@@ -111,6 +111,19 @@ def test_cors_for_every_page_without_a_key_is_warned_of_and_a_pages_plain_post_i
     assert row[2] == "/v1/completions" and row[8] == "-" and row[9] == "415"
 
 
+def test_a_rebound_host_name_is_refused_unless_listed_in_the_panel(make_window, qtbot, quick_settings):
+    """A page on a name its owner points at 127.0.0.1 (DNS rebinding) sends that name as Host: refused, unless the
+    person lists it under Host names; this machine's own names always work."""
+    window = make_window(quick_settings)
+    panel = start(window, qtbot, hosts="mybox.local")
+    url = panel.running["url"]
+    port = url.rsplit(":", 1)[1].split("/")[0]
+    assert httpx.get(url + "/v1/models", headers={"Host": f"evil.example:{port}"}).status_code == 403
+    assert httpx.get(url + "/v1/models", headers={"Host": f"mybox.local:{port}"}).status_code == 200
+    assert httpx.get(url + "/v1/models", headers={"Host": f"localhost:{port}"}).status_code == 200
+    assert window.settings.server_hosts == "mybox.local"  # kept for the next start
+
+
 def test_a_port_in_use_is_reported_and_the_chat_keeps_working(make_window, qtbot, wait_response, quick_settings):
     window = make_window(quick_settings)
     with socket.socket() as taken:
