@@ -15,7 +15,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable
 
+from PySide6.QtCore import QUrl
 from PySide6.QtGui import QColor, QFont, QFontDatabase, QTextCharFormat, QTextCursor, QTextDocument, QTextFormat
+
+from app.safe_text import LINK_SCHEMES
 
 DRAFT_COLOR = QColor(255, 196, 0, 90)  # amber, translucent: readable on light and dark themes
 CODE_COLOR = QColor(127, 127, 127, 40)
@@ -187,6 +190,7 @@ def render(doc: QTextDocument, source: str, spans: list[list[int]] | None = None
     """Fill doc with source rendered as markdown (or plain text), shading code and, when asked, drafts."""
     if markdown:
         doc.setMarkdown(source, QTextDocument.MarkdownFeature.MarkdownDialectGitHub)
+        unlink_unopenable(doc)
     else:
         doc.setPlainText(source)
     code_blocks, code_runs = _code_ranges(doc) if markdown else ([], [])
@@ -213,22 +217,51 @@ def render(doc: QTextDocument, source: str, spans: list[list[int]] | None = None
     cursor.endEditBlock()
 
 
+def _blocks(doc: QTextDocument):
+    block = doc.begin()
+    while block.isValid():
+        yield block
+        block = block.next()
+
+
+def _fragments(block):
+    it = block.begin()
+    while not it.atEnd():
+        yield it.fragment()
+        it += 1
+
+
+def unlink_unopenable(doc: QTextDocument) -> None:
+    """Links SpecChat would not open (file:, smb:, javascript:, ... : safe_text.LINK_SCHEMES) become plain text,
+    so nothing invites a click that cannot go anywhere."""
+    runs = [(f.position(), f.position() + f.length()) for block in _blocks(doc) for f in _fragments(block)
+            if f.charFormat().isAnchor() and QUrl(f.charFormat().anchorHref()).scheme().lower() not in LINK_SCHEMES]
+    if not runs:
+        return
+    cursor = QTextCursor(doc)
+    cursor.beginEditBlock()
+    for start, end in runs:
+        cursor.setPosition(start)
+        cursor.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
+        fmt = cursor.charFormat()
+        fmt.setAnchor(False)
+        fmt.setAnchorHref("")
+        fmt.setFontUnderline(False)
+        fmt.clearForeground()  # the text's own colour, not a link's
+        cursor.setCharFormat(fmt)
+    cursor.endEditBlock()
+
+
 def _code_ranges(doc: QTextDocument) -> tuple[list[int], list[tuple[int, int]]]:
     """Positions of code-block blocks, and (start, end) of inline code runs."""
     blocks, runs = [], []
-    block = doc.begin()
-    while block.isValid():
+    for block in _blocks(doc):
         fmt = block.blockFormat()
         if fmt.hasProperty(QTextFormat.Property.BlockCodeFence) or fmt.nonBreakableLines():
             blocks.append(block.position())
         else:
-            it = block.begin()
-            while not it.atEnd():
-                frag = it.fragment()
-                if frag.charFormat().fontFixedPitch():
-                    runs.append((frag.position(), frag.position() + frag.length()))
-                it += 1
-        block = block.next()
+            runs += [(f.position(), f.position() + f.length()) for f in _fragments(block)
+                     if f.charFormat().fontFixedPitch()]
     return blocks, runs
 
 
