@@ -15,15 +15,12 @@ import time
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
-import keyring
-from keyring.errors import KeyringError
-
-from engine.errors import InvalidSettingError
+from engine.errors import EngineError, InvalidSettingError
 from engine.remote.endpoint import normalised_url
 from engine.decoding.cost_model import DEFAULT_MAX_DRAFT
 from engine.decoding.loader import DRAFT_METHODS, DecoderSettings
 from engine.paths import config_dir, make_private, write_text_atomic, unwritable_reason
-from engine.remote.keys import secure
+from engine.remote.keys import save_key, saved_key
 from engine.decoding.sampling import SamplingParams
 
 FILE_NAME = "settings.json"
@@ -213,10 +210,7 @@ def _with_server_key(settings: AppSettings, raw: dict, path: Path, notices: list
         return settings
     if raw.get(IN_KEYRING) is not True:
         return settings
-    try:
-        key = keyring.get_password(SERVER_KEY_SERVICE, str(path)) or ""
-    except (KeyringError, RuntimeError):  # RuntimeError: a backend that fails to start
-        key = ""
+    key = saved_key(str(path), SERVER_KEY_SERVICE)
     if not key:
         notices.append("The API server's key could not be read from the system keyring; set it again in "
                        "Model → Server… before serving on the network.")
@@ -241,19 +235,11 @@ def _keep_server_key(path: Path, key: str) -> bool:
     name = str(path)
     if _kept_keys.get(name) == key:  # unchanged: the keyring is not asked again at every save
         return bool(key)
-    try:
-        if not key:
-            if _kept_keys.get(name):
-                try:
-                    keyring.delete_password(SERVER_KEY_SERVICE, name)
-                except keyring.errors.PasswordDeleteError:
-                    pass  # gone already
-        elif secure(keyring.get_keyring()):
-            keyring.set_password(SERVER_KEY_SERVICE, name, key)
-        else:
-            return False
-    except (KeyringError, RuntimeError):
-        return False  # no keyring works here: the key stays in the file, which only its owner can read
+    if key or _kept_keys.get(name):  # (an empty key forgets one kept; with none kept there is nothing to ask)
+        try:
+            save_key(name, key, SERVER_KEY_SERVICE)
+        except EngineError:
+            return False  # no system keyring here: the key stays in the file, which only its owner can read
     _kept_keys[name] = key
     return bool(key)
 

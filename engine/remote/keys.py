@@ -15,10 +15,10 @@ log = logging.getLogger(__name__)
 SERVICE = "SpecChat remote engine"
 
 
-def saved_key(url: str) -> str | None:
-    """The key saved for this server, or None (none saved, or no keyring here)."""
+def saved_key(url: str, service: str = SERVICE) -> str | None:
+    """The key saved for this server (under service), or None (none saved, or no keyring here)."""
     try:
-        return keyring.get_password(SERVICE, url) or None
+        return keyring.get_password(service, url) or None
     except (KeyringError, RuntimeError) as exc:  # RuntimeError: a backend that fails to start
         log.info("no keyring to read an API key from: %s", type(exc).__name__)
         return None
@@ -30,17 +30,18 @@ def secure(ring) -> bool:
     return os.environ.get("SPECCHAT_ALLOW_FILE_KEYRING") == "1" or getattr(ring, "priority", 0) >= 1
 
 
-def save_key(url: str, key: str) -> None:
-    """Save (or, for an empty key, forget) the key for this server; EngineError says why it could not."""
+def save_key(url: str, key: str, service: str = SERVICE) -> None:
+    """Save (or, for an empty key, forget) the key for this server (under service); EngineError says why it
+    could not: no keyring, or only keyrings.alt's files (see secure)."""
     try:
         ring = keyring.get_keyring()
         if key and not secure(ring):
             raise KeyringError(f"{type(ring).__name__} is not a system keyring")
         if key:
-            keyring.set_password(SERVICE, url, key)
+            keyring.set_password(service, url, key)
         else:
             try:
-                keyring.delete_password(SERVICE, url)
+                keyring.delete_password(service, url)
             except keyring.errors.PasswordDeleteError:
                 pass  # there was none
     except (KeyringError, RuntimeError) as exc:
