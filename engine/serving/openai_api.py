@@ -408,12 +408,9 @@ def request_refusal(headers: Headers, method: str, config: ApiConfig) -> ApiErro
 
 def host_allowed(host: str, config: ApiConfig) -> bool:
     name, bound = host_name(host), host_name(config.bind_host)
-    if name in ("localhost", bound) or name in map(host_name, config.allowed_hosts):
+    if is_loopback(name) or name == bound or name in map(host_name, config.allowed_hosts):
         return True
-    address = _address(name)
-    if address is None:
-        return False  # a DNS name, and not one the user listed
-    return address.is_loopback or _every_interface(bound)
+    return _every_interface(bound) and _address(name) is not None  # an IP address; a DNS name must be listed
 
 
 def _answers_to(config: ApiConfig) -> str:
@@ -421,10 +418,15 @@ def _answers_to(config: ApiConfig) -> str:
     bound = host_name(config.bind_host)
     if _every_interface(bound):
         return "localhost and IP addresses"
-    address = _address(bound)
-    if bound == "localhost" or address is not None and address.is_loopback:
+    if is_loopback(bound):
         return "localhost and loopback addresses"
     return f"localhost, loopback addresses and {bound}"
+
+
+def is_loopback(host: str) -> bool:
+    """localhost, or a loopback address (127.0.0.0/8, ::1)."""
+    address = _address(host)
+    return host == "localhost" or address is not None and address.is_loopback
 
 
 def _every_interface(bound: str) -> bool:

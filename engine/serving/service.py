@@ -2,7 +2,6 @@
 of its own, started and stopped as one. The command line (cli.py) and the window's Server panel use it."""
 from __future__ import annotations
 
-import ipaddress
 import logging
 import socket
 import threading
@@ -17,7 +16,7 @@ from ..decoding.cost_model import SpeculationConfig, StepCosts
 from ..decoding.proposers.base import Proposer
 from ..decoding.runtime import Model
 from ..errors import InvalidSettingError, EngineError
-from .openai_api import MAX_BODY_BYTES, ApiConfig, create_app
+from .openai_api import MAX_BODY_BYTES, ApiConfig, create_app, is_loopback
 from .scheduler import Scheduler
 
 log = logging.getLogger(__name__)
@@ -60,15 +59,6 @@ class ServeOptions:
             return None
         return ("Warning: CORS origin '*' without an API key lets every web page you visit use this server "
                 "(run the model, read its answers). Set an API key, or list the origins that need it.")
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def listen(host: str, port: int) -> socket.socket:
