@@ -70,6 +70,16 @@ class Device:
     handle: int
 
 
+# Vulkan devices that are software on the CPU: Mesa's lavapipe (it names itself "llvmpipe"), Google's SwiftShader,
+# Windows' WARP. Correct and slow, for testing; llama.cpp lists a CPU-type device only when GGML_VK_VISIBLE_DEVICES
+# names it.
+SOFTWARE_DEVICES = ("llvmpipe", "lavapipe", "swiftshader", "microsoft basic render")
+
+
+def is_software_device(device: Device) -> bool:
+    return device.is_gpu and any(name in device.description.lower() for name in SOFTWARE_DEVICES)
+
+
 def devices() -> list[Device]:
     """The compute devices this llama.cpp build registered."""
     try:
@@ -129,11 +139,12 @@ class MemoryReading:
     bytes_used: int | None
     kind: str  # "VRAM" or "RAM"
     source: str  # where the figure came from
+    device: str = ""  # the GPU's name, for VRAM ("NVIDIA GeForce RTX 4090", "llvmpipe")
 
     def label(self) -> str:
         if self.bytes_used is None:
             return f"{self.kind} n/a"
-        return f"{self.kind} {self.bytes_used / 2**30:.2f} GiB"
+        return f"{self.kind} {self.bytes_used / 2**30:.2f} GiB" + (f" ({self.device})" if self.device else "")
 
 
 def _nvml_process_bytes() -> int | None:
@@ -156,32 +167,61 @@ def _nvml_process_bytes() -> int | None:
         return None
 
 
+# What llama.cpp allocated on GPU devices for each open model (weights, KV cache, compute buffers), from its load
+# log (decoding/load_log.py): owner id -> (bytes, device name). Kept here so every reader sums target and draft.
+_device_buffers: dict[int, tuple[int, str]] = {}
+
+
+def note_device_buffers(owner: object, nbytes: int, device: str) -> None:
+    _device_buffers[id(owner)] = (nbytes, device)
+
+
+def forget_device_buffers(owner: object) -> None:
+    _device_buffers.pop(id(owner), None)
+
+
 def _ggml_gpu_bytes() -> int | None:
-    """Device memory in use (total − free) on llama.cpp's GPUs, when the backend reports it."""
-    lib, used, seen = ggml_library(), 0, False
+    """Device memory in use (total − free) on llama.cpp's GPUs, when the backend reports use. A backend without a
+    budget to read (Vulkan without VK_EXT_memory_budget: Mesa's lavapipe before 23) says free == total whatever
+    is allocated: that is no reading, not 0."""
+    used, seen = 0, False
     for dev in devices():
         if dev.is_gpu:
-            free, total = ctypes.c_size_t(), ctypes.c_size_t()
-            lib.ggml_backend_dev_memory(dev.handle, ctypes.byref(free), ctypes.byref(total))
-            if total.value:
-                used += total.value - free.value
+            memory = device_memory(dev)
+            if memory and memory[0] < memory[1]:
+                used += memory[1] - memory[0]
                 seen = True
     return used if seen else None
 
 
+def gpu_name() -> str:
+    """The first GPU device's own name, short: "NVIDIA GeForce RTX 4090", "llvmpipe" (its description, less the
+    driver's details in brackets); "" when llama.cpp lists none."""
+    for dev in devices():
+        if dev.is_gpu:
+            return (dev.description or dev.name).split(" (")[0].strip()
+    return ""
+
+
 NVML_SOURCE = "NVML, this process"
+BUFFERS_SOURCE = "llama.cpp's buffers on the GPU, this process"
 WHOLE_GPU_SOURCE = "llama.cpp device memory, whole GPU"
 
 
 def read_memory(backend: str) -> MemoryReading:
-    """VRAM when a GPU runs the model and can be read; otherwise this process's resident RAM."""
+    """VRAM when a GPU runs the model and can be read; otherwise this process's resident RAM. VRAM, in order: the
+    driver's figure for this process (NVML), what llama.cpp allocated on the GPU for the open models (read from
+    its load log), the device's whole use (ggml, which reads the Vulkan memory budget or CUDA's free memory)."""
     if backend != "CPU":
+        name = gpu_name()
         nvml = _nvml_process_bytes()
         if nvml is not None:
-            return MemoryReading(nvml, "VRAM", NVML_SOURCE)
+            return MemoryReading(nvml, "VRAM", NVML_SOURCE, name)
+        if _device_buffers:
+            return MemoryReading(sum(n for n, _ in _device_buffers.values()), "VRAM", BUFFERS_SOURCE, name)
         device = _ggml_gpu_bytes()
         if device is not None:
-            return MemoryReading(device, "VRAM", WHOLE_GPU_SOURCE)
+            return MemoryReading(device, "VRAM", WHOLE_GPU_SOURCE, name)
     return MemoryReading(psutil.Process().memory_info().rss, "RAM", "process resident set")
 
 
@@ -224,6 +264,8 @@ def nvidia_gpus() -> tuple[list[str], str]:
 
 _READER_WHY = {
     NVML_SOURCE: "per-process VRAM from the NVIDIA driver",
+    BUFFERS_SOURCE: "what llama.cpp allocated on the GPU for SpecChat's models (weights, KV cache, compute), "
+                    "from its load log",
     WHOLE_GPU_SOURCE: "NVML gives no per-process figure here (install nvidia-ml-py on NVIDIA), so the whole GPU's "
                       "use is shown",
 }
@@ -237,4 +279,6 @@ def vram_reader(backend: str) -> tuple[str | None, str]:
     reading = read_memory(backend)
     if reading.kind == "VRAM":
         return reading.source, _READER_WHY[reading.source]
+    if gpu_name():  # before a model is open: its load log will say what llama.cpp puts on the GPU
+        return BUFFERS_SOURCE, _READER_WHY[BUFFERS_SOURCE]
     return None, f"neither NVML nor the {backend} backend reports memory"

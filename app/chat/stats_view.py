@@ -95,8 +95,8 @@ def local_items(stats: dict) -> list[tuple[str, str, str]]:
          + (" (paused: plain decoding predicted faster)" if stats.get("speculation_paused") else ""),
          "Speculation method for this response. Adaptive mode drafts only while that is predicted faster, "
          "predicted from the step times measured on this machine and the acceptance seen so far."),
-        ("memory", memory, "Memory in use: VRAM when a GPU runs the model and can be read, else this "
-                           "process's RAM."),
+        ("memory", memory, "Memory in use: VRAM (with the GPU's name) when a GPU runs the model and can be "
+                           "read, else this process's RAM."),
         ("backend", stats.get("backend") or NA, "The llama.cpp backend running the model."),
     ]
     return items

@@ -19,8 +19,10 @@ import numpy as np
 
 from ..errors import ContextOverflowError, EngineError, GenerationCancelled, ModelFileError
 from ..modelfiles.model_check import check_model_file
-from ..hardware import allowed_cpus, backend_name, cpu_uses_amx, gpu_offload_supported, physical_cores
+from ..hardware import (allowed_cpus, backend_name, cpu_uses_amx, devices, forget_device_buffers,
+                        gpu_offload_supported, note_device_buffers, physical_cores)
 from . import step_timings
+from .load_log import llama_log, placement
 from .repack import repack_overrides
 
 log = logging.getLogger(__name__)
@@ -94,6 +96,7 @@ class Model:
 
     def __init__(self, path: str | Path, settings: LoadSettings = LoadSettings(), vocab_only: bool = False):
         self._model = self._ctx = self._batch = None  # first: __del__ runs even when a check below raises
+        self.placement: dict = {}  # where llama.cpp put the layers and its buffers (load_log.placement)
         self.path = Path(path)
         self.settings = settings
         # In a child process first: llama.cpp aborts on some files. Its chat template is probe-rendered there too.
@@ -107,7 +110,9 @@ class Model:
         mparams, self.repacked_weights = model_params(None if vocab_only else self.path, settings.n_gpu_layers)
         mparams.n_gpu_layers = settings.n_gpu_layers
         mparams.vocab_only = vocab_only
-        self._model = L.llama_model_load_from_file(str(self.path).encode(), mparams)
+        with llama_log() as lines:
+            self._model = L.llama_model_load_from_file(str(self.path).encode(), mparams)
+        self._weights_log = "".join(lines)
         if not self._model:
             raise ModelFileError(
                 f"llama.cpp could not load {self.path.name}: the file may be damaged, or its architecture "
@@ -144,7 +149,9 @@ class Model:
         cparams.swa_full = True  # sliding-window models (Gemma 3) must keep full KV to roll back
         cparams.kv_unified = True
         cparams.no_perf = True
-        self._ctx = L.llama_init_from_model(self._model, cparams)
+        with llama_log() as lines:
+            self._ctx = L.llama_init_from_model(self._model, cparams)
+        self._note_placement(self._weights_log + "".join(lines))
         if not self._ctx:
             raise ModelFileError(
                 f"Could not create a context of {cparams.n_ctx} tokens for {self.path.name} "
@@ -169,6 +176,16 @@ class Model:
         self._interrupt_installed = False
         self._logits_views: dict[tuple[int, int], np.ndarray] = {}  # (address, rows) -> view of llama.cpp's logits
         self.backend = backend_name() if settings.n_gpu_layers != 0 else "CPU"
+
+    def _note_placement(self, log_text: str) -> None:
+        """Where the layers went and what llama.cpp allocated on GPU devices, read from its log; the allocations
+        count towards the VRAM figure while this model is open (hardware.read_memory)."""
+        self.placement = placement(log_text, [d.name for d in devices() if d.is_gpu])
+        on_gpu = sum(self.placement["device_bytes"].values())
+        if on_gpu:
+            note_device_buffers(self, on_gpu, next(iter(self.placement["device_bytes"])))
+        else:
+            forget_device_buffers(self)
 
     def reopen(self, n_seq_max: int) -> None:
         """A new context for this many sequences, the weights kept (the server batches several; the chat
@@ -397,6 +414,7 @@ class Model:
 
     def close(self) -> None:
         with _lifecycle:
+            forget_device_buffers(self)
             self._close_context()
             if self._model:
                 L.llama_model_free(self._model)

@@ -14,16 +14,11 @@ beside a CPU-only llama.cpp, and prints the command that rebuilds llama-cpp-pyth
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import platform
-import re
 import sys
 import time
-from collections import Counter
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import llama_cpp
 import torch
@@ -33,7 +28,7 @@ from ..chat_format import ChatFormatter
 from ..decoding.generate import SpeculativeDecoder
 from ..decoding.loader import proposer_for
 from ..decoding.proposers.base import NoProposer
-from ..decoding.runtime import LoadSettings, Model, _init_backend
+from ..decoding.runtime import LoadSettings, Model
 from ..decoding.sampling import SamplingParams, pick_device
 from ..errors import EngineError
 from ..modelfiles.embedded import resolve_model
@@ -55,38 +50,6 @@ def summarize(orders):
 BENCH_TOKENS = 96
 DEFAULT_SECONDS = 15.0
 CONTEXT = 2048  # room for the prompt and the bench's answer
-_LAYER = re.compile(r"load_tensors: layer +\d+ assigned to device (\S+?),")
-_BUFFER = re.compile(r"load_tensors: +(\S+) model buffer size = +([\d.]+) MiB")
-
-
-@contextmanager
-def llama_log() -> Iterator[list[str]]:
-    """llama.cpp's log lines while the block runs (debug level included), then llama-cpp-python's logger again."""
-    _init_backend()  # imports llama-cpp-python's logger, which installs its callback: ours goes on top of it
-    from llama_cpp import _logger
-
-    lines: list[str] = []
-
-    @llama_cpp.llama_log_callback
-    def keep(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
-        lines.append(text.decode("utf-8", errors="replace"))
-
-    llama_cpp.llama_log_set(keep, ctypes.c_void_p(0))
-    try:
-        yield lines
-    finally:
-        llama_cpp.llama_log_set(_logger.llama_log_callback, ctypes.c_void_p(0))
-
-
-def placement(log_text: str) -> dict:
-    """Where llama.cpp put a model's layers (the output layer counted as one) and its weights, from its load log."""
-    layers = Counter(_LAYER.findall(log_text))  # empty: the log said nothing, so "n/a" rather than 0
-    on_gpu = sum(n for device, n in layers.items() if not device.upper().startswith("CPU"))
-    weights = {name: round(float(mib) * 2**20) for name, mib in _BUFFER.findall(log_text)}
-    return {"layers": sum(layers.values()) or None, "layers_on_gpu": on_gpu if layers else None,
-            "layers_by_device": dict(layers), "weights_bytes_by_buffer": weights}
-
-
 def rebuild_command(flag: str) -> str:
     """The command that rebuilds this environment's llama-cpp-python (same version) with a GPU backend."""
     return (f'CMAKE_ARGS="{flag}" {sys.executable} -m pip install --force-reinstall --no-cache-dir --no-deps '
@@ -99,6 +62,7 @@ def system_facts() -> dict:
     for dev in hardware.devices():
         memory = hardware.device_memory(dev)
         devices.append({"name": dev.name, "description": dev.description, "gpu": dev.is_gpu,
+                        "software": hardware.is_software_device(dev),
                         "free_bytes": memory[0] if memory else None, "total_bytes": memory[1] if memory else None})
     nvidia, seen_by = hardware.nvidia_gpus()
     offload = hardware.gpu_offload_supported()
@@ -122,6 +86,12 @@ def system_facts() -> dict:
 def problems(facts: dict) -> list[dict]:
     """The mistakes this check can name, each with what to do."""
     found = []
+    for dev in (d for d in facts["devices"] if d.get("software")):
+        found.append({
+            "problem": f"{dev['name']} is {dev['description']}, a software {facts['llama_cpp']['backend']} device: it "
+                       "runs on the CPU, slower than llama.cpp's own CPU backend. For testing the GPU path only.",
+            "fix": "unset GGML_VK_VISIBLE_DEVICES (llama.cpp then skips CPU-type devices), or set GPU layers to 0",
+        })
     if facts["nvidia_gpus"] and not facts["llama_cpp"]["gpu_offload"]:
         found.append({
             "problem": f"An NVIDIA GPU is here ({', '.join(facts['nvidia_gpus'])}), but this llama.cpp build is "
@@ -130,7 +100,8 @@ def problems(facts: dict) -> list[dict]:
         })
     if facts["nvidia_gpus"] and facts["llama_cpp"]["gpu_offload"] and \
             facts["vram_reader"]["source"] != hardware.NVML_SOURCE:
-        found.append({"problem": "VRAM is read for the whole GPU, not for SpecChat alone.",
+        found.append({"problem": "VRAM shows what llama.cpp allocated, not the driver's figure for SpecChat (which "
+                                 "adds the CUDA context).",
                       "fix": f"{sys.executable} -m pip install nvidia-ml-py"})
     if facts["nvidia_gpus"] and not facts["torch"]["cuda_available"]:
         found.append({"problem": "torch is a CPU build: the sampling math runs on the CPU (correct, a little "
@@ -170,9 +141,9 @@ def bench(target: Model, draft: Model | None, seconds: float) -> dict:
 
 
 def load_with_placement(spec: str, settings: LoadSettings) -> tuple[Model, dict]:
-    with llama_log() as lines:
-        model = Model(resolve_model(spec), settings)
-    where = placement("".join(lines))
+    model = Model(resolve_model(spec), settings)
+    where = {key: model.placement.get(key) for key in ("layers", "layers_on_gpu", "all_layers_offloaded",
+                                                        "layers_by_device", "weights_bytes_by_buffer")}
     if not hardware.gpu_offload_supported():
         where["note"] = "this llama.cpp build has no GPU backend"
     return model, where
@@ -223,8 +194,10 @@ def describe(report: dict) -> str:
     lines = [f"llama.cpp (llama-cpp-python {ll['version']}): backend {ll['backend']}, GPU offload "
              f"{'supported' if ll['gpu_offload'] else 'not supported by this build'}",
              f"  system info: {ll['system_info']}", "devices:"]
-    lines += [f"  {d['name']} ({d['description']}): {'GPU' if d['gpu'] else 'CPU'}, free {_gib(d['free_bytes'])} "
-              f"of {_gib(d['total_bytes'])}" for d in report["devices"]] or ["  none listed"]
+    lines += [f"  {d['name']} ({d['description']}): {'GPU' if d['gpu'] else 'CPU'}"
+              + (" (software: runs on the CPU, slow, for testing)" if d.get("software") else "")
+              + f", free {_gib(d['free_bytes'])} of {_gib(d['total_bytes'])}" for d in report["devices"]] \
+        or ["  none listed"]
     lines.append(f"torch {tt['version']}: sampling on {tt['device']}" + (f" (CUDA {tt['cuda']})" if tt["cuda"] else ""))
     lines.append(f"NVIDIA GPUs: {', '.join(report['nvidia_gpus']) or 'none'} ({report['nvidia_seen_by']})")
     vr = report["vram_reader"]

@@ -163,4 +163,4 @@ class UtilisationMeter:
 
 def memory_figure(backend: str) -> dict:
     reading = read_memory(backend)
-    return {"kind": reading.kind, "bytes": reading.bytes_used, "source": reading.source}
+    return {"kind": reading.kind, "bytes": reading.bytes_used, "source": reading.source, "device": reading.device}

@@ -244,7 +244,8 @@ def memory_text(cell: dict) -> str:
     m = cell.get("memory") or {}
     if m.get("kind") == "remote":
         return "n/a (remote)"
-    return f"{m.get('kind', '?')} {_f(m.get('bytes'), '.2f', 2 ** -30)} GiB" if m.get("bytes") else \
+    device = f" ({m['device']})" if m.get("device") else ""  # the GPU's name, for VRAM
+    return f"{m.get('kind', '?')} {_f(m.get('bytes'), '.2f', 2 ** -30)} GiB{device}" if m.get("bytes") else \
         f"{m.get('kind', '?')} n/a"
 
 
