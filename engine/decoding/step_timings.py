@@ -2,7 +2,8 @@
 timed once, not at every load: in memory for this process, and in the cache folder for a day.
 
 A table belongs to one model file (as model_check.file_identity tells files apart) loaded with the settings that change what a
-step costs, on one llama.cpp build and CPU; it maps (threads, rows) to seconds. Not the context size: a step
+step costs, on one llama.cpp build (its version and its GPU devices: a CPU and a Vulkan build of one version are two
+builds) and CPU; it maps (threads, rows) to seconds. Not the context size: a step
 attends to the cells in use, not to the whole cache (Gemma 3 270M here, 1/9/33 rows: 34/232/734 ms at n_ctx 256,
 37/239/726 ms at 8192), so a new context size is not timed again. A day, because this machine's
 speed is what they describe, and a busy or idle spell, a driver or a BIOS change make older readings wrong; the
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import llama_cpp
 
+from ..hardware import devices
 from ..modelfiles.model_check import file_identity
 from ..paths import cache_dir, write_text_atomic
 
@@ -40,11 +42,18 @@ def table_for(path: Path, n_gpu_layers: int, n_batch: int, flash_attention: bool
     except OSError:
         return {}
     key = "|".join(map(str, (identity, n_gpu_layers, n_batch, flash_attention, repacked, llama_cpp.__version__,
-                              platform.machine(), platform.processor(), os.cpu_count())))
+                              build_devices(), platform.machine(), platform.processor(), os.cpu_count())))
     with _lock:
         if key not in _tables:
             _measured_at[key], _tables[key] = _saved_table(_read().get(key))
         return _tables[key]
+
+
+def build_devices() -> str:
+    """The GPU devices this llama.cpp build runs on, "CPU" for none. Without them a Vulkan build of the same version
+    (a rebuild with CMAKE_ARGS, or .venv-vulkan beside .venv: one cache folder) took the CPU build's step costs for a
+    day and planned with them; and it timed nothing, which hid a crash of its own 3-row steps (vulkan_check.sh)."""
+    return ",".join(f"{d.name}={d.description}" for d in devices() if d.is_gpu) or "CPU"
 
 
 def save() -> None:

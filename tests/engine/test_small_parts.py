@@ -266,6 +266,26 @@ def test_step_timings_are_kept_per_file_and_settings_for_a_day(tmp_path, monkeyp
     step_timings.forget()  # the made-up timings go; later loads read the real cache folder again
 
 
+def test_step_timings_of_one_build_are_not_another_builds(tmp_path, monkeypatch):
+    """A Vulkan build of the same llama-cpp-python version, sharing the cache folder, starts its own table rather than
+    planning with the CPU build's step costs. The GPU device is a stand-in (none here)."""
+    from engine import hardware
+    from engine.decoding import step_timings
+    from engine.modelfiles.embedded import embedded_model_path
+
+    monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path / "cache"))
+    step_timings.forget()
+    path = embedded_model_path()
+    step_timings.table_for(path, -1, 512, None)[(2, 1)] = 0.02
+    step_timings.save()
+    step_timings._tables.clear()
+    assert step_timings.table_for(path, -1, 512, None) == {(2, 1): 0.02}  # the same build: kept
+    gpu = hardware.Device("Vulkan0", "llvmpipe (LLVM 15.0.6, 256 bits)", True, 0)
+    monkeypatch.setattr(step_timings, "devices", lambda: [gpu])
+    assert step_timings.table_for(path, -1, 512, None) == {}
+    step_timings.forget()
+
+
 def test_acceptance_keeps_its_sums_with_its_tables():
     """The pooled prior reads each feature's totals, kept current as slots are recorded and faded; and
     E(k) stops where a further slot adds under NEGLIGIBLE_TOKENS."""
