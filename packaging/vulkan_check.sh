@@ -28,6 +28,19 @@ if [ -n "$missing" ]; then
   $sudo apt-get update -qq && $sudo apt-get install -y -qq $missing >/dev/null
 fi
 
+# lavapipe before Mesa 23 crashes llama.cpp: Mesa 22.3.6 (Debian 12's) segfaults in its queue thread on a 3-row decode
+# that follows a 1-row one, which every speculative step after a plain one is (docs/gpu-check.md); Mesa 25.0.7 from
+# bookworm-backports runs it, and reads the memory budget. VULKAN_CHECK_SYSTEM_MESA=1 keeps the system's.
+mesa=$(dpkg-query -W -f='${Version}' mesa-vulkan-drivers 2>/dev/null || true)
+if [ -z "${VULKAN_CHECK_SYSTEM_MESA:-}" ] && dpkg --compare-versions "${mesa:-0}" lt 23 \
+    && grep -q 'VERSION_CODENAME=bookworm' /etc/os-release; then
+  log "Mesa $mesa's lavapipe crashes llama.cpp: installing mesa-vulkan-drivers from bookworm-backports"
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
+  grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/ \
+    || echo "deb http://deb.debian.org/debian bookworm-backports main" | $sudo tee /etc/apt/sources.list.d/bookworm-backports.list >/dev/null
+  $sudo apt-get update -qq && $sudo apt-get install -y -qq -t bookworm-backports mesa-vulkan-drivers >/dev/null
+fi
+
 # 2. A venv of its own, so the project's .venv keeps its CPU build.
 if [ ! -x "$venv/bin/python" ]; then
   log "creating $venv"
