@@ -276,9 +276,11 @@ def vram_reader(backend: str) -> tuple[str | None, str]:
     read (the figure then shows the process's RAM, labelled RAM)."""
     if backend == "CPU":
         return None, "the model runs on the CPU (this llama.cpp build, or GPU layers set to 0): RAM is shown"
-    reading = read_memory(backend)
-    if reading.kind == "VRAM":
-        return reading.source, _READER_WHY[reading.source]
-    if gpu_name():  # before a model is open: its load log will say what llama.cpp puts on the GPU
+    # What an answer shows once a model is open, whether or not one is now (the system check reads the machine first)
+    if _nvml_process_bytes() is not None or nvidia_gpus()[1] == "NVML":
+        return NVML_SOURCE, _READER_WHY[NVML_SOURCE]
+    if gpu_name():  # its load log says what llama.cpp puts on the GPU
         return BUFFERS_SOURCE, _READER_WHY[BUFFERS_SOURCE]
+    if _ggml_gpu_bytes() is not None:
+        return WHOLE_GPU_SOURCE, _READER_WHY[WHOLE_GPU_SOURCE]
     return None, f"neither NVML nor the {backend} backend reports memory"

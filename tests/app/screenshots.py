@@ -2,6 +2,8 @@
 
 Not a test: run it under a virtual X server, on temporary settings and conversations:
     xvfb-run -a -s "-screen 0 1280x900x24" .venv/bin/python tests/app/screenshots.py
+With `vulkan`, only an answer and the system check, into docs/window-vulkan-*.png, on the Vulkan build over lavapipe:
+    GGML_VK_VISIBLE_DEVICES=0 xvfb-run -a -s "-screen 0 1280x900x24" .venv-vulkan/bin/python tests/app/screenshots.py vulkan
 """
 from __future__ import annotations
 
@@ -129,6 +131,19 @@ def remote_lab_shot(lookup_url: str) -> None:
         model.close()
 
 
+def vulkan_shots(window, actions) -> None:
+    """The answer's figures (VRAM and the device's name) and the system check's verdict on a software device."""
+    save(window, "vulkan-answer")
+    actions["Help → System check…"].trigger()
+    check = window._system_check
+    wait_until(lambda: not check.running, 600)
+    wait(300)
+    save(check, "vulkan-system-check")
+    check.close()
+    window.close()
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
 def main() -> None:
     app = QApplication([sys.argv[0]])
     app.setApplicationName("SpecChat")
@@ -153,8 +168,10 @@ def main() -> None:
     wait(200)
     wait_until(lambda: not window.session.busy)
     wait(500)
-    save(window, "main")
     actions = dict(menu_actions(window))
+    if sys.argv[1:] == ["vulkan"]:
+        return vulkan_shots(window, actions)
+    save(window, "main")
     for label, name in SHOTS.items():
         shoot(window, actions[label], name)
     actions["Help → System check…"].trigger()  # pictured after a real bench on the window's model
