@@ -146,6 +146,11 @@ class MemoryReading:
             return f"{self.kind} n/a"
         return f"{self.kind} {self.bytes_used / 2**30:.2f} GiB" + (f" ({self.device})" if self.device else "")
 
+    def to_dict(self) -> dict:
+        """As the system check, the lab and the backend check report it."""
+        return {"kind": self.kind, "bytes": self.bytes_used, "source": self.source, "device": self.device,
+                "label": self.label()}
+
 
 def _nvml_process_bytes() -> int | None:
     """GPU memory this process holds, read from NVML (NVIDIA only; needs nvidia-ml-py)."""
@@ -168,12 +173,12 @@ def _nvml_process_bytes() -> int | None:
 
 
 # What llama.cpp allocated on GPU devices for each open model (weights, KV cache, compute buffers), from its load
-# log (decoding/load_log.py): owner id -> (bytes, device name). Kept here so every reader sums target and draft.
-_device_buffers: dict[int, tuple[int, str]] = {}
+# log (decoding/load_log.py): owner id -> bytes. Kept here so every reader sums target and draft.
+_device_buffers: dict[int, int] = {}
 
 
-def note_device_buffers(owner: object, nbytes: int, device: str) -> None:
-    _device_buffers[id(owner)] = (nbytes, device)
+def note_device_buffers(owner: object, nbytes: int) -> None:
+    _device_buffers[id(owner)] = nbytes
 
 
 def forget_device_buffers(owner: object) -> None:
@@ -218,7 +223,7 @@ def read_memory(backend: str) -> MemoryReading:
         if nvml is not None:
             return MemoryReading(nvml, "VRAM", NVML_SOURCE, name)
         if _device_buffers:
-            return MemoryReading(sum(n for n, _ in _device_buffers.values()), "VRAM", BUFFERS_SOURCE, name)
+            return MemoryReading(sum(_device_buffers.values()), "VRAM", BUFFERS_SOURCE, name)
         device = _ggml_gpu_bytes()
         if device is not None:
             return MemoryReading(device, "VRAM", WHOLE_GPU_SOURCE, name)
@@ -236,16 +241,20 @@ def device_memory(device: Device) -> tuple[int, int] | None:
     return (free.value, total.value) if total.value else None
 
 
+def _nvml_gpu_names() -> list[str]:
+    """The GPUs NVML lists; raises ImportError without nvidia-ml-py, or NVML's error (no driver, a container)."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    names = [pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(pynvml.nvmlDeviceGetCount())]
+    return [n.decode() if isinstance(n, bytes) else str(n) for n in names]
+
+
 def nvidia_gpus() -> tuple[list[str], str]:
     """The NVIDIA GPUs this machine shows, whatever llama.cpp was built with, and how they were seen (or why
     none could be): NVML first (nvidia-ml-py), else `nvidia-smi -L`."""
     try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        names = [pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
-                 for i in range(pynvml.nvmlDeviceGetCount())]
-        return [n.decode() if isinstance(n, bytes) else str(n) for n in names], "NVML"
+        return _nvml_gpu_names(), "NVML"
     except ImportError:
         nvml = "nvidia-ml-py not installed"
     except Exception as exc:  # no driver, a container without the device
@@ -260,6 +269,13 @@ def nvidia_gpus() -> tuple[list[str], str]:
     names = [line.split(":", 1)[1].split("(UUID")[0].strip() for line in out.stdout.splitlines()
              if line.startswith("GPU ") and ":" in line]
     return names, "nvidia-smi" if names else f"{nvml}; nvidia-smi lists no GPU"
+
+
+def _nvml_lists_gpus() -> bool:
+    try:
+        return bool(_nvml_gpu_names())
+    except Exception:  # noqa: BLE001 - ImportError, or NVML's own errors: NVML cannot read VRAM here
+        return False
 
 
 _READER_WHY = {
@@ -277,7 +293,7 @@ def vram_reader(backend: str) -> tuple[str | None, str]:
     if backend == "CPU":
         return None, "the model runs on the CPU (this llama.cpp build, or GPU layers set to 0): RAM is shown"
     # What an answer shows once a model is open, whether or not one is now (the system check reads the machine first)
-    if _nvml_process_bytes() is not None or nvidia_gpus()[1] == "NVML":
+    if _nvml_lists_gpus():  # (NVML only: nvidia-smi cannot read a process's VRAM)
         return NVML_SOURCE, _READER_WHY[NVML_SOURCE]
     if gpu_name():  # its load log says what llama.cpp puts on the GPU
         return BUFFERS_SOURCE, _READER_WHY[BUFFERS_SOURCE]

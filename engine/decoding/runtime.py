@@ -183,7 +183,7 @@ class Model:
         self.placement = placement(log_text, [d.name for d in devices() if d.is_gpu])
         on_gpu = sum(self.placement["device_bytes"].values())
         if on_gpu:
-            note_device_buffers(self, on_gpu, next(iter(self.placement["device_bytes"])))
+            note_device_buffers(self, on_gpu)
         else:
             forget_device_buffers(self)
 

@@ -43,11 +43,6 @@ def held_out_prompts() -> list[dict]:
     return [row for row in rows if row["id"] in PROMPT_IDS]
 
 
-def memory_dict(reading: hardware.MemoryReading) -> dict:
-    return {"label": reading.label(), "kind": reading.kind, "bytes": reading.bytes_used, "source": reading.source,
-            "device": reading.device}
-
-
 def offload(path: Path, gpu_layers: int, tokens: int) -> dict:
     """One load at this GPU-layers setting: where llama.cpp put the layers, and the memory figure of an answer."""
     with Model(path, LoadSettings(n_ctx=CONTEXT, n_gpu_layers=gpu_layers)) as model:
@@ -58,18 +53,14 @@ def offload(path: Path, gpu_layers: int, tokens: int) -> dict:
         where = model.placement
         return {"gpu_layers": gpu_layers, "backend": model.backend, "layers": where["layers"],
                 "layers_on_gpu": where["layers_on_gpu"], "all_layers_offloaded": where["all_layers_offloaded"],
-                "device_bytes": where["device_bytes"], "memory": memory_dict(decoder.stats.memory),
+                "device_bytes": where["device_bytes"], "memory": decoder.stats.memory.to_dict(),
                 "device_memory": device_memory()}
 
 
 def device_memory() -> list[dict]:
     """What each GPU device says of its own memory now (ggml: the Vulkan memory budget where the driver has one)."""
-    out = []
-    for dev in (d for d in hardware.devices() if d.is_gpu):
-        free, total = hardware.device_memory(dev) or (None, None)
-        out.append({"name": dev.name, "free_bytes": free, "total_bytes": total,
-                    "reports_use": None if total is None else free < total})
-    return out
+    return [{**dev, "reports_use": None if dev["total_bytes"] is None else dev["free_bytes"] < dev["total_bytes"]}
+            for dev in doctor.device_facts() if dev["gpu"]]
 
 
 def first_parting(model: Model, prompt: list[int], plain: list[int], other: list[int]) -> dict | None:

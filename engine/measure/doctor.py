@@ -56,14 +56,20 @@ def rebuild_command(flag: str) -> str:
             f"llama-cpp-python=={llama_cpp.__version__}")
 
 
-def system_facts() -> dict:
-    """Everything the check reads without loading a model."""
-    devices = []
+def device_facts() -> list[dict]:
+    """llama.cpp's devices and what each says of its memory now."""
+    facts = []
     for dev in hardware.devices():
         memory = hardware.device_memory(dev)
-        devices.append({"name": dev.name, "description": dev.description, "gpu": dev.is_gpu,
-                        "software": hardware.is_software_device(dev),
-                        "free_bytes": memory[0] if memory else None, "total_bytes": memory[1] if memory else None})
+        facts.append({"name": dev.name, "description": dev.description, "gpu": dev.is_gpu,
+                      "software": hardware.is_software_device(dev),
+                      "free_bytes": memory[0] if memory else None, "total_bytes": memory[1] if memory else None})
+    return facts
+
+
+def system_facts() -> dict:
+    """Everything the check reads without loading a model."""
+    devices = device_facts()
     nvidia, seen_by = hardware.nvidia_gpus()
     offload = hardware.gpu_offload_supported()
     backend = hardware.backend_name()
@@ -166,8 +172,7 @@ def check(model: str | None, draft: str | None, seconds: float | None,
                                "repacked_weights": second.repacked_weights, **draft_where}
         if seconds is not None:
             report["bench"] = bench(target, second, seconds)
-        reading = hardware.read_memory(target.backend)
-        report["memory"] = {"kind": reading.kind, "bytes": reading.bytes_used, "source": reading.source}
+        report["memory"] = hardware.read_memory(target.backend).to_dict()
     finally:
         if second is not None:
             second.close()

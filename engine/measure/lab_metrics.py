@@ -162,5 +162,4 @@ class UtilisationMeter:
 
 
 def memory_figure(backend: str) -> dict:
-    reading = read_memory(backend)
-    return {"kind": reading.kind, "bytes": reading.bytes_used, "source": reading.source, "device": reading.device}
+    return read_memory(backend).to_dict()
