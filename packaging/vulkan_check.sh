@@ -22,10 +22,11 @@ venv=${VULKAN_VENV:-.venv-vulkan}
 packages=(mesa-vulkan-drivers libvulkan-dev glslc spirv-headers)
 missing=""
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
+apt_install() { $sudo apt-get update -qq && $sudo apt-get install -y -qq "$@" >/dev/null; }
 if [ -n "$missing" ]; then
   log "installing $missing"
-  sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
-  $sudo apt-get update -qq && $sudo apt-get install -y -qq $missing >/dev/null
+  apt_install $missing
 fi
 
 # lavapipe before Mesa 23 crashes llama.cpp: Mesa 22.3.6 (Debian 12's) segfaults in its queue thread on a 3-row decode
@@ -35,10 +36,9 @@ mesa=$(dpkg-query -W -f='${Version}' mesa-vulkan-drivers 2>/dev/null || true)
 if [ -z "${VULKAN_CHECK_SYSTEM_MESA:-}" ] && dpkg --compare-versions "${mesa:-0}" lt 23 \
     && grep -q 'VERSION_CODENAME=bookworm' /etc/os-release; then
   log "Mesa $mesa's lavapipe crashes llama.cpp: installing mesa-vulkan-drivers from bookworm-backports"
-  sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
   grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/ \
     || echo "deb http://deb.debian.org/debian bookworm-backports main" | $sudo tee /etc/apt/sources.list.d/bookworm-backports.list >/dev/null
-  $sudo apt-get update -qq && $sudo apt-get install -y -qq -t bookworm-backports mesa-vulkan-drivers >/dev/null
+  apt_install -t bookworm-backports mesa-vulkan-drivers
 fi
 
 # 2. A venv of its own, so the project's .venv keeps its CPU build.
