@@ -15,8 +15,8 @@ import json
 import sys
 from pathlib import Path
 
-from .chat_format import ChatFormatter, check_messages, is_special
-from .errors import EngineError
+from . import ChatFormatter, check_messages, is_special
+from ..errors import EngineError
 
 EXIT_BAD_INPUT = 2
 
@@ -39,8 +39,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def load_vocab(spec: str):
     """The model's vocabulary and template only (no weights). The one place the CLI loads a file."""
-    from .modelfiles.embedded import resolve_model
-    from .decoding.runtime import LoadSettings, Model
+    from ..modelfiles.embedded import resolve_model
+    from ..decoding.runtime import LoadSettings, Model
 
     return Model(resolve_model(spec), LoadSettings(n_gpu_layers=0), vocab_only=True)
 
@@ -85,3 +85,7 @@ def dumps(report: dict) -> str:
     head = {k: v for k, v in report.items() if k != "tokens"}
     rows = ",\n".join("    " + json.dumps(t, ensure_ascii=False) for t in report["tokens"])
     return json.dumps(head, indent=2, ensure_ascii=False)[:-2] + f',\n  "tokens": [\n{rows}\n  ]\n}}'
+
+
+if __name__ == "__main__":
+    sys.exit(main())

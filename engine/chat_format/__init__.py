@@ -22,6 +22,8 @@ text it is, so no message can forge a turn. Only the template's own text is read
 When the conversation does not fit, the oldest turns are left out (never the system prompt or the
 newest message) and `trimmed` says how many; when even the newest message cannot fit, this raises
 ContextOverflowError with a message for a person.
+
+`python -m engine.chat_format` runs __main__.py here, which imports this module (never the reverse).
 """
 from __future__ import annotations
 
@@ -32,8 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Protocol, Sequence
 
-from .errors import ContextOverflowError, EngineError
-from .template_sandbox import TemplateRefused, TemplateSandbox, shared_sandbox
+from ..errors import ContextOverflowError, EngineError
+from ..template_sandbox import TemplateRefused, TemplateSandbox, shared_sandbox
 
 log = logging.getLogger(__name__)
 
@@ -381,10 +383,3 @@ def _text(model: _Tokenizer, token: int) -> str:
         return ""
     return model.token_text(token).decode("utf-8", "replace")
 
-
-if __name__ == "__main__":  # python -m engine.chat_format --model PATH --messages FILE.json
-    import sys
-
-    from .chat_format_cli import main
-
-    sys.exit(main())
