@@ -290,7 +290,7 @@ class Acceptance:
 MIN_GAIN = 1.05  # speculate only when predicted this much faster: a near-even bet loses to estimation noise
 # A costly proposer (a draft model) is probed while plain decoding wins, at growing intervals, so a draft
 # that does not pay costs a few percent at most yet a draft that starts paying is noticed.
-FIRST_PROBE_AFTER = 8
+FIRST_DRAFT_PROBE_AFTER = 8
 LONGEST_PROBE_INTERVAL = 256
 # The acceptance model's bias, corrected: drafted tokens kept over those it predicted, summed over the last
 # steps that drafted. Per-feature estimates miss what a feature cannot see (an answer that copies its
@@ -377,7 +377,7 @@ class DraftPlanner:
         self._catch_up_per_row: deque[float] = deque(maxlen=WINDOW)
         self._steps_without_drafts = 0
         self._steps_with_drafts = 0
-        self._probe_interval = FIRST_PROBE_AFTER
+        self._probe_interval = FIRST_DRAFT_PROBE_AFTER
         self._outcomes: deque[tuple[int, float, int]] = deque(maxlen=REALISM_WINDOW)  # (step, predicted, kept)
         self._shadow_outcomes: deque[tuple[int, float, int]] = deque(maxlen=REALISM_WINDOW)  # the same, undrafted
         self._step = 0
@@ -513,7 +513,7 @@ class DraftPlanner:
         predicted = [e[k] - 1.0 for e, k in zip(raw, lengths)]
         self._predicted = sum(predicted)
         if any(lengths):
-            self._probe_interval = FIRST_PROBE_AFTER
+            self._probe_interval = FIRST_DRAFT_PROBE_AFTER
             return Plan(lengths, predicted=predicted, expected=[e[k] - 1.0 for e, k in zip(expected, lengths)])
         if (self.costly and self._steps_without_drafts >= self._probe_interval and any(caps)
                 and not self._hopeless(n)):

@@ -31,8 +31,8 @@ TRIAL_MARGIN = 0.75
 # waits for a step that drafted nothing, and ends, unjudged, before the first step that drafts (before_step):
 # it used to go on for its 8 steps, and on SmolLM2's copies those were 40-row verifies at 1 thread (add-docstring:
 # 8 of its 34 steps, decode time 4.2 s against 2.6 predicted).
-FIRST_PROBE_AFTER = 16
-PROBE_EVERY = 512
+FIRST_QUIET_TRIAL_AFTER = 16
+QUIET_TRIAL_EVERY = 512
 
 
 class ThreadTuner:
@@ -61,7 +61,7 @@ class ThreadTuner:
             return self._switch(keep)
         if self.full < 2:
             return None
-        probe_due = not drafted and self._steps_here >= (PROBE_EVERY if self._probed else FIRST_PROBE_AFTER)
+        probe_due = not drafted and self._steps_here >= (QUIET_TRIAL_EVERY if self._probed else FIRST_QUIET_TRIAL_AFTER)
         if self.current == self.full and self._steps_here >= TRIAL_STEPS and (contended or probe_due):
             self._probed = True
             self._quiet_trial = not contended
@@ -72,7 +72,7 @@ class ThreadTuner:
 
     def before_step(self, drafting: bool) -> int | None:
         """Called before each step's decode: a thread count to switch to first, or None. A trial of fewer threads
-        on a quiet machine ends before a step that drafts (see FIRST_PROBE_AFTER)."""
+        on a quiet machine ends before a step that drafts (see FIRST_QUIET_TRIAL_AFTER)."""
         if drafting and self._quiet_trial:  # set only while fewer threads are on trial
             self._trying, self._quiet_trial = None, False
             return self._switch(self._before)

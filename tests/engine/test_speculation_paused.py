@@ -44,7 +44,7 @@ def test_the_token_budget_capping_the_last_drafts_is_not_reported_as_paused(targ
 def test_the_policy_choosing_plain_decoding_is_reported_as_paused(target, monkeypatch):
     pin_step_costs(monkeypatch, one_row_s=0.010, extra_row_s=0.010)  # every verified row costs a whole step
     # No trial of fewer threads within these 24 tokens: the step after a switch measures, it predicts nothing.
-    monkeypatch.setattr(threads, "FIRST_PROBE_AFTER", 10**6)
+    monkeypatch.setattr(threads, "FIRST_QUIET_TRIAL_AFTER", 10**6)
     decoder = SpeculativeDecoder(target, LookupProposer(), SpeculationConfig(max_draft=8, adaptive=True))
     trace = answer(decoder, target.tokenize(copying_prompt()), 24)
     assert decoder.stats.speculation_paused and decoder.stats.policy_draft_length == 0, trace

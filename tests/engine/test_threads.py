@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from engine.decoding.runtime import LoadSettings
-from engine.decoding.threads import FIRST_PROBE_AFTER, PROBE_EVERY, RETRY_EVERY, TRIAL_STEPS, ThreadTuner
+from engine.decoding.threads import FIRST_QUIET_TRIAL_AFTER, QUIET_TRIAL_EVERY, RETRY_EVERY, TRIAL_STEPS, ThreadTuner
 
 
 def run(tuner: ThreadTuner, cost_by_threads: dict[int, float], contended: bool, steps: int,
@@ -55,11 +55,12 @@ def test_a_machine_busy_from_the_start_is_found_by_an_early_trial():
     never fires; one early trial of half the threads finds them faster all the same."""
     tuner = ThreadTuner(2)
     busy = {2: 0.026, 1: 0.011}
-    assert run(tuner, busy, contended=False, steps=FIRST_PROBE_AFTER + TRIAL_STEPS) == [1]
-    # On a quiet machine the trial is given back, and not repeated for PROBE_EVERY steps.
+    assert run(tuner, busy, contended=False, steps=FIRST_QUIET_TRIAL_AFTER + TRIAL_STEPS) == [1]
+    # On a quiet machine the trial is given back, and not repeated for QUIET_TRIAL_EVERY steps.
     tuner = ThreadTuner(2)
     quiet = {2: 0.010, 1: 0.013}
-    assert run(tuner, quiet, contended=False, steps=FIRST_PROBE_AFTER + TRIAL_STEPS + PROBE_EVERY - 1) == [1, 2]
+    steps = FIRST_QUIET_TRIAL_AFTER + TRIAL_STEPS + QUIET_TRIAL_EVERY - 1
+    assert run(tuner, quiet, contended=False, steps=steps) == [1, 2]
 
 
 def test_a_trial_without_contention_waits_for_a_plain_step():
@@ -67,7 +68,7 @@ def test_a_trial_without_contention_waits_for_a_plain_step():
     verifies drafts (an answer copying its prompt), only at the first plain step after."""
     tuner = ThreadTuner(2)
     quiet = {2: 0.010, 1: 0.013}
-    assert run(tuner, quiet, contended=False, steps=FIRST_PROBE_AFTER * 4, drafted=True) == []
+    assert run(tuner, quiet, contended=False, steps=FIRST_QUIET_TRIAL_AFTER * 4, drafted=True) == []
     assert run(tuner, quiet, contended=False, steps=1) == [1]
     # Contention is not kept waiting: halving may be what a busy machine needs most while drafting.
     tuner = ThreadTuner(2)
@@ -80,12 +81,12 @@ def test_a_trial_without_contention_ends_before_a_step_that_drafts():
     trial ends first, unjudged. A trial made for contention goes on: fewer threads may be what drafting needs."""
     tuner = ThreadTuner(2)
     quiet = {2: 0.010, 1: 0.013}
-    assert run(tuner, quiet, contended=False, steps=FIRST_PROBE_AFTER) == [1]
+    assert run(tuner, quiet, contended=False, steps=FIRST_QUIET_TRIAL_AFTER) == [1]
     assert tuner.before_step(drafting=False) is None
     assert tuner.before_step(drafting=True) == 2
     assert tuner.current == 2
-    # Not tried again at once: the next quiet trial is PROBE_EVERY steps away.
-    assert run(tuner, quiet, contended=False, steps=PROBE_EVERY - 1) == []
+    # Not tried again at once: the next quiet trial is QUIET_TRIAL_EVERY steps away.
+    assert run(tuner, quiet, contended=False, steps=QUIET_TRIAL_EVERY - 1) == []
     tuner = ThreadTuner(2)
     assert run(tuner, {2: 0.026, 1: 0.011}, contended=True, steps=TRIAL_STEPS) == [1]
     assert tuner.before_step(drafting=True) is None
