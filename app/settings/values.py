@@ -17,15 +17,15 @@ from pathlib import Path
 
 from engine.errors import EngineError, InvalidSettingError
 from engine.remote.endpoint import normalised_url
-from engine.decoding.cost_model import DEFAULT_MAX_DRAFT
-from engine.decoding.loader import DRAFT_METHODS, DecoderSettings
+from engine.decoding.loader import DecoderSettings
+from engine.methods import (DEFAULT_MAX_DRAFT, DEFAULT_METHOD, DEFAULT_MIN_DRAFT, DEFAULT_P_MIN, DRAFT_METHODS,
+                            MAX_DRAFT_RANGE, METHODS, MIN_DRAFT_RANGE, P_MIN_RANGE, method_words)
 from engine.paths import config_dir, make_private, write_text_atomic, unwritable_reason
 from engine.remote.keys import save_key, saved_key
 from engine.decoding.sampling import SamplingParams
 
 FILE_NAME = "settings.json"
-METHOD_LABELS = {"auto": "Lookup + draft model (auto)", "draft": "Draft model", "lookup": "Prompt lookup",
-                 "none": "Off"}
+METHOD_LABELS = method_words("label")
 RELOAD_KEYS = ("model", "n_ctx", "n_gpu_layers", "threads", "flash_attention")  # a change reloads the target model
 SPECULATION_KEYS = ("speculation", "method", "draft", "max_draft", "min_draft", "p_min", "adaptive")
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -46,10 +46,10 @@ class AppSettings:
     draft: str | None = None  # a path to a GGUF file for the draft-model and auto methods
     # speculation
     speculation: bool = True
-    method: str = "lookup"  # "auto" | "draft" | "lookup" | "none" (auto: lookup and the draft, per step)
+    method: str = DEFAULT_METHOD  # "auto" | "draft" | "lookup" | "none" (auto: lookup and the draft, per step)
     max_draft: int = DEFAULT_MAX_DRAFT
-    min_draft: int = 1
-    p_min: float = 0.75  # draft confidence cutoff
+    min_draft: int = DEFAULT_MIN_DRAFT
+    p_min: float = DEFAULT_P_MIN  # draft confidence cutoff
     adaptive: bool = True
     # sampling
     temperature: float = 0.8
@@ -303,10 +303,10 @@ FIELDS = {
     "model": (lambda v: isinstance(v, str) and bool(v.strip()), "'embedded' or a path to a GGUF file"),
     "draft": (lambda v: v is None or isinstance(v, str), "a path to a GGUF file, or none"),
     "speculation": (_is(bool), "on or off"),
-    "method": (lambda v: v in METHOD_LABELS, "auto, draft, lookup or none"),
-    "max_draft": (_int(0, 64), "a whole number 0..64"),
-    "min_draft": (_int(1, 64), "a whole number 1..64"),
-    "p_min": (_float(0.0, 1.0, hi_open=True), "a number in [0, 1)"),
+    "method": (lambda v: v in METHODS, f"{', '.join(sorted(METHODS)[:-1])} or {sorted(METHODS)[-1]}"),
+    "max_draft": (_int(*MAX_DRAFT_RANGE), "a whole number {}..{}".format(*MAX_DRAFT_RANGE)),
+    "min_draft": (_int(*MIN_DRAFT_RANGE), "a whole number {}..{}".format(*MIN_DRAFT_RANGE)),
+    "p_min": (_float(*P_MIN_RANGE, hi_open=True), "a number in [{:g}, {:g})".format(*P_MIN_RANGE)),
     "adaptive": (_is(bool), "on or off"),
     "temperature": (_float(0.0, 5.0), "a number 0..5"),
     "top_k": (_int(0), "a whole number ≥ 0 (0 turns it off)"),

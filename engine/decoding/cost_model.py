@@ -20,24 +20,20 @@ from dataclasses import dataclass, field
 from typing import Callable, Hashable, Sequence
 
 from ..errors import InvalidSettingError
-
-MAX_DRAFT_LIMIT = 64
-# The default cap on draft length. The planner picks each step's length below it; a cap of 48 let copies draft
-# as long as llama.cpp's ngram-simple does (48) and replayed (engine.measure.replay) level or better than 32 on
-# every tuning set (SmolLM2 grounded 1.525x -> 1.576x plain; 64 lost 3% on Gemma's), level on the held-out.
-DEFAULT_MAX_DRAFT = 48
+from ..methods import DEFAULT_MAX_DRAFT, DEFAULT_MIN_DRAFT, MAX_DRAFT_LIMIT, MAX_DRAFT_RANGE, MIN_DRAFT_RANGE
 
 
 @dataclass
 class SpeculationConfig:
     max_draft: int = DEFAULT_MAX_DRAFT
-    min_draft: int = 1  # shorter proposals are not worth a verify row: decode plainly instead
+    min_draft: int = DEFAULT_MIN_DRAFT
     adaptive: bool = True
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.max_draft, int) and 0 <= self.max_draft <= MAX_DRAFT_LIMIT):
-            raise InvalidSettingError(f"max draft tokens must be 0..{MAX_DRAFT_LIMIT}, got {self.max_draft!r}")
-        if not (isinstance(self.min_draft, int) and 1 <= self.min_draft <= max(1, self.max_draft)):
+        low, high = MAX_DRAFT_RANGE
+        if not (isinstance(self.max_draft, int) and low <= self.max_draft <= high):
+            raise InvalidSettingError(f"max draft tokens must be {low}..{high}, got {self.max_draft!r}")
+        if not (isinstance(self.min_draft, int) and MIN_DRAFT_RANGE[0] <= self.min_draft <= max(1, self.max_draft)):
             raise InvalidSettingError(f"min draft tokens must be 1..max draft, got {self.min_draft!r}")
 
 

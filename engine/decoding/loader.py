@@ -4,9 +4,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from .cost_model import DEFAULT_MAX_DRAFT, SpeculationConfig
+from .cost_model import SpeculationConfig
 from ..modelfiles.embedded import resolve_model
 from ..errors import InvalidSettingError, SpeculationUnavailable
+from ..methods import DEFAULT_MAX_DRAFT, DEFAULT_METHOD, DEFAULT_MIN_DRAFT, DEFAULT_P_MIN, DRAFT_METHODS, METHODS
 from .generate import SpeculativeDecoder
 from .proposers.auto import AutoProposer
 from .proposers.base import NoProposer
@@ -14,8 +15,6 @@ from .proposers.draft_model import DraftModelProposer
 from .proposers.lookup import DEFAULT_MAX_NGRAM, LookupProposer
 from .runtime import LoadSettings, Model
 
-METHODS = ("none", "lookup", "draft", "auto")
-DRAFT_METHODS = ("draft", "auto")  # the methods that load a draft model
 log = logging.getLogger(__name__)
 
 
@@ -23,11 +22,11 @@ log = logging.getLogger(__name__)
 class DecoderSettings:
     model: str = "embedded"
     draft: str | None = None
-    method: str = "lookup"
+    method: str = DEFAULT_METHOD
     max_draft: int = DEFAULT_MAX_DRAFT
-    min_draft: int = 1
+    min_draft: int = DEFAULT_MIN_DRAFT
     adaptive: bool = True
-    p_min: float = 0.75
+    p_min: float = DEFAULT_P_MIN
     min_ngram: int = 1
     max_ngram: int = DEFAULT_MAX_NGRAM
     remember_requests: bool = True  # lookup also searches earlier answers (off where prompts repeat: bench)
@@ -80,7 +79,7 @@ def make_proposer(settings: DecoderSettings, target: Model, draft: Model | None)
                         max_ngram=settings.max_ngram, remember_requests=settings.remember_requests)
 
 
-def proposer_for(method: str, target: Model, draft: Model | None, p_min: float = 0.75, min_ngram: int = 1,
+def proposer_for(method: str, target: Model, draft: Model | None, p_min: float = DEFAULT_P_MIN, min_ngram: int = 1,
                  max_ngram: int = DEFAULT_MAX_NGRAM, remember_requests: bool = True):
     """The proposer of one method (the chat's, the lab's, the system check's): none, lookup, draft or auto."""
     if method == "lookup":

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from ...errors import InvalidSettingError
+from ...methods import DEFAULT_P_MIN
 from ...modelfiles.vocab_check import require_compatible
 from ..runtime import Model, common_prefix
 from ..sampling import Candidates, SamplingParams, filter_logits, make_generator, position_seed
@@ -67,7 +68,7 @@ class DraftModelProposer:
     name = "draft"
     free = False
 
-    def __init__(self, draft: Model, target: Model, p_min: float = 0.75):
+    def __init__(self, draft: Model, target: Model, p_min: float = DEFAULT_P_MIN):
         check_draft(draft, target, p_min)
         self.model = draft
         self.p_min = p_min
