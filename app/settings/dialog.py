@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, 
 
 from engine.modelfiles.embedded import DESCRIPTION, EMBEDDED, EMBEDDED_GEMMA
 from engine.errors import InvalidSettingError
-from engine.decoding.loader import DRAFT_METHODS
+from engine.methods import DRAFT_METHODS, MAX_DRAFT_RANGE, MIN_DRAFT_RANGE, P_MIN_RANGE
 from engine.hardware import gpu_offload_supported
 
 from app.settings.values import METHOD_LABELS, AppSettings
@@ -99,23 +99,40 @@ class SettingsDialog(QDialog):
         self.setWindowTitle("Settings")
         self.original = settings
         self.result_settings: AppSettings | None = None
+        self._make_model_fields()
+        self._make_speculation_fields()
+        gpu_layers = self._make_runtime_fields()
+        self._lay_out(self._groups(gpu_layers))
+        self._connect()
+        self.setMinimumWidth(420)
+        self.resize(*DEFAULT_SIZE)
+        self.load(settings)
+        self._draft_before = self.draft.value()
+        self.draft.edit.textChanged.connect(self._draft_chosen)
 
+    def _make_model_fields(self) -> None:
         self.target = ModelPicker(True)
         self.target.setToolTip(f"Empty means the embedded model: {DESCRIPTION}")
         self.draft = ModelPicker(False)
         self.draft.setToolTip("A small model with the same vocabulary as the target, used by the draft-model and "
                               "auto methods.")
+
+    def _make_speculation_fields(self) -> None:
         self.speculation = QCheckBox("Speed up responses with speculative decoding")
         self.method = QComboBox()
         for key in METHODS:
             self.method.addItem(METHOD_LABELS[key], key)
-        self.max_draft = spin_box(0, 64, "The most tokens drafted before the target model checks them.")
-        self.min_draft = spin_box(1, 64, "Shorter drafts are not worth checking: decode normally instead.")
-        self.p_min = double_spin_box(0.0, 0.99, 0.05, 2, "Draft model stops drafting when its top token's "
-                                                         "probability falls below this.")
+        self.max_draft = spin_box(*MAX_DRAFT_RANGE, "The most tokens drafted before the target model checks them.")
+        self.min_draft = spin_box(*MIN_DRAFT_RANGE, "Shorter drafts are not worth checking: decode normally instead.")
+        # two decimals, so the largest below P_MIN_RANGE's open end is 0.99
+        self.p_min = double_spin_box(P_MIN_RANGE[0], P_MIN_RANGE[1] - 0.01, 0.05, 2,
+                                     "Draft model stops drafting when its top token's probability falls below this.")
         self.adaptive = QCheckBox("Adaptive draft length")
         self.adaptive.setToolTip("The draft length follows what pays off (measured acceptance and step times), and "
                                  "speculation pauses while it would be slower than plain decoding.")
+
+    def _make_runtime_fields(self) -> QWidget:
+        """The runtime fields; returns the GPU layers row (the spin box, or why there is none)."""
         self.n_ctx = spin_box(0, 1 << 20, "Tokens the model can see at once (prompt + answer). "
                                           "0 uses the model's own. Changing it reloads the model.")
         self.n_ctx.setSingleStep(1024)
@@ -142,7 +159,9 @@ class SettingsDialog(QDialog):
         self.flash_attention.setToolTip("Automatic: llama.cpp's choice. Off can be much faster on a CPU as the context "
                                         "grows, but greedy answers with speculation then part from plain decoding's "
                                         "at near-ties more often.")
+        return gpu_layers
 
+    def _groups(self, gpu_layers: QWidget) -> list[tuple[str, QFormLayout]]:
         models = form()
         models.addRow("Target model", self.target)
         models.addRow("Draft model", self.draft)
@@ -165,11 +184,13 @@ class SettingsDialog(QDialog):
         runtime.addRow("GPU layers", gpu_layers)
         runtime.addRow("Threads", self.threads)
         runtime.addRow("Flash attention", self.flash_attention)
+        return [("Models", models), ("Speculative decoding", spec), ("Sampling", sampling),
+                ("Runtime (changes reload the model)", runtime)]
 
+    def _lay_out(self, groups: list[tuple[str, QFormLayout]]) -> None:
         body = QWidget()
         column = QVBoxLayout(body)
-        for title, rows in (("Models", models), ("Speculative decoding", spec), ("Sampling", sampling),
-                            ("Runtime (changes reload the model)", runtime)):
+        for title, rows in groups:
             box = QGroupBox(title)
             box.setLayout(rows)
             column.addWidget(box)
@@ -192,6 +213,8 @@ class SettingsDialog(QDialog):
         layout.addWidget(self.scroll, 1)
         layout.addWidget(self.error)
         layout.addWidget(buttons)
+
+    def _connect(self) -> None:
         self.speculation.toggled.connect(self._enable)
         self.method.currentIndexChanged.connect(self._enable)
         for changed in (self.target.edit.textChanged, self.draft.edit.textChanged, self.speculation.toggled,
@@ -200,11 +223,6 @@ class SettingsDialog(QDialog):
                         self.n_gpu_layers.valueChanged, self.threads.valueChanged,
                         self.flash_attention.currentIndexChanged):
             changed.connect(self._recheck)
-        self.setMinimumWidth(420)
-        self.resize(*DEFAULT_SIZE)
-        self.load(settings)
-        self._draft_before = self.draft.value()
-        self.draft.edit.textChanged.connect(self._draft_chosen)
 
     def _enable(self) -> None:
         on = self.speculation.isChecked()
