@@ -20,7 +20,8 @@ def rate_points(history) -> list[list[float]]:
 
 
 def snapshot(stats) -> dict:
-    """What the GUI shows and saves of a GenerationStats: plain data, with the memory label."""
+    """What the GUI shows and saves of a GenerationStats: its figures as plain data, with the SHOWN ones of
+    engine.figures (the memory label) added."""
     out = stats.to_dict()
     out["memory_label"] = stats.memory.label() if stats.memory else None
     out["rate_history"] = rate_points(out.get("rate_history"))

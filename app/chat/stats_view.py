@@ -7,16 +7,27 @@ from PySide6.QtGui import QPainter, QPainterPath, QPalette, QPen
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QWidget
 
 from engine.decoding.loader import DRAFT_METHODS
+from engine.figures import FIGURE, NA
 
-NA = "n/a"
 METHOD_NAMES = {"draft": "draft model", "lookup": "prompt lookup", "auto": "lookup + draft model (auto)",
                 "none": "no speculation"}
 FINISH_NAMES = {"stop": "", "length": "stopped at the length limit", "context": "context full",
                 "cancelled": "stopped by you"}
 
 
-def _num(value, fmt: str) -> str:
-    return NA if value is None else format(value, fmt)
+def _text(stats: dict, key: str) -> str:
+    return FIGURE[key].text(stats.get(key))
+
+
+def _tip(key: str, remote: bool = False, **names) -> str:
+    """A figure's tooltip (engine.figures), a remote answer's where it has its own."""
+    figure = FIGURE[key]
+    return ((figure.remote_tooltip or figure.tooltip) if remote else figure.tooltip).format(**names)
+
+
+def _rate(stats: dict) -> str:
+    """"accepted 75%", "accepted n/a"."""
+    return FIGURE["acceptance_rate"].text(stats.get("acceptance_rate"))
 
 
 def stat_items(stats: dict) -> list[tuple[str, str, str]]:
@@ -24,11 +35,10 @@ def stat_items(stats: dict) -> list[tuple[str, str, str]]:
     items = remote_items(stats) if stats.get("remote") else local_items(stats)
     finish = FINISH_NAMES.get(stats.get("finish_reason") or "", "")
     if finish:
-        items.append(("finish", finish, "Why this response ended."))
+        items.append(("finish", finish, _tip("finish_reason")))
     if stats.get("trimmed_messages"):
         n = stats["trimmed_messages"]
-        items.append(("trimmed", f"{n} old message{'s' if n != 1 else ''} left out",
-                      "The oldest messages did not fit the context, so the model did not see them."))
+        items.append(("trimmed", f"{n} old message{'s' if n != 1 else ''} left out", _tip("trimmed_messages")))
     return items
 
 
@@ -38,66 +48,51 @@ def remote_items(stats: dict) -> list[tuple[str, str, str]]:
     drafted, accepted, rate = stats.get("drafted"), stats.get("accepted"), stats.get("acceptance_rate")
     source = stats.get("acceptance_source") or "the server reports no speculation figures"
     items = [
-        ("speed", f"{_num(stats.get('tokens_per_s'), '.1f')} tok/s incl. network",
-         "Decode speed measured on this machine as the text arrived: tokens after the first ÷ time after the first "
-         "token. The network's delays are included."),
-        ("ttft", f"TTFT {_num(stats.get('ttft_s'), '.2f')} s incl. network",
-         "Time to first token, measured here: from sending the request to the first text arriving (the server's "
-         "prompt processing and the network)."),
-        ("acceptance", "accepted n/a" if rate is None else f"accepted {rate * 100:.0f}% ({accepted}/{drafted})",
-         f"Acceptance rate: drafted tokens the server's target model kept ÷ drafted tokens it verified; {source}."),
+        ("speed", f"{_text(stats, 'tokens_per_s')} incl. network", _tip("tokens_per_s", remote=True)),
+        ("ttft", f"{_text(stats, 'ttft_s')} incl. network", _tip("ttft_s", remote=True)),
+        ("acceptance", _rate(stats) + ("" if rate is None else f" ({accepted}/{drafted})"),
+         _tip("acceptance_rate", remote=True, source=source)),
     ]
     if stats.get("mean_acceptance_length") is not None:
-        items.append(("mean_length", f"{stats['mean_acceptance_length']:.2f} tok/step",
-                      f"Mean accepted length: tokens per target step, the bonus token included; {source}."))
+        items.append(("mean_length", _text(stats, "mean_acceptance_length"),
+                      _tip("mean_acceptance_length", remote=True, source=source)))
     method = stats.get("method")
     reported = f": {METHOD_NAMES.get(method, method)}" if method not in (None, "remote") else ""
     items += [
-        ("method", "remote engine" + reported,
-         "A server elsewhere wrote this response; SpecChat's own speculation did not run here."),
-        ("memory", stats.get("memory_label") or f"{NA} (remote)", "The server's memory cannot be read from here."),
-        ("backend", stats.get("backend") or NA, "The server that answered (and its backend, where it says)."),
+        ("method", "remote engine" + reported, _tip("method", remote=True)),
+        ("memory", stats.get("memory_label") or f"{NA} (remote)", _tip("memory_label", remote=True)),
+        ("backend", stats.get("backend") or NA, _tip("backend", remote=True)),
     ]
     return items
 
 
 def local_items(stats: dict) -> list[tuple[str, str, str]]:
     drafted, accepted = stats.get("drafted"), stats.get("accepted")
-    rate = stats.get("acceptance_rate")
     method = stats.get("method") or "none"
     memory = stats.get("memory_label")
     if memory is None:
         kind = stats.get("memory_kind") or "RAM"
         memory = f"{kind} {NA}"
     items = [
-        ("speed", f"{_num(stats.get('tokens_per_s'), '.1f')} tok/s",
-         "Decode speed: tokens after the first ÷ time after the first token."),
-        ("ttft", f"TTFT {_num(stats.get('ttft_s'), '.2f')} s" if stats.get("ttft_s") is not None else f"TTFT {NA}",
-         "Time to first token: from the request to the first generated token (prompt processing)."),
+        ("speed", _text(stats, "tokens_per_s"), _tip("tokens_per_s")),
+        ("ttft", _text(stats, "ttft_s"), _tip("ttft_s")),
     ]
     if method != "none" or drafted:
         items += [
-            ("acceptance", ("accepted n/a" if rate is None else f"accepted {rate * 100:.0f}%")
-                           + (f" ({accepted}/{drafted})" if drafted is not None else ""),
-             "Acceptance rate: drafted tokens the target model kept ÷ drafted tokens it verified."),
-            ("mean_length", f"{_num(stats.get('mean_acceptance_length'), '.2f')} tok/step",
-             "Mean accepted length: tokens produced per target step, the bonus token included "
-             "(1.00 means no gain from speculation)."),
+            ("acceptance", _rate(stats) + (f" ({accepted}/{drafted})" if drafted is not None else ""),
+             _tip("acceptance_rate")),
+            ("mean_length", _text(stats, "mean_acceptance_length"), _tip("mean_acceptance_length")),
         ]
     if method in DRAFT_METHODS:
-        share, size = stats.get("draft_time_share"), stats.get("draft_model_bytes")
-        items.append(("drafting", f"drafting {NA if share is None else format(share, '.0%')}"
-                                  f" · draft {NA if size is None else format(size / 2**20, '.0f') + ' MiB'}",
-                      "What the draft model costs: the share of this response's decoding time spent in it (its "
-                      "catch-up on the prompt included), and its weights in memory."))
+        size = stats.get("draft_model_bytes")
+        items.append(("drafting", f"{_text(stats, 'draft_time_share')} · {FIGURE['draft_model_bytes'].short} "
+                                  + (NA if size is None else format(size / 2**20, ".0f") + " MiB"),
+                      _tip("draft_time_share")))
+    paused = " (paused: plain decoding predicted faster)" if stats.get("speculation_paused") else ""
     items += [
-        ("method", METHOD_NAMES.get(method, method)
-         + (" (paused: plain decoding predicted faster)" if stats.get("speculation_paused") else ""),
-         "Speculation method for this response. Adaptive mode drafts only while that is predicted faster, "
-         "predicted from the step times measured on this machine and the acceptance seen so far."),
-        ("memory", memory, "Memory in use: VRAM (with the GPU's name) when a GPU runs the model and can be "
-                           "read, else this process's RAM."),
-        ("backend", stats.get("backend") or NA, "The llama.cpp backend running the model."),
+        ("method", METHOD_NAMES.get(method, method) + paused, _tip("method")),
+        ("memory", memory, _tip("memory_label")),
+        ("backend", stats.get("backend") or NA, _tip("backend")),
     ]
     return items
 

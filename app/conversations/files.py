@@ -18,6 +18,7 @@ import math
 import time
 from pathlib import Path
 
+from engine.figures import FLAG, NUMBER, NUMBER_LIST, PAIR_LIST, TEXT, keys_of
 from engine.paths import write_text_atomic
 from engine.remote.endpoint import without_credentials
 
@@ -39,15 +40,12 @@ ROLE_HEADERS = {"user": "You", "assistant": "Assistant", "system": "System"}
 SENT_KEYS = ("engine_url", "engine_model", "system_prompt", "preset")
 IMPORTED_MARK = " (imported)"
 
-# The shapes of a response's stats (app.progress.snapshot), as the stats line reads them.
-STATS_NUMBERS = {"prompt_tokens", "reused_prompt_tokens", "generated", "drafted", "accepted", "verify_steps",
-                 "speculative_steps", "ttft_s", "decode_s", "draft_s", "prefill_s", "draft_length",
-                 "policy_draft_length", "memory_bytes", "tokens_per_s", "acceptance_rate", "mean_acceptance_length",
-                 "draft_time_share", "draft_model_bytes", "trimmed_messages"}
-STATS_TEXTS = {"method", "backend", "finish_reason", "memory_kind", "memory_label", "model", "acceptance_source"}
-STATS_FLAGS = {"speculation_paused", "remote", "network_included"}
-STATS_NUMBER_LISTS = {"per_position_drafted", "per_position_accepted", "per_position_acceptance"}
-STATS_PAIR_LISTS = {"rate_history"}
+# The kinds of a response's figures (app.progress.snapshot), from engine.figures: what an import accepts.
+STATS_NUMBERS = keys_of(NUMBER)
+STATS_TEXTS = keys_of(TEXT)
+STATS_FLAGS = keys_of(FLAG)
+STATS_NUMBER_LISTS = keys_of(NUMBER_LIST)
+STATS_PAIR_LISTS = keys_of(PAIR_LIST)
 
 
 class ConversationFileError(ValueError):

@@ -11,18 +11,16 @@ from PySide6.QtWidgets import (QCheckBox, QFormLayout, QHBoxLayout, QLabel, QLin
                                QSpinBox, QTableView, QVBoxLayout, QWidget)
 
 from engine.errors import InvalidSettingError
-
-NA = "n/a"
-
-
-def _figure(value, fmt: str) -> str:
-    return fmt.format(value) if value is not None else NA
+from engine.figures import FIGURE, NA
 
 
 class RequestLogModel(QAbstractTableModel):
     """The API's requests, newest last: each row one engine.serving.openai_api.RequestRecord."""
 
-    COLUMNS = ("Time", "Client", "Endpoint", "Prompt", "Answer", "tok/s", "Accepted", "TTFT", "Method", "End")
+    # The figures' columns are named as the stats line names them (engine.figures)
+    COLUMNS = ("Time", "Client", "Endpoint", "Prompt", "Answer", FIGURE["tokens_per_s"].unit,
+               FIGURE["acceptance_rate"].short.capitalize(), FIGURE["ttft_s"].short,
+               FIGURE["method"].label.capitalize(), FIGURE["finish_reason"].label.capitalize())
     KEEP = 500
 
     def __init__(self, parent=None):
@@ -49,11 +47,10 @@ class RequestLogModel(QAbstractTableModel):
         end = r.finish or "-"
         if r.status != 200:
             end = f"{r.status} {end}" if r.finish else str(r.status)
-        acceptance = None if r.acceptance_rate is None else 100 * r.acceptance_rate
-        ttft_ms = None if r.ttft_s is None else 1000 * r.ttft_s
+        ttft = NA if r.ttft_s is None else f"{1000 * r.ttft_s:.0f} ms"  # ms: a server's TTFT is short
         return (time.strftime("%H:%M:%S", time.localtime(r.started)), r.client, r.endpoint, str(r.prompt_tokens),
-                str(r.completion_tokens), _figure(r.tokens_per_s, "{:.1f}"), _figure(acceptance, "{:.0f}%"),
-                _figure(ttft_ms, "{:.0f} ms"), r.method, end)[index.column()]
+                str(r.completion_tokens), FIGURE["tokens_per_s"].value_text(r.tokens_per_s),
+                FIGURE["acceptance_rate"].value_text(r.acceptance_rate), ttft, r.method, end)[index.column()]
 
     def add(self, record) -> None:
         if len(self.records) >= self.KEEP:

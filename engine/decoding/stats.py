@@ -67,6 +67,7 @@ class GenerationStats:
             self.per_position_accepted[i] += i < accepted
 
     def to_dict(self) -> dict:
+        """The figures as plain data: exactly engine.figures' LOCAL keys (tests/engine/test_figures.py)."""
         out = asdict(self)
         out["memory_bytes"] = self.memory.bytes_used if self.memory else None
         out["memory_kind"] = self.memory.kind if self.memory else None

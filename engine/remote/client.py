@@ -91,6 +91,7 @@ class RemoteFigures:
         return (self.generated - 1) / self.decode_s if self.generated >= 2 and self.decode_s > 0 else None
 
     def to_dict(self) -> dict:
+        """The figures as plain data: exactly engine.figures' REMOTE keys (tests/engine/test_figures.py)."""
         rate = self.accepted / self.drafted if self.drafted else None
         return {"remote": True, "network_included": True, "backend": self.backend, "model": self.model,
                 "method": self.server_method or "remote", "prompt_tokens": self.prompt_tokens,
