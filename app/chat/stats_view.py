@@ -6,11 +6,10 @@ from PySide6.QtCore import QPointF, QSize, Qt
 from PySide6.QtGui import QPainter, QPainterPath, QPalette, QPen
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QWidget
 
-from engine.decoding.loader import DRAFT_METHODS
 from engine.figures import FIGURE, NA
+from engine.methods import DRAFT_METHODS, method_words
 
-METHOD_NAMES = {"draft": "draft model", "lookup": "prompt lookup", "auto": "lookup + draft model (auto)",
-                "none": "no speculation"}
+METHOD_NAMES = method_words("name")
 FINISH_NAMES = {"stop": "", "length": "stopped at the length limit", "context": "context full",
                 "cancelled": "stopped by you"}
 
@@ -26,7 +25,7 @@ def _tip(key: str, remote: bool = False, **names) -> str:
 
 
 def _rate(stats: dict) -> str:
-    """"accepted 75%", "accepted n/a"."""
+    """The acceptance rate as shown: "accepted 75%", "accepted n/a"."""
     return FIGURE["acceptance_rate"].text(stats.get("acceptance_rate"))
 
 

@@ -27,6 +27,12 @@ def test_unmeasured_figures_are_na():
     assert t["memory"] == "RAM n/a" and t["backend"] == "n/a"
 
 
+def test_a_remote_answers_missing_ttft_reads_as_a_local_ones():
+    t = texts({"remote": True, "tokens_per_s": None, "ttft_s": None})
+    assert t["speed"] == "n/a tok/s incl. network" and t["ttft"] == "TTFT n/a incl. network"
+    assert texts({"remote": True, "ttft_s": 0.5})["ttft"] == "TTFT 0.50 s incl. network"
+
+
 def test_no_speculation_hides_acceptance_and_paused_is_said():
     t = texts({"method": "none", "tokens_per_s": 10.0})
     assert "acceptance" not in t and t["method"] == "no speculation"
