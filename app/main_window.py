@@ -10,7 +10,7 @@ from PySide6.QtWidgets import (QCheckBox, QFileDialog, QHBoxLayout, QLabel, QMai
                                QPushButton, QSizePolicy, QSplitter, QToolButton, QVBoxLayout, QWidget)
 
 from engine.modelfiles.embedded import EMBEDDED
-from engine.decoding.loader import DRAFT_METHODS
+from engine.methods import DRAFT_METHODS
 from engine.errors import InvalidSettingError
 
 from app.chat.attachments import AttachmentTray, FileDrops, compose, paperclip_icon, split_attachments
@@ -63,9 +63,16 @@ class MainWindow(QMainWindow):
         self._server = None
         self._models_dialog = None
         self._changed_conversation: int | None = None
+        self._make_widgets(settings)
+        self._lay_out()
+        self._build_status_bar()
+        self._build_menus()
+        self._connect_view()
+        self._connect_engine()
+        self._restore(settings, list(notices), preset_notices)
 
-        # --- widgets ---
-        self.panel = ConversationPanel(store)
+    def _make_widgets(self, settings: AppSettings) -> None:
+        self.panel = ConversationPanel(self.store)
         self.notices = NoticeArea()
         self.view = ChatView()
         self.view.setModel(self.session.model)
@@ -97,6 +104,7 @@ class MainWindow(QMainWindow):
         self.empty_hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.empty_hint.setForegroundRole(QPalette.ColorRole.PlaceholderText)
 
+    def _lay_out(self) -> None:
         options = QHBoxLayout()
         self.chat_settings_button = ChatSettingsButton(self.session)
         options.addWidget(self.chat_settings_button)
@@ -125,6 +133,7 @@ class MainWindow(QMainWindow):
         self.splitter.setSizes([240, 760])
         self.setCentralWidget(self.splitter)
 
+    def _build_status_bar(self) -> None:
         self.model_label = QLabel()
         self.spec_label = QLabel()
         self.progress = QProgressBar()
@@ -140,9 +149,9 @@ class MainWindow(QMainWindow):
         self.engine_label = QLabel()  # the open chat's remote engine, when it has one
         self.engine_label.hide()
         self.statusBar().addPermanentWidget(self.engine_label)
-        self._build_menus()
 
-        # --- wiring ---
+    def _connect_view(self) -> None:
+        """The chat's own widgets, the conversation list and the session, to the window."""
         self.input.sendRequested.connect(self.send_message)  # Enter never stops a response: only Stop/Esc do
         self.input.cancelRequested.connect(self.escape)
         self.attach_button.clicked.connect(self.choose_files)
@@ -174,6 +183,9 @@ class MainWindow(QMainWindow):
         self.session.model.modelReset.connect(self._update_empty)
         self.session.model.rowsInserted.connect(self._update_empty)
         self.session.model.rowsRemoved.connect(self._update_empty)
+
+    def _connect_engine(self) -> None:
+        """The engine worker's signals (a model loaded or failed, the server, notices)."""
         w = self.engine.worker
         w.loadStarted.connect(self._load_started)
         w.working.connect(self._engine_working)
@@ -185,6 +197,8 @@ class MainWindow(QMainWindow):
         w.serverStopped.connect(self._server_stopped)
         w.serverFailed.connect(self._server_stopped)
 
+    def _restore(self, settings: AppSettings, notices: list[str], preset_notices: list[str]) -> None:
+        """Startup: the notices, the window's geometry, the latest conversation, then the models."""
         for text in preset_notices:
             log.warning("%s", text)
         for text in [*notices, *preset_notices]:
@@ -195,7 +209,7 @@ class MainWindow(QMainWindow):
             self.resize(1100, 760)
         if settings.splitter_state:
             self.splitter.restoreState(QByteArray.fromBase64(settings.splitter_state.encode()))
-        conversations = store.conversations()
+        conversations = self.store.conversations()
         if conversations:
             self.panel.select(conversations[0].id)
             self.open_conversation(conversations[0].id)
