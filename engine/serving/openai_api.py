@@ -110,88 +110,109 @@ class _Feed:
             yield delta
 
 
+def _error_response(exc: ApiError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+
 def create_app(scheduler: Scheduler, formatter: ChatFormatter, config: ApiConfig) -> Starlette:
-    target = scheduler.target
-    n_ctx = target.n_ctx
+    api = _Handlers(scheduler, formatter, config)
+    routes = [Route("/v1/chat/completions", api.chat_completions, methods=["POST"]),
+              Route("/v1/completions", api.completions, methods=["POST"]),
+              Route("/v1/models", api.models, methods=["GET"]),
+              Route("/tokenize", api.tokenize, methods=["POST"]),
+              Route("/health", api.health, methods=["GET"])]
+    middleware = [Middleware(RequestGuard, config=config)]  # first: outside CORS, so a refused Origin gets no CORS
+    if config.cors_origins:
+        middleware.append(Middleware(CORSMiddleware, allow_origins=list(config.cors_origins),
+                                     allow_methods=["GET", "POST", "OPTIONS"],
+                                     allow_headers=["authorization", "content-type"]))
+    return Starlette(routes=routes, middleware=middleware,
+                     exception_handlers={HTTPException: api.http_error, Exception: api.crashed})
 
-    def error_response(exc: ApiError) -> JSONResponse:
-        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
-    def authorised(request: Request) -> None:
-        if not config.api_key:
+class _Handlers:
+    """The routes' handlers over one scheduler and its model: create_app wires them to their paths."""
+
+    def __init__(self, scheduler: Scheduler, formatter: ChatFormatter, config: ApiConfig):
+        self.scheduler, self.formatter, self.config = scheduler, formatter, config
+        self.target = scheduler.target
+        self.n_ctx = self.target.n_ctx
+
+    def authorised(self, request: Request) -> None:
+        if not self.config.api_key:
             return
         given = request.headers.get("authorization", "")
         scheme, _, token = given.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip(), config.api_key):
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip(), self.config.api_key):
             raise ApiError(401, "Invalid or missing API key (send 'Authorization: Bearer <key>').",
                            kind="authentication_error", code="invalid_api_key")
 
-    async def read_body(request: Request) -> dict:
+    async def read_body(self, request: Request) -> dict:
         declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > config.max_body_bytes:
-            raise too_large(int(declared))
+        if declared.isdigit() and int(declared) > self.config.max_body_bytes:
+            raise self.too_large(int(declared))
         try:
-            raw = await asyncio.wait_for(_read_capped(request, config.max_body_bytes), BODY_TIMEOUT_S)
+            raw = await asyncio.wait_for(_read_capped(request, self.config.max_body_bytes), BODY_TIMEOUT_S)
         except asyncio.TimeoutError:
             raise ApiError(408, f"The request body did not arrive within {BODY_TIMEOUT_S:g} s.", code="request_timeout",
                            headers={"Connection": "close"}) from None
         if raw is None:
-            raise too_large(None)
+            raise self.too_large(None)
         body = await run_in_threadpool(_parse_json, raw)  # a few MB of JSON is tens of ms: not on the event loop
         model = body.get("model")
         if model is not None and not isinstance(model, str):
             raise ApiError(400, "'model': expected a string", param="model")
         return body
 
-    def too_large(size: int | None) -> ApiError:
+    def too_large(self, size: int | None) -> ApiError:
         said = f"{size:,} bytes" if size is not None else "over the limit"
-        return ApiError(413, f"The request body is {said}; this server takes at most {config.max_body_bytes:,}.",
+        return ApiError(413, f"The request body is {said}; this server takes at most {self.config.max_body_bytes:,}.",
                         code="request_too_large", headers={"Connection": "close"})
 
-    def chat_tokens(messages: list[dict], limit: bool = True,
+    def chat_tokens(self, messages: list[dict], limit: bool = True,
                     continue_last: bool = False) -> tuple[list[int], tuple[str, ...]]:
         """On a worker thread: the size check (unless only counting), then the template (in its sandbox) and
         the tokenizer; continue_last: the last message is an answer to write more of."""
         if limit:
-            refuse_beyond_context(m["content"] for m in messages)
-        refused = template_refusal()
+            self.refuse_beyond_context(m["content"] for m in messages)
+        refused = self.template_refusal()
         if refused is None:
             try:
-                _, tokens, stops = formatter.render(messages, continue_last)
+                _, tokens, stops = self.formatter.render(messages, continue_last)
             except EngineError as exc:
                 raise ApiError(400, str(exc), param="messages") from exc
-            refused = template_refusal()  # refused by this very render
+            refused = self.template_refusal()  # refused by this very render
         if refused is not None:
             raise refused
         return tokens, stops
 
-    def prompt_tokens(prompt: str) -> list[int]:
-        refuse_beyond_context([prompt])
-        return target.tokenize(prompt, add_bos=target.adds_bos, special=False)
+    def prompt_tokens(self, prompt: str) -> list[int]:
+        self.refuse_beyond_context([prompt])
+        return self.target.tokenize(prompt, add_bos=self.target.adds_bos, special=False)
 
-    def refuse_beyond_context(texts) -> None:
+    def refuse_beyond_context(self, texts) -> None:
         size = utf8_size(texts)
-        if provably_too_long(target, size, n_ctx - 1):
-            raise ApiError(400, f"This request is {size:,} bytes of text: more than the model's {n_ctx}-token "
+        if provably_too_long(self.target, size, self.n_ctx - 1):
+            raise ApiError(400, f"This request is {size:,} bytes of text: more than the model's {self.n_ctx}-token "
                                 "context can hold, whatever the tokens.", param="messages",
                            code="context_length_exceeded")
 
-    def template_refusal() -> ApiError | None:
-        if not (formatter.template and formatter.refusal):
+    def template_refusal(self) -> ApiError | None:
+        if not (self.formatter.template and self.formatter.refusal):
             return None
-        return ApiError(500, f"{formatter.refusal} This server does not guess "
+        return ApiError(500, f"{self.formatter.refusal} This server does not guess "
                              "another chat format: send a formatted prompt to /v1/completions, or serve a model "
                              "whose template works.", kind="server_error", code="chat_template_refused")
 
-    def make_job(kind: str, tokens: list[int], gen: Generation, stop: list[str]) -> Job:
-        budget = fit_prompt(tokens, gen.max_tokens, n_ctx)
+    def make_job(self, kind: str, tokens: list[int], gen: Generation, stop: list[str]) -> Job:
+        budget = fit_prompt(tokens, gen.max_tokens, self.n_ctx)
         return Job(f"{kind}-{uuid.uuid4().hex[:24]}", tokens, gen.sampling, budget, ignore_eos=gen.ignore_eos,
                    stop=stop, seeds=stream_seeds(request_seed(gen.sampling)))
 
-    def submit(job: Job) -> _Feed:
+    def submit(self, job: Job) -> _Feed:
         feed = _Feed(job)
         try:
-            scheduler.submit(job)
+            self.scheduler.submit(job)
         except QueueFull as exc:
             raise ApiError(429, f"The server is busy: {exc}. Retry shortly.", kind="rate_limit_error",
                            code="server_busy", headers={"Retry-After": str(RETRY_AFTER_S)}) from exc
@@ -199,7 +220,7 @@ def create_app(scheduler: Scheduler, formatter: ChatFormatter, config: ApiConfig
             raise ApiError(400, str(exc)) from exc
         return feed
 
-    def record(request: Request, endpoint: str, job: Job | None, status: int = 200) -> None:
+    def record(self, request: Request, endpoint: str, job: Job | None, status: int = 200) -> None:
         rec = RequestRecord(job.id if job else "-", endpoint, request.client.host if request.client else "?",
                             time.time(), status=status)
         if job is not None and job.run is not None:
@@ -209,53 +230,53 @@ def create_app(scheduler: Scheduler, formatter: ChatFormatter, config: ApiConfig
             rec.ttft_s, rec.method, rec.finish = stats.ttft_s, stats.method, job.finish_reason
         if status == 499:  # the client went away: its job ends at the engine's next step
             rec.finish = "cancelled"
-        _keep(config, rec)
+        _keep(self.config, rec)
 
-    def envelope(job: Job, kind: str) -> dict:
-        return {"id": job.id, "object": kind, "created": int(time.time()), "model": config.model_id,
-                "system_fingerprint": f"specchat-{scheduler.method}"}
+    def envelope(self, job: Job, kind: str) -> dict:
+        return {"id": job.id, "object": kind, "created": int(time.time()), "model": self.config.model_id,
+                "system_fingerprint": f"specchat-{self.scheduler.method}"}
 
-    def figures(job: Job) -> dict:
+    def figures(self, job: Job) -> dict:
         return {"usage": usage(job.run.stats), "timings": timings(job.run.stats)}
 
-    async def complete(request: Request, endpoint: str, chat: bool):
+    async def complete(self, request: Request, endpoint: str, chat: bool):
         job = None
         try:
-            authorised(request)
-            body = await read_body(request)
-            gen = parse_generation(body, n_ctx)
+            self.authorised(request)
+            body = await self.read_body(request)
+            gen = parse_generation(body, self.n_ctx)
             if chat:
                 continuing = body.get("continue_final_message") is True  # vLLM's name: write more of the last answer
                 messages = parse_messages(body, answering=not continuing)
                 if continuing and messages[-1]["role"] != "assistant":
                     raise ApiError(400, "continue_final_message needs the assistant's answer last.", param="messages")
-                tokens, template_stops = await run_in_threadpool(chat_tokens, messages, True, continuing)
+                tokens, template_stops = await run_in_threadpool(self.chat_tokens, messages, True, continuing)
                 stop = [*gen.stop, *template_stops]
             else:
-                tokens = await run_in_threadpool(prompt_tokens, parse_prompt(body))
+                tokens = await run_in_threadpool(self.prompt_tokens, parse_prompt(body))
                 stop = gen.stop
-            job = make_job("chatcmpl" if chat else "cmpl", tokens, gen, stop)
-            feed = submit(job)
+            job = self.make_job("chatcmpl" if chat else "cmpl", tokens, gen, stop)
+            feed = self.submit(job)
         except ApiError as exc:
-            record(request, endpoint, job, exc.status)
-            return error_response(exc)
+            self.record(request, endpoint, job, exc.status)
+            return _error_response(exc)
         if gen.stream:
-            return EventSourceResponse(stream(request, endpoint, feed, chat, gen), ping=10, sep="\n")
-        return await whole(request, endpoint, feed, chat)
+            return EventSourceResponse(self.stream(request, endpoint, feed, chat, gen), ping=10, sep="\n")
+        return await self.whole(request, endpoint, feed, chat)
 
-    async def whole(request: Request, endpoint: str, feed: _Feed, chat: bool) -> JSONResponse:
+    async def whole(self, request: Request, endpoint: str, feed: _Feed, chat: bool) -> JSONResponse:
         """A non-streamed answer; a client that hangs up first cancels it."""
         job, parts = feed.job, []
         waiter = asyncio.ensure_future(_collect(feed, parts))
         while not waiter.done():
             await asyncio.wait([waiter], timeout=DISCONNECT_POLL_S)
             if not waiter.done() and await request.is_disconnected():
-                scheduler.cancel(job)
+                self.scheduler.cancel(job)
         text = "".join(parts)
         if job.error:
-            record(request, endpoint, job, 500)
-            return error_response(ApiError(500, job.error, kind="server_error"))
-        record(request, endpoint, job)
+            self.record(request, endpoint, job, 500)
+            return _error_response(ApiError(500, job.error, kind="server_error"))
+        self.record(request, endpoint, job)
         reason = finish_reason(job)
         if chat:
             choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": reason,
@@ -263,9 +284,9 @@ def create_app(scheduler: Scheduler, formatter: ChatFormatter, config: ApiConfig
         else:
             choice = {"index": 0, "text": text, "finish_reason": reason, "logprobs": None}
         kind = "chat.completion" if chat else "text_completion"
-        return JSONResponse({**envelope(job, kind), "choices": [choice], **figures(job)})
+        return JSONResponse({**self.envelope(job, kind), "choices": [choice], **self.figures(job)})
 
-    async def stream(request: Request, endpoint: str, feed: _Feed, chat: bool, gen: Generation):
+    async def stream(self, request: Request, endpoint: str, feed: _Feed, chat: bool, gen: Generation):
         job = feed.job
         kind = "chat.completion.chunk" if chat else "text_completion"
 
@@ -277,7 +298,7 @@ def create_app(scheduler: Scheduler, formatter: ChatFormatter, config: ApiConfig
                 choice = {"index": 0, "delta": delta, "finish_reason": reason, "logprobs": None}
             else:
                 choice = {"index": 0, "text": content or "", "finish_reason": reason, "logprobs": None}
-            out = {**envelope(job, kind), "choices": [choice]}
+            out = {**self.envelope(job, kind), "choices": [choice]}
             if gen.continuous_usage:
                 prompt_n = len(job.prompt)
                 out["usage"] = {"prompt_tokens": prompt_n, "completion_tokens": produced,
@@ -293,75 +314,62 @@ def create_app(scheduler: Scheduler, formatter: ChatFormatter, config: ApiConfig
                     yield json.dumps(chunk(delta.text))
             if job.error:
                 yield json.dumps(ApiError(500, job.error, kind="server_error").body())
-                record(request, endpoint, job, 500)
+                self.record(request, endpoint, job, 500)
                 return
-            yield json.dumps({**chunk(None, finish_reason(job)), **figures(job)})
+            yield json.dumps({**chunk(None, finish_reason(job)), **self.figures(job)})
             if gen.include_usage:
-                yield json.dumps({**envelope(job, kind), "choices": [], **figures(job)})
+                yield json.dumps({**self.envelope(job, kind), "choices": [], **self.figures(job)})
             yield "[DONE]"
-            record(request, endpoint, job)
+            self.record(request, endpoint, job)
         finally:
             if job.finish_reason is None:  # the client went away mid-stream: free its slot now
-                scheduler.cancel(job)
-                record(request, endpoint, job, 499)
+                self.scheduler.cancel(job)
+                self.record(request, endpoint, job, 499)
 
-    async def chat_completions(request: Request):
-        return await complete(request, "/v1/chat/completions", chat=True)
+    async def chat_completions(self, request: Request):
+        return await self.complete(request, "/v1/chat/completions", chat=True)
 
-    async def completions(request: Request):
-        return await complete(request, "/v1/completions", chat=False)
+    async def completions(self, request: Request):
+        return await self.complete(request, "/v1/completions", chat=False)
 
-    async def models(request: Request):
+    async def models(self, request: Request):
         try:
-            authorised(request)
+            self.authorised(request)
         except ApiError as exc:
-            return error_response(exc)
+            return _error_response(exc)
         return JSONResponse({"object": "list", "data": [
-            {"id": config.model_id, "object": "model", "created": int(time.time()), "owned_by": "specchat",
-             "meta": {"n_ctx": n_ctx, "method": scheduler.method, "parallel": scheduler.parallel,
-                      "backend": target.backend, "chat_template_error": formatter.template_error}}]})
+            {"id": self.config.model_id, "object": "model", "created": int(time.time()), "owned_by": "specchat",
+             "meta": {"n_ctx": self.n_ctx, "method": self.scheduler.method, "parallel": self.scheduler.parallel,
+                      "backend": self.target.backend, "chat_template_error": self.formatter.template_error}}]})
 
-    async def tokenize(request: Request):
+    async def tokenize(self, request: Request):
         """vLLM's /tokenize ({"messages"} through the chat template, or {"prompt"}), which also takes llama-server's
         {"content"}: {"count", "max_model_len", "tokens"}. The window's context meter counts with it."""
         try:
-            authorised(request)
-            body = await read_body(request)
+            self.authorised(request)
+            body = await self.read_body(request)
             if "messages" in body:
-                tokens, _ = await run_in_threadpool(chat_tokens, parse_messages(body, answering=False), False)
+                tokens, _ = await run_in_threadpool(self.chat_tokens, parse_messages(body, answering=False), False)
             else:
                 text = body.get("prompt", body.get("content"))
                 if not isinstance(text, str):
                     raise ApiError(400, "Send 'messages', or the text as 'prompt' or 'content'.", param="prompt")
-                tokens = await run_in_threadpool(target.tokenize, text, body.get("add_special") is True, False)
+                tokens = await run_in_threadpool(self.target.tokenize, text, body.get("add_special") is True, False)
         except ApiError as exc:
-            return error_response(exc)
-        return JSONResponse({"count": len(tokens), "max_model_len": n_ctx, "tokens": tokens})
+            return _error_response(exc)
+        return JSONResponse({"count": len(tokens), "max_model_len": self.n_ctx, "tokens": tokens})
 
-    async def health(request: Request):
-        load = scheduler.load()
+    async def health(self, request: Request):
+        load = self.scheduler.load()
         return JSONResponse({"status": "ok", "slots_idle": load.parallel - load.running,
                              "slots_processing": load.running, "requests_waiting": load.waiting})
 
-    routes = [Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-              Route("/v1/completions", completions, methods=["POST"]),
-              Route("/v1/models", models, methods=["GET"]),
-              Route("/tokenize", tokenize, methods=["POST"]),
-              Route("/health", health, methods=["GET"])]
-    middleware = [Middleware(RequestGuard, config=config)]  # first: outside CORS, so a refused Origin gets no CORS
-    if config.cors_origins:
-        middleware.append(Middleware(CORSMiddleware, allow_origins=list(config.cors_origins),
-                                     allow_methods=["GET", "POST", "OPTIONS"],
-                                     allow_headers=["authorization", "content-type"]))
-    async def http_error(request: Request, exc: HTTPException):
-        return error_response(ApiError(exc.status_code, str(exc.detail), kind="invalid_request_error"))
+    async def http_error(self, request: Request, exc: HTTPException):
+        return _error_response(ApiError(exc.status_code, str(exc.detail), kind="invalid_request_error"))
 
-    async def crashed(request: Request, exc: Exception):
+    async def crashed(self, request: Request, exc: Exception):
         log.exception("request %s failed", request.url.path)
-        return error_response(ApiError(500, f"The server failed: {type(exc).__name__}: {exc}", kind="server_error"))
-
-    return Starlette(routes=routes, middleware=middleware,
-                     exception_handlers={HTTPException: http_error, Exception: crashed})
+        return _error_response(ApiError(500, f"The server failed: {type(exc).__name__}: {exc}", kind="server_error"))
 
 
 class RequestGuard:
