@@ -1,16 +1,15 @@
-"""A chat answer from a remote engine (engine/remote), on a thread of its own. It emits the engine worker's
-started / progress / finished / failed signals, so the chat, Stop, Regenerate and the figures work as they do
-for this machine's answers, and the local engine stays free (it may be loading, or serving).
+"""A chat answer from a remote engine (engine/remote), on a thread of its own: RemoteAnswers, one of the answer
+path's sources (app/answers.py), so the chat, Stop, Regenerate and the figures work as they do for this machine's
+answers, and the local engine stays free (it may be loading, or serving). Also the servers kept for the run, their
+API keys, and asking a server something off the GUI thread (the engine picker's model list).
 
 API keys: the one given for this run (the chat settings when no keyring works, or --api-key-env) first, else
 the one saved in the system keyring for the server's URL. Looked up here, not on the GUI thread (a keyring
 may wait on D-Bus)."""
 from __future__ import annotations
 
-import logging
 import re
 import threading
-import traceback
 from typing import Callable
 
 from engine.errors import EngineError
@@ -18,9 +17,8 @@ from engine.remote.client import RemoteEngine, RemoteFigures, interruptible
 from engine.remote.endpoint import Endpoint
 from engine.remote.keys import saved_key
 
-from app.progress import ProgressBatch, rate_points
+from app.progress import rate_points
 
-log = logging.getLogger(__name__)
 _run_keys: dict[str, str] = {}  # url → key, for this run only
 _servers: dict[Endpoint, RemoteEngine] = {}  # server_for's
 _lock = threading.Lock()
@@ -84,46 +82,21 @@ def figures(stats: dict) -> dict:
     return {**stats, "rate_history": rate_points(stats.get("rate_history"))}
 
 
-def answer_remotely(worker, request) -> None:
-    """Answer request (app.worker.GenerationRequest, with .remote) through worker's signals."""
-    try:
-        _answer(worker, request)
-    except RuntimeError as exc:  # the worker was deleted: the window closed while the server answered
-        log.info("a remote answer outlived its window: %s", exc)
+class RemoteAnswers:
+    """An answer source (app/answers.py): the request's server answers, on a thread of its own."""
+    failure, what = "The remote answer failed", "a remote answer"
 
-
-def _answer(worker, request) -> None:
-    rid = request.id
-    worker.started.emit(rid)
-    progress = ProgressBatch(worker.progress.emit, rid)
-    answer = None
-    try:
+    def answer(self, request, out) -> None:
         engine = server_for(request.remote)
         model = interruptible(engine.model, request.cancel)  # Stop does not wait on the server's model list
         if model is None:
             stopped = RemoteFigures(backend=f"remote {engine.endpoint.host}", model="", finish_reason="cancelled")
-            worker.finished.emit(rid, figures(stopped.to_dict()))
+            out.finish(figures(stopped.to_dict()))
             return
         answer = engine.answer(request.messages, request.sampling, request.max_tokens, model,
                                request.cancel, continue_last=request.continue_last)
-
-        def stats_now() -> dict:
-            return figures(answer.figures.to_dict())
-
-        def show_held() -> None:  # the batch's text shown once the server goes quiet, not at its next piece
-            if progress.pending:
-                progress.flush(stats_now())
-
-        answer.on_wait = show_held
+        out.figures = lambda: figures(answer.figures.to_dict())
+        answer.on_wait = out.show_held  # the batch's text shown once the server goes quiet, not at its next piece
         for text in answer:
-            progress.add([(text, False)], stats_now)
-        stats = figures(answer.figures.to_dict())
-        progress.flush(stats)
-        worker.finished.emit(rid, stats)
-    except Exception as exc:  # noqa: BLE001 - on a thread of its own: whatever fails, the chat is told
-        so_far = figures(answer.figures.to_dict()) if answer is not None else {}
-        progress.flush(so_far)
-        if not isinstance(exc, EngineError):
-            log.error("a remote answer failed:\n%s", traceback.format_exc())
-        worker.failed.emit(rid, str(exc) if isinstance(exc, EngineError) else
-                           f"The remote answer failed: {type(exc).__name__}: {exc}", so_far)
+            out.add([(text, False)])
+        out.finish(out.figures())

@@ -1,39 +1,35 @@
 """The engine on its own thread. The GUI thread only sends requests and receives signals.
 
 EngineWorker lives on a QThread and owns every model; EngineClient is its GUI-side handle.
-Tokens are batched (app/progress.py), so a fast model cannot flood the event loop. A chat on a remote
-engine is answered on a thread of its own (app/remote_answer.py), through this worker's signals. Stop is a
-threading.Event the GUI sets directly; the engine checks it every step (and inside long batches), so it is
-honoured even while the worker is busy.
+Answers come through app/answers.py (one path for this machine's engine, the server's batch and a remote
+engine), which emits this worker's answer signals; EngineClient picks the source for each request and relays
+the signals to the GUI. Tokens are batched (app/progress.py), so a fast model cannot flood the event loop.
+Stop is a threading.Event the GUI sets directly; the engine checks it every step (and inside long batches), so
+it is honoured even while the worker is busy.
 
 Connect the worker's signals only to methods of QObjects that live on the GUI thread: a plain
 function or lambda has no thread of its own and would run on the worker thread.
 """
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import sys
 import threading
-import traceback
-from dataclasses import dataclass, field
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, QTimer, Signal, Slot
 
-from engine.chat_format import ChatFormatter, answer_reserve
+from engine.chat_format import ChatFormatter
 from engine.modelfiles.embedded import DISPLAY_NAMES
 from engine.errors import EngineError, GenerationCancelled
 from engine.decoding.generate import SpeculativeDecoder
 from engine.modelfiles.load_marker import LoadMarker
 from engine.decoding.loader import DRAFT_METHODS, DecoderSettings, load_draft, load_target, make_proposer
 from engine.decoding.proposers.base import NoProposer
-from engine.decoding.batch import Job
-from engine.decoding.sampling import SamplingParams, request_seed, stream_seeds
-from engine.remote.endpoint import Endpoint
 
-from app.progress import ProgressBatch, snapshot
-from app.remote_answer import answer_remotely
+from app.answers import GenerationRequest, run_answer, run_answer_on_thread
+from app.engine_answers import LocalAnswers, ServedAnswers
+from app.remote_answer import RemoteAnswers
 
 log = logging.getLogger(__name__)
 
@@ -41,18 +37,6 @@ SWITCH_INTERVAL_S = 0.001  # Python's default is 0.005
 # Opt-in: a positive value runs the engine's threads below the GUI on Linux. It helps the window on
 # an oversubscribed CPU, but then any other busy program slows generation down, so it is off by default.
 ENGINE_NICE = int(os.environ.get("SPECCHAT_ENGINE_NICE", "0")) if os.environ.get("SPECCHAT_ENGINE_NICE", "0").isdigit() else 0
-
-
-@dataclass
-class GenerationRequest:
-    messages: list[dict]  # [{"role", "content"}], ending with the user message to answer
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    max_tokens: int = 1024
-    cancel: threading.Event = field(default_factory=threading.Event)
-    id: int = field(default_factory=itertools.count(1).__next__)
-    plain: bool = False  # this request only, no speculation (the Compare view's baseline)
-    continue_last: bool = False  # messages end with an answer cut short: write more of it
-    remote: Endpoint | None = None  # answered by this server (app/remote_answer.py), not this machine's engine
 
 
 class EngineWorker(QObject):
@@ -197,7 +181,8 @@ class EngineWorker(QObject):
     # While serving, this thread runs the server's engine loop (Scheduler.serve) and so is blocked: every
     # decode stays on this one thread, which llama.cpp's OpenMP threads need (a decode from another thread
     # ran 2.7x slower, measured). The GUI thread then talks to the server directly: stop_server() and
-    # generate_served() are safe from any thread, and jobs' callbacks run here and emit the usual signals.
+    # submitting a job (app/engine_answers.py's ServedAnswers) are safe from any thread, and jobs' callbacks
+    # run here and emit the usual signals.
     @Slot(object)
     def start_server(self, options) -> None:
         """Serve the loaded model (options: engine.serving's ServeOptions) until stop_server(): its context is
@@ -250,47 +235,6 @@ class EngineWorker(QObject):
         self._apply(self.settings)
         self._calibrate()  # the sizes the chat timed before the server are kept: nothing to time, as a rule
 
-    def generate_served(self, request: GenerationRequest) -> None:
-        """From a thread of its own (EngineClient.generate), while serving: the chat's answer as one more job in the server's batch. Its
-        callbacks run on this worker's thread (the engine loop) and emit started/progress/finished/failed."""
-        rid = request.id
-        self.started.emit(rid)
-        try:
-            if request.plain:
-                raise EngineError("Plain decoding for one answer (Compare) needs the engine to itself: stop the "
-                                  "server first.")
-            prompt = self.formatter.prompt(request.messages, answer_reserve(request.max_tokens,
-                                                                             self.decoder.target.n_ctx),
-                                           continue_last=request.continue_last)
-        except Exception as exc:  # noqa: BLE001 - on a thread of its own: whatever fails, the chat is told
-            if not isinstance(exc, EngineError):
-                log.error("preparing a served answer failed:\n%s", traceback.format_exc())
-            self.failed.emit(rid, str(exc) if isinstance(exc, EngineError) else
-                             f"The engine failed: {type(exc).__name__}: {exc}", {})
-            return
-        for text in prompt.notices:
-            self.notice.emit(text)
-        progress = ProgressBatch(self.progress.emit, rid)
-
-        def on_delta(job: Job, delta) -> None:
-            progress.add(delta.segments, lambda: snapshot(job.run.stats))
-
-        def on_done(job: Job) -> None:
-            stats = snapshot(job.run.stats)  # set for every job by now, run or refused
-            progress.flush(stats)
-            if job.error:
-                self.failed.emit(rid, job.error, stats)
-            else:
-                self.finished.emit(rid, {**stats, "trimmed_messages": prompt.trimmed})
-
-        job = Job(f"chat-{rid}", prompt.tokens, request.sampling, request.max_tokens, stop=prompt.stop,
-                  seeds=stream_seeds(request_seed(request.sampling)), cancel=request.cancel,
-                  on_delta=on_delta, on_done=on_done)
-        try:
-            self.service.scheduler.submit(job)
-        except EngineError as exc:
-            self.failed.emit(rid, str(exc), {})
-
     @Slot()
     def close(self) -> None:
         self._unload()
@@ -300,50 +244,18 @@ class EngineWorker(QObject):
     # --- generation ---------------------------------------------------------------------------
     @Slot(object)
     def generate(self, request: GenerationRequest) -> None:
-        rid = request.id
-        self.started.emit(rid)
-        decoder = self.decoder
-        if decoder is None:
-            self.failed.emit(rid, "No model is loaded. Choose one in Settings or Models….", {})
-            return
-        progress = ProgressBatch(self.progress.emit, rid)
-        decoding = False  # decoder.stats are this answer's from then on
-        try:
-            reserve = answer_reserve(request.max_tokens, decoder.target.n_ctx)
-            prompt = self.formatter.prompt(request.messages, reserve, continue_last=request.continue_last)
-            for text in prompt.notices:
-                self.notice.emit(text)
-            decoding = True
-            for delta in self._decode(decoder, prompt, request):
-                progress.add(delta.segments, lambda: snapshot(decoder.stats))
-            stats = snapshot(decoder.stats)
-            progress.flush(stats)
-            self.finished.emit(rid, {**stats, "trimmed_messages": prompt.trimmed})
-        except Exception as exc:  # noqa: BLE001 - report, keep the worker alive
-            so_far = snapshot(decoder.stats) if decoding else {}
-            progress.flush(so_far)
-            if not isinstance(exc, EngineError):
-                log.error("generation failed:\n%s", traceback.format_exc())
-            message = str(exc) if isinstance(exc, EngineError) else f"The engine failed: {type(exc).__name__}: {exc}"
-            self.failed.emit(rid, message, so_far)
-
-    @staticmethod
-    def _decode(decoder: SpeculativeDecoder, prompt, request: GenerationRequest):
-        """The decoder's deltas; a plain request swaps in NoProposer for itself alone, so the chat's
-        proposer and its learned draft policy are still there for the next request."""
-        proposer = decoder.proposer
-        if request.plain:
-            decoder.proposer = NoProposer()
-        try:
-            yield from decoder.generate(prompt.tokens, request.sampling, max_tokens=request.max_tokens,
-                                        stop=prompt.stop, cancel=request.cancel)
-        finally:
-            decoder.proposer = proposer
+        """Answer request with this machine's decoder, here on the worker's thread."""
+        run_answer(LocalAnswers(self), request, self)
 
 
 class EngineClient(QObject):
-    """GUI-side handle: starts the worker's thread and forwards requests to it as queued signals."""
+    """GUI-side handle: starts the worker's thread, forwards requests to it as queued signals, and relays the
+    answer signals on the GUI thread (the chat connects here, not to the worker)."""
 
+    started = Signal(int)  # request id
+    progress = Signal(int, object, object)  # request id, [(text, from_draft)], stats snapshot
+    finished = Signal(int, object)  # request id, final stats snapshot
+    failed = Signal(int, str, object)  # request id, message, stats so far
     _load = Signal(object)
     _apply = Signal(object)
     _generate = Signal(object)
@@ -367,6 +279,10 @@ class EngineClient(QObject):
         self.current: GenerationRequest | None = None
         self.worker.finished.connect(self._done)
         self.worker.failed.connect(self._done)
+        w = self.worker  # queued to this GUI-thread object after _done, as the chat's own connections were
+        for worker_signal, relay in ((w.started, self.started), (w.progress, self.progress),
+                                     (w.finished, self.finished), (w.failed, self.failed)):
+            worker_signal.connect(relay)
         app = QCoreApplication.instance()
         if app is not None:
             app.aboutToQuit.connect(self.shutdown)  # never leave the thread running at exit
@@ -381,15 +297,14 @@ class EngineClient(QObject):
         self._apply.emit(settings)
 
     def generate(self, request: GenerationRequest) -> GenerationRequest:
+        """Answer request from the source it needs (app/answers.py); its signals come from this client."""
         self.current = request
         if request.remote is not None:  # another machine answers: a thread waits on it, this engine is free
-            threading.Thread(target=answer_remotely, args=(self.worker, request), daemon=True,
-                             name="remote-answer").start()
+            run_answer_on_thread(RemoteAnswers(), request, self.worker, "remote-answer")
         elif self.worker.service is not None:  # the worker's thread is running the server's engine loop
             # Templating and tokenizing a conversation is not the GUI thread's work (a template may take its
             # sandbox's 3 s before it is refused): a thread of its own, whose signals are queued to the GUI.
-            threading.Thread(target=self.worker.generate_served, args=(request,), daemon=True,
-                             name="served-chat-prompt").start()
+            run_answer_on_thread(ServedAnswers(self.worker), request, self.worker, "served-chat-prompt")
         else:
             # Start on the next turn of the event loop, once the GUI has laid out the messages just
             # added: the prompt's prefill takes every core, and that layout competing with it is

@@ -30,8 +30,9 @@ from app.chat.model import ChatModel, add_segments, continuable
 from app.remote_answer import model_label
 from app.settings.presets import Preset, PresetBook
 from app.settings.values import AppSettings
-from app.conversations.store import ConversationStore, Message
-from app.worker import EngineClient, GenerationRequest
+from app.answers import GenerationRequest
+from app.conversations.store import ConversationStore, Message, MessageTree
+from app.worker import EngineClient
 
 log = logging.getLogger(__name__)
 
@@ -97,10 +98,9 @@ class ChatSession(QObject):
         self._unsaved: dict[int, tuple[int | None, Message]] = {}  # id -> (conversation, message) not saved yet
         self._retry_timer = QTimer(self, interval=int(RETRY_EVERY_S * 1000))
         self._retry_timer.timeout.connect(self.save_unsaved)
-        w = engine.worker
-        w.progress.connect(self._progress)
-        w.finished.connect(self._finished)
-        w.failed.connect(self._failed)
+        engine.progress.connect(self._progress)
+        engine.finished.connect(self._finished)
+        engine.failed.connect(self._failed)
 
     @property
     def busy(self) -> bool:
@@ -112,11 +112,12 @@ class ChatSession(QObject):
         self.new_chat_settings = {}
         self.model.set_messages(*self._path())
 
-    def _path(self) -> tuple[list[Message], list[list[int]]]:
-        """The open conversation's branch shown, and each message's siblings (see ChatModel)."""
+    def _path(self, tree: MessageTree | None = None) -> tuple[list[Message], list[list[int]]]:
+        """The open conversation's branch shown, and each message's siblings (see ChatModel), from its tree
+        (read here unless given)."""
         if self.conversation_id is None:
             return [], []
-        tree = self.store.tree(self.conversation_id)
+        tree = tree if tree is not None else self.store.tree(self.conversation_id)
         messages = tree.path()
         # Show the live response object, not a saved copy of it, so it keeps streaming in view; and an answer
         # not saved yet as it is in memory (ids are unique across conversations).
@@ -151,35 +152,39 @@ class ChatSession(QObject):
         new = self.conversation_id is None
         parent = self.model.items[-1].id if self.model.items else None
 
-        def write() -> Message:
+        def write(settings: Preset) -> Message:
             if new:
                 self.conversation_id = self.store.create_conversation(title_from(text))
                 self.store.set_conversation_settings(self.conversation_id,
                                                      {"preset": self.presets().default, **self.new_chat_settings})
-            return self._add_turn(text, parent)
-        reply = self._written(write)
-        if reply is None and new:
+            return self._add_turn(text, parent, settings)
+        turn = self._written(write)
+        if turn is None and new:
             self.conversation_id = None  # its creation was undone with the rest
-        return reply is not None and self._start(reply)
+        return turn is not None and self._start(*turn)
 
-    def _add_turn(self, text: str, parent: int | None) -> Message:
+    def _add_turn(self, text: str, parent: int | None, settings: Preset) -> Message:
         """Save the question and the row its answer streams into (inside a _written transaction)."""
         user = Message(id=None, role="user", content=text)
         self.store.add_message(self.conversation_id, user, parent=parent)
-        return self._add_reply(user.id)
+        return self._add_reply(user.id, settings)
 
-    def _add_reply(self, parent: int) -> Message:
-        reply = Message(id=None, role="assistant", status="streaming", model=self.answering_model())
+    def _add_reply(self, parent: int, settings: Preset) -> Message:
+        reply = Message(id=None, role="assistant", status="streaming", model=self.answering_model(settings))
         self.store.add_message(self.conversation_id, reply, parent=parent)
         return reply
 
-    def _written(self, write: Callable[[], Message]) -> Message | None:
-        """write() as one transaction: its result, or None (nothing written, the user told) if the store refused
-        it. Answers held from before are tried first: a send is a moment to save them."""
+    def _written(self, write: Callable[[Preset], Message]) -> tuple[Message, MessageTree, Preset] | None:
+        """One trip to the store for an answer about to start, as one transaction: the chat's settings read (once:
+        they go along with the answer), write(settings) saving its rows, and the tree read back to show them. None
+        (nothing written, the user told) if the store refused it. Answers held from before are tried first: a
+        send is a moment to save them."""
         self.save_unsaved()
         try:
             with self.store.transaction():
-                written = write()
+                settings = self.chat_settings()  # a chat created by write() has new_chat_settings: the same
+                reply = write(settings)
+                written = reply, self.store.tree(self.conversation_id), settings
         except STORE_ERRORS as exc:
             what, remedy = store_problem(exc)
             log.warning("a message could not be saved, so it was not sent: %s", exc)
@@ -196,8 +201,8 @@ class ChatSession(QObject):
         if (self.busy or message is None or message.role != "assistant" or message.parent_id is None
                 or self.model.row_of(message) < 0):
             return False
-        reply = self._written(lambda: self._add_reply(message.parent_id))
-        return reply is not None and self._start(reply)
+        turn = self._written(lambda settings: self._add_reply(message.parent_id, settings))
+        return turn is not None and self._start(*turn)
 
     def resend_edited(self, text: str, message: Message | None = None) -> bool:
         """Send text in place of this user message (by default the last) and answer it: a new branch from
@@ -208,12 +213,12 @@ class ChatSession(QObject):
         if self.busy or message is None or message.role != "user" or not text or self.model.row_of(message) < 0:
             return False
 
-        def write() -> Message:
+        def write(settings: Preset) -> Message:
             if message.parent_id is None:
                 self._retitle(message.content, text, notify=False)  # _start says the conversation changed
-            return self._add_turn(text, message.parent_id)
-        reply = self._written(write)
-        return reply is not None and self._start(reply)
+            return self._add_turn(text, message.parent_id, settings)
+        turn = self._written(write)
+        return turn is not None and self._start(*turn)
 
     def _retitle(self, old: str, new: str, notify: bool = True) -> None:
         """The first question shown changed from old to new: a title made from old follows it; one the user
@@ -235,7 +240,7 @@ class ChatSession(QObject):
         self.streaming, self.streaming_conversation = message, self.conversation_id
         self._save()  # refused (a full disk): it continues in memory, held like any answer
         self._changed()
-        self._generate(items, continue_last=True)
+        self._generate(items, self.chat_settings(), continue_last=True)
         return True
 
     def switch_branch(self, message: Message, step: int) -> bool:
@@ -286,30 +291,33 @@ class ChatSession(QObject):
         """What the open chat's next response uses: its preset, with the chat's own values over it."""
         return self.presets().effective(self.conversation_settings())
 
-    def remote_endpoint(self) -> Endpoint | None:
-        """The open chat's remote engine (its key left to app/remote_answer.py), or None for this machine's."""
-        settings = self.chat_settings()
+    def remote_endpoint(self, settings: Preset | None = None) -> Endpoint | None:
+        """The open chat's remote engine (its key left to app/remote_answer.py), or None for this machine's; from
+        its settings (read here unless given)."""
+        settings = settings if settings is not None else self.chat_settings()
         return Endpoint(settings.engine_url, settings.engine_model) if settings.remote else None
 
-    def answering_model(self) -> str:
+    def answering_model(self, settings: Preset | None = None) -> str:
         """Who answers the open chat: this machine's model, or a remote server's (its model once one answered)."""
-        remote = self.remote_endpoint()
+        remote = self.remote_endpoint(settings)
         if remote is None:
             return self.model_name
         return f"{remote.model} @ {remote.host}" if remote.model else remote.host
 
-    def _start(self, reply: Message) -> bool:
-        """Write the answer saved as `reply`'s row, shown from here on."""
+    def _start(self, reply: Message, tree: MessageTree, settings: Preset) -> bool:
+        """Write the answer saved as `reply`'s row, shown from here on (tree: the conversation as just written)."""
         self.streaming, self.streaming_conversation = reply, self.conversation_id
-        self._show_path()
+        self.model.show_path(*self._path(tree))
         self.conversationsChanged.emit(self.conversation_id)
-        self._generate(self.model.items[:-1])
+        self._generate(self.model.items[:-1], settings)
         return True
 
-    def prompt_history(self, messages: list[Message], continue_last: bool = False) -> list[dict]:
-        """What the model is sent for these messages: the chat's system prompt, then each message; an earlier
-        answer goes without its thought (<think>…</think>), as reasoning models' own templates send it."""
-        settings = self.chat_settings()
+    def prompt_history(self, messages: list[Message], continue_last: bool = False,
+                       settings: Preset | None = None) -> list[dict]:
+        """What the model is sent for these messages: the chat's system prompt (from its settings, read here unless
+        given), then each message; an earlier answer goes without its thought (<think>…</think>), as reasoning
+        models' own templates send it."""
+        settings = settings if settings is not None else self.chat_settings()
         history = []
         for i, m in enumerate(messages):
             whole = m.role != "assistant" or (continue_last and i == len(messages) - 1)
@@ -320,12 +328,12 @@ class ChatSession(QObject):
             history.insert(0, {"role": "system", "content": storable(settings.system_prompt.strip())})
         return history
 
-    def _generate(self, messages: list[Message], continue_last: bool = False) -> None:
-        settings = self.chat_settings()  # this chat's own: another chat's never leak in
-        history = self.prompt_history(messages, continue_last)
+    def _generate(self, messages: list[Message], settings: Preset, continue_last: bool = False) -> None:
+        """Ask the engine for the answer to messages, with this chat's own settings (another chat's never leak in)."""
+        history = self.prompt_history(messages, continue_last, settings)
         self._thought = ThoughtClock((self.streaming.stats or {}).get("thought_s") if self.streaming else None)
         self._saved_at = time.monotonic()
-        remote = self.remote_endpoint()
+        remote = self.remote_endpoint(settings)
         self.request = self.engine.generate(GenerationRequest(messages=history, sampling=settings.sampling(),
                                                               max_tokens=settings.max_tokens,
                                                               continue_last=continue_last, remote=remote))

@@ -257,8 +257,8 @@ def test_stop_while_the_server_is_silent_on_its_model_list_ends_the_answer_at_on
     import threading
     from types import SimpleNamespace
 
-    from app.remote_answer import answer_remotely
-    from app.worker import GenerationRequest
+    from app.answers import GenerationRequest, run_answer
+    from app.remote_answer import RemoteAnswers
     from engine.remote.endpoint import Endpoint
 
     signals = []
@@ -268,7 +268,7 @@ def test_stop_while_the_server_is_silent_on_its_model_list_ends_the_answer_at_on
         request = GenerationRequest([{"role": "user", "content": "Hello?"}], remote=Endpoint(server.url))
         threading.Timer(0.3, request.cancel.set).start()
         started = time.monotonic()
-        answer_remotely(worker, request)
+        run_answer(RemoteAnswers(), request, worker)
         took = time.monotonic() - started
     assert took < 1.3 and [s[0] for s in signals] == ["started", "finished"]
     assert signals[-1][2]["finish_reason"] == "cancelled"
