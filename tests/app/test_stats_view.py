@@ -67,3 +67,23 @@ def test_tooltip_details():
                      "Prompt: 300 tokens, 250 of them reused from the previous turn's cache.",
                      "Acceptance by draft position: 90%, 75%, 50%.", "Time spent drafting: 4% of decoding."]
     assert detail_lines({}) == []
+
+
+def test_every_figure_the_stats_line_reads_is_in_the_table():
+    """A key read here and missing from engine.figures would be a figure nothing exports, checks or explains."""
+    import ast
+    from pathlib import Path
+
+    import app.chat.stats_view as stats_view
+    from engine.figures import FIGURE
+
+    read = set()
+    for node in ast.walk(ast.parse(Path(stats_view.__file__).read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == "stats" \
+                and node.args and isinstance(node.args[0], ast.Constant):
+            read.add(node.args[0].value)
+        elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "stats" \
+                and isinstance(node.slice, ast.Constant):
+            read.add(node.slice.value)
+    assert len(read) > 15 and read - set(FIGURE) == set()
