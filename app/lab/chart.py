@@ -8,12 +8,13 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QPainter, QPen
 
 from engine.measure.lab_report import METHOD_COLOURS
+from engine.methods import method_words
 
 
 SERVER_COLOURS = ("#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")  # servers named otherwise (remote labs)
 # The legend's words: short, as two charts side by side leave each ~300 px (the long ones were cut to "plain deco…");
 # the table beside it says each method in full.
-LEGEND_WORDS = {"none": "plain", "lookup": "lookup", "draft": "draft model", "auto": "auto"}
+LEGEND_WORDS = method_words("legend")
 
 
 class LabChart(QChartView):

@@ -12,6 +12,7 @@ from engine.errors import InvalidSettingError
 from engine.measure.lab import LabConfig, _int_list
 from engine.measure.lab_report import METHOD_WORDS
 from engine.measure.remote_lab import RemoteLabConfig, parse_servers
+from engine.methods import METHODS, method_words
 from engine.modelfiles.embedded import DISPLAY_NAMES, EMBEDDED
 from engine.paths import resources_dir
 
@@ -19,7 +20,7 @@ PROMPT_SETS = {"grounded": "Grounded and editing tasks", "open": "Open-ended cha
 CUSTOM = "custom"
 LEVELS = (1, 2, 4, 8, 16)
 # Short words where four checkboxes share a row of the form (the report's words are their tooltips).
-BOX_WORDS = {"none": "plain", "lookup": "lookup", "draft": "draft model", "auto": "auto (both)"}
+BOX_WORDS = method_words("box")
 THIS_MACHINE, SERVERS = "local", "servers"
 
 
@@ -58,7 +59,7 @@ class LabForm(QGroupBox):
 
         self.method_boxes = {}
         methods = QHBoxLayout()
-        for method in ("none", "lookup", "draft", "auto"):
+        for method in METHODS:
             box = QCheckBox(BOX_WORDS[method])
             box.setToolTip(METHOD_WORDS[method][0].upper() + METHOD_WORDS[method][1:] + ".")
             box.setChecked(method in ("none", "lookup"))
