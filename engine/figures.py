@@ -2,7 +2,7 @@
 test's line), kind, label, unit, format, tooltips and the README's words for it, and who sets it.
 
 GenerationStats.to_dict and RemoteFigures.to_dict give exactly the keys listed for them here (a test checks),
-progress.snapshot adds the SHOWN ones, the conversation files check an import's figures by KIND, and the stats
+progress.snapshot adds the SHOWN ones, the conversation files check an import's figures by their kind, and the stats
 line, the server panel and the README's table take their words from here. Adding a figure is adding a row.
 
 `python -m engine.figures --markdown` prints the README's table.
@@ -17,7 +17,7 @@ NA = "n/a"
 # Kinds: what a value may be (None is allowed for every kind but FLAG and the lists).
 NUMBER, TEXT, FLAG, NUMBER_LIST, PAIR_LIST = "number", "text", "flag", "number list", "pair list"
 # Who sets a figure: the local engine (GenerationStats.to_dict), a remote one (RemoteFigures.to_dict),
-# progress.snapshot (for what the window shows), or the worker once the answer is done.
+# progress.snapshot (for what the window shows), or the answer path once the answer is done (app/answers.py).
 LOCAL, REMOTE, SHOWN, ANSWER = "local", "remote", "shown", "answer"
 BOTH = (LOCAL, REMOTE)
 
