@@ -18,6 +18,7 @@ from ..decoding.proposers.draft_model import check_draft
 from ..decoding.runtime import Model
 from ..decoding.sampling import SamplingParams
 from .bench import GREEDY, answer_tokens, encode
+from ..methods import DEFAULT_P_MIN
 from .draft_replay import draft_runs
 from .in_situ import time_in_situ
 
@@ -78,7 +79,7 @@ def _interpolate(curve: dict[int, float], rows: int) -> float:
 
 def record(model: str, prompts: Sequence[dict], max_tokens: int, chat: bool = False,
            threads: int | None = None, temperature: float = 0.0, seeds: Sequence[int] = (1,),
-           draft: str | None = None, p_min: float = 0.75, max_rows: int = MAX_DRAFT_LIMIT + 1) -> Recording:
+           draft: str | None = None, p_min: float = DEFAULT_P_MIN, max_rows: int = MAX_DRAFT_LIMIT + 1) -> Recording:
     """Plain answers (end tokens ignored, as bench's --ignore-eos) and the step-cost curve: greedy, or at
     a temperature one per seed (ids `prompt@seed`), with SamplingParams' other filters. With a draft model
     (greedy only), its proposal at every position of every answer and its own curve too. The curves go to

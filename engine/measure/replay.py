@@ -47,6 +47,7 @@ from ..decoding.stats import GenerationStats
 from ..decoding.step import SequenceState, StepLoop
 from ..decoding.verifier import Verifier
 from ..errors import EngineError
+from ..methods import DEFAULT_P_MIN
 from .bench import GREEDY, parse_seeds, read_prompts
 from .draft_replay import ReplayDraft
 from .recording import Recording, on_device, record
@@ -388,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
                      "as 1-3 or 1,2,5")
     rec.add_argument("--draft", help="a draft model: record its proposal at every position too (greedy only), so "
                      "draft and auto replay")
-    rec.add_argument("--p-min", type=float, default=0.75, help="with --draft: its confidence cutoff")
+    rec.add_argument("--p-min", type=float, default=DEFAULT_P_MIN, help="with --draft: its confidence cutoff")
     rec.add_argument("--max-rows", type=int, default=MAX_DRAFT_LIMIT + 1, help="the widest step timed (wider ones "
                      "are charged on the slope of the widest two)")
     rec.add_argument("--out", required=True)

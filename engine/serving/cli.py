@@ -8,9 +8,9 @@ import signal
 import sys
 import threading
 
-from ..decoding.cost_model import DEFAULT_MAX_DRAFT
-from ..decoding.loader import DRAFT_METHODS, METHODS, DecoderSettings, load_draft, load_target, make_proposer
+from ..decoding.loader import DecoderSettings, load_draft, load_target, make_proposer
 from ..errors import EngineError
+from ..methods import DEFAULT_MAX_DRAFT, DEFAULT_METHOD, DRAFT_METHODS, METHODS
 from .openai_api import MAX_BODY_BYTES
 from .service import DEFAULT_PORT, ServeOptions, Service
 
@@ -19,7 +19,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m engine.serve", description=__doc__)
     ap.add_argument("--model", default="embedded", help="a GGUF path, 'embedded' or 'embedded-gemma'")
     ap.add_argument("--draft", help="draft GGUF path (for --method draft or auto)")
-    ap.add_argument("--method", choices=METHODS, default="lookup")
+    ap.add_argument("--method", choices=METHODS, default=DEFAULT_METHOD)
     ap.add_argument("--host", default="127.0.0.1", help="0.0.0.0 serves the local network (needs --api-key)")
     ap.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 picks a free port")
     ap.add_argument("--api-key", default=os.environ.get("SPECCHAT_API_KEY"),
