@@ -12,7 +12,7 @@ from engine.errors import InvalidSettingError
 from engine.measure.lab import LabConfig, _int_list
 from engine.measure.lab_report import METHOD_WORDS
 from engine.measure.remote_lab import RemoteLabConfig, parse_servers
-from engine.methods import METHODS, method_words
+from engine.methods import MAX_DRAFT_LIMIT, METHODS, method_words
 from engine.modelfiles.embedded import DISPLAY_NAMES, EMBEDDED
 from engine.paths import resources_dir
 
@@ -94,7 +94,7 @@ class LabForm(QGroupBox):
         form.addRow("Prompts", prompts)
 
         self.max_tokens = QSpinBox(minimum=4, maximum=2048, value=128)
-        self.max_draft = QSpinBox(minimum=1, maximum=64, value=8)
+        self.max_draft = QSpinBox(minimum=1, maximum=MAX_DRAFT_LIMIT, value=8)
         self.adaptive = QCheckBox("adaptive (as in the chat)")
         self.adaptive.setChecked(True)
         self.adaptive.setToolTip("On: measured acceptance and step times pick each step's draft lengths.\n"
