@@ -1,5 +1,5 @@
-"""`python -m engine.doctor`: a stable command; the code is in engine.measure.doctor."""
-from .measure.doctor import main
+"""`python -m engine.doctor`: a stable command; the code is in engine.lab.doctor."""
+from .lab.doctor import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -16,7 +16,7 @@ from PySide6.QtGui import QFontDatabase, QGuiApplication
 from PySide6.QtWidgets import (QDialog, QHBoxLayout, QLabel, QPlainTextEdit, QProgressBar, QPushButton,
                                QVBoxLayout, QWidget)
 
-from engine.measure.doctor import DEFAULT_SECONDS, describe
+from engine.lab.doctor import DEFAULT_SECONDS, describe
 
 PROBLEM_STYLE = "background: rgba(255, 160, 0, 50); border-radius: 4px; padding: 8px;"
 

@@ -7,7 +7,7 @@ from PySide6.QtCharts import QChart, QChartView, QLineSeries, QLogValueAxis, QVa
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QPainter, QPen
 
-from engine.measure.lab_report import METHOD_COLOURS
+from engine.lab.report import METHOD_COLOURS
 from engine.methods import method_words
 
 

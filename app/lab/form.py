@@ -9,9 +9,10 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QFormLayout, Q
 
 from engine.decoding.loader import DRAFT_METHODS
 from engine.errors import InvalidSettingError
-from engine.measure.lab import LabConfig, _int_list
-from engine.measure.lab_report import METHOD_WORDS
-from engine.measure.remote_lab import RemoteLabConfig, parse_servers
+from engine.lab.cli import _int_list
+from engine.lab.local import LabConfig
+from engine.lab.remote import RemoteLabConfig, parse_servers
+from engine.lab.report import METHOD_WORDS
 from engine.methods import MAX_DRAFT_LIMIT, METHODS, method_words
 from engine.modelfiles.embedded import DISPLAY_NAMES, EMBEDDED
 from engine.paths import resources_dir

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QHeaderView, QTableWidget, QTableWidgetItem
 
-from engine.measure.lab_report import memory_text, method_words, utilisation_text
+from engine.lab.report import memory_text, method_words, utilisation_text
 
 NA = "n/a"
 # Two-line headers and two-line cells where they are wide: at the window's default size every column

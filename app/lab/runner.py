@@ -11,9 +11,10 @@ import time
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from engine.errors import EngineError, GenerationCancelled
-from engine.measure.lab import LabConfig, LabProgress, run_lab
-from engine.measure.lab_report import with_analysis
-from engine.measure.remote_lab import RemoteLabConfig, run_remote_lab
+from engine.lab.local import LabConfig, run_lab
+from engine.lab.remote import RemoteLabConfig, run_remote_lab
+from engine.lab.report import with_analysis
+from engine.lab.schema import LabProgress
 
 from app.remote_answer import api_key
 

@@ -17,9 +17,10 @@ from PySide6.QtWidgets import (QFileDialog, QGridLayout, QGroupBox, QHBoxLayout,
 
 from engine.decoding.loader import DRAFT_METHODS
 from engine.errors import EngineError
-from engine.measure.lab import LabConfig, LabProgress
-from engine.measure.remote_lab import RemoteLabConfig
-from engine.measure.lab_report import best_draft_length, crossover, method_words, throughput, with_analysis
+from engine.lab.local import LabConfig
+from engine.lab.remote import RemoteLabConfig
+from engine.lab.report import best_draft_length, crossover, method_words, throughput, with_analysis
+from engine.lab.schema import LabProgress
 
 from app.lab.chart import LabChart
 from app.lab.form import CUSTOM, LEVELS, PROMPT_SETS, LabForm

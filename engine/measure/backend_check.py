@@ -25,9 +25,9 @@ from ..decoding.runtime import LoadSettings, Model
 from ..decoding.sampling import SamplingParams
 from ..modelfiles.embedded import resolve_model
 from ..paths import resources_dir
-from . import doctor
-from .lab import LabConfig, run_lab
-from .lab_report import memory_text
+from ..lab import doctor
+from ..lab.local import LabConfig, run_lab
+from ..lab.report import memory_text
 
 GREEDY = SamplingParams(temperature=0.0)
 CONTEXT = 1024

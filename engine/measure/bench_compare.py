@@ -25,7 +25,7 @@ import numpy as np
 import llama_cpp.llama
 from llama_cpp import Llama, LogitsProcessorList, StoppingCriteriaList
 
-from .bench import GREEDY, encode, llama_cpp_sampling, parse_seeds, read_prompts
+from ..lab.bench import GREEDY, encode, llama_cpp_sampling, parse_seeds, read_prompts
 from ..chat_format import ChatFormatter
 from ..modelfiles.embedded import resolve_model
 from ..decoding.loader import DecoderSettings, build_decoder

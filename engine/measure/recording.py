@@ -17,7 +17,7 @@ from ..decoding.loader import DecoderSettings, build_decoder, load_target
 from ..decoding.proposers.draft_model import check_draft
 from ..decoding.runtime import Model
 from ..decoding.sampling import SamplingParams
-from .bench import GREEDY, answer_tokens, encode
+from ..lab.bench import GREEDY, answer_tokens, encode
 from ..methods import DEFAULT_P_MIN
 from .draft_replay import draft_runs
 from .in_situ import time_in_situ

@@ -48,7 +48,7 @@ from ..decoding.step import SequenceState, StepLoop
 from ..decoding.verifier import Verifier
 from ..errors import EngineError
 from ..methods import DEFAULT_P_MIN
-from .bench import GREEDY, parse_seeds, read_prompts
+from ..lab.bench import GREEDY, parse_seeds, read_prompts
 from .draft_replay import ReplayDraft
 from .recording import Recording, on_device, record
 

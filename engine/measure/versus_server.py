@@ -42,7 +42,7 @@ from ..decoding.runtime import Model, model_params
 from ..modelfiles.embedded import resolve_model
 from ..chat_format import ChatFormatter
 from ..decoding.sampling import SamplingParams
-from .bench import GREEDY, answer_tokens, encode, llama_cpp_sampling, read_prompts
+from ..lab.bench import GREEDY, answer_tokens, encode, llama_cpp_sampling, read_prompts
 
 SERVER_METHODS = {
     "server plain": [],

@@ -8,7 +8,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox, QStyle
 
-from engine.measure.lab_report import best_draft_length
+from engine.lab.report import best_draft_length
 from engine.modelfiles.embedded import DISPLAY_NAMES, EMBEDDED, EMBEDDED_GEMMA
 from conftest import collect_garbage_now  # noqa: E402 - tests/app/conftest.py
 

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from engine.measure.bench import read_prompts
+from engine.lab.bench import read_prompts
 from engine.decoding.cost_model import SpeculationConfig
 from engine.decoding.generate import SpeculativeDecoder
 from engine.paths import resources_dir

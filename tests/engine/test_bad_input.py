@@ -3,7 +3,7 @@ import shutil
 
 import pytest
 
-from engine.measure.bench import main as bench_main
+from engine.lab.bench import main as bench_main
 from engine.errors import ContextOverflowError, InvalidSettingError, ModelFileError, VocabMismatchError
 from engine.decoding.cost_model import SpeculationConfig
 from engine.decoding.generate import SpeculativeDecoder

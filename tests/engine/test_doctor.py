@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from engine import hardware
-from engine.measure import doctor
+from engine.lab import doctor
 from this_build import BACKEND, GPU_OFFLOAD, MEMORY_KIND, ON_GPU  # tests/this_build.py: read from the build
 
 ROOT = Path(__file__).resolve().parents[2]

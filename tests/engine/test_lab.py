@@ -8,8 +8,9 @@ import pytest
 
 from engine.decoding.cost_model import SpeculationConfig
 
-from engine.measure import lab
-from engine.measure.lab_report import advise, crossover
+from engine.lab import cli
+from engine.lab import local as lab
+from engine.lab.report import advise, crossover
 from this_build import MEMORY_KIND, UTILISATION_KIND  # tests/this_build.py: read from the build
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,7 +75,7 @@ def test_cli_writes_results_plot_and_summary(tiny_prompts, tmp_path):
 
 
 def test_cli_refuses_the_draft_method_without_a_draft_model(tiny_prompts, tmp_path, capsys):
-    code = lab.main(["--model", "embedded", "--methods", "none,draft", "--prompts", str(tiny_prompts),
+    code = cli.main(["--model", "embedded", "--methods", "none,draft", "--prompts", str(tiny_prompts),
                      "--max-tokens", "4", "--out", str(tmp_path / "x")])
     assert code == 2 and "draft model" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()

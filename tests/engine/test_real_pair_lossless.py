@@ -17,7 +17,7 @@ from engine.decoding.proposers.lookup import LookupProposer
 from engine.decoding.runtime import LoadSettings, Model
 from engine.decoding.sampling import SamplingParams, filter_logits
 from engine.decoding.verifier import Verifier
-from engine.measure.bench import encode
+from engine.lab.bench import encode
 from engine.measure.real_pair import DRAFT, TARGET, pair_dir
 
 from test_generation import assert_each_token_is_the_targets_argmax

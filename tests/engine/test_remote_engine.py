@@ -606,7 +606,7 @@ def test_a_level_against_a_server_stays_full_until_its_last_request_is_answered(
     import argparse
     import asyncio
 
-    from engine.measure.serve_bench import run_cell
+    from engine.lab.serve_bench import run_cell
 
     n = 160
     args = argparse.Namespace(endpoint="chat", requests=1, max_tokens=n, temperature=0.0, seed=1, ignore_eos=True,
@@ -629,7 +629,7 @@ def test_the_lab_runs_against_servers_through_serve_benchs_path_with_the_crossov
     """engine.lab --engine-url: plain and lookup SpecChat servers (a real model each), and a vLLM whose acceptance
     comes from its /metrics counters, measured through serve_bench's path into the lab's own results document,
     summary (with where speculation stops paying) and plot."""
-    from engine.measure.lab import main as lab
+    from engine.lab.cli import main as lab
 
     plain, plain_model = specchat_server(plain=True)
     vllm_url, vllm, vllm_thread = serve_fake_vllm()

@@ -34,7 +34,7 @@ def test_bench_spawns_servers_and_reports_every_cell(tmp_path):
 
 
 def test_full_load_counts_what_streamed_while_every_client_was_being_answered():
-    from engine.measure.serve_bench import RequestTrace, full_load_rate
+    from engine.lab.serve_bench import RequestTrace, full_load_rate
 
     a = RequestTrace(0.0, first_at=1.0, done_at=3.0, chunks=[(1.0, 1), (2.0, 2), (3.0, 3)], completion_tokens=3)
     b = RequestTrace(0.5, first_at=1.5, chunks=[(1.5, 1), (2.5, 2), (4.0, 3)])  # cut short: answering until the end

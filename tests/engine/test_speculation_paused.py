@@ -1,7 +1,7 @@
 """'Speculation paused' says the adaptive policy predicted plain decoding faster. It must never be
 said because an answer's last tokens left no room to draft (the token budget caps the draft length)."""
 
-from engine.measure.bench import read_prompts
+from engine.lab.bench import read_prompts
 from engine.decoding import threads
 from engine.decoding.cost_model import SpeculationConfig
 from engine.decoding.generate import SpeculativeDecoder

@@ -173,7 +173,7 @@ def one_run(decoder, item: dict, tokens: list[int], sampling: SamplingParams, ar
 
 def fastest(runs: list[dict]) -> dict:
     """Of one prompt's repeated runs, the fastest decode: other work on the machine only ever slows a
-    run down (as engine.measure.lab keeps its cells). Every run stays in "every_run", so the spread is visible."""
+    run down (as engine.lab keeps its cells). Every run stays in "every_run", so the spread is visible."""
     best = dict(max(runs, key=lambda r: r["decode_tokens_per_s"] or 0.0))
     best["repeats"] = len(runs)
     best["every_run"] = runs

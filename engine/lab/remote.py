@@ -18,8 +18,8 @@ from typing import Callable
 from ..errors import GenerationCancelled, InvalidSettingError
 from ..remote.endpoint import normalised_url
 from .bench import read_prompts
-from .lab import SCHEMA, LabProgress
-from .lab_report import least_disturbed
+from .report import least_disturbed
+from .schema import SCHEMA, LabProgress
 from .serve_bench import RequestTrace, named_url, run_cell, served_model
 
 MAX_CLIENTS = 1024

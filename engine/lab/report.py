@@ -2,7 +2,7 @@
 words, the markdown summary and the plot. Pure functions of the results document, so the window,
 the CLI and a saved file all give the same answer.
 
-python -m engine.measure.lab_report DIR [DIR ...] --out PLOT.png   (one plot of several runs, a row each)
+python -m engine.lab.report DIR [DIR ...] --out PLOT.png   (one plot of several runs, a row each)
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ METHOD_COLOURS = {"none": "#555555", "lookup": "#1f77b4", "draft": "#d62728", "a
 
 
 def method_words(method: str) -> str:
-    """A method in words; a server of a remote run (engine/measure/remote_lab.py) by the name it was given."""
+    """A method in words; a server of a remote run (engine/lab/remote.py) by the name it was given."""
     return METHOD_WORDS.get(method, method)
 
 
@@ -58,7 +58,7 @@ def methods(results: dict) -> list[str]:
 
 
 def throughput(cell: dict) -> float | None:
-    """The tokens/s a level is judged by: decode throughput with every slot busy where that was measured (lab_metrics.py;
+    """The tokens/s a level is judged by: decode throughput with every slot busy where that was measured (metrics.py;
     servers: serve_bench.full_load_rate), else the aggregate (results saved before it was measured)."""
     return cell.get("full_tokens_per_s") or cell.get("aggregate_tokens_per_s")
 
@@ -389,7 +389,7 @@ def write_plot(runs: list[tuple[str, dict]], path: str | Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m engine.measure.lab_report", description="Plot several lab runs together.")
+    ap = argparse.ArgumentParser(prog="python -m engine.lab.report", description="Plot several lab runs together.")
     ap.add_argument("dirs", nargs="+", help="folders written by python -m engine.lab")
     ap.add_argument("--out", required=True, help="the PNG to write")
     args = ap.parse_args(argv)

@@ -7,7 +7,7 @@ another; cells alternate between servers and repeat, and the fastest run of a ce
 on the machine only slows a run down). Per cell: aggregate tok/s, TTFT and inter-token latency p50/p95
 (a chunk of m tokens after a gap g counts as m gaps of g/m), and mean accepted length from the server's
 timings, or from vLLM's /metrics counters before and after the cell (engine/remote/prometheus.py). The summary
-says where speculation stops paying (lab_report.crossover, as the lab's). Writes results.json, summary.md and
+says where speculation stops paying (report.crossover, as the lab's). Writes results.json, summary.md and
 plot.png to --out. `python -m engine.lab --engine-url` runs the same path.
 """
 from __future__ import annotations
@@ -76,7 +76,7 @@ def percentile(values: list[float], q: float) -> float | None:
 def full_load_rate(traces: list[RequestTrace], end: float) -> float | None:
     """Tokens per second streamed while the server answered as many requests at once as it ever did in the level
     (every client's, unless it serves fewer in parallel), each past its first token and before its last, so prefills
-    are left out: the local lab's full-load figure (lab_metrics.py) as clients can see it. A trace cut short (a
+    are left out: the local lab's full-load figure (metrics.py) as clients can see it. A trace cut short (a
     filler) counts as answered until `end`."""
     events = sorted((when, change) for t in traces if t.first_at is not None
                     for when, change in ((t.first_at, 1), (t.done_at or end, -1)))
@@ -345,7 +345,7 @@ def summary(results: dict) -> str:
 
 def crossover_lines(results: dict, methods: list[str], base: str) -> list[str]:
     """Where each speculating server stops paying against the plain one, as the lab says it."""
-    from .lab_report import crossover
+    from .report import crossover
 
     as_lab = {"cells": [{**c, "concurrency": c["clients"]} for c in results["cells"]]}
     lines = []
@@ -371,7 +371,7 @@ def plot(results: dict, path: Path) -> None:
 
     from matplotlib.ticker import NullFormatter
 
-    from .lab_report import METHOD_COLOURS
+    from .report import METHOD_COLOURS
 
     colours = {**METHOD_COLOURS, "llama-server": "#8c564b", "llama-server-ngram": "#ff7f0e"}
     cells = results["cells"]
