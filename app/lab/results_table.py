@@ -1,18 +1,20 @@
 """The lab's measured cells as a table: one row per method and concurrency, "n/a" where nothing was read.
 
-Each header says in a tooltip how its figure is measured (engine/measure/lab_metrics.py), and LEGEND,
+Each header says in a tooltip how its figure is measured (engine/lab/metrics.py), and LEGEND,
 shown under the table, says how full-load, aggregate and per-request tokens/s differ."""
 from __future__ import annotations
 
 from PySide6.QtWidgets import QHeaderView, QTableWidget, QTableWidgetItem
 
+from engine.figures import FIGURE, NA
 from engine.lab.report import memory_text, method_words, utilisation_text
 
-NA = "n/a"
+_SPEED, _RATE, _LENGTH = FIGURE["tokens_per_s"], FIGURE["acceptance_rate"], FIGURE["mean_acceptance_length"]
 # Two-line headers and two-line cells where they are wide: at the window's default size every column
 # fits beside the charts, so no header is cut and no column hides behind a scroll bar.
-HEADERS = ["method", "concur-\nrency", "tok/s full\n· aggregate", "per-request\ntok/s", "ITL ms\np50 / p95",
-           "end-to-end s\np50 / p95", "acceptance\n· tok/step", "drafting\n· model", "utilisation\n· memory"]
+HEADERS = ["method", "concur-\nrency", f"{_SPEED.unit} full\n· aggregate", f"per-request\n{_SPEED.unit}",
+           "ITL ms\np50 / p95", "end-to-end s\np50 / p95", f"acceptance\n· {_LENGTH.unit}", "drafting\n· model",
+           "utilisation\n· memory"]
 HEADER_TIPS = [
     "The decoding method: plain decoding is the baseline every speed-up is measured against.",
     "How many requests were decoded at once, in one batch. Each level decodes every prompt at least once; until "
@@ -53,11 +55,11 @@ def cell_texts(c: dict) -> list[str]:
     acc = c.get("acceptance_rate")
     in_flight = c.get("mean_in_flight")
     return [method_words(c["method"]), str(c["concurrency"]) + ("" if in_flight is None else f"\n{in_flight:.1f} avg"),
-            f'{_fmt(c.get("full_tokens_per_s"), ".1f")}\n{_fmt(c.get("aggregate_tokens_per_s"), ".1f")}',
-            _fmt(c.get("per_request_tokens_per_s"), ".1f"),
+            f'{_SPEED.value_text(c.get("full_tokens_per_s"))}\n{_SPEED.value_text(c.get("aggregate_tokens_per_s"))}',
+            _SPEED.value_text(c.get("per_request_tokens_per_s")),
             f"{_fmt(c.get('itl_p50_ms'), '.1f')} / {_fmt(c.get('itl_p95_ms'), '.1f')}",
             f"{_fmt(c.get('e2e_p50_s'), '.2f')} / {_fmt(c.get('e2e_p95_s'), '.2f')}",
-            NA if acc is None else f"{acc:.0%} · {_fmt(c.get('mean_acceptance_length'), '.2f')}",
+            NA if acc is None else f"{_RATE.value_text(acc)} · {_LENGTH.value_text(c.get('mean_acceptance_length'))}",
             drafting_text(c), f"{utilisation_text(c)}\n{memory_text(c)}"]
 
 
