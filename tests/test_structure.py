@@ -15,11 +15,6 @@ import grimp
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("engine", "app")
 MAX_FUNCTION_LINES = 100
-# Circles known and owned elsewhere, each with its issue. Empty this as they are broken.
-KNOWN_CIRCLES = {
-    # issue 54: the lab and the remote lab, being untangled in their own change
-    frozenset({"engine.measure.lab", "engine.measure.remote_lab"}),
-}
 
 
 def _sources() -> list[Path]:
@@ -134,5 +129,5 @@ def test_type_checking_imports_are_left_out():
 
 
 def test_no_import_circle():
-    circles = [c for c in _circles(_import_graph()) if frozenset(c) not in KNOWN_CIRCLES]
+    circles = _circles(_import_graph())
     assert not circles, "import circles:\n" + "\n".join(", ".join(sorted(c)) for c in circles)
