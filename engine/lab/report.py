@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..decoding.cost_model import SpeculationConfig, StepCosts, allocate_draft_rows
+from ..methods import method_words as registry_words  # a table of them; this module's method_words says one
 
-METHOD_WORDS = {"none": "plain decoding", "lookup": "prompt lookup", "draft": "the draft model",
-                "auto": "lookup and the draft model, chosen per step"}
+METHOD_WORDS = registry_words("prose")
 # Speculation "pays" at a level when it beats plain decoding's throughput by 5% or more: repeated runs
 # of one cell on this shared 2-core machine differ by about that much, so a smaller lead is a tie.
 PAYS = 1.05
-METHOD_COLOURS = {"none": "#555555", "lookup": "#1f77b4", "draft": "#d62728", "auto": "#2ca02c"}
+METHOD_COLOURS = registry_words("colour")
 
 
 def method_words(method: str) -> str:
