@@ -6,9 +6,20 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from .runtime import Model
-from .step import tokens_to_keep
 from .stop_strings import StopMatcher
 from .text_stream import TextStream
+
+
+def tokens_to_keep(tokens: list[int], target: Model, ignore_eos: bool, budget: int) -> tuple[int, str | None]:
+    """How many of a step's tokens an answer keeps, and why it ends if it does: before an end token
+    ("stop"), or at the token budget ("length"). The chat and the batch cut by this one rule."""
+    keep, reason = len(tokens), None
+    if not ignore_eos:
+        keep = next((i for i, tok in enumerate(tokens) if target.is_end(tok)), keep)
+        reason = "stop" if keep < len(tokens) else None
+    if keep >= budget:
+        keep, reason = budget, reason or "length"
+    return keep, reason
 
 
 @dataclass

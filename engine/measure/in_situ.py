@@ -1,6 +1,6 @@
 """Step costs as decoding pays them, for predictions (engine.measure.replay, engine.measure.gpu_kit).
 
-The decode loop's calibration (step.time_sizes) keeps the fastest of rounds of steps timed one size after
+The decode loop's calibration (calibration.time_sizes) keeps the fastest of rounds of steps timed one size after
 another: a floor, which the planner corrects live with a factor of its own. A prediction has no live steps to
 learn from, so its curve must be the expected cost itself: each size timed right after one-row steps (as a
 drafted step follows plain ones while decoding), the mean of rounds but the slowest (one hiccup of another
@@ -17,7 +17,7 @@ import time
 from typing import Callable
 
 from ..decoding.runtime import Model
-from ..decoding.step import time_decode
+from ..decoding.calibration import time_decode
 
 ROUNDS = 5
 NARROW_BEFORE = 2  # one-row steps before each timed one

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 from PySide6.QtCore import Qt
 
-import engine.decoding.step as step
+import engine.decoding.calibration as calibration
 from engine.decoding import step_timings
 from test_server_panel import start
 from tests.app.conftest import handled_on_gui
@@ -19,13 +19,13 @@ from tests.app.conftest import handled_on_gui
 def watch_timing(monkeypatch) -> list[list[int]]:
     """The sizes every calibration from now on really times, one list per calibration."""
     timed: list[list[int]] = []
-    real = step.time_sizes
+    real = calibration.time_sizes
 
     def watched(target, slot, start_at, token, sizes, clock):
         timed.append(list(sizes))
         return real(target, slot, start_at, token, sizes, clock)
 
-    monkeypatch.setattr(step, "time_sizes", watched)
+    monkeypatch.setattr(calibration, "time_sizes", watched)
     return timed
 
 

@@ -12,7 +12,8 @@ from engine.decoding.proposers.draft_model import DraftModelProposer
 from engine.decoding.proposers.lookup import LookupProposer
 from engine.decoding.runtime import LoadSettings, Model
 from engine.decoding.sampling import SamplingParams
-from engine.decoding.step import DRAFT_FEATURE, StepLoop
+from engine.decoding.drafting import DRAFT_FEATURE
+from engine.decoding.step import StepLoop
 from engine.errors import InvalidSettingError
 
 from step_costs import ONE_ROW_S, pin_step_costs
@@ -107,3 +108,20 @@ def test_with_fixed_lengths_auto_guesses_with_the_draft_where_lookup_has_no_copy
         pass
     assert decoder.loop.draft_planner.acceptance.slot_acceptance(DRAFT_FEATURE)[0] > 0.5
     assert decoder.stats.accepted >= 8, decoder.stats.to_dict()
+
+
+def test_auto_proposes_on_its_own_as_any_proposer_does(target, draft):
+    """Asked directly (the Proposer interface, unplanned): lookup's copy where the history repeats, else the draft
+    model's guess, which for a draft that is the target's own copy starts with the target's greedy token."""
+    import torch
+    proposer = AutoProposer(LookupProposer(), DraftModelProposer(draft, target, p_min=0.0))
+    copy, fresh = target.tokenize(COPY), target.tokenize(OPEN)
+    proposer.start(0, copy, GREEDY, torch.device("cpu"), 1)
+    copied = proposer.propose([(0, copy, 4)])[0]
+    assert copied.tokens and not copied.from_draft  # "The lighthouse at" is in the prompt: copied
+    proposer.start(0, fresh, GREEDY, torch.device("cpu"), 1)
+    guessed = proposer.propose([(0, fresh, 4)])[0]
+    assert guessed.tokens and guessed.from_draft
+    plain = SpeculativeDecoder(target)
+    first = next(iter(plain.generate(fresh, GREEDY, max_tokens=1, ignore_eos=True))).tokens
+    assert guessed.tokens[:1] == first

@@ -188,7 +188,7 @@ def test_history_array_self_match_agrees_with_longest_match():
 def test_deep_copies_are_told_from_fresh_ones_by_their_match_length():
     """Matches are measured past 16 tokens, so the cost model's features for 24-token matches occur: a copy
     well under way learns its own acceptance instead of sharing the estimate of one that has just begun."""
-    from engine.decoding.step import lookup_feature
+    from engine.decoding.drafting import lookup_feature
 
     source = list(range(100, 160))
     early, deep = source + source[:17], source + source[:40]

@@ -192,7 +192,7 @@ def test_calibration_times_sizes_in_rounds_and_keeps_each_ones_fastest():
     """Each size is timed once per round (not twice in a row: this VM's speed wanders over seconds), the
     fastest kept; sizes wider than one sequence's verify are timed in the first round only."""
     from engine.decoding.cost_model import CALIBRATION_REPEATED_UP_TO, CALIBRATION_REPEATS, CALIBRATION_WARMUP
-    from engine.decoding.step import time_steps
+    from engine.decoding.calibration import time_steps
 
     class SlowThenFast:  # every decode of round 1 takes 2 ms a row, of later rounds 1 ms a row
         def __init__(self):

@@ -20,7 +20,7 @@ from ...methods import DEFAULT_P_MIN
 from ...modelfiles.vocab_check import require_compatible
 from ..runtime import Model, common_prefix
 from ..sampling import Candidates, SamplingParams, filter_logits, make_generator, position_seed
-from ..step import time_steps
+from ..calibration import time_steps
 from .base import Proposal, Want
 
 # A sequence whose draft cache lags the target by at least this many tokens (its prompt, or an answer that

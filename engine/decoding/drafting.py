@@ -1,0 +1,185 @@
+"""A proposer with the planner that decides, per sequence and step, how much of it to verify. The step loop
+(step.py) asks each through one small interface, in the spirit of llama.cpp's common/speculative (begin /
+draft / accept): begin(slot, ...) when a sequence starts, draft(...) for this step's proposals, accept(...)
+with the verdicts, finish(slot, history) when it ends. A free proposer (lookup) proposes first and is then
+cut to the plan; a draft model is planned first and drafts only what is wanted; auto (proposers/auto.py)
+weighs both."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Hashable, Sequence
+
+import torch
+
+from .cost_model import HORIZON_FLOOR, Acceptance, DraftPlanner, Plan, SpeculationConfig
+from .proposers.base import Proposal, Proposer
+from .runtime import Model
+from .sampling import SamplingParams
+
+if TYPE_CHECKING:
+    from .proposers.draft_model import DraftModelProposer
+    from .step import SequenceState
+    from .verifier import Verdict
+
+DRAFT_FEATURE = ("draft",)
+# A shadow proposal is scored over this many tokens at most, then the next starts from the proposal of its
+# time: scored whole, a 48-token copy found on a 3-token match taught that match length 33 hits while the
+# matches grew to 16 tokens unseen, and a later 3-token match drafted 11 and kept none (Gemma 3, fix-json).
+SHADOW_TOKENS = 8
+
+# This step's proposals, the plan's length for each sequence, and what bounded each (see StepLoop._propose).
+Drafted = tuple[list[Proposal], Plan, list[int]]
+
+
+def tokens_to_come(s: SequenceState, tokens_left: int) -> int:
+    """The tokens a sequence is expected still to make: as many as it has made so far (HORIZON_FLOOR at
+    least), within its budget. A budget alone says little: a chat answer of 100 tokens may have 2,000 left."""
+    return max(0, min(tokens_left, max(s.stats.generated, HORIZON_FLOOR)))
+
+
+def lookup_feature(match_length: int, continuing: bool) -> tuple[int, bool]:
+    """Proposals are grouped by match length (1, 2, 3, 4, 6, 8, 12, 16, 24, 32 and up) and by whether
+    the sequence's last proposal was kept whole, since both predict acceptance."""
+    for edge in (32, 24, 16, 12, 8, 6, 4, 3, 2, 1):
+        if match_length >= edge:
+            return edge, continuing
+    return 0, continuing
+
+
+def feature(s: SequenceState, proposal: Proposal) -> Hashable:
+    """What a proposal's acceptance is predicted by, and recorded under."""
+    return DRAFT_FEATURE if proposal.from_draft else lookup_feature(proposal.match_length, s.continuing)
+
+
+def own_table(s: SequenceState, max_draft: int) -> Acceptance:
+    """The sequence's own acceptance table, made on first use; its planner's shared table is the prior."""
+    if s.acceptance is None:
+        s.acceptance = Acceptance(max_draft)
+    return s.acceptance
+
+
+class Drafting:
+    """One proposer and its planner. `planner` holds the step costs every planner of a loop shares."""
+
+    def __init__(self, proposer: Proposer, planner: DraftPlanner, target: Model, speculation: SpeculationConfig,
+                 clock: Callable[[], float]):
+        self.proposer, self.planner, self.target, self.speculation, self.clock = (
+            proposer, planner, target, speculation, clock)
+
+    @property
+    def draft_planner(self) -> DraftPlanner:
+        """The planner of a draft model's guesses (the one planner, but for auto)."""
+        return self.planner
+
+    def begin(self, slot: int, prompt: Sequence[int], sampling: SamplingParams, device: torch.device,
+              seed: int) -> None:
+        self.proposer.start(slot, prompt, sampling, device, seed)
+
+    def draft(self, active: list[SequenceState], room: list[int], tokens_left: list[int]) -> Drafted:
+        raise NotImplementedError
+
+    def accept(self, active: list[SequenceState], proposals: list[Proposal], verdicts: list[Verdict],
+               tokens: list[list[int]]) -> None:
+        """Learn from a step's verdicts: each proposal's fate in its tables, the step's in its planner, and
+        every sequence's new tokens against any shadow proposal."""
+        self.planner.record_outcome(sum(v.accepted for v in verdicts))
+        self.record_tables(active, proposals, verdicts)
+        for s, new in zip(active, tokens):
+            self.score_shadow(s, new)
+
+    def finish(self, slot: int, history: Sequence[int]) -> None:
+        self.proposer.finish(slot, history)
+
+    def time_draft(self, slot: int) -> None:
+        """A costly proposer's token and catch-up row, timed once (the step loop's calibration)."""
+
+    # --- shared by every kind -------------------------------------------------------------------
+    def own(self, s: SequenceState) -> Acceptance:
+        return own_table(s, self.planner.acceptance.max_draft)
+
+    def planner_of(self, proposal: Proposal) -> DraftPlanner:
+        return self.draft_planner if proposal.from_draft else self.planner
+
+    def record_tables(self, active: list[SequenceState], proposals: list[Proposal], verdicts: list[Verdict]) -> None:
+        for s, proposal, verdict in zip(active, proposals, verdicts):
+            k = len(proposal.tokens)
+            if k:
+                f = feature(s, proposal)
+                for table in (self.planner_of(proposal).acceptance, self.own(s)):
+                    table.record(f, k, verdict.accepted)
+                s.continuing = verdict.accepted == k
+
+    def score_shadow(self, s: SequenceState, new_tokens: list[int]) -> None:
+        """Score a shadow proposal slot by slot as the real tokens arrive; once it is settled, its tokens kept
+        against those predicted count towards the planner's realism as a drafted step's would."""
+        for tok in new_tokens:
+            if not s.shadow:
+                return
+            hit = s.shadow[s.shadow_hits] == tok
+            for table in (self.planner.acceptance, self.own(s)):
+                table.record_slot(s.shadow_feature, s.shadow_hits, hit)
+            s.shadow_hits += 1
+            if not hit or s.shadow_hits == len(s.shadow):
+                s.continuing = hit
+                self.planner.record_shadow_outcome(s.shadow_predicted, s.shadow_hits - (0 if hit else 1))
+                s.shadow, s.shadow_hits = [], 0
+
+
+class FreeDrafting(Drafting):
+    """A proposer that costs next to nothing (lookup, none): propose first, then plan knowing each proposal;
+    a proposal not verified becomes a shadow, scored as the real tokens arrive."""
+
+    def draft(self, active: list[SequenceState], room: list[int], tokens_left: list[int]) -> Drafted:
+        planner, max_draft = self.planner, self.speculation.max_draft
+        offered = [self._up_to_end(p) if s.stops_at_end else p for s, p in
+                   zip(active, self.proposer.propose([(s.slot, s.history, max_draft) for s in active]))]
+        features = [feature(s, p) for s, p in zip(active, offered)]
+        caps = [min(r, len(p.tokens)) for r, p in zip(room, offered)]
+        plan = planner.plan(features, caps, [self.own(s) for s in active])
+        chosen = [Proposal(p.tokens[:k], None, p.match_length) if k else Proposal()
+                  for p, k in zip(offered, plan.lengths)]
+        for s, p, f, k in zip(active, offered, features, plan.lengths):
+            if not k and p.tokens and not s.shadow:  # not drafting: score what it would have said
+                s.shadow, s.shadow_feature, s.shadow_hits = p.tokens[:SHADOW_TOKENS], f, 0
+                s.shadow_predicted = planner.acceptance.expected_tokens(f, self.own(s), len(s.shadow))[-1] - 1.0
+        return chosen, plan, caps
+
+    def _up_to_end(self, proposal: Proposal) -> Proposal:
+        """A draft that copies its source past an end token (a prompt's turn into the chat template that
+        follows it) is cut after that token: nothing after it can be kept, as the answer ends there."""
+        for i, tok in enumerate(proposal.tokens):
+            if self.target.is_end(tok):
+                return Proposal(proposal.tokens[:i + 1], proposal.probs, proposal.match_length)
+        return proposal
+
+
+class ModelDrafting(Drafting):
+    """A draft model costs a decode per token: plan first, then draft only what is wanted, timed (its catch-up
+    apart from the drafted tokens)."""
+
+    proposer: DraftModelProposer
+
+    def plan(self, active: list[SequenceState], room: list[int], tokens_left: list[int]) -> Plan:
+        """The plan, with each sequence's catch-up to repay within the tokens to come."""
+        return self.planner.plan([DRAFT_FEATURE] * len(active), room, [self.own(s) for s in active],
+                                 lags=[self.proposer.lag(s.slot, s.history) for s in active],
+                                 horizon=[tokens_to_come(s, left) for s, left in zip(active, tokens_left)])
+
+    def draft(self, active: list[SequenceState], room: list[int], tokens_left: list[int],
+              plan: Plan | None = None) -> Drafted:
+        t = self.clock()
+        plan = plan or self.plan(active, room, tokens_left)
+        wants = [(s.slot, s.history, k) for s, k in zip(active, plan.lengths) if k]
+        made = iter(self.proposer.propose(wants) if wants else [])
+        chosen = [next(made) if k else Proposal() for k in plan.lengths]
+        spent = self.clock() - t
+        caught_rows, caught_s = self.proposer.last_catch_up if wants else (0, 0.0)
+        self.planner.record_catch_up(caught_rows, caught_s)
+        self.planner.record_draft(sum(len(p.tokens) for p in chosen), spent - caught_s)
+        return chosen, plan, room
+
+    def time_draft(self, slot: int) -> None:
+        if not self.planner.draft_timed:
+            token_s, catch_up_row_s = self.proposer.time_draft(slot)
+            self.planner.record_draft(1, token_s)
+            self.planner.record_catch_up(1, catch_up_row_s)
+
