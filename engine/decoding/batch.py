@@ -17,11 +17,16 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+import numpy as np
+import torch
+
 from ..errors import ContextOverflowError, EngineError, GenerationCancelled, InvalidSettingError
 from ..hardware import read_memory
 from .answer import AnswerStream, Delta
-from .runtime import common_prefix
-from .sampling import SamplingParams
+from .cost_model import SpeculationConfig, StepCosts
+from .proposers.base import Proposer
+from .runtime import Model, common_prefix
+from .sampling import SamplingParams, pick_device
 from .stats import GenerationStats
 from .step import SequenceState, StepLoop
 from .verifier import Verifier
@@ -46,6 +51,7 @@ PREFILL_CHUNK = 128
 # starting a multiple of 16 rows into Model.prefill's n_batch chunks, leave every row as those chunks compute it:
 # the chunk size changes no token.
 MIN_PIECE = 64
+MEMORY_EVERY_S = 0.5  # a memory reading costs a syscall (or an NVML call): not every step
 
 
 @dataclass
@@ -112,6 +118,8 @@ class Job:
 class _Sequence(SequenceState):
     job: Job | None = None
     answer: AnswerStream | None = None
+    proposing: bool = False  # the proposer has started on it (after its first token is out)
+    memory_read_at: float = 0.0
 
 
 @dataclass
@@ -138,20 +146,40 @@ def prefill_piece(done: int, total: int, chunk: int, block: int) -> int:
 
 
 class Batch:
-    """Jobs through one target context and one StepLoop. Not thread-safe: one thread pumps it."""
+    """Jobs through one target context and one StepLoop: the one driver of decoding. The chat is one slot that
+    keeps its cache and reuses its prompt's logits on Regenerate (generate.py), the server many slots fed from
+    its clients (serving/scheduler.py), the lab a fixed list (batch_decode.py). Not thread-safe: one thread
+    pumps it."""
 
-    def __init__(self, loop: StepLoop, slots: int, keep_caches: bool = False, prefill_chunk: int = PREFILL_CHUNK):
+    def __init__(self, loop: StepLoop, slots: int, keep_caches: bool = False, prefill_chunk: int = PREFILL_CHUNK,
+                 reuse_prompt_logits: bool = False):
         target = loop.target
         if not 1 <= slots <= target.settings.n_seq_max:
             raise InvalidSettingError(f"slots must be 1..{target.settings.n_seq_max} (the context's sequences), "
                                       f"got {slots!r}")
         self.loop, self.target, self.keep_caches, self.slots = loop, target, keep_caches, slots
+        # A prompt's own logits, by the sequence id that holds its cache: the same prompt again (Regenerate) takes
+        # them rather than re-decoding its last token alone, whose logits differ slightly from the batched prefill's.
+        self.reuse_prompt_logits = reuse_prompt_logits
+        self.prompt_logits: dict[int, tuple[tuple[int, ...], np.ndarray]] = {}
         self.waiting: deque[Job] = deque()
         self.active: list[_Sequence] = []
         self.free_slots = list(range(slots))[::-1]
         self.cached: dict[int, list[int]] = {}  # a free sequence id -> the tokens its cache still holds
         self.filling: _Filling | None = None  # the job being prefilled: neither waiting nor active
         self.prefill_chunk = prefill_chunk  # prompt tokens per pump (a huge one: whole prompts, as before issue 51)
+
+    @classmethod
+    def build(cls, target: Model, proposer: Proposer | None, speculation: SpeculationConfig, slots: int,
+              device: torch.device | None = None, step_costs: StepCosts | None = None, tune_threads: bool = True,
+              **options) -> "Batch":
+        """A batch on a new StepLoop: the one place outside the research tools that makes a step loop."""
+        loop = StepLoop(target, proposer, speculation, device or pick_device(), step_costs, tune_threads=tune_threads)
+        return cls(loop, slots, **options)
+
+    def take_caches(self, other: "Batch") -> None:
+        """Keep what another batch on the same target left in its cache (a speculation change keeps the chat's)."""
+        self.cached, self.prompt_logits = other.cached, other.prompt_logits
 
     @property
     def idle(self) -> bool:
@@ -181,6 +209,12 @@ class Batch:
 
     def pump(self) -> None:
         """Prefill about one chunk of what fits, then one step for every active sequence."""
+        self.admit()
+        self.step()
+
+    def admit(self) -> None:
+        """End what was cancelled, then prefill about one chunk of what fits (a job whose prompt is done gives its
+        first token). The chat hands that token on before the step that follows."""
         for job in [j for j in self.waiting if j.cancel.is_set()]:
             self.waiting.remove(job)
             self._fail(job, None)
@@ -189,12 +223,23 @@ class Batch:
         if self.filling and self.filling.job.cancel.is_set():
             self._drop_filling(None)
         self._prefill()
+
+    def step(self) -> None:
+        """One step for every active sequence, their proposers started first where not yet."""
         self._make_room()
         if not self.active:
             return
+        for seq in self.active:  # only now, so a first token never waits for the proposer
+            if not seq.proposing:
+                self.loop.drafting.begin(seq.slot, seq.job.prompt, seq.job.sampling, self.loop.device,
+                                         seq.job.seeds[1])
+                seq.proposing = True
         stepping = list(self.active)
         started = time.perf_counter()
-        outcomes = self.loop.step(stepping, [s.answer.tokens_left for s in stepping])
+        try:
+            outcomes = self.loop.step(stepping, [s.answer.tokens_left for s in stepping])
+        except GenerationCancelled:  # Stop arrived mid-verify (the chat's interrupt): every cache is as before
+            return
         now = time.perf_counter()
         delivered = 0
         for seq, outcome in zip(stepping, outcomes):
@@ -218,6 +263,7 @@ class Batch:
         for slot in self.cached:
             self.target.forget_from(0, slot)
         self.cached.clear()
+        self.prompt_logits.clear()
 
     # --- the cache's cells ------------------------------------------------------------------------
     @property
@@ -250,14 +296,16 @@ class Batch:
             self._drop_oldest_cache()
 
     def _bound_caches(self) -> None:
-        """Kept caches hold at most KEPT_SHARE of the context, the least recently used given up first."""
-        while self.cached and self._held_cells > KEPT_SHARE * self.target.n_ctx:
+        """Kept caches hold at most KEPT_SHARE of the context, the least recently used given up first. One slot's
+        cache is bounded by the context alone: no other sequence attends over it, and the next prompt takes it."""
+        while self.slots > 1 and self.cached and self._held_cells > KEPT_SHARE * self.target.n_ctx:
             self._drop_oldest_cache()
 
     def _drop_oldest_cache(self) -> None:
         slot = next(iter(self.cached))
         self.target.forget_from(0, slot)
         del self.cached[slot]
+        self.prompt_logits.pop(slot, None)
 
     # --- a job's life -----------------------------------------------------------------------------
     def _pick_slot(self, prompt: list[int]) -> tuple[int, int]:
@@ -302,8 +350,13 @@ class Batch:
         target, loop = self.target, self.loop
         slot, shared = self._pick_slot(job.prompt)
         self.free_slots.remove(slot)
-        reused = min(shared, len(job.prompt) - 1)  # at least one token is decoded, for fresh logits
-        self.cached.pop(slot, None)
+        held = self.cached.pop(slot, ())
+        if not target.can_roll_back and (shared < len(held) or shared == len(job.prompt)):
+            shared = 0  # a recurrent state cannot be cut back part-way: start again from the first token
+        known = self.prompt_logits.pop(slot, None)
+        again = self.reuse_prompt_logits and known is not None and known[0] == tuple(job.prompt) \
+            and shared == len(job.prompt)
+        reused = shared if again else min(shared, len(job.prompt) - 1)  # else a token is decoded, for fresh logits
         stats = GenerationStats(method=loop.method, backend=target.backend, prompt_tokens=len(job.prompt),
                                 reused_prompt_tokens=reused, draft_model_bytes=loop.draft_model_bytes)
         job.run = RequestRun(job.id, slot, [], stats, admitted_at=time.perf_counter())
@@ -312,6 +365,9 @@ class Batch:
             target.forget_from(reused, slot)
         except EngineError as exc:
             self._drop_filling(str(exc))
+            return
+        if again:  # Regenerate: the prompt's cells and logits are there already
+            self._prompt_done(self.filling, known[1])
 
     def _prefill_piece(self, fill: _Filling, rows: int) -> None:
         """Decode the next `rows` of the prompt; after the last, the job's first token."""
@@ -321,34 +377,45 @@ class Batch:
         try:
             logits = self.target.decode(job.prompt[start:start + rows], start, 1 if last else 0, seq_id=fill.slot)
             fill.done += rows
-            if last:
-                verifier = Verifier(job.sampling, self.loop.device, job.seeds[0])
-                first = verifier.verify(logits, [], None, position=len(job.prompt)).next_token
+            if last and self.reuse_prompt_logits:
+                self.prompt_logits[fill.slot] = (tuple(job.prompt), logits.copy())
+        except GenerationCancelled:
+            self._drop_filling(None)
+            return
         except EngineError as exc:
             self._drop_filling(str(exc))
             return
         finally:
             self.loop.totals.prefill_s += time.perf_counter() - started  # the target's own time, not the wait
         if last:
-            self.filling = None
-            self._activate(job, fill.slot, verifier, first)
+            self._prompt_done(fill, logits)
+
+    def _prompt_done(self, fill: _Filling, logits: np.ndarray) -> None:
+        """The prompt is in the cache: its first token from its logits, and the job joins the active ones."""
+        job = fill.job
+        verifier = Verifier(job.sampling, self.loop.device, job.seeds[0])
+        first = verifier.verify(logits, [], None, position=len(job.prompt)).next_token
+        self.filling = None
+        self._activate(job, fill.slot, verifier, first)
 
     def _activate(self, job: Job, slot: int, verifier: Verifier, first: int) -> None:
-        """A prefilled job joins the active sequences with its first token; the proposer starts after it."""
-        now, stats, loop = time.perf_counter(), job.run.stats, self.loop
+        """A prefilled job joins the active sequences with its first token; its proposer starts at its first step."""
+        now, stats = time.perf_counter(), job.run.stats
         stats.prefill_s = stats.ttft_s = now - job.run.admitted_at  # other sequences' steps included: a wait
         seq = _Sequence(slot, [*job.prompt, first], verifier, stats, stops_at_end=not job.ignore_eos, job=job,
                         answer=AnswerStream(self.target, job.max_tokens, job.ignore_eos, job.stop))
         job.run.tokens = seq.answer.tokens  # the run's tokens are the answer's, as it grows
         self.active.append(seq)
         self._emit(seq, seq.answer.push([first]), now)
-        if seq in self.active:  # only now, so the first token never waits for the proposer
-            loop.proposer.start(slot, job.prompt, job.sampling, loop.device, job.seeds[1])
 
     def _drop_filling(self, error: str | None) -> None:
-        """End the job being prefilled (cancelled, or failed): its sequence id is free again, its cells gone."""
+        """End the job being prefilled (cancelled, or failed): its sequence id is free again, its new cells gone. A
+        cancelled prompt leaves the cache it continued (a recurrent state, cut part-way, cannot)."""
         fill, self.filling = self.filling, None
-        self.target.forget_from(0, fill.slot)
+        keep = fill.reused if error is None and self.keep_caches and self.target.can_roll_back else 0
+        self.target.forget_from(keep, fill.slot)
+        if keep:
+            self.cached[fill.slot] = fill.job.prompt[:keep]
         self.free_slots.append(fill.slot)
         self._fail(fill.job, error)
 
@@ -360,8 +427,10 @@ class Batch:
             run.deliveries.append((now, len(delta.tokens)))
             stats.generated = len(answer.tokens)
             stats.decode_s = now - run.first_token_at
-            if stats.decode_tokens_per_s:  # the live rate's history, as the chat's loop keeps it
+            if stats.decode_tokens_per_s:  # the live rate's history
                 stats.rate_history.append((now - run.admitted_at, stats.decode_tokens_per_s))
+            if now - seq.memory_read_at > MEMORY_EVERY_S:  # live, for the stats line
+                stats.memory, seq.memory_read_at = read_memory(self.target.backend), now
         if answer.finish is None and len(seq.job.prompt) + len(answer.tokens) >= self.target.n_ctx:
             delta.segments += answer.end("context").segments
         if (delta.tokens or delta.segments) and seq.job.on_delta:
@@ -380,7 +449,7 @@ class Batch:
         job.run.stats.memory = read_memory(self.target.backend)  # as the chat's loop reads it at the end
         history = [*job.prompt, *answer.tokens]  # what was really produced
         self.active.remove(seq)
-        self.loop.proposer.finish(seq.slot, history)
+        self.loop.drafting.finish(seq.slot, history)
         keep = min(len(seq.history) - 1, len(history)) if self.keep_caches else 0  # the KV convention
         self.target.forget_from(keep, seq.slot)
         if keep:

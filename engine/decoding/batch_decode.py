@@ -19,7 +19,7 @@ from .cost_model import SpeculationConfig, StepCosts
 from .proposers.base import NoProposer, Proposer
 from .runtime import Model
 from .sampling import SamplingParams, pick_device, request_seed, stream_seeds
-from .step import StepLoop, StepTotals
+from .step import StepTotals
 
 
 # --- requests and what became of them ---------------------------------------------------------
@@ -80,8 +80,8 @@ class BatchDecoder:
         2.2 sequences on average), which a busy server, its queue refilling every slot, never does."""
         target = self.target
         target.forget_all()
-        loop = StepLoop(target, self.proposer, self.speculation, self.device, self.step_costs)
-        batch = Batch(loop, concurrency)
+        batch = Batch.build(target, self.proposer, self.speculation, concurrency, self.device, self.step_costs)
+        loop = batch.loop
         seed = request_seed(sampling)  # reproducible with a seed; each request gets streams of its own
         jobs = [Job(r.id, list(r.prompt), sampling, max_tokens, ignore_eos,
                     seeds=stream_seeds(seed, i)) for i, r in enumerate(requests)]

@@ -17,8 +17,6 @@ from ..decoding.batch import Batch, Job
 from ..decoding.cost_model import SpeculationConfig, StepCosts
 from ..decoding.proposers.base import Proposer
 from ..decoding.runtime import Model
-from ..decoding.sampling import pick_device
-from ..decoding.step import StepLoop
 from ..errors import EngineError
 
 log = logging.getLogger(__name__)
@@ -42,8 +40,10 @@ class Scheduler:
                  max_queue: int = 32, device: torch.device | None = None, step_costs: StepCosts | None = None):
         # No thread tuner here: its trials compare a few steps before and after a switch, and a server's
         # steps change with every request that joins or leaves (measured: it kept 1 thread, steps ~2x slower).
-        self.loop = StepLoop(target, proposer, speculation, device or pick_device(), step_costs, tune_threads=False)
-        self.batch = Batch(self.loop, parallel, keep_caches=True)  # a conversation's next turn reuses its cache
+        # keep_caches: a conversation's next turn reuses its cache.
+        self.batch = Batch.build(target, proposer, speculation, parallel, device, step_costs, tune_threads=False,
+                                 keep_caches=True)
+        self.loop = self.batch.loop
         self.parallel, self.max_queue = parallel, max_queue
         self._inbox: list[Job] = []
         self._wake = threading.Condition()
