@@ -1,4 +1,4 @@
-"""Runs one lab at a time on its own QThread through engine.measure.lab.run_lab (or remote_lab.run_remote_lab
+"""Runs one lab at a time on its own QThread through engine.lab.local.run_lab (or engine.lab.remote.run_remote_lab
 against servers), the same code as the CLI.
 The window only starts, cancels and listens: every signal carries plain data. Cancel is a
 threading.Event the engine checks every step."""

@@ -2,7 +2,7 @@
 machine, watch the chart fill in, read the advice, and apply it to the chat.
 
 Its parts live in app/lab/: the experiment form (form.py), the runner that measures on its own
-thread through engine.measure.lab.run_lab, the same code as the CLI (runner.py), the charts (chart.py) and
+thread through engine.lab.local.run_lab, the same code as the CLI (runner.py), the charts (chart.py) and
 the results table (results_table.py). This module lays them out, starts and cancels runs, and turns
 results into advice; it also saves and loads results documents.
 """
@@ -35,7 +35,7 @@ RATE_TITLES = {True: "Decode throughput, every slot busy", False: "Aggregate thr
 
 def recommendation_words(results: dict, settings: dict) -> str:
     """The recommended chat settings in words, squared with the advice above them: the advice names the
-    best *fixed* draft length k for one chat (lab_report.best_draft_length), while the recommendation keeps
+    best *fixed* draft length k for one chat (engine.lab.report.best_draft_length), while the recommendation keeps
     the chat's adaptive drafting and its larger cap, so both numbers are named and told apart."""
     if not settings:
         return "The servers' speculation is set where they run: nothing here to apply to the chat."

@@ -59,7 +59,7 @@ class StepTotals:
     step_time_by_rows: dict[int, list[float]] = field(default_factory=dict)  # rows -> [count, seconds]
     sequence_s: float = 0.0  # sequences in each step x its seconds: / verify_s, the mean in flight
     # Steps with every slot of the batch busy (Batch records them): their seconds, proposing included, and the
-    # tokens they delivered; prefills are not steps. The lab judges its levels by these (lab_metrics.py).
+    # tokens they delivered; prefills are not steps. The lab judges its levels by these (engine/lab/metrics.py).
     full_s: float = 0.0
     full_tokens: int = 0
 
