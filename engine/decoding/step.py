@@ -1,9 +1,10 @@
-"""The one batched step that the chat (one sequence), the lab and the server (many) all drive.
+"""The one batched step under every decode (driven by batch.py: the chat's one slot, the server's and the lab's many).
 
-Each step: the drafting (drafting.py: a proposer and its planner) proposes, as many rows per sequence as its
-planner chose, then ONE batch holding every sequence's last token plus its drafts, decode it, verify each sequence on its
-own rows, and roll each sequence's KV cache back on its own. KV convention: a sequence's last token is
-not yet in the cache, so after a verdict the cache keeps positions < pos + 1 + accepted.
+Each step: the drafting (drafting.py: a proposer and its planner) proposes as many rows per sequence as its
+planner chose; ONE batch holds every sequence's last token plus its drafts; it is decoded once, each sequence
+verified on its own rows, and each sequence's KV cache rolled back on its own; then the step's time and
+verdicts are recorded. KV convention: a sequence's last token is not yet in the cache, so after a verdict the
+cache keeps positions < pos + 1 + accepted.
 """
 from __future__ import annotations
 
