@@ -81,10 +81,14 @@ class Drafting:
                tokens: list[list[int]]) -> None:
         """Learn from a step's verdicts: each proposal's fate in its tables, the step's in its planner, and
         every sequence's new tokens against any shadow proposal."""
-        self.planner.record_outcome(sum(v.accepted for v in verdicts))
+        self.record_outcome(proposals, verdicts)
         self.record_tables(active, proposals, verdicts)
         for s, new in zip(active, tokens):
             self.score_shadow(s, new)
+
+    def record_outcome(self, proposals: list[Proposal], verdicts: list[Verdict]) -> None:
+        """The drafted tokens the step kept, against what its planner expected."""
+        self.planner.record_outcome(sum(v.accepted for v in verdicts))
 
     def finish(self, slot: int, history: Sequence[int]) -> None:
         self.proposer.finish(slot, history)

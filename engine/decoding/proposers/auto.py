@@ -99,16 +99,12 @@ class AutoDrafting(Drafting):
                              else not c)
                 for i, (c, g) in enumerate(zip(copy_plan.lengths, guess_plan.lengths))]
 
-    def accept(self, active: list[SequenceState], proposals: list[Proposal], verdicts: list[Verdict],
-               tokens: list[list[int]]) -> None:
+    def record_outcome(self, proposals: list[Proposal], verdicts: list[Verdict]) -> None:
         """Each planner learns from its own proposer's drafts."""
         drafted = [p.from_draft for p in proposals]
         self.draft_planner.count_step(any(p.tokens and p.from_draft for p in proposals))
         self.draft_planner.record_outcome(sum(v.accepted for v, d in zip(verdicts, drafted) if d))
         self.planner.record_outcome(sum(v.accepted for v, d in zip(verdicts, drafted) if not d))
-        self.record_tables(active, proposals, verdicts)
-        for s, new in zip(active, tokens):
-            self.score_shadow(s, new)
 
     def time_draft(self, slot: int) -> None:
         self.guesses.time_draft(slot)
