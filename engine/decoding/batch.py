@@ -446,7 +446,7 @@ class Batch:
                 job.on_delta(job, tail)
         job.run.finished_at = time.perf_counter()
         job.run.stats.finish_reason = answer.finish
-        job.run.stats.memory = read_memory(self.target.backend)  # as the chat's loop reads it at the end
+        job.run.stats.memory = read_memory(self.target.backend)  # the final reading, as the answer ends
         history = [*job.prompt, *answer.tokens]  # what was really produced
         self.active.remove(seq)
         self.loop.drafting.finish(seq.slot, history)

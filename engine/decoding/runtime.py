@@ -126,7 +126,7 @@ class Model:
         self._pieces: dict[int, bytes] = {}
         self._ends: dict[int, bool] = {}
         self._max_token_bytes: int | None = None
-        # (threads, rows) -> seconds (step.time_steps), shared by every load of this file with these settings
+        # (threads, rows) -> seconds (calibration.time_steps), shared by every load of this file with these settings
         self.step_timings = step_timings.table_for(self.path, settings.n_gpu_layers, settings.n_batch,
                                                    settings.flash_attention, self.repacked_weights)
         if vocab_only:

@@ -1,4 +1,4 @@
-"""How long a target step of each size takes on this machine (step.time_steps measures them), kept so a model is
+"""How long a target step of each size takes on this machine (calibration.time_steps measures them), kept so a model is
 timed once, not at every load: in memory for this process, and in the cache folder for a day.
 
 A table belongs to one model file (as model_check.file_identity tells files apart) loaded with the settings that change what a
