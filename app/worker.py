@@ -24,7 +24,8 @@ from engine.modelfiles.embedded import DISPLAY_NAMES
 from engine.errors import EngineError, GenerationCancelled
 from engine.decoding.generate import SpeculativeDecoder
 from engine.modelfiles.load_marker import LoadMarker
-from engine.decoding.loader import DRAFT_METHODS, DecoderSettings, load_draft, load_target, make_proposer
+from engine.decoding.loader import DecoderSettings, load_draft, load_target, make_proposer
+from engine.methods import DRAFT_METHODS
 from engine.decoding.proposers.base import NoProposer
 
 from app.answers import GenerationRequest, run_answer, run_answer_on_thread

@@ -7,13 +7,12 @@ from argparse import ArgumentTypeError
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLineEdit,
                                QPushButton, QSpinBox, QVBoxLayout, QWidget)
 
-from engine.decoding.loader import DRAFT_METHODS
 from engine.errors import InvalidSettingError
 from engine.lab.cli import _int_list
 from engine.lab.local import LabConfig
 from engine.lab.remote import RemoteLabConfig, parse_servers
 from engine.lab.report import METHOD_WORDS
-from engine.methods import MAX_DRAFT_LIMIT, METHODS, method_words
+from engine.methods import DRAFT_METHODS, MAX_DRAFT_LIMIT, METHODS, method_words
 from engine.modelfiles.embedded import DISPLAY_NAMES, EMBEDDED
 from engine.paths import resources_dir
 

@@ -15,7 +15,7 @@ from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import (QFileDialog, QGridLayout, QGroupBox, QHBoxLayout, QLabel, QMessageBox, QProgressBar,
                                QPushButton, QVBoxLayout, QWidget)
 
-from engine.decoding.loader import DRAFT_METHODS
+from engine.methods import DRAFT_METHODS
 from engine.errors import EngineError
 from engine.lab.local import LabConfig
 from engine.lab.remote import RemoteLabConfig

@@ -26,7 +26,8 @@ import torch
 from ..chat_format import ChatFormatter
 from ..errors import EngineError, InvalidSettingError
 from ..decoding.cost_model import DEFAULT_MAX_DRAFT
-from ..decoding.loader import METHODS, DecoderSettings, build_decoder
+from ..decoding.loader import DecoderSettings, build_decoder
+from ..methods import METHODS
 from ..decoding.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0)

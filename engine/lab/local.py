@@ -22,7 +22,8 @@ from ..modelfiles.embedded import resolve_model
 from ..errors import InvalidSettingError
 from .metrics import UtilisationMeter, memory_figure, summarise_cell
 from .report import least_disturbed
-from ..decoding.loader import DRAFT_METHODS, METHODS, proposer_for, require_rollback
+from ..decoding.loader import proposer_for, require_rollback
+from ..methods import DRAFT_METHODS, METHODS
 from ..decoding.runtime import LoadSettings, Model
 from ..decoding.sampling import SamplingParams
 from .schema import SCHEMA, LabProgress

@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..decoding.cost_model import MAX_DRAFT_LIMIT
+from ..methods import MAX_DRAFT_LIMIT
 from ..decoding.proposers.base import Proposal, Want
 from ..decoding.proposers.draft_model import CATCH_UP_APART, CATCH_UP_TIMED_ROWS, greedy_pick
 from ..decoding.runtime import Model, common_prefix

@@ -12,7 +12,8 @@ from typing import Sequence
 import numpy as np
 
 from ..chat_format import ChatFormatter
-from ..decoding.cost_model import MAX_DRAFT_LIMIT, calibration_sizes
+from ..decoding.cost_model import calibration_sizes
+from ..methods import MAX_DRAFT_LIMIT
 from ..decoding.loader import DecoderSettings, build_decoder, load_target
 from ..decoding.proposers.draft_model import check_draft
 from ..decoding.runtime import Model

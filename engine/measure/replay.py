@@ -39,7 +39,8 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from ..decoding.cost_model import DEFAULT_MAX_DRAFT, MAX_DRAFT_LIMIT, SpeculationConfig
+from ..decoding.cost_model import SpeculationConfig
+from ..methods import DEFAULT_MAX_DRAFT, MAX_DRAFT_LIMIT
 from ..decoding.proposers.auto import AutoProposer
 from ..decoding.proposers.base import NoProposer, Proposal
 from ..decoding.proposers.lookup import LookupProposer
