@@ -5,7 +5,7 @@ It answers what the real huggingface_hub client asks for:
   X-Repo-Commit, X-Linked-Etag (the sha256) and X-Linked-Size, as the hub does; small non-LFS files
   are served in place with their git blob sha1 as ETag; 404s carry the hub's X-Error-Code.
 - HEAD/GET /cdn/{sha256} on a second port (another origin, like the hub's CDN): the bytes, with
-  Range (206 + Content-Range) support.
+  Range support, open (bytes=A-) and closed (bytes=A-B), answered 206 + Content-Range.
 Faults are injected per file: an HTTP status, a connection cut after N bytes, a hold (the server
 stops sending after N bytes until released), a wrong advertised sha256, and an ETag that is no
 content hash (as a plain mirror or a proxy sends). Every request is logged.
@@ -207,20 +207,22 @@ def _make_handler(hub: LocalHub):
             if fault and fault.status:
                 return self._error(fault.status, None, "Injected failure")
             size = hub_file.size
-            start, status = 0, 200
-            requested = re.fullmatch(r"bytes=(\d+)-", self.headers.get("Range") or "")
+            start, end, status = 0, size, 200  # end is exclusive
+            requested = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range") or "")
             if requested:
                 start, status = int(requested.group(1)), 206
-                if start >= size:
+                if requested.group(2):  # a closed range A-B: B is inclusive and may run past the end
+                    end = min(int(requested.group(2)), size - 1) + 1
+                if start >= size or start >= end:
                     return self._headers(416, {"Content-Range": f"bytes */{size}", "Content-Length": "0"})
-            headers = {**extra, "Accept-Ranges": "bytes", "Content-Length": str(size - start)}
+            headers = {**extra, "Accept-Ranges": "bytes", "Content-Length": str(end - start)}
             if status == 206:
-                headers["Content-Range"] = f"bytes {start}-{size - 1}/{size}"
+                headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
             self._headers(status, headers)
             if not body:
                 return
             sent, position = 0, start
-            while position < size:
+            while position < end:
                 if fault and fault.cut_after is not None and sent >= fault.cut_after:
                     return self._cut()
                 if fault and fault.hold_after is not None and sent >= fault.hold_after:
@@ -230,7 +232,7 @@ def _make_handler(hub: LocalHub):
                 for stop in (fault.cut_after if fault else None, fault.hold_after if fault else None):
                     if stop is not None and stop > sent:
                         limit = min(limit, stop - sent)
-                chunk = hub_file.read(position, limit)
+                chunk = hub_file.read(position, min(limit, end - position))
                 try:
                     self.wfile.write(chunk)
                     self.wfile.flush()
