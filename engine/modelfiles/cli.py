@@ -7,10 +7,14 @@
     python -m engine.models list                      installed models and ready pairs
     python -m engine.models catalog                   the curated pairs
     python -m engine.models check TARGET DRAFT        can DRAFT draft for TARGET? (paths or 'embedded')
+    python -m engine.models discover [--json]         GGUF models other apps keep here (HF cache, LM Studio,
+        Ollama, Jan, GPT4All) and what was skipped; --json: the last line on stdout is one JSON object
+        {"models": [{"path", "source", "name", "size_bytes"}, ...], "problems": [...]}
 """
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -65,6 +69,9 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("target", metavar="TARGET")
     check.add_argument("draft", metavar="DRAFT")
     check.set_defaults(run=_check)
+    discover = commands.add_parser("discover", help="GGUF models other apps keep on this computer")
+    discover.add_argument("--json", action="store_true", help="end with one JSON line (for scripts)")
+    discover.set_defaults(run=_discover)
     return parser
 
 
@@ -136,6 +143,24 @@ def _check(args) -> int:
         return 0
     print(f"not compatible: {result.reason}")
     return EXIT_FAILED
+
+
+def _discover(args) -> int:
+    from .local_discovery import discover_models
+
+    found = discover_models()
+    print(f"Models found in other apps' folders ({len(found.models)}), usable where they are:")
+    for model in found.models:
+        print(f"  {model.name:50} {model.source:12} {format_bytes(model.size_bytes):>10}\n    {model.path}")
+    if found.problems:
+        print(f"\nSkipped ({len(found.problems)}):")
+        for problem in found.problems:
+            print(f"  {problem}")
+    if args.json:  # last, on one line: a script reads the final line of stdout
+        models = [{"path": str(m.path), "source": m.source, "name": m.name, "size_bytes": m.size_bytes}
+                  for m in found.models]
+        print(json.dumps({"models": models, "problems": found.problems}))
+    return 0
 
 
 class _ProgressPrinter:
