@@ -6,13 +6,25 @@ It answers what the real huggingface_hub client asks for:
   are served in place with their git blob sha1 as ETag; 404s carry the hub's X-Error-Code.
 - HEAD/GET /cdn/{sha256} on a second port (another origin, like the hub's CDN): the bytes, with
   Range support, open (bytes=A-) and closed (bytes=A-B), answered 206 + Content-Range.
+- GET /api/models?search=&filter=&sort=&direction=&limit=&expand=: the repos whose id contains every
+  word of search (case-insensitive) and that carry every filter tag, sorted (descending unless
+  direction=1), limit per page with a Link rel="next" header as the hub paginates; only the expand
+  fields (and id) when expand is given, the hub's default fields otherwise.
+- GET /api/models/{owner}/{name}[/revision/{rev}][?blobs=true]: id, sha, downloads, likes, gated,
+  lastModified, tags, cardData (base_model) and siblings (rfilename; size, blobId and lfs with blobs).
+Per-repo listing facts (downloads, likes, gated, base_model, ...) are set with set_info(). A gated
+repo answers 401 X-Error-Code GatedRepo on resolve unless the request carries an Authorization
+header; its CDN bytes need that header or the signature the resolve redirect adds (the hub's CDN
+URLs are signed), while its API info answers to anyone, as on the hub.
 Faults are injected per file: an HTTP status, a connection cut after N bytes, a hold (the server
 stops sending after N bytes until released), a wrong advertised sha256, and an ETag that is no
-content hash (as a plain mirror or a proxy sends). Every request is logged.
+content hash (as a plain mirror or a proxy sends). The API can be made to answer an HTML page,
+text that is no JSON, JSON of the wrong shape, or nothing at all (api_fault). Every request is logged.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import socket
 import threading
@@ -20,7 +32,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 import numpy as np
 
@@ -66,6 +78,22 @@ class Fault:
 
 
 @dataclass
+class RepoInfo:
+    """What the hub's API says about a repo besides its files."""
+    downloads: int = 0
+    likes: int = 0
+    last_modified: str = "2026-01-01T00:00:00.000Z"
+    tags: list[str] | None = None  # None: ["gguf"] when the repo holds a .gguf file, else []
+    base_model: str | list[str] | None = None
+    gated: bool | str = False  # False, or the hub's "auto" / "manual"
+
+
+API_FAULTS = ("html", "not-json", "wrong-shape", "hang")
+_DEFAULT_LIST_FIELDS = ("id", "likes", "downloads", "tags", "private", "library_name", "createdAt")
+_SORT_KEYS = {"downloads": "downloads", "likes": "likes", "lastModified": "last_modified"}
+
+
+@dataclass
 class LoggedRequest:
     method: str
     path: str
@@ -78,8 +106,11 @@ class LocalHub:
     repos: dict[str, dict[str, HubFile]] = field(default_factory=dict)
     faults: dict[str, list[Fault]] = field(default_factory=dict)
     requests: list[LoggedRequest] = field(default_factory=list)
+    info: dict[str, RepoInfo] = field(default_factory=dict)
+    api_fault: str | None = None  # one of API_FAULTS: how every /api/ request is answered
 
     def __post_init__(self):
+        self._secret = hashlib.sha256(str(id(self)).encode()).hexdigest()[:16]
         self._lock = threading.Lock()
         self._release = threading.Event()
         self._servers = [ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self)) for _ in ("hub", "cdn")]
@@ -110,6 +141,16 @@ class LocalHub:
         hub_file = HubFile(source=source, **kwargs)
         self.repos.setdefault(repo_id, {})[filename] = hub_file
         return hub_file
+
+    def set_info(self, repo_id: str, **kwargs) -> RepoInfo:
+        """Listing facts for a repo: downloads, likes, last_modified, tags, base_model, gated."""
+        info = self.info.setdefault(repo_id, RepoInfo())
+        for key, value in kwargs.items():
+            if not hasattr(info, key):
+                raise TypeError(f"RepoInfo has no field {key!r}")
+            setattr(info, key, value)
+        self.repos.setdefault(repo_id, {})
+        return info
 
     def add_fault(self, filename: str, fault: Fault) -> None:
         with self._lock:
@@ -143,12 +184,59 @@ class LocalHub:
                     return fault
         return None
 
-    def _find_by_sha(self, sha: str) -> tuple[str, HubFile] | None:
-        for files in self.repos.values():
+    def _find_by_sha(self, sha: str) -> tuple[str, str, HubFile] | None:
+        for repo_id, files in self.repos.items():
             for name, hub_file in files.items():
                 if sha in (hub_file.advertised_sha256, hub_file.sha256) and hub_file.lfs:
-                    return name, hub_file
+                    return repo_id, name, hub_file
         return None
+
+    def _info(self, repo_id: str) -> RepoInfo:
+        return self.info.get(repo_id) or RepoInfo()
+
+    def _signature(self, sha: str) -> str:
+        return hashlib.sha256(f"{self._secret}{sha}".encode()).hexdigest()[:32]
+
+    def _tags(self, repo_id: str) -> list[str]:
+        tags = self._info(repo_id).tags
+        if tags is not None:
+            return list(tags)
+        return ["gguf"] if any(name.endswith(".gguf") for name in self.repos[repo_id]) else []
+
+    def _model_json(self, repo_id: str, blobs: bool, fields: tuple[str, ...] | None = None) -> dict:
+        """The hub's JSON for a repo; fields limits it to those keys (and id), as expand does."""
+        info = self._info(repo_id)
+        siblings = []
+        for name, hub_file in self.repos[repo_id].items():
+            sibling = {"rfilename": name}
+            if blobs:
+                sibling.update(size=hub_file.size, blobId=hub_file.git_sha1)
+                if hub_file.lfs:
+                    sibling["lfs"] = {"sha256": hub_file.advertised_sha256 or hub_file.sha256,
+                                      "size": hub_file.size, "pointerSize": 134}
+            siblings.append(sibling)
+        card = {"base_model": info.base_model} if info.base_model is not None else {}
+        data = {"_id": hashlib.sha1(repo_id.encode()).hexdigest()[:24], "id": repo_id, "modelId": repo_id,
+                "author": repo_id.split("/")[0], "sha": COMMIT, "lastModified": info.last_modified,
+                "createdAt": "2025-01-01T00:00:00.000Z", "private": False, "gated": info.gated,
+                "disabled": False, "downloads": info.downloads, "likes": info.likes, "library_name": "gguf",
+                "tags": self._tags(repo_id), "cardData": card, "siblings": siblings}
+        if fields is not None:
+            data = {key: value for key, value in data.items() if key in ("_id", "id") or key in fields}
+        return data
+
+    def _search(self, query: dict[str, list[str]]) -> list[str]:
+        """Repo ids matching every search word and filter tag, in the asked order."""
+        words = " ".join(query.get("search", [])).lower().split()
+        tags = [t for value in query.get("filter", []) for t in value.split(",") if t]
+        found = [repo_id for repo_id in self.repos
+                 if all(w in repo_id.lower() for w in words) and all(t in self._tags(repo_id) for t in tags)]
+        found.sort()  # ties in id order, so results are repeatable
+        key = _SORT_KEYS.get((query.get("sort") or [""])[0])
+        if key:
+            ascending = (query.get("direction") or ["-1"])[0] == "1"
+            found.sort(key=lambda repo_id: getattr(self._info(repo_id), key), reverse=not ascending)
+        return found
 
 
 def _make_handler(hub: LocalHub):
@@ -170,6 +258,8 @@ def _make_handler(hub: LocalHub):
             path = unquote(urlsplit(self.path).path)
             if path.startswith("/cdn/"):
                 return self._serve_bytes(path.split("/")[2], body)
+            if path == "/api/models" or path.startswith("/api/models/"):
+                return self._serve_api(path, body)
             match = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
             if not match:
                 return self._error(404, "RepoNotFound", "Not a resolve URL")
@@ -182,6 +272,8 @@ def _make_handler(hub: LocalHub):
             hub_file = files.get(filename)
             if hub_file is None:
                 return self._error(404, "EntryNotFound", "Entry not found")
+            if hub._info(repo_id).gated and not self.headers.get("Authorization"):
+                return self._gated(repo_id)
             fault = hub._take_fault(filename, "resolve")
             if fault and fault.status:
                 return self._error(fault.status, None, "Injected failure")
@@ -189,7 +281,8 @@ def _make_handler(hub: LocalHub):
             if hub_file.lfs:
                 sha = hub_file.advertised_sha256 or hub_file.sha256
                 etag = hub_file.etag or sha
-                self._headers(302, {**common, "Location": f"{hub.cdn_url}/cdn/{sha}", "ETag": f'"{etag}"',
+                signed = f"?signature={hub._signature(sha)}" if hub._info(repo_id).gated else ""
+                self._headers(302, {**common, "Location": f"{hub.cdn_url}/cdn/{sha}{signed}", "ETag": f'"{etag}"',
                                     "X-Linked-Etag": f'"{etag}"', "X-Linked-Size": str(hub_file.size),
                                     "Content-Length": "0"})
                 return
@@ -199,8 +292,67 @@ def _make_handler(hub: LocalHub):
             found = hub._find_by_sha(sha)
             if found is None:
                 return self._error(404, None, "No such blob")
-            filename, hub_file = found
+            repo_id, filename, hub_file = found
+            if hub._info(repo_id).gated and not self.headers.get("Authorization"):
+                signature = parse_qs(urlsplit(self.path).query).get("signature", [""])[0]
+                if signature != hub._signature(sha):
+                    return self._gated(repo_id)
             self._send_range(filename, hub_file, body, {"ETag": f'"{sha}"'})
+
+        def _gated(self, repo_id: str):
+            return self._error(401, "GatedRepo", f"Access to model {repo_id} is restricted. You must have access "
+                                                 "to it and be authenticated to access it. Please log in.")
+
+        # --- the JSON API -------------------------------------------------------------------------
+        def _serve_api(self, path: str, body: bool):
+            if hub.api_fault == "hang":
+                hub._release.wait(timeout=30)  # answer nothing until released (or the hub stops)
+                return self._cut()
+            if hub.api_fault == "html":
+                return self._send(200, "text/html; charset=utf-8",
+                                  b"<!doctype html><html><body><h1>Welcome to our proxy</h1></body></html>", body)
+            if hub.api_fault == "not-json":
+                return self._send(200, "application/json", b"{'models': [oops", body)
+            query = parse_qs(urlsplit(self.path).query)
+            if path == "/api/models":
+                return self._serve_list(query, body)
+            match = re.fullmatch(r"/api/models/([^/]+/[^/]+?)(?:/revision/(.+))?", path)
+            if not match:
+                return self._error(404, None, "Not found")
+            repo_id, revision = match.groups()
+            if repo_id not in hub.repos:
+                return self._error(404, "RepoNotFound", "Repository not found")
+            if revision not in (None, "main", COMMIT):
+                return self._error(404, "RevisionNotFound", "Invalid rev id")
+            data = hub._model_json(repo_id, blobs=(query.get("blobs") or [""])[0].lower() == "true")
+            if hub.api_fault == "wrong-shape":
+                data = [data]
+            self._send_json(data, body)
+
+        def _serve_list(self, query: dict[str, list[str]], body: bool):
+            found = hub._search(query)
+            limit = int((query.get("limit") or ["1000"])[0])
+            start = int((query.get("cursor") or ["0"])[0])  # the hub's cursor is opaque; an offset does here
+            page = found[start:start + limit]
+            expand = query.get("expand", []) + query.get("expand[]", [])
+            fields = tuple(expand) if expand else _DEFAULT_LIST_FIELDS
+            data = [hub._model_json(repo_id, blobs=False, fields=fields) for repo_id in page]
+            extra = {}
+            if start + limit < len(found):
+                following = {**query, "cursor": [str(start + limit)]}
+                extra["Link"] = f'<{hub.url}/api/models?{urlencode(following, doseq=True)}>; rel="next"'
+            if hub.api_fault == "wrong-shape":
+                data = {"models": data}
+            self._send_json(data, body, extra)
+
+        def _send_json(self, data, body: bool, extra: dict | None = None):
+            self._send(200, "application/json; charset=utf-8", json.dumps(data).encode(), body, extra)
+
+        def _send(self, status: int, content_type: str, payload: bytes, body: bool, extra: dict | None = None):
+            self._headers(status, {**(extra or {}), "Content-Type": content_type,
+                                   "Content-Length": str(len(payload))})
+            if body:
+                self.wfile.write(payload)
 
         def _send_range(self, filename: str, hub_file: HubFile, body: bool, extra: dict):
             fault = hub._take_fault(filename, "bytes") if body else None
