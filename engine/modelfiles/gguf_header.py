@@ -10,6 +10,7 @@ import mmap
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from ..errors import ModelFileError
 
@@ -40,20 +41,25 @@ def read_gguf_header(path: str | Path) -> GGUFHeader:
             raw = f.read(_HEADER.size)
     except OSError as exc:
         raise ModelFileError(f"Cannot read model file {path}: {exc.strerror or exc}") from exc
+    return parse_gguf_header(raw, size, path.name)
+
+
+def parse_gguf_header(raw: bytes, size: int, name: str) -> GGUFHeader:
+    """The header from a file's first bytes (a local file's or a remote one's); size is the whole file's."""
     if len(raw) < _HEADER.size:
-        raise ModelFileError(f"{path.name} is too short to be a GGUF model ({size} bytes).")
-    magic, version, tensors, kvs = _HEADER.unpack(raw)
+        raise ModelFileError(f"{name} is too short to be a GGUF model ({size} bytes).")
+    magic, version, tensors, kvs = _HEADER.unpack_from(raw)
     if magic != GGUF_MAGIC:
         raise ModelFileError(
-            f"{path.name} is not a GGUF model (it starts with {magic!r}, not b'GGUF'). "
+            f"{name} is not a GGUF model (it starts with {magic!r}, not b'GGUF'). "
             "SpecChat runs llama.cpp GGUF files; convert or download a .gguf build of the model."
         )
     if version not in SUPPORTED_VERSIONS:
-        raise ModelFileError(f"{path.name} uses GGUF version {version}; supported: 2 and 3.")
+        raise ModelFileError(f"{name} uses GGUF version {version}; supported: 2 and 3.")
     if tensors == 0 or tensors > 1_000_000 or kvs > 1_000_000:
-        raise ModelFileError(f"{path.name} has an implausible GGUF header (tensors={tensors}, keys={kvs}).")
+        raise ModelFileError(f"{name} has an implausible GGUF header (tensors={tensors}, keys={kvs}).")
     if size < _MIN_MODEL_BYTES:
-        raise ModelFileError(f"{path.name} is truncated ({size} bytes).")
+        raise ModelFileError(f"{name} is truncated ({size} bytes).")
     return GGUFHeader(version=version, tensor_count=tensors, metadata_count=kvs, size_bytes=size)
 
 
@@ -65,6 +71,18 @@ _SKIPPED_ARRAYS = ("tokenizer.ggml.scores", "tokenizer.ggml.merges")  # large, n
 MAX_LAYERS = 512  # llama.cpp's LLAMA_MAX_LAYERS and LLAMA_MAX_EXPERTS (src/llama-hparams.h)
 MAX_EXPERTS = 1024
 ROPE_SCALING_TYPES = ("none", "linear", "yarn", "longrope")  # llama.cpp's LLAMA_ROPE_SCALING_TYPES
+
+
+MAX_ARRAY_STRINGS = 10_000_000  # 40x the largest vocabulary in use (262k): more means a damaged header
+
+
+class GGUFSource(Protocol):
+    """Where a GGUF file's bytes come from: a local file, or a remote one read with HTTP range requests."""
+
+    size: int  # the whole file's, in bytes
+
+    def read(self, at: int, n: int) -> bytes:
+        """At least n bytes from offset `at` (fewer only where the file ends); it may hand back more."""
 
 
 def read_gguf_metadata(path: str | Path) -> dict:
@@ -85,48 +103,125 @@ def read_gguf_tensors(path: str | Path) -> list[TensorInfo]:
     return _read(path, tensors=True)[1]
 
 
+def parse_gguf(source: GGUFSource, name: str, tensors: bool = False) -> tuple[dict, list[TensorInfo]]:
+    """The metadata (with token strings; or, with tensors, the tensor list without them) of the GGUF
+    file that source reads. name is what messages call the file."""
+    reader = _Reader(source, name, keep_strings=not tensors)
+    header = parse_gguf_header(reader.data[:_HEADER.size], source.size, name)
+    meta = reader.key_values(header.metadata_count)
+    return meta, reader.tensor_infos(header.tensor_count) if tensors else []
+
+
 def _read(path: str | Path, tensors: bool) -> tuple[dict, list[TensorInfo]]:
     path = Path(path)
-    header = read_gguf_header(path)
+    read_gguf_header(path)  # its own messages for a missing, short or foreign file
     with path.open("rb") as f:
-        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        source = _MappedFile(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
     try:
-        reader = _Reader(data, _HEADER.size, path.name, keep_strings=not tensors)
-        meta = reader.key_values(header.metadata_count)
-        return meta, reader.tensor_infos(header.tensor_count) if tensors else []
+        return parse_gguf(source, path.name, tensors)
     finally:
-        data.close()
+        source.close()
+
+
+class _MappedFile:
+    """A local file mapped into memory. The first read hands back the whole mapping (no copy), so the
+    parser never asks again and slices the mapping directly, as fast as before sources existed."""
+
+    def __init__(self, data: mmap.mmap):
+        self._data, self.size = data, len(data)
+
+    def read(self, at: int, n: int):
+        return self._data if at == 0 else self._data[at:at + n]
+
+    def close(self) -> None:
+        self._data.close()
+
+
+_U64 = struct.Struct("<Q")
+
+
+def _struct(fmt: str, _cache: dict = {}) -> struct.Struct:
+    unpacker = _cache.get(fmt)
+    if unpacker is None:
+        unpacker = _cache[fmt] = struct.Struct("<" + fmt)
+    return unpacker
 
 
 class _Reader:
-    def __init__(self, data, offset: int, name: str, keep_strings: bool = True):
-        self.data, self.at, self.name = data, offset, name
+    def __init__(self, source: GGUFSource, name: str, keep_strings: bool = True):
+        self.source, self.name = source, name
         self.keep_strings = keep_strings  # False: string arrays (a vocabulary) are stepped over, their length kept
+        self.data = source.read(0, _HEADER.size)  # the file's first bytes, as far as read so far
+        self.at = _HEADER.size
 
-    def _skip_strings(self, count: int) -> None:
-        data, at, size, length = self.data, self.at, len(self.data), struct.Struct("<Q").unpack_from
-        for _ in range(count):
-            if at + 8 > size:
-                raise ModelFileError(f"{self.name} is truncated inside its metadata.")
-            at += 8 + length(data, at)[0]
-        if at > size:
+    def _need(self, end: int) -> None:
+        """Make self.data reach `end` (a remote source fetches more; a mapped file has it all)."""
+        if end <= len(self.data):
+            return
+        if end > self.source.size:
             raise ModelFileError(f"{self.name} is truncated inside its metadata.")
-        self.at = at
+        more = self.source.read(len(self.data), end - len(self.data))
+        self.data = bytes(self.data) + bytes(more)
+        if end > len(self.data):
+            raise ModelFileError(f"{self.name} is truncated inside its metadata.")
+
+    def _check_count(self, key: str, count: int, item_bytes: int, what: str) -> None:
+        """Refuse a count the rest of the file cannot hold before any loop runs over it."""
+        left = self.source.size - self.at
+        if what == "strings" and count > MAX_ARRAY_STRINGS:
+            raise ModelFileError(f"{self.name} is damaged: its metadata {key} claims {count:,} strings "
+                                 f"(more than {MAX_ARRAY_STRINGS:,} is never a real model).")
+        if count * item_bytes > left:
+            raise ModelFileError(f"{self.name} is damaged: its metadata {key} claims {count:,} {what}, more "
+                                 f"than the rest of the file ({left:,} bytes) can hold.")
 
     def _take(self, fmt: str):
-        size = struct.calcsize("<" + fmt)
-        if self.at + size > len(self.data):
-            raise ModelFileError(f"{self.name} is truncated inside its metadata.")
-        value = struct.unpack_from("<" + fmt, self.data, self.at)
-        self.at += size
+        unpacker = _struct(fmt)
+        end = self.at + unpacker.size
+        if end > len(self.data):
+            self._need(end)
+        value = unpacker.unpack_from(self.data, self.at)
+        self.at = end
         return value[0] if len(value) == 1 else value
 
     def _string(self) -> bytes:
         n = self._take("Q")
-        if self.at + n > len(self.data):
-            raise ModelFileError(f"{self.name} is truncated inside its metadata.")
-        self.at += n
-        return self.data[self.at - n:self.at]
+        end = self.at + n
+        if end > len(self.data):
+            self._need(end)
+        self.at = end
+        return self.data[end - n:end]
+
+    def _strings(self, count: int) -> list[bytes]:
+        """count strings in a row: the hot loop (a 262k vocabulary), so it works on locals."""
+        out: list[bytes] = []
+        data, at, length = self.data, self.at, _U64.unpack_from
+        have = len(data)
+        for _ in range(count):
+            if at + 8 > have:
+                self._need(at + 8)
+                data, have = self.data, len(self.data)
+            end = at + 8 + length(data, at)[0]
+            if end > have:
+                self._need(end)
+                data, have = self.data, len(self.data)
+            out.append(data[at + 8:end])
+            at = end
+        self.at = at
+        return out
+
+    def _skip_strings(self, count: int) -> int:
+        """Step over count strings, keeping only how many there were (faster still: no slicing)."""
+        data, at, length = self.data, self.at, _U64.unpack_from
+        have = len(data)
+        for _ in range(count):
+            if at + 8 > have:
+                self._need(at + 8)
+                data, have = self.data, len(self.data)
+            at += 8 + length(data, at)[0]
+        self._need(at)
+        self.at = at
+        return count
 
     def _value(self, kind: int, key: str):
         if kind in _SCALARS:
@@ -136,25 +231,24 @@ class _Reader:
         if kind != _ARRAY:
             raise ModelFileError(f"{self.name} has a metadata value of unknown type {kind} ({key}).")
         item, count = self._take("IQ")
-        if item in _SCALARS and key in _SKIPPED_ARRAYS:
-            self.at += count * struct.calcsize(_SCALARS[item])
-            return count
         if item in _SCALARS:
             fmt = _SCALARS[item]
-            size = struct.calcsize(fmt) * count
-            if self.at + size > len(self.data):
-                raise ModelFileError(f"{self.name} is truncated inside its metadata.")
-            values = list(struct.unpack_from(f"<{count}{fmt}", self.data, self.at))
-            self.at += size
-            return values
-        if item == _STRING and (key in _SKIPPED_ARRAYS or not self.keep_strings):
-            self._skip_strings(count)
-            return count
+            size = struct.calcsize(fmt)
+            self._check_count(key, count, size, "entries")
+            self._need(self.at + size * count)
+            self.at += size * count
+            if key in _SKIPPED_ARRAYS:
+                return count
+            return list(_struct(f"{count}{fmt}").unpack_from(self.data, self.at - size * count))
         if item == _STRING:
-            return [self._string() for _ in range(count)]
+            self._check_count(key, count, 8, "strings")  # each string is at least its 8-byte length
+            if self.keep_strings and key not in _SKIPPED_ARRAYS:
+                return self._strings(count)
+            return self._skip_strings(count)
         raise ModelFileError(f"{self.name} has an array of unsupported type {item} ({key}).")
 
     def key_values(self, count: int) -> dict:
+        self._check_count("header", count, 8 + 4, "keys")  # a key is at least its length and a type
         out = {}
         for _ in range(count):
             key = self._string().decode("utf-8", "replace")
@@ -162,6 +256,7 @@ class _Reader:
         return out
 
     def tensor_infos(self, count: int) -> list[TensorInfo]:
+        self._check_count("header", count, 8 + 4 + 4 + 8, "tensors")  # name length, dims, type, offset
         out = []
         for _ in range(count):
             name = self._string().decode("utf-8", "replace")
