@@ -130,7 +130,7 @@ class _Search:
     models: list[FoundModel] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     seen: set[str] = field(default_factory=set)  # resolved paths: a file reached twice is listed once
-    entries_left: int = MAX_ENTRIES
+    entries_left: int = field(default_factory=lambda: MAX_ENTRIES)
 
     def add(self, path: Path, source: str, name: str, size: int | None = None) -> None:
         """Lists path if it is a GGUF file not listed yet; size None: the header check's size."""

@@ -1,9 +1,12 @@
 """Installed models and the pairs they make.
 
 Two kinds of installed model: files downloaded into the models folder (engine.modelfiles.downloads), and GGUF
-files elsewhere on disk that the user added; those are only remembered (in local_models.json in
-the data dir), never copied or deleted. Whether a draft can serve a target is llama.cpp's
-vocabulary check (engine.modelfiles.vocab_check) on vocab-only loads, cached per file version.
+files elsewhere on disk that the user added (by hand, or found in another app's folder by
+engine.modelfiles.local_discovery); those are only remembered (in local_models.json in the data dir), never
+copied or deleted. The list holds a path string per file, or {"path", "name"} where a display name is kept
+(an Ollama blob's file name is its digest): older lists of plain strings read as they are, and entries this
+version cannot read are kept on rewrite. Whether a draft can serve a target is llama.cpp's vocabulary check
+(engine.modelfiles.vocab_check) on vocab-only loads, cached per file version.
 """
 from __future__ import annotations
 
@@ -39,10 +42,11 @@ class InstalledModel:
     size_bytes: int
     origin: str  # DOWNLOADED or LOCAL
     repo_id: str | None = None
+    display_name: str | None = None  # kept for an added file, e.g. an Ollama model's name:tag
 
     @property
     def name(self) -> str:
-        return self.path.name
+        return self.display_name or self.path.name
 
     @property
     def location(self) -> Path:
@@ -65,20 +69,25 @@ def list_models() -> list[InstalledModel]:
             record = read_source_record(path) or {}
             repo_id = record.get("repo_id") or "/".join(path.relative_to(root).parts[:2])
             downloaded.append(InstalledModel(path, path.stat().st_size, DOWNLOADED, repo_id))
-    local = [InstalledModel(p, p.stat().st_size, LOCAL) for p in _registered() if p.is_file()]
+    local = [InstalledModel(p, p.stat().st_size, LOCAL, display_name=name)
+             for p, name in _registered().items() if p.is_file()]
     return downloaded + sorted(local, key=lambda m: m.name.lower())
 
 
-def add_local_model(path: str | Path) -> InstalledModel:
-    """Remember a GGUF file where it is; raises ModelFileError saying what is wrong with a bad file."""
+def add_local_model(path: str | Path, name: str | None = None) -> InstalledModel:
+    """Remember a GGUF file where it is, with a display name if given (else its file name is shown); raises
+    ModelFileError saying what is wrong with a bad file. The GGUF header is checked, not the suffix: an
+    Ollama blob has none. Adding a remembered file again keeps it once, renamed if a new name is given."""
     path = Path(path).expanduser().resolve()
     header = read_gguf_header(path)
     if path.is_relative_to(models_dir().resolve()):
         return InstalledModel(path, header.size_bytes, DOWNLOADED)
-    registered = _registered()
-    if path not in registered:
-        _write_registry(registered + [path])
-    return InstalledModel(path, header.size_bytes, LOCAL)
+    name = (name.strip() or None) if isinstance(name, str) else None
+    entries, registered = _read_registry()
+    if path not in registered or (name and registered[path] != name):
+        registered[path] = name or registered.get(path)
+        _write_registry(registered, entries)
+    return InstalledModel(path, header.size_bytes, LOCAL, display_name=registered[path])
 
 
 def delete_model(path: str | Path) -> bool:
@@ -92,10 +101,11 @@ def delete_model(path: str | Path) -> bool:
         source_record_path(path).unlink(missing_ok=True)
         _remove_empty_folders(path.parent, root)
         return True
-    registered = _registered()
+    entries, registered = _read_registry()
     if path not in registered:
         raise ModelFileError(f"{path} is not an installed model.")
-    _write_registry([p for p in registered if p != path])
+    del registered[path]
+    _write_registry(registered, entries)
     return False
 
 
@@ -205,22 +215,43 @@ def _registry_path() -> Path:
     return data_dir() / REGISTRY_FILE
 
 
-def _registered() -> list[Path]:
+def _registered() -> dict[Path, str | None]:
+    return _read_registry()[1]
+
+
+def _read_registry() -> tuple[list, dict[Path, str | None]]:
+    """The list as stored, and the files it names with their display names (None: the file name)."""
     try:
         entries = json.loads(_registry_path().read_text(encoding="utf-8"))
     except FileNotFoundError:
-        return []
+        return [], {}
     except (OSError, ValueError) as exc:
         raise ModelFileError(f"The list of added models {_registry_path()} cannot be read: {exc}") from exc
     if not isinstance(entries, list):
         raise ModelFileError(f"The list of added models {_registry_path()} is damaged (not a list).")
-    return [Path(e) for e in entries if isinstance(e, str)]
+    registered: dict[Path, str | None] = {}
+    for entry in entries:
+        parsed = _parse_entry(entry)
+        if parsed:
+            registered[parsed[0]] = parsed[1]
+    return entries, registered
 
 
-def _write_registry(paths: list[Path]) -> None:
+def _parse_entry(entry) -> tuple[Path, str | None] | None:
+    if isinstance(entry, str) and entry:
+        return Path(entry), None
+    if isinstance(entry, dict) and isinstance(entry.get("path"), str) and entry["path"]:
+        name = entry.get("name")
+        return Path(entry["path"]), (name.strip() or None) if isinstance(name, str) else None
+    return None  # not ours to read (damaged, or a later version's): kept as it is, never dropped
+
+
+def _write_registry(registered: dict[Path, str | None], entries: list) -> None:
+    unread = [e for e in entries if _parse_entry(e) is None]
+    known = [str(p) if name is None else {"path": str(p), "name": name} for p, name in registered.items()]
     target = _registry_path()
     temp = target.with_name(target.name + ".tmp")
-    temp.write_text(json.dumps([str(p) for p in paths], indent=2), encoding="utf-8")
+    temp.write_text(json.dumps(known + unread, indent=2), encoding="utf-8")
     os.replace(temp, target)  # never a half-written list
 
 
