@@ -57,8 +57,7 @@ class HubFile:
 
     @property
     def git_sha1(self) -> str:
-        data = self.read(0, self.size)
-        return hashlib.sha1(f"blob {len(data)}\0".encode() + data).hexdigest()
+        return _git_sha1(self.read(0, self.size))
 
     def read(self, start: int, length: int) -> bytes:
         if isinstance(self.source, bytes):
@@ -209,11 +208,13 @@ class LocalHub:
         siblings = []
         for name, hub_file in self.repos[repo_id].items():
             sibling = {"rfilename": name}
-            if blobs:
+            if blobs and hub_file.lfs:  # git holds an LFS pointer: blobId is the pointer's hash
+                sha = hub_file.advertised_sha256 or hub_file.sha256
+                pointer = f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha}\nsize {hub_file.size}\n"
+                sibling.update(size=hub_file.size, blobId=_git_sha1(pointer.encode()),
+                               lfs={"sha256": sha, "size": hub_file.size, "pointerSize": len(pointer)})
+            elif blobs:
                 sibling.update(size=hub_file.size, blobId=hub_file.git_sha1)
-                if hub_file.lfs:
-                    sibling["lfs"] = {"sha256": hub_file.advertised_sha256 or hub_file.sha256,
-                                      "size": hub_file.size, "pointerSize": 134}
             siblings.append(sibling)
         card = {"base_model": info.base_model} if info.base_model is not None else {}
         data = {"_id": hashlib.sha1(repo_id.encode()).hexdigest()[:24], "id": repo_id, "modelId": repo_id,
@@ -431,6 +432,10 @@ def _sha256_of_file(path: str) -> str:
         while block := f.read(1 << 22):
             digest.update(block)
     return digest.hexdigest()
+
+
+def _git_sha1(data: bytes) -> str:
+    return hashlib.sha1(f"blob {len(data)}\0".encode() + data).hexdigest()
 
 
 def _sha256(data: bytes) -> str:
