@@ -40,6 +40,7 @@ SOURCES = (HUGGINGFACE, LMSTUDIO, OLLAMA, JAN, GPT4ALL)  # also the order a file
 MAX_DEPTH = 6  # Jan's deepest layout is models/huggingface.co/<owner>/<repo>/<file>
 MAX_ENTRIES = 50_000  # directory entries looked at in one discovery, all sources together
 OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
+MAX_MANIFEST_BYTES = 1 << 20  # a manifest is a few hundred bytes; a huge file there is read no further
 OLLAMA_REGISTRY, OLLAMA_LIBRARY = "registry.ollama.ai", "library"
 _SPLIT_PART = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)  # llama.cpp's gguf-split names
 _DIGEST = re.compile(r"sha256:([0-9a-f]{64})")  # anything else could point outside blobs/
@@ -261,14 +262,15 @@ def _scan_hf_cache(cache: Path, search: _Search) -> None:
         return
     for warning in info.warnings:
         search.problems.append(f"Skipped part of the Hugging Face cache: {warning}")
-    files = [(repo.repo_id, f) for repo in info.repos if repo.repo_type == "model"
+    files = [(repo.repo_id, revision.snapshot_path, f) for repo in info.repos if repo.repo_type == "model"
              for revision in repo.revisions for f in revision.files]
-    for repo_id, cached in sorted(files, key=lambda rf: (rf[0], str(rf[1].file_path))):
+    for repo_id, snapshot, cached in sorted(files, key=lambda x: (x[0], str(x[2].file_path))):
         path = cached.file_path  # the snapshot link, used in place
         if path.suffix.lower() != ".gguf" or _skipped_file(path.name):
             continue
-        if search.take_entry(path.parent):
-            search.add(path, HUGGINGFACE, f"{repo_id}/{path.name}", _split_size(path, cached.size_on_disk))
+        if search.take_entry(path.parent):  # the name keeps a subfolder: repos put each split quant in one
+            name = f"{repo_id}/{path.relative_to(snapshot).as_posix()}"
+            search.add(path, HUGGINGFACE, name, _split_size(path, cached.size_on_disk))
 
 
 # --- Ollama ---------------------------------------------------------------------------------------------
@@ -276,11 +278,11 @@ def _scan_ollama(root: Path, search: _Search) -> None:
     manifests = root / "manifests"
     for manifest in _walk(manifests, search, depth=4, suffix=None):
         parts = manifest.relative_to(manifests).parts
-        if len(parts) != 4:
-            continue  # not <registry>/<namespace>/<name>/<tag>: something else lives here
+        if len(parts) != 4 or parts[-1].startswith("."):
+            continue  # not <registry>/<namespace>/<name>/<tag>: something else (.DS_Store) lives here
         name = _ollama_name(*parts)
         try:
-            layers = json.loads(manifest.read_text(encoding="utf-8")).get("layers")
+            layers = json.loads(_read_small(manifest)).get("layers")
             layer = next(x for x in layers if isinstance(x, dict) and x.get("mediaType") == OLLAMA_MODEL_LAYER)
         except (OSError, UnicodeDecodeError) as exc:
             search.problems.append(f"Skipped the Ollama model {name}: its manifest {manifest} cannot be read "
@@ -302,6 +304,14 @@ def _scan_ollama(root: Path, search: _Search) -> None:
                                    "(an unfinished or removed pull; `ollama pull` it again).")
             continue
         search.add(blob, OLLAMA, name)
+
+
+def _read_small(path: Path) -> str:
+    with path.open("rb") as f:
+        data = f.read(MAX_MANIFEST_BYTES + 1)
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise ValueError(f"over {MAX_MANIFEST_BYTES} bytes, too big for a manifest")
+    return data.decode("utf-8")
 
 
 def _ollama_name(registry: str, namespace: str, model: str, tag: str) -> str:

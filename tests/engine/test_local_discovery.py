@@ -124,7 +124,8 @@ def named(found: Discovery) -> list[tuple[str, str]]:
 def test_each_app_s_models_are_found_in_place_with_the_app_s_names(tmp_path, smol, gemma, tiny):
     home, cache = tmp_path / "home", tmp_path / "hf-cache"
     hf = hf_repo(cache, "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF",
-                 {"smollm2-135m-instruct-q4_1.gguf": smol, "mmproj-f16.gguf": gemma, "README.md": smol})
+                 {"smollm2-135m-instruct-q4_1.gguf": smol, "mmproj-f16.gguf": gemma, "README.md": smol,
+                  "Q4_K_M/gemma-00001-of-00002.gguf": gemma, "Q4_K_M/gemma-00002-of-00002.gguf": tiny[0]})
     hf_repo(cache, "someone/a-dataset", {"data.gguf": gemma}, kind="datasets")  # not a model repo
     lms = link(smol, home / ".lmstudio/models/lmstudio-community/SmolLM2-GGUF/SmolLM2-135M-Q4_1.gguf")
     link(gemma, home / ".lmstudio/models/lmstudio-community/SmolLM2-GGUF/mmproj-model-f16.gguf")  # a projector
@@ -144,6 +145,7 @@ def test_each_app_s_models_are_found_in_place_with_the_app_s_names(tmp_path, smo
 
     assert found.problems == []
     assert named(found) == [
+        ("huggingface", "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF/Q4_K_M/gemma-00001-of-00002.gguf"),
         ("huggingface", "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF/smollm2-135m-instruct-q4_1.gguf"),
         ("lmstudio", "big/Big-GGUF/big-00001-of-00002.gguf"),
         ("lmstudio", "google/gemma-3-270m/gemma-3-270m-Q4_K_M.gguf"),
@@ -155,13 +157,16 @@ def test_each_app_s_models_are_found_in_place_with_the_app_s_names(tmp_path, smo
         ("gpt4all", "gemma-3-270m.Q4_K_M.gguf"),
     ]
     paths = [m.path for m in found.models]
-    snapshot = cache.resolve() / hf.name / "snapshots" / COMMIT / "smollm2-135m-instruct-q4_1.gguf"
-    assert paths[0] == snapshot and paths[0].is_symlink()  # the snapshot link, used where it is
-    assert paths[1:] == [split, old_lms, lms, hf_pulled, qwen, mine, jan_new, jan_cpp, jan_old, gpt4all]
+    snapshot = cache.resolve() / hf.name / "snapshots" / COMMIT
+    assert paths[:2] == [snapshot / "Q4_K_M/gemma-00001-of-00002.gguf", snapshot / "smollm2-135m-instruct-q4_1.gguf"]
+    assert paths[1].is_symlink()  # the snapshot link, used where it is
+    assert paths[2:] == [split, old_lms, lms, hf_pulled, qwen, mine, jan_new, jan_cpp, jan_old, gpt4all]
     sizes = {m.name: m.size_bytes for m in found.models}
     assert sizes["qwen2.5-coder:1.5b"] == smol.stat().st_size
     assert sizes["someone/tiny:latest"] == tiny[1].stat().st_size
     assert sizes["big/Big-GGUF/big-00001-of-00002.gguf"] == smol.stat().st_size + gemma.stat().st_size
+    split_hf = "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF/Q4_K_M/gemma-00001-of-00002.gguf"
+    assert sizes[split_hf] == gemma.stat().st_size + tiny[0].stat().st_size  # all parts of a split model
     assert all(isinstance(m, FoundModel) for m in found.models)
 
 
@@ -232,6 +237,10 @@ def test_bad_files_and_manifests_are_problems_not_errors(tmp_path, smol, gemma):
     odd.parent.mkdir(parents=True)
     odd.write_text(json.dumps({"layers": [{"mediaType": "application/vnd.ollama.image.model",
                                            "digest": "sha256:../../../../etc/passwd"}]}))
+    (ollama / "manifests/registry.ollama.ai/library/good/.DS_Store").write_bytes(b"\0\0\0\1Bud1")  # not a tag
+    huge = ollama / "manifests/registry.ollama.ai/library/huge/latest"
+    huge.parent.mkdir(parents=True)
+    huge.write_bytes(b" " * (local_discovery.MAX_MANIFEST_BYTES + 10))
     tensors = ollama / "manifests/registry.ollama.ai/library/safetensors/latest"
     tensors.parent.mkdir(parents=True)
     tensors.write_text(json.dumps({"layers": [{"mediaType": "application/vnd.ollama.image.tensor; name=x",
@@ -248,7 +257,8 @@ def test_bad_files_and_manifests_are_problems_not_errors(tmp_path, smol, gemma):
 
     assert named(found) == [("lmstudio", "pub/repo/fine.gguf"), ("ollama", "good:latest")]
     problems = "\n".join(found.problems)
-    assert len(found.problems) == 9, problems
+    assert len(found.problems) == 10, problems
+    assert "Ollama model huge:latest" in problems and "too big for a manifest" in problems
     assert "Ollama model gone:7b" in problems and "which is missing" in problems
     assert "Ollama model broken:latest" in problems and "not valid JSON" in problems
     assert "Ollama model odd:latest" in problems and "names no valid blob" in problems
