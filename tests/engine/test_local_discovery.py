@@ -347,6 +347,17 @@ def test_a_discovered_ollama_model_is_added_by_name_and_loads_where_it_is(tmp_pa
     assert registry == [{"path": str(blob), "name": "smollm2:135m"}]
 
 
+def test_a_discovered_hf_cache_model_is_added_under_its_repo_name(tmp_path, smol):
+    cache = tmp_path / "hf-cache"
+    hf_repo(cache, "owner/Smol-GGUF", {"smol.gguf": smol})
+    [found] = discover_models(home=tmp_path / "home", hf_cache=cache).models
+    added = model_store.add_local_model(found.path, found.name)
+    # add_local_model remembers the resolved file (the blob the snapshot link points at), under the repo's name
+    assert added.path == found.path.resolve() and added.path.parent.name == "blobs"
+    assert [(m.path, m.name) for m in model_store.list_models()] == [(added.path, "owner/Smol-GGUF/smol.gguf")]
+    assert added.path.stat().st_ino == smol.stat().st_ino or added.path.stat().st_size == smol.stat().st_size
+
+
 def test_the_list_of_added_models_reads_the_old_format_and_keeps_what_it_cannot_read(tmp_path, smol, gemma):
     data = tmp_path / "specchat-data"
     data.mkdir(parents=True, exist_ok=True)
