@@ -240,184 +240,190 @@ class LocalHub:
         return found
 
 
-def _make_handler(hub: LocalHub):
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+class _ApiAnswers:
+    """The hub's JSON API, for the request handler below (self.hub is the LocalHub)."""
+    hub: LocalHub
 
-        def log_message(self, *args):  # keep test output quiet
+    def _serve_api(self, path: str, body: bool):
+        if self.hub.api_fault == "hang":
+            self.hub._release.wait(timeout=30)  # answer nothing until released (or the hub stops)
+            return self._cut()
+        if self.hub.api_fault == "html":
+            return self._send(200, "text/html; charset=utf-8",
+                              b"<!doctype html><html><body><h1>Welcome to our proxy</h1></body></html>", body)
+        if self.hub.api_fault == "not-json":
+            return self._send(200, "application/json", b"{'models': [oops", body)
+        query = parse_qs(urlsplit(self.path).query)
+        if path == "/api/models":
+            return self._serve_list(query, body)
+        match = re.fullmatch(r"/api/models/([^/]+/[^/]+?)(?:/revision/(.+))?", path)
+        if not match:
+            return self._error(404, None, "Not found")
+        repo_id, revision = match.groups()
+        if repo_id not in self.hub.repos:
+            return self._error(404, "RepoNotFound", "Repository not found")
+        if revision not in (None, "main", COMMIT):
+            return self._error(404, "RevisionNotFound", "Invalid rev id")
+        data = self.hub._model_json(repo_id, blobs=(query.get("blobs") or [""])[0].lower() == "true")
+        if self.hub.api_fault == "wrong-shape":
+            data = [data]
+        self._send_json(data, body)
+
+    def _serve_list(self, query: dict[str, list[str]], body: bool):
+        found = self.hub._search(query)
+        limit = int((query.get("limit") or ["1000"])[0])
+        start = int((query.get("cursor") or ["0"])[0])  # the hub's cursor is opaque; an offset does here
+        page = found[start:start + limit]
+        expand = query.get("expand", []) + query.get("expand[]", [])
+        fields = tuple(expand) if expand else _DEFAULT_LIST_FIELDS
+        data = [self.hub._model_json(repo_id, blobs=False, fields=fields) for repo_id in page]
+        extra = {}
+        if start + limit < len(found):
+            following = {**query, "cursor": [str(start + limit)]}
+            extra["Link"] = f'<{self.hub.url}/api/models?{urlencode(following, doseq=True)}>; rel="next"'
+        if self.hub.api_fault == "wrong-shape":
+            data = {"models": data}
+        self._send_json(data, body, extra)
+
+    def _send_json(self, data, body: bool, extra: dict | None = None):
+        self._send(200, "application/json; charset=utf-8", json.dumps(data).encode(), body, extra)
+
+    def _send(self, status: int, content_type: str, payload: bytes, body: bool, extra: dict | None = None):
+        self._headers(status, {**(extra or {}), "Content-Type": content_type,
+                               "Content-Length": str(len(payload))})
+        if body:
+            self.wfile.write(payload)
+
+
+class _Handler(_ApiAnswers, BaseHTTPRequestHandler):
+    """Answers one request; _make_handler binds it to a hub (self.hub)."""
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):  # keep test output quiet
+        pass
+
+    def do_HEAD(self):
+        self._serve(body=False)
+
+    def do_GET(self):
+        self._serve(body=True)
+
+    def _serve(self, body: bool):
+        self.hub.requests.append(LoggedRequest(self.command, self.path, self.headers.get("Range"),
+                                               self.headers.get("Authorization")))
+        path = unquote(urlsplit(self.path).path)
+        if path.startswith("/cdn/"):
+            return self._serve_bytes(path.split("/")[2], body)
+        if path == "/api/models" or path.startswith("/api/models/"):
+            return self._serve_api(path, body)
+        match = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
+        if not match:
+            return self._error(404, "RepoNotFound", "Not a resolve URL")
+        repo_id, revision, filename = match.groups()
+        files = self.hub.repos.get(repo_id)
+        if files is None:
+            return self._error(404, "RepoNotFound", "Repository not found")
+        if revision not in ("main", COMMIT):
+            return self._error(404, "RevisionNotFound", "Invalid rev id")
+        hub_file = files.get(filename)
+        if hub_file is None:
+            return self._error(404, "EntryNotFound", "Entry not found")
+        if self.hub._info(repo_id).gated and not self.headers.get("Authorization"):
+            return self._gated(repo_id)
+        fault = self.hub._take_fault(filename, "resolve")
+        if fault and fault.status:
+            return self._error(fault.status, None, "Injected failure")
+        common = {"X-Repo-Commit": COMMIT}
+        if hub_file.lfs:
+            sha = hub_file.advertised_sha256 or hub_file.sha256
+            etag = hub_file.etag or sha
+            signed = f"?signature={self.hub._signature(sha)}" if self.hub._info(repo_id).gated else ""
+            self._headers(302, {**common, "Location": f"{self.hub.cdn_url}/cdn/{sha}{signed}", "ETag": f'"{etag}"',
+                                "X-Linked-Etag": f'"{etag}"', "X-Linked-Size": str(hub_file.size),
+                                "Content-Length": "0"})
+            return
+        self._send_range(filename, hub_file, body, {**common, "ETag": f'"{hub_file.etag or hub_file.git_sha1}"'})
+
+    def _serve_bytes(self, sha: str, body: bool):
+        found = self.hub._find_by_sha(sha)
+        if found is None:
+            return self._error(404, None, "No such blob")
+        repo_id, filename, hub_file = found
+        if self.hub._info(repo_id).gated and not self.headers.get("Authorization"):
+            signature = parse_qs(urlsplit(self.path).query).get("signature", [""])[0]
+            if signature != self.hub._signature(sha):
+                return self._gated(repo_id)
+        self._send_range(filename, hub_file, body, {"ETag": f'"{sha}"'})
+
+    def _gated(self, repo_id: str):
+        return self._error(401, "GatedRepo", f"Access to model {repo_id} is restricted. You must have access "
+                                             "to it and be authenticated to access it. Please log in.")
+
+    def _send_range(self, filename: str, hub_file: HubFile, body: bool, extra: dict):
+        fault = self.hub._take_fault(filename, "bytes") if body else None
+        if fault and fault.status:
+            return self._error(fault.status, None, "Injected failure")
+        size = hub_file.size
+        start, end, status = 0, size, 200  # end is exclusive
+        requested = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range") or "")
+        if requested:
+            start, status = int(requested.group(1)), 206
+            if requested.group(2):  # a closed range A-B: B is inclusive and may run past the end
+                end = min(int(requested.group(2)), size - 1) + 1
+            if start >= size or start >= end:
+                return self._headers(416, {"Content-Range": f"bytes */{size}", "Content-Length": "0"})
+        headers = {**extra, "Accept-Ranges": "bytes", "Content-Length": str(end - start)}
+        if status == 206:
+            headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
+        self._headers(status, headers)
+        if not body:
+            return
+        sent, position = 0, start
+        while position < end:
+            if fault and fault.cut_after is not None and sent >= fault.cut_after:
+                return self._cut()
+            if fault and fault.hold_after is not None and sent >= fault.hold_after:
+                self.hub._release.wait(timeout=30)
+                fault = None
+            limit = _BLOCK
+            for stop in (fault.cut_after if fault else None, fault.hold_after if fault else None):
+                if stop is not None and stop > sent:
+                    limit = min(limit, stop - sent)
+            chunk = hub_file.read(position, min(limit, end - position))
+            try:
+                self.wfile.write(chunk)
+                self.wfile.flush()
+            except OSError:
+                return  # the client went away (a cancel)
+            sent += len(chunk)
+            position += len(chunk)
+
+    def _cut(self):
+        self.close_connection = True
+        try:
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
             pass
 
-        def do_HEAD(self):
-            self._serve(body=False)
+    def _headers(self, status: int, headers: dict):
+        self.send_response(status)
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.end_headers()
 
-        def do_GET(self):
-            self._serve(body=True)
+    def _error(self, status: int, code: str | None, message: str):
+        body = message.encode()
+        headers = {"Content-Length": str(len(body)), "X-Error-Message": message, "X-Repo-Commit": COMMIT}
+        if code:
+            headers["X-Error-Code"] = code
+        self._headers(status, headers)
+        if self.command != "HEAD":
+            self.wfile.write(body)
 
-        def _serve(self, body: bool):
-            hub.requests.append(LoggedRequest(self.command, self.path, self.headers.get("Range"),
-                                              self.headers.get("Authorization")))
-            path = unquote(urlsplit(self.path).path)
-            if path.startswith("/cdn/"):
-                return self._serve_bytes(path.split("/")[2], body)
-            if path == "/api/models" or path.startswith("/api/models/"):
-                return self._serve_api(path, body)
-            match = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
-            if not match:
-                return self._error(404, "RepoNotFound", "Not a resolve URL")
-            repo_id, revision, filename = match.groups()
-            files = hub.repos.get(repo_id)
-            if files is None:
-                return self._error(404, "RepoNotFound", "Repository not found")
-            if revision not in ("main", COMMIT):
-                return self._error(404, "RevisionNotFound", "Invalid rev id")
-            hub_file = files.get(filename)
-            if hub_file is None:
-                return self._error(404, "EntryNotFound", "Entry not found")
-            if hub._info(repo_id).gated and not self.headers.get("Authorization"):
-                return self._gated(repo_id)
-            fault = hub._take_fault(filename, "resolve")
-            if fault and fault.status:
-                return self._error(fault.status, None, "Injected failure")
-            common = {"X-Repo-Commit": COMMIT}
-            if hub_file.lfs:
-                sha = hub_file.advertised_sha256 or hub_file.sha256
-                etag = hub_file.etag or sha
-                signed = f"?signature={hub._signature(sha)}" if hub._info(repo_id).gated else ""
-                self._headers(302, {**common, "Location": f"{hub.cdn_url}/cdn/{sha}{signed}", "ETag": f'"{etag}"',
-                                    "X-Linked-Etag": f'"{etag}"', "X-Linked-Size": str(hub_file.size),
-                                    "Content-Length": "0"})
-                return
-            self._send_range(filename, hub_file, body, {**common, "ETag": f'"{hub_file.etag or hub_file.git_sha1}"'})
 
-        def _serve_bytes(self, sha: str, body: bool):
-            found = hub._find_by_sha(sha)
-            if found is None:
-                return self._error(404, None, "No such blob")
-            repo_id, filename, hub_file = found
-            if hub._info(repo_id).gated and not self.headers.get("Authorization"):
-                signature = parse_qs(urlsplit(self.path).query).get("signature", [""])[0]
-                if signature != hub._signature(sha):
-                    return self._gated(repo_id)
-            self._send_range(filename, hub_file, body, {"ETag": f'"{sha}"'})
-
-        def _gated(self, repo_id: str):
-            return self._error(401, "GatedRepo", f"Access to model {repo_id} is restricted. You must have access "
-                                                 "to it and be authenticated to access it. Please log in.")
-
-        # --- the JSON API -------------------------------------------------------------------------
-        def _serve_api(self, path: str, body: bool):
-            if hub.api_fault == "hang":
-                hub._release.wait(timeout=30)  # answer nothing until released (or the hub stops)
-                return self._cut()
-            if hub.api_fault == "html":
-                return self._send(200, "text/html; charset=utf-8",
-                                  b"<!doctype html><html><body><h1>Welcome to our proxy</h1></body></html>", body)
-            if hub.api_fault == "not-json":
-                return self._send(200, "application/json", b"{'models': [oops", body)
-            query = parse_qs(urlsplit(self.path).query)
-            if path == "/api/models":
-                return self._serve_list(query, body)
-            match = re.fullmatch(r"/api/models/([^/]+/[^/]+?)(?:/revision/(.+))?", path)
-            if not match:
-                return self._error(404, None, "Not found")
-            repo_id, revision = match.groups()
-            if repo_id not in hub.repos:
-                return self._error(404, "RepoNotFound", "Repository not found")
-            if revision not in (None, "main", COMMIT):
-                return self._error(404, "RevisionNotFound", "Invalid rev id")
-            data = hub._model_json(repo_id, blobs=(query.get("blobs") or [""])[0].lower() == "true")
-            if hub.api_fault == "wrong-shape":
-                data = [data]
-            self._send_json(data, body)
-
-        def _serve_list(self, query: dict[str, list[str]], body: bool):
-            found = hub._search(query)
-            limit = int((query.get("limit") or ["1000"])[0])
-            start = int((query.get("cursor") or ["0"])[0])  # the hub's cursor is opaque; an offset does here
-            page = found[start:start + limit]
-            expand = query.get("expand", []) + query.get("expand[]", [])
-            fields = tuple(expand) if expand else _DEFAULT_LIST_FIELDS
-            data = [hub._model_json(repo_id, blobs=False, fields=fields) for repo_id in page]
-            extra = {}
-            if start + limit < len(found):
-                following = {**query, "cursor": [str(start + limit)]}
-                extra["Link"] = f'<{hub.url}/api/models?{urlencode(following, doseq=True)}>; rel="next"'
-            if hub.api_fault == "wrong-shape":
-                data = {"models": data}
-            self._send_json(data, body, extra)
-
-        def _send_json(self, data, body: bool, extra: dict | None = None):
-            self._send(200, "application/json; charset=utf-8", json.dumps(data).encode(), body, extra)
-
-        def _send(self, status: int, content_type: str, payload: bytes, body: bool, extra: dict | None = None):
-            self._headers(status, {**(extra or {}), "Content-Type": content_type,
-                                   "Content-Length": str(len(payload))})
-            if body:
-                self.wfile.write(payload)
-
-        def _send_range(self, filename: str, hub_file: HubFile, body: bool, extra: dict):
-            fault = hub._take_fault(filename, "bytes") if body else None
-            if fault and fault.status:
-                return self._error(fault.status, None, "Injected failure")
-            size = hub_file.size
-            start, end, status = 0, size, 200  # end is exclusive
-            requested = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range") or "")
-            if requested:
-                start, status = int(requested.group(1)), 206
-                if requested.group(2):  # a closed range A-B: B is inclusive and may run past the end
-                    end = min(int(requested.group(2)), size - 1) + 1
-                if start >= size or start >= end:
-                    return self._headers(416, {"Content-Range": f"bytes */{size}", "Content-Length": "0"})
-            headers = {**extra, "Accept-Ranges": "bytes", "Content-Length": str(end - start)}
-            if status == 206:
-                headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
-            self._headers(status, headers)
-            if not body:
-                return
-            sent, position = 0, start
-            while position < end:
-                if fault and fault.cut_after is not None and sent >= fault.cut_after:
-                    return self._cut()
-                if fault and fault.hold_after is not None and sent >= fault.hold_after:
-                    hub._release.wait(timeout=30)
-                    fault = None
-                limit = _BLOCK
-                for stop in (fault.cut_after if fault else None, fault.hold_after if fault else None):
-                    if stop is not None and stop > sent:
-                        limit = min(limit, stop - sent)
-                chunk = hub_file.read(position, min(limit, end - position))
-                try:
-                    self.wfile.write(chunk)
-                    self.wfile.flush()
-                except OSError:
-                    return  # the client went away (a cancel)
-                sent += len(chunk)
-                position += len(chunk)
-
-        def _cut(self):
-            self.close_connection = True
-            try:
-                self.wfile.flush()
-                self.connection.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-        def _headers(self, status: int, headers: dict):
-            self.send_response(status)
-            for key, value in headers.items():
-                self.send_header(key, value)
-            self.end_headers()
-
-        def _error(self, status: int, code: str | None, message: str):
-            body = message.encode()
-            headers = {"Content-Length": str(len(body)), "X-Error-Message": message, "X-Repo-Commit": COMMIT}
-            if code:
-                headers["X-Error-Code"] = code
-            self._headers(status, headers)
-            if self.command != "HEAD":
-                self.wfile.write(body)
-
-    return Handler
+def _make_handler(hub: LocalHub) -> type:
+    return type("Handler", (_Handler,), {"hub": hub})
 
 
 def _url(server: ThreadingHTTPServer) -> str:
