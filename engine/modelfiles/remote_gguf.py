@@ -145,6 +145,8 @@ class _RangeSource:
         if not match or int(match.group(1)) != start:
             raise DownloadError(f"The server of {label} answered a range request with other bytes "
                                 f"(Content-Range {response.headers.get('content-range')!r}).")
+        if self.size and int(match.group(3)) != self.size:
+            raise DownloadError(f"{label} changed on the server while its header was read; try again.")
         self.size = int(match.group(3))
         return min(length, int(match.group(2)) + 1 - start)  # fewer where the file ends
 

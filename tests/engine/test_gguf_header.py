@@ -1,0 +1,71 @@
+"""gguf_header parses from any source with size and read(at, n): a source that hands out a few KB at a
+time gives what the mapped local file gives, and counts a file cannot hold are refused, naming the key,
+before any loop runs over them."""
+import struct
+import time
+from pathlib import Path
+
+import pytest
+
+from hub_server import write_tiny_gguf
+
+from engine.errors import ModelFileError
+from engine.modelfiles.embedded import embedded_model_path
+from engine.modelfiles.gguf_header import parse_gguf, read_gguf_metadata, read_gguf_tensors
+
+
+class Trickle:
+    """A source that hands out at most `step` bytes per read and records each read."""
+
+    def __init__(self, data: bytes, step: int = 4096):
+        self.data, self.size, self.step, self.reads = data, len(data), step, []
+
+    def read(self, at: int, n: int) -> bytes:
+        self.reads.append((at, n))
+        return self.data[at:at + max(n, self.step)]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    return write_tiny_gguf(tmp_path_factory.mktemp("header") / "tiny.gguf")
+
+
+def test_a_source_read_piece_by_piece_gives_what_the_mapped_file_gives():
+    path = embedded_model_path()
+    head = path.read_bytes()[:8 << 20]  # the whole header and more; size stays the file's
+    source = Trickle(head, step=64 * 1024)
+    source.size = path.stat().st_size
+    meta, _ = parse_gguf(source, path.name)
+    assert meta == read_gguf_metadata(path) and len(meta["tokenizer.ggml.tokens"]) == 49152
+    assert len(source.reads) > 10 and all(at + n <= len(head) for at, n in source.reads)
+    _, tensors = parse_gguf(Trickle(head, step=64 * 1024), path.name, tensors=True)
+    assert tensors == read_gguf_tensors(path)  # every tensor entry lies within the first 8 MB too
+
+
+def patched(tiny: Path, key: bytes, after_key: int, value: int) -> bytes:
+    data = bytearray(tiny.read_bytes())
+    struct.pack_into("<Q", data, data.index(key) + len(key) + after_key, value)
+    return bytes(data)
+
+
+@pytest.mark.parametrize("key, message", [
+    (b"tokenizer.ggml.tokens", "tokenizer.ggml.tokens claims 1,000,000,000 strings"),
+    (b"tokenizer.ggml.scores", "tokenizer.ggml.scores claims 1,000,000,000 entries, more than the rest of the file"),
+])
+def test_a_count_the_file_cannot_hold_names_its_key(tiny, tmp_path, key, message):
+    damaged = tmp_path / "damaged.gguf"
+    damaged.write_bytes(patched(tiny, key, 4 + 4, 1_000_000_000))  # past the value type and the item type
+    start = time.monotonic()
+    with pytest.raises(ModelFileError, match=message):
+        read_gguf_metadata(damaged)
+    assert time.monotonic() - start < 1.0  # refused, not looped over
+
+
+def test_a_tensor_count_the_file_cannot_hold(tiny, tmp_path):
+    data = bytearray(tiny.read_bytes())
+    struct.pack_into("<Q", data, 8, 900_000)  # tensor count: 900k tensors in a few KB
+    damaged = tmp_path / "damaged.gguf"
+    damaged.write_bytes(bytes(data))
+    assert read_gguf_metadata(damaged)["tokenizer.ggml.tokens"]  # the metadata alone still reads
+    with pytest.raises(ModelFileError, match="claims 900,000 tensors"):
+        read_gguf_tensors(damaged)
