@@ -214,6 +214,9 @@ def _explain(exc: Exception, endpoint: str, timeout_s: float, repo_id: str | Non
                              "to a token that can read it).")
     if isinstance(exc, HfHubHTTPError):
         status = exc.response.status_code if exc.response is not None else 0
+        if status == 401:  # a repo the token cannot see is RepositoryNotFoundError, above: this is the token
+            return DownloadError(f"{endpoint} refused the token SpecChat sent (HF_TOKEN, or the one saved by "
+                                 "`hf auth login`): set a valid token, or unset HF_TOKEN, and try again.")
         if status >= 500 or status == 429:
             return DownloadError(f"{endpoint} answered HTTP {status}; the hub may be busy, try again later.")
         return _not_a_hub(endpoint, f"HTTP {status}")

@@ -18,7 +18,8 @@ header; its CDN bytes need that header or the signature the resolve redirect add
 URLs are signed), while its API info answers to anyone, as on the hub.
 Faults are injected per file: an HTTP status, a connection cut after N bytes, a hold (the server
 stops sending after N bytes until released), a wrong advertised sha256, and an ETag that is no
-content hash (as a plain mirror or a proxy sends). The API can be made to answer an HTML page,
+content hash (as a plain mirror or a proxy sends). With valid_tokens set, any other token is refused
+(401), as the hub refuses a revoked one. The API can be made to answer an HTML page,
 text that is no JSON, JSON of the wrong shape, or nothing at all (api_fault). Every request is logged.
 """
 from __future__ import annotations
@@ -107,6 +108,7 @@ class LocalHub:
     requests: list[LoggedRequest] = field(default_factory=list)
     info: dict[str, RepoInfo] = field(default_factory=dict)
     api_fault: str | None = None  # one of API_FAULTS: how every /api/ request is answered
+    valid_tokens: set[str] | None = None  # when set, the hub refuses any other token (not the CDN)
 
     def __post_init__(self):
         self._secret = hashlib.sha256(str(id(self)).encode()).hexdigest()[:16]
@@ -314,6 +316,9 @@ class _Handler(_ApiAnswers, BaseHTTPRequestHandler):
         path = unquote(urlsplit(self.path).path)
         if path.startswith("/cdn/"):
             return self._serve_bytes(path.split("/")[2], body)
+        token = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
+        if token and self.hub.valid_tokens is not None and token not in self.hub.valid_tokens:
+            return self._error(401, None, "Invalid credentials in Authorization header")
         if path == "/api/models" or path.startswith("/api/models/"):
             return self._serve_api(path, body)
         match = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)

@@ -181,6 +181,16 @@ def test_a_gated_repo_is_listed_with_what_to_do_and_downloads_only_with_a_token(
     assert download(GATED, result.files[0].filename).stat().st_size == result.files[0].size
 
 
+def test_a_refused_token_says_so(hub, monkeypatch):
+    hub.valid_tokens = {"hf_current"}
+    monkeypatch.setenv("HF_TOKEN", "hf_revoked")
+    for call in (lambda: search_repos("gemma"), lambda: repo_files(GEMMA)):
+        with pytest.raises(DownloadError, match="refused the token SpecChat sent \\(HF_TOKEN"):
+            call()
+    monkeypatch.setenv("HF_TOKEN", "hf_current")
+    assert ids(search_repos("gemma")) == [GEMMA, GATED] and repo_files(GEMMA).files
+
+
 # --- a hub that does not answer, or not like a hub ----------------------------------------------
 def test_offline_mode_asks_nothing_and_says_the_hub_cannot_be_reached(hub, monkeypatch):
     monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
