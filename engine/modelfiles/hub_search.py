@@ -126,7 +126,7 @@ def repo_files(repo_id: str, revision: str = "main", *, endpoint: str | None = N
     files = group_gguf_files(names)
     if not files:
         ggufs = [name for name, _ in names if name.lower().endswith(".gguf")]
-        what = (f"only {', '.join(ggufs)}, which {'is' if len(ggufs) == 1 else 'are'} no chat model"
+        what = (f"only {', '.join(ggufs)}: projector, importance-matrix or incomplete split files"
                 if ggufs else "no .gguf file")
         raise DownloadError(f"{repo_id} has no GGUF model to download ({what}). SpecChat runs GGUF files: "
                             "search for a GGUF version of this model (often a repo named ...-GGUF).")

@@ -159,7 +159,8 @@ def test_a_found_file_downloads_and_reads_as_the_model(hub, model_files):
 def test_a_repo_without_gguf_files_says_so(hub):
     with pytest.raises(DownloadError, match=f"{NO_GGUF} has no GGUF model to download \\(no .gguf file\\)"):
         repo_files(NO_GGUF)
-    with pytest.raises(DownloadError, match="only mmproj-model-f16.gguf, which is no chat model"):
+    with pytest.raises(DownloadError, match="only mmproj-model-f16.gguf: projector, importance-matrix or "
+                                            "incomplete split files"):
         repo_files(PROJECTOR_ONLY)
 
 
