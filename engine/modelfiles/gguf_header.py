@@ -71,8 +71,6 @@ _SKIPPED_ARRAYS = ("tokenizer.ggml.scores", "tokenizer.ggml.merges")  # large, n
 MAX_LAYERS = 512  # llama.cpp's LLAMA_MAX_LAYERS and LLAMA_MAX_EXPERTS (src/llama-hparams.h)
 MAX_EXPERTS = 1024
 ROPE_SCALING_TYPES = ("none", "linear", "yarn", "longrope")  # llama.cpp's LLAMA_ROPE_SCALING_TYPES
-
-
 MAX_ARRAY_STRINGS = 10_000_000  # 40x the largest vocabulary in use (262k): more means a damaged header
 
 
