@@ -300,3 +300,13 @@ def vram_reader(backend: str) -> tuple[str | None, str]:
     if _ggml_gpu_bytes() is not None:
         return WHOLE_GPU_SOURCE, _READER_WHY[WHOLE_GPU_SOURCE]
     return None, f"neither NVML nor the {backend} backend reports memory"
+
+
+def free_gpu_memory() -> int | None:
+    """Free bytes on the first real GPU this build can use; None on a CPU build or where none reports memory."""
+    for device in devices():
+        if device.is_gpu and not is_software_device(device):
+            reading = device_memory(device)
+            if reading is not None:
+                return reading[0]
+    return None

@@ -7,6 +7,13 @@
     python -m engine.models list                      installed models and ready pairs
     python -m engine.models catalog                   the curated pairs
     python -m engine.models check TARGET DRAFT        can DRAFT draft for TARGET? (paths or 'embedded')
+    python -m engine.models search QUERY [--sort downloads|likes|recent] [--limit N] [--json]
+        GGUF repos on the hub, each with its files (quantization, size); --json: the last line is one JSON list
+        [{"repo_id", "downloads", "likes", "gated", "files": [{"filename", "parts", "quantization", "size"}]}]
+    python -m engine.models drafts REPO FILE [--json]  drafts for that target, checked from GGUF headers read
+        with range requests (nothing downloaded); --json: the last line is one JSON object
+        {"target", "family", "bytes_read", "candidates": [{"repo_id", "filename", "path", "size",
+        "quantization", "compatible", "reason"}, ...], "problems": [...]}
     python -m engine.models discover [--json]         GGUF models other apps keep here (HF cache, LM Studio,
         Ollama, Jan, GPT4All) and what was skipped; --json: the last line on stdout is one JSON object
         {"models": [{"path", "source", "name", "size_bytes"}, ...], "problems": [...]}
@@ -69,6 +76,17 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("target", metavar="TARGET")
     check.add_argument("draft", metavar="DRAFT")
     check.set_defaults(run=_check)
+    search = commands.add_parser("search", help="search the hub for GGUF models")
+    search.add_argument("query", metavar="QUERY", nargs="+", help="words of the model's name")
+    search.add_argument("--sort", choices=("downloads", "likes", "recent"), default="downloads")
+    search.add_argument("--limit", type=int, default=10, help="repos to list (default 10)")
+    search.add_argument("--json", action="store_true", help="end with one JSON line (for scripts)")
+    search.set_defaults(run=_search)
+    drafts = commands.add_parser("drafts", help="drafts for a GGUF file on the hub, checked from headers")
+    drafts.add_argument("repo_id", metavar="REPO", help="owner/name of the target's repo")
+    drafts.add_argument("filename", metavar="FILE", help="the target's GGUF file in that repo")
+    drafts.add_argument("--json", action="store_true", help="end with one JSON line (for scripts)")
+    drafts.set_defaults(run=_drafts)
     discover = commands.add_parser("discover", help="GGUF models other apps keep on this computer")
     discover.add_argument("--json", action="store_true", help="end with one JSON line (for scripts)")
     discover.set_defaults(run=_discover)
@@ -143,6 +161,50 @@ def _check(args) -> int:
         return 0
     print(f"not compatible: {result.reason}")
     return EXIT_FAILED
+
+
+def _search(args) -> int:
+    from .hub_search import repo_files, search_repos
+
+    query = " ".join(args.query)
+    repos = [repo_files(r.repo_id) for r in search_repos(query, sort=args.sort, limit=args.limit)]
+    print(f"GGUF repos for “{query}” ({len(repos)}, by {args.sort}):")
+    for repo in repos:
+        gated = "  (gated: set HF_TOKEN)" if repo.gated else ""
+        print(f"  {repo.repo_id}  {repo.downloads:,} downloads, {repo.likes:,} likes{gated}")
+        for f in repo.files:
+            parts = f" ({len(f.parts)} parts)" if len(f.parts) > 1 else ""
+            print(f"    {f.quantization:10} {format_bytes(f.size):>10}  {f.filename}{parts}")
+    if args.json:
+        print(json.dumps([{"repo_id": r.repo_id, "downloads": r.downloads, "likes": r.likes, "gated": r.gated,
+                           "files": [{"filename": f.filename, "parts": list(f.parts), "quantization": f.quantization,
+                                      "size": f.size} for f in r.files]} for r in repos]))
+    return 0
+
+
+def _drafts(args) -> int:
+    from .draft_finder import find_drafts
+    from .embedded import embedded_model_path
+    from .model_store import list_models
+
+    installed = [embedded_model_path()] + [m.path for m in list_models()]
+    found = find_drafts(args.repo_id, args.filename, installed=installed)
+    print(f"Drafts for {found.target} (family “{found.family}”), checked from GGUF headers: "
+          f"{format_bytes(found.bytes_read)} read, nothing downloaded.")
+    for c in found.candidates:
+        verdict = {True: "fits", False: "does not fit", None: "unknown"}[c.compatible]
+        size = format_bytes(c.size) if c.size else "?"
+        print(f"  {verdict:13} {size:>10}  {c.name}\n{'':17}{c.reason or 'same vocabulary (llama.cpp rules)'}")
+    for problem in found.problems:
+        print(f"  {problem}")
+    if args.json:
+        print(json.dumps({"target": found.target, "family": found.family, "bytes_read": found.bytes_read,
+                          "candidates": [{"repo_id": c.repo_id, "filename": c.filename,
+                                          "path": str(c.path) if c.path else None, "size": c.size,
+                                          "quantization": c.quantization, "compatible": c.compatible,
+                                          "reason": c.reason} for c in found.candidates],
+                          "problems": found.problems}))
+    return 0
 
 
 def _discover(args) -> int:
