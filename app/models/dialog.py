@@ -1,8 +1,10 @@
-"""The Models dialog: get a catalog pair, see and manage installed models, pick target + draft.
+"""The Models dialog: get a catalog pair, search the hub for any model and a draft that fits it, use the models
+other apps keep on this machine, see and manage installed models, pick target + draft.
 
 Its parts live in app/models/: the pairs tab and its download runner (pairs_tab.py,
 download_worker.py), the installed-models tab (installed_tab.py), the target + draft picker with
-its compatibility check (model_picker.py) and the built-in models both of those list (builtin_models.py).
+its compatibility check (model_picker.py), the built-in models both of those list (builtin_models.py), the hub
+search with its draft finder (search_tab.py) and the models found on this machine (local_tab.py).
 This module puts them together and passes news between them: a finished download is selected in
 the picker, an added or removed file redraws all three.
 
@@ -23,8 +25,10 @@ from engine.errors import EngineError
 from app.models.builtin_models import BuiltinModel, builtin_models
 from app.models.download_worker import DownloadWorker
 from app.models.installed_tab import GGUF_FILTER, InstalledTab
+from app.models.local_tab import LocalTab
 from app.models.model_picker import CompatibilityWorker, ModelPicker
 from app.models.pairs_tab import BAR_STEPS, PairsTab
+from app.models.search_tab import SearchTab
 from app.models.threads import STOP_WAIT_MS
 
 __all__ = ["BAR_STEPS", "GGUF_FILTER", "STOP_WAIT_MS", "CompatibilityWorker", "DownloadWorker", "ModelsDialog"]
@@ -40,7 +44,7 @@ class ModelsDialog(QDialog):
                  catalog: list[CatalogPair] | None = None):
         super().__init__(parent)
         self.setWindowTitle("Models")
-        self.resize(900, 640)
+        self.resize(980, 720)
         catalog_error = ""
         try:
             catalog = load_catalog() if catalog is None else catalog
@@ -50,10 +54,15 @@ class ModelsDialog(QDialog):
         self.installed: list[model_store.InstalledModel] = []
         self.builtins: list[BuiltinModel] = []
         self.pairs = PairsTab(catalog, catalog_error)
+        self.search_tab = SearchTab()
+        self.local_tab = LocalTab()
         self.installed_tab = InstalledTab()
         self.picker = ModelPicker(str(current_target or EMBEDDED), current_draft)
         self.pairs.downloadFinished.connect(self._download_finished)
         self.pairs.downloadEnded.connect(self._download_ended)
+        self.search_tab.downloadFinished.connect(self._download_finished)
+        self.search_tab.downloadEnded.connect(self._download_ended)
+        self.local_tab.added.connect(lambda path: self.refresh(select_target=path))
         self.installed_tab.changed.connect(self.refresh)
         self.picker.compatibilityChecked.connect(self.compatibilityChecked)
         self.picker.apply_button.clicked.connect(self.apply)
@@ -68,8 +77,10 @@ class ModelsDialog(QDialog):
         self.target_combo, self.draft_combo, self.draft_model = c.target_combo, c.draft_combo, c.draft_model
         self.draft_note, self.apply_button = c.draft_note, c.apply_button
 
-        tabs = QTabWidget()
+        self.tabs = tabs = QTabWidget()
         tabs.addTab(self.pairs, "Get a pair")
+        tabs.addTab(self.search_tab, "Search the hub")
+        tabs.addTab(self.local_tab, "On this machine")
         tabs.addTab(self.installed_tab, "Installed")
         layout = QVBoxLayout(self)
         layout.addWidget(tabs, 1)
@@ -89,7 +100,8 @@ class ModelsDialog(QDialog):
         self.picker.show_models(self.installed, self.builtins, select_target)
 
     def _download_finished(self, paths: list) -> None:
-        self.picker.prefer_draft(paths[1])
+        if paths[1]:
+            self.picker.prefer_draft(paths[1])
         self.refresh(select_target=paths[0])
         self.downloadFinished.emit(paths)
 
@@ -99,10 +111,11 @@ class ModelsDialog(QDialog):
 
     def apply(self) -> None:
         self.modelsChosen.emit(self.picker.target(), self.picker.draft())
-        if not self.pairs.downloading:
+        if not (self.pairs.downloading or self.search_tab.downloading):
             self.accept()
         else:
-            self.pairs.show_status("Now using the chosen models; the download goes on.")
+            for tab in (self.pairs, self.search_tab):
+                tab.show_status("Now using the chosen models; the download goes on.")
 
     def closeEvent(self, event) -> None:
         self._stop_workers()
@@ -115,4 +128,6 @@ class ModelsDialog(QDialog):
     def _stop_workers(self) -> None:
         """Threads must end before the window goes; a stopped download keeps what arrived."""
         self.pairs.stop()
+        self.search_tab.stop()
+        self.local_tab.stop()
         self.picker.stop()

@@ -1,0 +1,364 @@
+"""The "Search the hub" tab: find GGUF repos on Hugging Face, see each file's quantization, size and whether it
+fits this machine (an estimate from its header), pick one, get the drafts that fit it (checked from their
+headers before anything is downloaded) and download target and draft as one job.
+
+Every hub call runs on a worker thread (app/models/task_worker.py); the window only draws answers."""
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, QThread, Signal, Slot
+from PySide6.QtWidgets import (
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine.hardware import free_gpu_memory
+from engine.modelfiles import model_store
+from engine.modelfiles.downloads import FileRequest, Progress, format_bytes
+from engine.modelfiles.draft_finder import DraftCandidate, DraftSearch, find_drafts
+from engine.modelfiles.embedded import embedded_model_path
+from engine.modelfiles.hub_search import GGUFFile, RepoResult, repo_files, search_repos
+from engine.modelfiles.memory_fit import estimate_fit
+from engine.modelfiles.remote_gguf import read_remote_metadata
+from engine.errors import EngineError
+
+from app.plain_text import plain_line
+from app.models.download_worker import DownloadWorker
+from app.models.pairs_tab import BAR_STEPS
+from app.models.tables import make_table, selected_key, set_row
+from app.models.task_worker import Tasks
+from app.models.threads import start_worker, stop_and_wait
+
+SORTS = (("Most downloaded", "downloads"), ("Most liked", "likes"), ("Recently updated", "recent"))
+DEFAULT_CONTEXT = 4096
+NO_DRAFT = -1
+
+
+class SearchTab(QWidget):
+    downloadFinished = Signal(list)  # local paths: target, draft (or None)
+    downloadEnded = Signal(str)  # cancelled or failed, with the message shown
+    draftsFound = Signal()  # for tests and the status line: the draft list is drawn
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.tasks = Tasks(self)
+        self.repos: list[RepoResult] = []
+        self.repo: RepoResult | None = None
+        self.repo_meta: dict | None = None  # the header of one of the repo's files: sizes its KV cache
+        self.drafts: DraftSearch | None = None
+        self._download: tuple[QThread, DownloadWorker] | None = None
+        self._download_plan: tuple[int, str | None] = (1, None)  # target parts, installed draft path
+
+        self.query_edit = QLineEdit()
+        self.query_edit.setPlaceholderText("Search Hugging Face for GGUF models, e.g. qwen2.5 coder 1.5b")
+        self.query_edit.returnPressed.connect(self.search)
+        self.sort_combo = QComboBox()
+        for label, key in SORTS:
+            self.sort_combo.addItem(label, key)
+        self.search_button = QPushButton("Search")
+        self.search_button.clicked.connect(self.search)
+        self.repos_table = make_table(["Repository", "Downloads", "Likes", "Updated"])
+        self.repos_table.itemSelectionChanged.connect(self._repo_selected)
+        self.files_table = make_table(["File", "Quantization", "Size", "On this machine (estimate)"])
+        self.files_table.itemSelectionChanged.connect(self._file_selected)
+        self.context_spin = QSpinBox()
+        self.context_spin.setRange(512, 1_048_576)
+        self.context_spin.setSingleStep(1024)
+        self.context_spin.setValue(DEFAULT_CONTEXT)
+        self.context_spin.setSuffix(" tokens")
+        self.context_spin.setToolTip("The memory estimates count the KV cache for this much context.")
+        self.context_spin.valueChanged.connect(self._show_fits)
+        self.drafts_table = make_table(["Draft", "Size", "Fits the target", "Why"])
+        self.drafts_table.itemSelectionChanged.connect(self._draft_selected)
+        self.drafts_note = _label("")
+        self.download_button = QPushButton("Download target + draft")
+        self.download_button.clicked.connect(self.start_download)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.clicked.connect(self.cancel_download)
+        self.progress = QProgressBar()
+        self.progress.setRange(0, BAR_STEPS)
+        self.progress.hide()
+        self.status_label = _label("Search for a model by name. Nothing is downloaded until you ask.")
+        self._lay_out()
+        self._update_buttons()
+
+    def _lay_out(self) -> None:
+        query = QHBoxLayout()
+        query.addWidget(self.query_edit, 1)
+        query.addWidget(self.sort_combo)
+        query.addWidget(self.search_button)
+        context = QHBoxLayout()
+        context.addWidget(QLabel("Memory at a context of"))
+        context.addWidget(self.context_spin)
+        context.addStretch(1)
+        files = QWidget()
+        files_layout = QVBoxLayout(files)
+        files_layout.setContentsMargins(0, 0, 0, 0)
+        files_layout.addWidget(self.files_table, 1)
+        files_layout.addLayout(context)
+        drafts = QWidget()
+        drafts_layout = QVBoxLayout(drafts)
+        drafts_layout.setContentsMargins(0, 0, 0, 0)
+        drafts_layout.addWidget(self.drafts_table, 1)
+        drafts_layout.addWidget(self.drafts_note)
+        split = QSplitter(Qt.Vertical)
+        for part in (self.repos_table, files, drafts):
+            split.addWidget(part)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.download_button)
+        buttons.addWidget(self.cancel_button)
+        buttons.addWidget(self.progress, 1)
+        layout = QVBoxLayout(self)
+        layout.addLayout(query)
+        layout.addWidget(split, 1)
+        layout.addLayout(buttons)
+        layout.addWidget(self.status_label)
+
+    # --- search -------------------------------------------------------------------------------
+    def search(self) -> None:
+        query = self.query_edit.text().strip()
+        if not query:
+            self.show_status("Type part of a model's name first.")
+            return
+        sort = self.sort_combo.currentData()
+        self.show_status(f"Searching the hub for “{query}”…")
+        self.tasks.start("search", lambda cancelled: search_repos(query, sort=sort), self._show_repos,
+                         self._failed)
+
+    def _show_repos(self, repos: list[RepoResult]) -> None:
+        self.repos = repos
+        self.repos_table.setRowCount(len(repos))
+        for row, repo in enumerate(repos):
+            gated = " (gated: needs HF_TOKEN)" if repo.gated else ""
+            set_row(self.repos_table, row, [plain_line(repo.repo_id) + gated, f"{repo.downloads:,}", f"{repo.likes:,}",
+                                            (repo.last_modified or "")[:10]], data=repo.repo_id, tooltip=repo.repo_id)
+        self.show_status(f"{len(repos)} repositories with GGUF files." if repos else
+                         "No GGUF repositories match. Try fewer or other words.")
+
+    def _repo_selected(self) -> None:
+        repo_id = selected_key(self.repos_table)
+        if repo_id is None:
+            return
+        self.repo, self.repo_meta, self.drafts = None, None, None
+        self.files_table.setRowCount(0)
+        self.drafts_table.setRowCount(0)
+        self.show_status(f"Reading {repo_id}'s files and one header…")
+        self.tasks.start("files", lambda cancelled: _files_and_header(repo_id, cancelled), self._show_files,
+                         self._failed)
+        self._update_buttons()
+
+    def _show_files(self, answer: tuple[RepoResult, dict | None, str]) -> None:
+        self.repo, self.repo_meta, note = answer
+        self.files_table.setRowCount(len(self.repo.files))
+        for row, f in enumerate(self.repo.files):
+            parts = f" ({len(f.parts)} parts)" if len(f.parts) > 1 else ""
+            set_row(self.files_table, row, [plain_line(f.filename) + parts, f.quantization, format_bytes(f.size), ""],
+                    data=f.filename, tooltip="\n".join(f.parts))
+        self._show_fits()
+        if not self.repo.files:
+            self.show_status(f"{self.repo.repo_id} holds no GGUF files: SpecChat runs GGUF models only.",
+                             error=True)
+        else:
+            self.show_status(note or "Choose a file: its drafts are checked from their headers.")
+
+    def _show_fits(self) -> None:
+        if self.repo is None:
+            return
+        draft = self.selected_draft()
+        draft_bytes = draft.size if draft is not None else 0
+        free_vram = free_gpu_memory()
+        for row, f in enumerate(self.repo.files):
+            text = "n/a (no header read)"
+            if self.repo_meta is not None:
+                text = estimate_fit(self.repo_meta, f.size, self.context_spin.value(), draft_bytes=draft_bytes,
+                                    free_vram=free_vram).text
+            item = self.files_table.item(row, 3)
+            item.setText(text)
+            item.setToolTip(text + ("\nThe draft's size is counted." if draft_bytes else ""))
+
+    # --- drafts -------------------------------------------------------------------------------
+    def selected_file(self) -> GGUFFile | None:
+        name = selected_key(self.files_table)
+        return next((f for f in self.repo.files if f.filename == name), None) if self.repo and name else None
+
+    def _file_selected(self) -> None:
+        f = self.selected_file()
+        self.drafts = None
+        self.drafts_table.setRowCount(0)
+        if f is None:
+            return
+        repo_id = self.repo.repo_id
+        installed = _installed_paths()
+        self.drafts_note.setText("")
+        self.show_status(f"Looking for drafts for {f.filename}: reading headers only…")
+        self.tasks.start("drafts", lambda cancelled: find_drafts(repo_id, f.filename, installed=installed,
+                                                                 cancelled=cancelled),
+                         self._show_drafts, self._failed)
+        self._update_buttons()
+
+    def _show_drafts(self, search: DraftSearch) -> None:
+        self.drafts = search
+        rows = search.candidates
+        self.drafts_table.setRowCount(len(rows))
+        for row, c in enumerate(rows):
+            fits = {True: "yes", False: "no", None: "unknown"}[c.compatible]
+            set_row(self.drafts_table, row, [plain_line(c.name), format_bytes(c.size) if c.size else "—", fits,
+                                            plain_line(c.reason) or "same vocabulary (llama.cpp's rules)"],
+                    data=row, tooltip=c.reason or c.name)
+        total = sum(c.size for c in rows if c.bytes_read) + search.target_size
+        self.drafts_note.setText(
+            f"Checked from GGUF headers only: {format_bytes(search.bytes_read)} read of {format_bytes(total)} "
+            f"in those files; nothing downloaded. Family searched: “{search.family}”."
+            + ("\n" + "\n".join(search.problems) if search.problems else ""))
+        usable = next((row for row, c in enumerate(rows) if c.compatible), None)
+        if usable is not None:
+            self.drafts_table.selectRow(usable)
+        self.show_status(f"{len(search.compatible)} of {len(rows)} drafts can draft for this target."
+                         if rows else "No drafts found for this family; the target alone still works.")
+        self._update_buttons()
+        self.draftsFound.emit()
+
+    def selected_draft(self) -> DraftCandidate | None:
+        row = selected_key(self.drafts_table)
+        if self.drafts is None or row is None:
+            return None
+        draft = self.drafts.candidates[row]
+        return draft if draft.compatible else None
+
+    def _draft_selected(self) -> None:
+        self._show_fits()
+        self._update_buttons()
+
+    # --- the download -------------------------------------------------------------------------
+    def start_download(self) -> None:
+        target = self.selected_file()
+        if target is None or self._download is not None:
+            return
+        draft = self.selected_draft()
+        requests = [FileRequest(self.repo.repo_id, part) for part in target.parts]
+        installed_draft = str(draft.path) if draft is not None and draft.path is not None else None
+        if draft is not None and draft.repo_id:
+            requests += [FileRequest(draft.repo_id, part) for part in draft.parts]
+        self._download_plan = (len(target.parts), installed_draft)
+        worker = DownloadWorker(requests)
+        worker.progress.connect(self._download_progress)
+        worker.finished.connect(self._download_finished)
+        worker.failed.connect(self._download_failed)
+        worker.stopped.connect(self._download_stopped)
+        self.progress.setValue(0)
+        self.progress.show()
+        self.show_status(f"Asking the hub about {target.filename}…")
+        self._download = start_worker(worker, self)
+        self._update_buttons()
+
+    def cancel_download(self) -> None:
+        if self._download is not None:
+            self._download[1].stop()
+            self.show_status("Stopping…")
+            self.cancel_button.setEnabled(False)
+
+    @property
+    def downloading(self) -> bool:
+        return self._download is not None
+
+    @Slot(object)
+    def _download_progress(self, p: Progress) -> None:
+        if p.total_bytes:
+            self.progress.setValue(int(BAR_STEPS * p.done_bytes / p.total_bytes))
+        if p.phase == "downloading":
+            text = f"Downloading {p.filename}: {format_bytes(p.done_bytes)} of {format_bytes(p.total_bytes or 0)}"
+            if p.eta_s is not None:
+                text += f" · {p.eta_text} left"
+        else:
+            text = {"checking": f"Asking the hub about {p.filename}…", "verifying":
+                    f"Checking the sha256 of {p.filename}…", "done": "Done."}.get(p.phase, p.phase)
+        self.show_status(text)
+
+    @Slot(list)
+    def _download_finished(self, paths: list) -> None:
+        self._end_download()
+        target_parts, installed_draft = self._download_plan
+        draft = paths[target_parts] if len(paths) > target_parts else installed_draft
+        self.progress.setValue(BAR_STEPS)
+        self.show_status("Downloaded and verified. The models are selected below: press “Use these models”.")
+        self.downloadFinished.emit([paths[0], draft])
+
+    @Slot(str)
+    def _download_failed(self, message: str) -> None:
+        self._end_download()
+        self.show_status(message, error=True)
+        self.downloadEnded.emit(message)
+
+    @Slot(str)
+    def _download_stopped(self, message: str) -> None:
+        self._end_download()
+        self.show_status(message)
+        self.downloadEnded.emit(message)
+
+    def _end_download(self) -> None:
+        self._download[0].wait()
+        self._download = None
+        self.progress.hide()
+        self._update_buttons()
+
+    def stop(self) -> None:
+        """The window is closing: stop searches and a download (keeping what arrived)."""
+        self.tasks.stop_all()
+        stop_and_wait(self._download)
+
+    # --- shared -------------------------------------------------------------------------------
+    def _failed(self, message: str) -> None:
+        self.show_status(message, error=True)
+        self._update_buttons()
+
+    def _update_buttons(self) -> None:
+        target, draft = self.selected_file(), self.selected_draft()
+        downloading = self._download is not None
+        self.download_button.setEnabled(target is not None and not downloading)
+        self.download_button.setText("Download target + draft" if draft is not None and draft.repo_id
+                                     else "Download target")
+        self.cancel_button.setEnabled(downloading)
+
+    def show_status(self, text: str, error: bool = False) -> None:
+        self.status_label.setStyleSheet("color: #b00020;" if error else "")
+        self.status_label.setText(text)
+
+
+def _files_and_header(repo_id: str, cancelled) -> tuple[RepoResult, dict | None, str]:
+    """A repo's files, and the header of its smallest one: every quantization shares the layer and head
+    counts that size the KV cache."""
+    repo = repo_files(repo_id)
+    if not repo.files:
+        return repo, None, ""
+    smallest = min(repo.files, key=lambda f: f.size)
+    try:
+        header = read_remote_metadata(repo_id, smallest.filename, cancelled=cancelled)
+    except EngineError as exc:
+        return repo, None, f"Memory estimates are not available: {exc}"
+    return repo, header.metadata, ""
+
+
+def _installed_paths() -> list:
+    """Models on this machine a draft could come from: the built-in SmolLM2 and every installed file."""
+    paths = []
+    for listing in (lambda: [embedded_model_path()], lambda: [m.path for m in model_store.list_models()]):
+        try:
+            paths += listing()
+        except EngineError:  # a missing package or a damaged list of models: the hub's drafts still count
+            pass
+    return paths
+
+
+def _label(text: str) -> QLabel:
+    label = QLabel(text)
+    label.setWordWrap(True)
+    label.setTextFormat(Qt.PlainText)  # names come from the hub: never markup
+    label.setTextInteractionFlags(Qt.TextSelectableByMouse)
+    return label
