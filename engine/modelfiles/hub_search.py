@@ -87,6 +87,9 @@ class RepoResult:
         return gated_message(self.repo_id) if self.gated else None
 
 
+BROAD_SEARCH_LIMIT = 200  # repos asked for when a many-word search is retried with one word
+
+
 def search_repos(query: str, sort: str = "downloads", limit: int = 20, *, endpoint: str | None = None,
                  timeout_s: float = 15) -> list[RepoResult]:
     """Repos with GGUF files whose name holds every word of query, most downloaded (or liked, or
@@ -96,9 +99,20 @@ def search_repos(query: str, sort: str = "downloads", limit: int = 20, *, endpoi
     if limit < 1:
         raise InvalidSettingError(f"A search must ask for at least one result, not {limit}.")
     hub = _endpoint(endpoint)
+    words = query.split()
+    found = _list(hub, " ".join(words), sort, limit, timeout_s)
+    if not found and len(words) > 1:
+        # The hub documents `search` as one substring of the id ("qwen2.5 coder" is in no id): ask for the
+        # longest word, then keep the repos whose id holds every word, as a person meant.
+        broad = _list(hub, max(words, key=len), sort, max(limit, BROAD_SEARCH_LIMIT), timeout_s)
+        found = [r for r in broad if all(w.lower() in r.repo_id.lower() for w in words)][:limit]
+    return found
+
+
+def _list(hub: str, search: str, sort: str, limit: int, timeout_s: float) -> list[RepoResult]:
     params = {"filter": "gguf", "sort": SORTS[sort], "direction": -1, "limit": limit, "expand": _LIST_FIELDS}
-    if query.strip():
-        params["search"] = " ".join(query.split())
+    if search:
+        params["search"] = search
     try:
         response = get_session().get(f"{hub}/api/models", params=params, headers=build_hf_headers(),
                                      timeout=timeout_s)

@@ -108,6 +108,7 @@ class LocalHub:
     requests: list[LoggedRequest] = field(default_factory=list)
     info: dict[str, RepoInfo] = field(default_factory=dict)
     api_fault: str | None = None  # one of API_FAULTS: how every /api/ request is answered
+    phrase_search: bool = False  # match the search as one substring, not word by word
     valid_tokens: set[str] | None = None  # when set, the hub refuses any other token (not the CDN)
 
     def __post_init__(self):
@@ -231,6 +232,8 @@ class LocalHub:
     def _search(self, query: dict[str, list[str]]) -> list[str]:
         """Repo ids matching every search word and filter tag, in the asked order."""
         words = " ".join(query.get("search", [])).lower().split()
+        if self.phrase_search:  # the hub's documented rule: the search string is one substring of the id
+            words = [" ".join(words)] if words else []
         tags = [t for value in query.get("filter", []) for t in value.split(",") if t]
         found = [repo_id for repo_id in self.repos
                  if all(w in repo_id.lower() for w in words) and all(t in self._tags(repo_id) for t in tags)]

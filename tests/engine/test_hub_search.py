@@ -99,6 +99,17 @@ def test_search_needs_every_word_in_any_case_and_lists_only_gguf_repos(hub):
     assert listing and all("filter=gguf" in r.path for r in listing)
 
 
+def test_a_hub_that_matches_the_search_as_one_substring_still_finds_every_word(hub):
+    hub.phrase_search = True  # as huggingface.co documents its search parameter
+    try:
+        assert ids(search_repos("GEMMA 270m")) == [GEMMA, GATED]  # asked again for "GEMMA", then filtered
+        assert ids(search_repos("smollm2 qat")) == []
+        phrases = [r.path for r in hub.requests if r.path.startswith("/api/models?") and "search=GEMMA" in r.path]
+        assert len(phrases) == 2  # the phrase, then its longest word
+    finally:
+        hub.phrase_search = False
+
+
 def test_a_result_carries_the_listing_facts_and_no_files(hub):
     smol, = search_repos("smollm2")
     assert (smol.downloads, smol.likes, smol.gated) == (500, 7, False)
