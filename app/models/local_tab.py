@@ -4,7 +4,7 @@ remembers it where it is, checked like any added file: nothing is copied."""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QHeaderView, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from engine.modelfiles import model_store
 from engine.modelfiles.downloads import format_bytes
@@ -29,6 +29,11 @@ class LocalTab(QWidget):
         self.found: list[FoundModel] = []
         self._looked_once = False
         self.table = make_table(["Model", "Found in", "Size", "Where"])
+        header = self.table.horizontalHeader()  # the names whole; long folders shortened in their middle
+        header.setSectionResizeMode(0, QHeaderView.ResizeToContents)
+        header.setSectionResizeMode(3, QHeaderView.Stretch)
+        self.table.setWordWrap(False)
+        self.table.setTextElideMode(Qt.ElideMiddle)
         self.table.itemSelectionChanged.connect(self._update_buttons)
         self.table.doubleClicked.connect(self.add_selected)
         self.look_button = QPushButton("Look again")

@@ -109,8 +109,12 @@ class SearchTab(QWidget):
         drafts_layout.addWidget(self.drafts_table, 1)
         drafts_layout.addWidget(self.drafts_note)
         split = QSplitter(Qt.Vertical)
-        for part in (self.repos_table, files, drafts):
+        for part, stretch in ((self.repos_table, 2), (files, 2), (drafts, 3)):  # the drafts need the most room
             split.addWidget(part)
+            split.setStretchFactor(split.count() - 1, stretch)
+        for table in (self.repos_table, self.files_table, self.drafts_table):
+            table.setWordWrap(False)
+            table.setTextElideMode(Qt.ElideMiddle)  # a long repo / file name keeps its start and its end
         buttons = QHBoxLayout()
         buttons.addWidget(self.download_button)
         buttons.addWidget(self.cancel_button)

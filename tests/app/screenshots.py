@@ -2,6 +2,8 @@
 
 Not a test: run it under a virtual X server, on temporary settings and conversations:
     xvfb-run -a -s "-screen 0 1280x900x24" .venv/bin/python tests/app/screenshots.py
+With `models`, only the Models dialog's "Search the hub" (a local hub serving real GGUF files) and "On this machine"
+(a made-up LM Studio and Ollama folder), into docs/window-models-search.png and docs/window-models-local.png.
 With `vulkan`, only an answer and the system check, into docs/window-vulkan-*.png, on the Vulkan build over lavapipe:
     GGML_VK_VISIBLE_DEVICES=0 xvfb-run -a -s "-screen 0 1280x900x24" .venv-vulkan/bin/python tests/app/screenshots.py vulkan
 """
@@ -144,12 +146,73 @@ def vulkan_shots(window, actions) -> None:
     shutil.rmtree(scratch, ignore_errors=True)
 
 
+def models_shots() -> None:
+    """The hub search with its draft list, and the models other apps keep; on a local hub and a made-up home."""
+    import json
+
+    sys.path.insert(0, str(ROOT / "tests" / "engine"))
+    from hub_server import LocalHub, write_tiny_gguf
+    from app.models.dialog import ModelsDialog
+    from engine.modelfiles.embedded import embedded_model_path
+    from engine.measure.real_pair import DRAFT, TARGET, pair_dir
+
+    smol, pairs = embedded_model_path(), pair_dir()
+    hub = LocalHub().start()
+    target = ("Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF", TARGET.file_name)
+    hub.add_file(*target, pairs / TARGET.file_name)
+    hub.set_info(target[0], downloads=184_000, likes=120)
+    hub.add_file("Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF", DRAFT.file_name, pairs / DRAFT.file_name)
+    hub.add_file("Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF", "qwen2.5-coder-1.5b-instruct-q8_0.gguf",
+                 pairs / TARGET.file_name)
+    hub.add_file("decoy/Qwen2.5-Coder-0.5B-Instruct-GGUF", "qwen2.5-coder-0.5b-q8_0.gguf", smol)
+    hub.add_file("someone/Qwen2.5-Coder-1.5B-GGUF", "qwen2.5-coder-1.5b-q2_k.gguf",
+                 write_tiny_gguf(Path(scratch) / "tiny.gguf", payload_bytes=1000))
+    os.environ["HF_ENDPOINT"] = hub.url
+    home = Path(scratch) / "home"
+    studio = home / ".lmstudio" / "models" / "HuggingFaceTB" / "SmolLM2-135M-Instruct-GGUF"
+    studio.mkdir(parents=True)
+    shutil.copyfile(smol, studio / "SmolLM2-135M-Instruct-Q4_1.gguf")
+    ollama = home / ".ollama" / "models"
+    (ollama / "blobs").mkdir(parents=True)
+    (ollama / "blobs" / ("sha256-" + "b" * 64)).symlink_to(pairs / DRAFT.file_name)
+    manifest = ollama / "manifests" / "registry.ollama.ai" / "library" / "qwen2.5-coder" / "0.5b"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(json.dumps({"layers": [{"mediaType": "application/vnd.ollama.image.model",
+                                                "digest": "sha256:" + "b" * 64}]}))
+    os.environ["HOME"] = str(home)
+    os.environ["HF_HUB_CACHE"] = str(home / "no-hf-cache")
+
+    dialog = ModelsDialog("embedded", None)
+    dialog.show()
+    tab = dialog.search_tab
+    dialog.tabs.setCurrentWidget(tab)
+    tab.query_edit.setText("qwen2.5 coder 1.5b")
+    tab.search()
+    wait_until(lambda: tab.repos_table.rowCount() > 0)
+    tab.repos_table.selectRow(0)
+    wait_until(lambda: tab.files_table.rowCount() > 0)
+    found = []
+    tab.draftsFound.connect(lambda: found.append(1))
+    tab.files_table.selectRow(0)
+    wait_until(lambda: found)
+    wait(300)
+    save(dialog, "models-search")
+    dialog.tabs.setCurrentWidget(dialog.local_tab)
+    wait_until(lambda: dialog.local_tab.table.rowCount() > 0)
+    wait(300)
+    save(dialog, "models-local")
+    dialog.close()
+    hub.stop()
+
+
 def main() -> None:
     app = QApplication([sys.argv[0]])
     app.setApplicationName("SpecChat")
     app.setApplicationDisplayName("SpecChat")
     from app.qt_compat import guard_none_refcount
     guard_none_refcount()
+    if sys.argv[1:] == ["models"]:
+        return models_shots()
     from app.conversations.store import open_store
     from app.main_window import MainWindow
     from app.settings.values import AppSettings
