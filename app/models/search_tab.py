@@ -38,6 +38,7 @@ from app.models.threads import start_worker, stop_and_wait
 
 SORTS = (("Most downloaded", "downloads"), ("Most liked", "likes"), ("Recently updated", "recent"))
 DEFAULT_CONTEXT = 4096
+HUB_TIMEOUT_S = 15.0  # a hub that stops answering is given up on after this, and said so
 NO_DRAFT = -1
 
 
@@ -133,7 +134,7 @@ class SearchTab(QWidget):
             return
         sort = self.sort_combo.currentData()
         self.show_status(f"Searching the hub for “{query}”…")
-        self.tasks.start("search", lambda cancelled: search_repos(query, sort=sort), self._show_repos,
+        self.tasks.start("search", lambda cancelled: search_repos(query, sort=sort, timeout_s=HUB_TIMEOUT_S), self._show_repos,
                          self._failed)
 
     def _show_repos(self, repos: list[RepoResult]) -> None:
@@ -338,7 +339,7 @@ class SearchTab(QWidget):
 def _files_and_header(repo_id: str, cancelled) -> tuple[RepoResult, dict | None, str]:
     """A repo's files, and the header of its smallest one: every quantization shares the layer and head
     counts that size the KV cache."""
-    repo = repo_files(repo_id)
+    repo = repo_files(repo_id, timeout_s=HUB_TIMEOUT_S)
     if not repo.files:
         return repo, None, ""
     smallest = min(repo.files, key=lambda f: f.size)

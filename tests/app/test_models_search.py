@@ -6,17 +6,18 @@ with auto. "On this machine" lists models other apps keep, and one added from th
 The Qwen2.5-Coder 1.5B + 0.5B pair is used where it has been fetched (python -m engine.measure.real_pair);
 SmolLM2 135M (whose second copy stands in as its draft) and Gemma 3 270M otherwise, as on CI."""
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QApplication
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 from hub_server import LocalHub, write_tiny_gguf  # noqa: E402
 
+from app.models import search_tab as search_tab_module  # noqa: E402
 from app.models.dialog import ModelsDialog  # noqa: E402
 from engine.modelfiles import downloads  # noqa: E402
 from engine.modelfiles.embedded import embedded_model_path  # noqa: E402
@@ -139,6 +140,7 @@ def test_downloading_target_and_draft_lets_the_chat_answer_with_auto(qtbot, hub,
     assert Path(target_path).is_file() and Path(draft_path).is_file()
     qtbot.waitUntil(lambda: dialog.picker.draft() == draft_path, timeout=60_000)
     assert dialog.picker.target() == target_path
+    qtbot.waitUntil(dialog.apply_button.isEnabled, timeout=60_000)
     with qtbot.waitSignal(window.modelLoaded, timeout=180_000):
         qtbot.mouseClick(dialog.apply_button, Qt.MouseButton.LeftButton)
     assert (window.settings.model, window.settings.draft, window.settings.method) == (target_path, draft_path,
@@ -168,37 +170,66 @@ def test_hub_problems_are_said_in_the_tab_and_never_block_it(qtbot, hub):
     qtbot.waitUntil(lambda: "no GGUF" in tab.status_label.text(), timeout=20_000)
 
 
-def test_models_other_apps_keep_are_listed_and_one_added_loads_where_it_is(qtbot, tmp_path, monkeypatch, dirs):
+def test_a_hub_that_stops_answering_never_freezes_the_window(qtbot, hub, monkeypatch, stall_probe):
+    monkeypatch.setattr(search_tab_module, "HUB_TIMEOUT_S", 2.0)
+    dialog = ModelsDialog("embedded", None)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    tab = search_tab(dialog, qtbot)
+    hub.api_fault = "hang"
+    stall_probe.start()
+    qtbot.wait(50)
+    tab.query_edit.setText("smollm2")
+    tab.search_button.click()
+    qtbot.waitUntil(lambda: "did not answer within" in tab.status_label.text(), timeout=20_000)
+    stall = stall_probe.stop()
+    assert stall < stall_probe.LIMIT_S, f"the window stalled {stall * 1000:.0f} ms"
+    hub.release()
+
+
+def test_models_other_apps_keep_are_listed_and_one_added_loads_where_it_is(qtbot, tmp_path, monkeypatch, dirs,
+                                                                          make_window, quick_settings):
     home = tmp_path / "home"
     smol = embedded_model_path()
     lmstudio = home / ".lmstudio" / "models" / "bartowski" / "SmolLM2-GGUF"
     lmstudio.mkdir(parents=True)
-    shutil.copyfile(smol, lmstudio / "SmolLM2-135M-Instruct-Q4_1.gguf")  # a file of its own, as LM Studio keeps
+    (lmstudio / "SmolLM2-135M-Instruct-Q4_1.gguf").symlink_to(smol)
+    snapshot = home / "hf" / "models--HuggingFaceTB--SmolLM2-135M-Instruct-GGUF"
+    (snapshot / "blobs").mkdir(parents=True)
+    (snapshot / "refs").mkdir()
+    (snapshot / "refs" / "main").write_text("c" * 40)
+    (snapshot / "snapshots" / ("c" * 40)).mkdir(parents=True)
+    os.link(smol, snapshot / "blobs" / ("e" * 64))  # a path of its own: listed apart from LM Studio's link
+    (snapshot / "snapshots" / ("c" * 40) / "smollm2-q4_1.gguf").symlink_to(f"../../blobs/{'e' * 64}")
     blobs = home / ".ollama" / "models" / "blobs"
     blobs.mkdir(parents=True)
     digest = "a" * 64
-    (blobs / f"sha256-{digest}").symlink_to(smol)
+    shutil.copyfile(smol, blobs / f"sha256-{digest}")  # Ollama's own copy, named by its digest
     manifest = home / ".ollama" / "models" / "manifests" / "registry.ollama.ai" / "library" / "smollm2" / "135m"
     manifest.parent.mkdir(parents=True)
     manifest.write_text(json.dumps({"schemaVersion": 2, "layers": [
         {"mediaType": "application/vnd.ollama.image.model", "digest": f"sha256:{digest}", "size": smol.stat().st_size}]}))
     monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hf-cache"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(home / "hf"))
     monkeypatch.delenv("OLLAMA_MODELS", raising=False)
 
-    dialog = ModelsDialog("embedded", None)
-    qtbot.addWidget(dialog)
-    dialog.show()
+    window = make_window(quick_settings)
+    window.open_models_dialog()
+    dialog = window._models_dialog
     tab = dialog.local_tab
     with qtbot.waitSignal(tab.looked, timeout=30_000):
         dialog.tabs.setCurrentWidget(tab)
     names = {tab.table.item(r, 0).text(): tab.table.item(r, 1).text() for r in range(tab.table.rowCount())}
     assert names.get("smollm2:135m") == "Ollama", names
     assert any(source == "LM Studio" for source in names.values()), names
+    assert any(source == "Hugging Face cache" for source in names.values()), names
     tab.table.selectRow(next(r for r in range(tab.table.rowCount()) if tab.table.item(r, 0).text() == "smollm2:135m"))
     qtbot.mouseClick(tab.add_button, Qt.MouseButton.LeftButton)
-    blob = str((blobs / f"sha256-{digest}").resolve())
+    blob = str(blobs / f"sha256-{digest}")
     qtbot.waitUntil(lambda: dialog.picker.target() == blob, timeout=10_000)
     assert "smollm2:135m" in dialog.target_combo.currentText()
+    qtbot.waitUntil(dialog.apply_button.isEnabled, timeout=60_000)  # its drafts are checked
+    with qtbot.waitSignal(window.modelLoaded, timeout=120_000):
+        qtbot.mouseClick(dialog.apply_button, Qt.MouseButton.LeftButton)
+    assert window.settings.model == blob  # used where Ollama keeps it
     assert not any(p.name.startswith("sha256-") for p in (dirs / "data").rglob("*")), "the model was copied"
-    QApplication.processEvents()
