@@ -20,6 +20,7 @@ import threading
 from PySide6.QtCore import QCoreApplication, QObject, QThread, QTimer, Signal, Slot
 
 from engine.chat_format import ChatFormatter
+from engine.modelfiles import model_store
 from engine.modelfiles.embedded import DISPLAY_NAMES
 from engine.errors import EngineError, GenerationCancelled
 from engine.decoding.generate import SpeculativeDecoder
@@ -163,7 +164,8 @@ class EngineWorker(QObject):
 
     def _model_info(self) -> dict:
         t = self.decoder.target
-        name = DISPLAY_NAMES.get(self.settings.model, t.name) if self.settings else t.name
+        name = DISPLAY_NAMES.get(self.settings.model) if self.settings else None
+        name = name or model_store.display_name(t.path) or t.name  # "qwen2.5-coder:0.5b", not the GGUF's own
         return {"name": name, "path": str(t.path), "backend": t.backend, "n_ctx": t.n_ctx,
                 "chat_template": self.formatter.uses_template}
 

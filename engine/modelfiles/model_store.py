@@ -90,6 +90,14 @@ def add_local_model(path: str | Path, name: str | None = None) -> InstalledModel
     return InstalledModel(path, header.size_bytes, LOCAL, display_name=registered[path])
 
 
+def display_name(path: str | Path) -> str | None:
+    """The name an added file was given where it was found (an Ollama model's name:tag), or None."""
+    try:
+        return _registered().get(Path(path).expanduser().resolve())
+    except ModelFileError:  # a damaged list of models names nothing; it is said where the list is shown
+        return None
+
+
 def delete_model(path: str | Path) -> bool:
     """Delete a downloaded model from disk (True), or forget an added local file, keeping it (False)."""
     path = Path(path).expanduser().resolve()

@@ -232,4 +232,5 @@ def test_models_other_apps_keep_are_listed_and_one_added_loads_where_it_is(qtbot
     with qtbot.waitSignal(window.modelLoaded, timeout=120_000):
         qtbot.mouseClick(dialog.apply_button, Qt.MouseButton.LeftButton)
     assert window.settings.model == blob  # used where Ollama keeps it
+    assert "smollm2:135m" in window.model_label.text()  # by the name Ollama gives it, not the GGUF's own
     assert not any(p.name.startswith("sha256-") for p in (dirs / "data").rglob("*")), "the model was copied"
