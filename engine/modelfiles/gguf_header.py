@@ -170,8 +170,8 @@ class _Reader:
             raise ModelFileError(f"{self.name} is damaged: its metadata {key} claims {count:,} strings "
                                  f"(more than {MAX_ARRAY_STRINGS:,} is never a real model).")
         if count * item_bytes > left:
-            raise ModelFileError(f"{self.name} is damaged: its metadata {key} claims {count:,} {what}, more "
-                                 f"than the rest of the file ({left:,} bytes) can hold.")
+            raise ModelFileError(f"{self.name} is truncated or damaged: its metadata {key} claims {count:,} "
+                                 f"{what}, more than the rest of the file ({left:,} bytes) can hold.")
 
     def _take(self, fmt: str):
         unpacker = _struct(fmt)

@@ -59,7 +59,7 @@ def shown_lines(label) -> list[str]:
 
 def test_with_nothing_downloading_no_empty_progress_bar_shows(qtbot, data):
     dialog = open_dialog(qtbot)  # the real catalog, nothing downloaded
-    assert dialog.size().width() == 900  # its default size
+    assert dialog.size().width() == 980  # its default size
     assert [bar for bar in dialog.findChildren(QProgressBar) if bar.isVisible()] == []
     click_row(qtbot, dialog.pairs_table, 0)
     assert dialog.pairs_table.item(0, 2).text() == "Not downloaded"  # the state is said in words instead
