@@ -16,6 +16,7 @@ NA = "n/a"
 
 # Kinds: what a value may be (None is allowed for every kind but FLAG and the lists).
 NUMBER, TEXT, FLAG, NUMBER_LIST, PAIR_LIST = "number", "text", "flag", "number list", "pair list"
+COUNTS = "counts"  # name -> {count name: whole number}, e.g. per proposer {"drafted": 90, "accepted": 69}
 # Who sets a figure: the local engine (GenerationStats.to_dict), a remote one (RemoteFigures.to_dict),
 # progress.snapshot (for what the window shows), or the answer path once the answer is done (app/answers.py).
 LOCAL, REMOTE, SHOWN, ANSWER = "local", "remote", "shown", "answer"
@@ -100,6 +101,8 @@ FIGURES: tuple[Figure, ...] = (
                    "faster, predicted from the step times measured on this machine and the acceptance seen so far.",
            remote_tooltip="A server elsewhere wrote this response; SpecChat's own speculation did not run here."),
     Figure("speculation_paused", FLAG, (LOCAL,), "speculation paused"),
+    Figure("by_proposer", COUNTS, (LOCAL,), "drafted and accepted by proposer",
+           tooltip="Drafted and accepted tokens of each proposer (under auto: prompt lookup and the draft model)."),
     Figure("finish_reason", TEXT, BOTH, "end", tooltip="Why this response ended."),
     Figure("trimmed_messages", NUMBER, (ANSWER,), "messages left out",
            tooltip="The oldest messages did not fit the context, so the model did not see them."),

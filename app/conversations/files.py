@@ -18,7 +18,7 @@ import math
 import time
 from pathlib import Path
 
-from engine.figures import FLAG, NUMBER, NUMBER_LIST, PAIR_LIST, TEXT, keys_of
+from engine.figures import COUNTS, FLAG, NUMBER, NUMBER_LIST, PAIR_LIST, TEXT, keys_of
 from engine.paths import write_text_atomic
 from engine.remote.endpoint import without_credentials
 
@@ -46,6 +46,8 @@ STATS_TEXTS = keys_of(TEXT)
 STATS_FLAGS = keys_of(FLAG)
 STATS_NUMBER_LISTS = keys_of(NUMBER_LIST)
 STATS_PAIR_LISTS = keys_of(PAIR_LIST)
+STATS_COUNTS = keys_of(COUNTS)
+SPAN_SOURCES = ("lookup", "draft")  # who proposed a span's accepted drafts (older files name no one)
 
 
 class ConversationFileError(ValueError):
@@ -254,8 +256,9 @@ def _check_message(m, n: int, children: dict[int | None, set[int]]) -> dict:
         _check_stats(stats, where)
     spans = m.get("draft_spans") or []
     _need(isinstance(spans, list) and all(
-        isinstance(s, list) and len(s) == 2 and all(_is_int(x) for x in s) and 0 <= s[0] < s[1] <= len(content)
-        for s in spans), f"{where}: its draft spans must be [start, end] pairs within its text")
+        isinstance(s, list) and len(s) in (2, 3) and all(_is_int(x) for x in s[:2]) and 0 <= s[0] < s[1] <= len(content)
+        and (len(s) == 2 or s[2] in SPAN_SOURCES) for s in spans),
+        f"{where}: its draft spans must be [start, end] or [start, end, proposer] within its text")
     choice = m.get("active_child")
     _need(choice is None or _is_int(choice), f"{where}: the message shown below it must be an id")
     children[mid] = set()
@@ -278,6 +281,10 @@ def _check_stats(stats: dict, where: str) -> None:
         elif key in STATS_PAIR_LISTS:
             ok = isinstance(value, list) and all(isinstance(p, list) and len(p) == 2 and all(map(_is_number, p))
                                                  for p in value)
+        elif key in STATS_COUNTS:
+            ok = isinstance(value, dict) and all(
+                isinstance(name, str) and isinstance(counts, dict)
+                and all(isinstance(k, str) and _is_int(n) for k, n in counts.items()) for name, counts in value.items())
         else:  # a figure this version does not show: kept as it is, if it is plain
             ok = value is None or isinstance(value, (str, bool)) or _is_number(value)
         _need(ok, f"{where}: its stats figure {key!r} has the value {str(value)[:60]!r}, which is not "

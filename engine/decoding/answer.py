@@ -24,10 +24,11 @@ def tokens_to_keep(tokens: list[int], target: Model, ignore_eos: bool, budget: i
 
 @dataclass
 class Delta:
-    """Newly produced tokens and their text; from_draft marks tokens that came from accepted drafts."""
+    """Newly produced tokens and their text; each token's source names the proposer whose accepted draft it was
+    ("lookup" or "draft"), None for the target's own token."""
 
     tokens: list[int]
-    segments: list[tuple[str, bool]] = field(default_factory=list)  # (text, from_draft) per token
+    segments: list[tuple[str, str | None]] = field(default_factory=list)  # (text, source) per token
 
     @property
     def text(self) -> str:
@@ -50,12 +51,14 @@ class AnswerStream:
     def tokens_left(self) -> int:
         return self.max_tokens - len(self.tokens)
 
-    def push(self, tokens: list[int], accepted: int = 0) -> Delta:
-        """A step's tokens (the first `accepted` from drafts); returns what the answer keeps and shows."""
+    def push(self, tokens: list[int], accepted: int = 0, source: str | None = None) -> Delta:
+        """A step's tokens (the first `accepted` from drafts `source` proposed); returns what the answer keeps
+        and shows."""
         keep, self.finish = tokens_to_keep(tokens, self.target, self.ignore_eos, self.tokens_left)
         kept, shown = [], []
         for i, tok in enumerate(tokens[:keep]):  # token by token, to stop exactly
-            released, hit_stop = self._stopper.push([(self._text.push(self.target.piece(tok)), i < accepted)])
+            released, hit_stop = self._stopper.push([(self._text.push(self.target.piece(tok)),
+                                                       source if i < accepted else None)])
             shown += released
             kept.append(tok)
             if hit_stop:  # tokens accepted past a stop string are neither shown nor kept
@@ -72,8 +75,8 @@ class AnswerStream:
         self.finish = self.finish or reason
         return Delta([], self.close())
 
-    def close(self) -> list[tuple[str, bool]]:
+    def close(self) -> list[tuple[str, str | None]]:
         """Text held back for a possible stop string, and any incomplete character."""
         shown = self._stopper.flush()
         tail = self._text.flush()
-        return shown + ([(tail, False)] if tail else [])
+        return shown + ([(tail, None)] if tail else [])

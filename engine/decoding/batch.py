@@ -243,7 +243,7 @@ class Batch:
         now = time.perf_counter()
         delivered = 0
         for seq, outcome in zip(stepping, outcomes):
-            delta = seq.answer.push(outcome.tokens, outcome.accepted)
+            delta = seq.answer.push(outcome.tokens, outcome.accepted, outcome.source)
             delivered += len(delta.tokens)
             self._emit(seq, delta, now)
         if len(stepping) == self.slots:

@@ -25,6 +25,7 @@ class GenerationStats:
     policy_draft_length: int = 0  # what the policy chose for the latest step
     draft_length: int = 0  # that, capped by the room left (tokens to go, context, batch)
     speculation_paused: bool = False  # the adaptive policy predicted plain decoding faster (not a cap)
+    by_proposer: dict[str, dict[str, int]] = field(default_factory=dict)  # "lookup"/"draft" -> drafted, accepted
     per_position_drafted: list[int] = field(default_factory=list)
     per_position_accepted: list[int] = field(default_factory=list)
     rate_history: list[tuple[float, float]] = field(default_factory=list)  # (seconds, tokens/s)
@@ -55,9 +56,13 @@ class GenerationStats:
     def per_position_acceptance(self) -> list[float]:
         return [a / d for d, a in zip(self.per_position_drafted, self.per_position_accepted) if d]
 
-    def record_verdict(self, drafted: int, accepted: int) -> None:
+    def record_verdict(self, drafted: int, accepted: int, source: str | None = None) -> None:
         self.drafted += drafted
         self.accepted += accepted
+        if source:
+            counts = self.by_proposer.setdefault(source, {"drafted": 0, "accepted": 0})
+            counts["drafted"] += drafted
+            counts["accepted"] += accepted
         grow = drafted - len(self.per_position_drafted)
         if grow > 0:
             self.per_position_drafted += [0] * grow

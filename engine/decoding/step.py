@@ -46,6 +46,7 @@ class SequenceState:
 class StepOutcome:
     tokens: list[int]  # kept drafts, then the target's own token
     accepted: int  # how many of tokens came from the draft
+    source: str | None = None  # the proposer of those drafts: "lookup" or "draft"
 
 
 @dataclass
@@ -177,10 +178,12 @@ class StepLoop:
             if verdict.accepted < k:  # rejected drafts' cells go (a plain step or a whole keep leaves none)
                 target.forget_from(len(s.history) + verdict.accepted, s.slot)
             s.stats.verify_steps += 1
+            source = proposal_source(proposal) if k else None
             if k:
                 s.stats.speculative_steps += 1
-                s.stats.record_verdict(k, verdict.accepted)
-            outcomes.append(StepOutcome([*proposal.tokens[:verdict.accepted], verdict.next_token], verdict.accepted))
+                s.stats.record_verdict(k, verdict.accepted, source)
+            outcomes.append(StepOutcome([*proposal.tokens[:verdict.accepted], verdict.next_token], verdict.accepted,
+                                        source))
         self.drafting.accept(active, proposals, verdicts, [o.tokens for o in outcomes])
         for s, outcome in zip(active, outcomes):
             s.history += outcome.tokens
@@ -226,6 +229,11 @@ class StepLoop:
             elif cap >= cfg.min_draft and r >= cfg.max_draft:
                 s.stats.speculation_paused = True
         return chosen
+
+
+def proposal_source(proposal: Proposal) -> str:
+    """Who proposed these drafts, as the stats and the shading name them."""
+    return "draft" if proposal.from_draft else "lookup"
 
 
 def drafting_for(proposer: Proposer, speculation: SpeculationConfig, steps: StepCosts | None, target: Model,

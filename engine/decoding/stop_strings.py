@@ -7,7 +7,7 @@ from typing import Sequence
 class StopMatcher:
     def __init__(self, stops: Sequence[str]):
         self.stops = [s for s in stops if s]
-        self._pending: list[tuple[str, bool]] = []  # (text, from_draft) not yet released
+        self._pending: list[tuple[str, str | None]] = []  # (text, source) not yet released
 
     def push(self, segments: list[tuple[str, bool]]) -> tuple[list[tuple[str, bool]], bool]:
         """Add segments; return (segments safe to show, whether a stop string was reached)."""

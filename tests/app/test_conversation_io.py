@@ -205,7 +205,7 @@ def test_every_stats_figure_the_app_saves_has_a_known_kind():
     from engine.remote.client import RemoteFigures
 
     known = (conversation_io.STATS_NUMBERS | conversation_io.STATS_TEXTS | conversation_io.STATS_FLAGS
-             | conversation_io.STATS_NUMBER_LISTS | conversation_io.STATS_PAIR_LISTS)
+             | conversation_io.STATS_NUMBER_LISTS | conversation_io.STATS_PAIR_LISTS | conversation_io.STATS_COUNTS)
     assert set(snapshot(GenerationStats())) - known == set()
     remote = RemoteFigures(backend="remote example.org", model="m", drafted=3, accepted=2).to_dict()
     assert set(remote) - known == set()

@@ -3,7 +3,7 @@ README's table is the one it writes."""
 from pathlib import Path
 
 from engine.decoding.stats import GenerationStats
-from engine.figures import (ANSWER, FIGURE, FIGURES, FLAG, LOCAL, NUMBER, NUMBER_LIST, PAIR_LIST, REMOTE, SHOWN,
+from engine.figures import (ANSWER, COUNTS, FIGURE, FIGURES, FLAG, LOCAL, NUMBER, NUMBER_LIST, PAIR_LIST, REMOTE, SHOWN,
                             TEXT, keys_set_by, main, markdown_table, unlisted)
 from engine.hardware import MemoryReading
 from engine.remote.client import RemoteFigures
@@ -49,7 +49,7 @@ def test_the_snapshot_adds_the_shown_figures():
 def test_every_row_is_whole():
     assert len(FIGURE) == len(FIGURES), "a key listed twice"
     for f in FIGURES:
-        assert f.kind in (NUMBER, TEXT, FLAG, NUMBER_LIST, PAIR_LIST), f.key
+        assert f.kind in (NUMBER, TEXT, FLAG, NUMBER_LIST, PAIR_LIST, COUNTS), f.key
         assert f.set_by and set(f.set_by) <= {LOCAL, REMOTE, SHOWN, ANSWER}, f.key
         assert f.label, f.key
         assert not f.meaning or f.label, f.key
