@@ -63,7 +63,7 @@ def dark_palette() -> bool:
 
 
 def _clip(spans: list[list[int]], end: int) -> list[list[int]]:
-    return [[a, min(b, end)] for a, b in spans if a < end]
+    return [[s[0], min(s[1], end), *s[2:]] for s in spans if s[0] < end]
 
 
 class CodeBlock(QFrame):
@@ -114,7 +114,7 @@ class CodeBlock(QFrame):
 
     def set_code(self, fence: CodeFence, spans, final: bool) -> None:
         """Show fence's code; spans are draft spans relative to the chunk (empty: no draft colours)."""
-        code_spans = [[a - fence.code_start, b - fence.code_start] for a, b in spans or []]
+        code_spans = [[s[0] - fence.code_start, s[1] - fence.code_start, *s[2:]] for s in spans or []]
         complete = fence.closed or final
         key = (fence.code, fence.language, str(code_spans), complete)
         if key == self._key:

@@ -23,20 +23,31 @@ def continuable(message: Message) -> bool:
         message.status == "done" and (message.stats or {}).get("finish_reason") == "length")
 
 
-def add_segments(message: Message, segments: list[tuple[str, bool]]) -> None:
-    """Append streamed text; characters from accepted drafts extend the message's draft spans."""
+PROPOSERS = ("lookup", "draft")  # the proposers a span may name; a span of two numbers names none (older answers)
+
+
+def span_source(span) -> str | None:
+    """Who proposed a draft span's characters: "lookup", "draft", or None where it was not recorded."""
+    return span[2] if len(span) > 2 and span[2] in PROPOSERS else None
+
+
+def add_segments(message: Message, segments: list[tuple[str, object]]) -> None:
+    """Append streamed text; characters from accepted drafts extend the message's draft spans. A segment's source
+    is None or False (the target's own token), "lookup" or "draft" (that proposer's accepted draft), or any other
+    true value (drafted, proposer unknown): spans are [start, end, proposer], or [start, end] when unknown."""
     spans = message.draft_spans
     pos = len(message.content)
     parts = []
-    for text, from_draft in segments:
+    for text, source in segments:
         if not text:
             continue
         parts.append(text)
-        if from_draft:
-            if spans and spans[-1][1] == pos:
+        if source:
+            tag = [source] if isinstance(source, str) and source in PROPOSERS else []
+            if spans and spans[-1][1] == pos and spans[-1][2:] == tag:
                 spans[-1][1] = pos + len(text)
             else:
-                spans.append([pos, pos + len(text)])
+                spans.append([pos, pos + len(text), *tag])
         pos += len(text)
     message.content += "".join(parts)
 
@@ -112,7 +123,7 @@ class ChatModel(QAbstractListModel):
         index = self.index(row)
         self.dataChanged.emit(index, index, [MessageRole])
 
-    def add_segments(self, row: int, segments: list[tuple[str, bool]]) -> None:
+    def add_segments(self, row: int, segments: list[tuple[str, object]]) -> None:
         add_segments(self.items[row], segments)
         self.changed(row)
 

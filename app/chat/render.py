@@ -1,5 +1,6 @@
 """Message text → a QTextDocument: Qt's own markdown, code shaded, and optionally the characters
-that came from accepted drafts highlighted on top of the rendered markdown. Fenced code blocks are
+that came from accepted drafts highlighted on top of the rendered markdown, in the colour of the proposer
+that drafted them (prompt lookup, or the draft model). Fenced code blocks are
 rendered on their own (see `code_fence`, `highlight_code`): syntax colours from Pygments.
 
 Markdown rendering drops syntax (`**`, list numbers, fences), so the rendered characters are
@@ -18,9 +19,12 @@ from typing import Callable
 from PySide6.QtCore import QUrl
 from PySide6.QtGui import QColor, QFont, QFontDatabase, QTextCharFormat, QTextCursor, QTextDocument, QTextFormat
 
+from app.chat.model import span_source
 from app.safe_text import LINK_SCHEMES
 
-DRAFT_COLOR = QColor(255, 196, 0, 90)  # amber, translucent: readable on light and dark themes
+DRAFT_COLOR = QColor(255, 196, 0, 90)  # amber, translucent: readable on light and dark themes (prompt lookup,
+# and drafts whose proposer was not recorded)
+DRAFT_MODEL_COLOR = QColor(40, 150, 255, 80)  # blue, translucent: the draft model's tokens, told apart from amber
 CODE_COLOR = QColor(127, 127, 127, 40)
 LOOKAHEAD = 200  # how far past the last match a rendered character may be found in the source
 _SEPARATORS = "\u2029\u2028\ufdd0\ufdd1\n"  # block/line separators and table frame markers
@@ -50,36 +54,54 @@ def align(rendered: str, source: str) -> list[int | None]:
     return out
 
 
+def span_color(span) -> QColor:
+    """The shade of a draft span: blue for the draft model's tokens, amber for prompt lookup's (or unknown)."""
+    return DRAFT_MODEL_COLOR if span_source(span) == "draft" else DRAFT_COLOR
+
+
+def span_at(spans: list[list]):
+    """For a character index, the index of the sorted [start, end(, proposer)) span holding it, or None."""
+    starts = [s[0] for s in spans]
+
+    def find(i: int | None) -> int | None:
+        if i is None:
+            return None
+        k = bisect_right(starts, i) - 1
+        return k if k >= 0 and i < spans[k][1] else None
+    return find
+
+
 def in_spans(spans: list[list[int]]):
     """A membership test for character index in sorted [start, end) spans."""
-    starts = [s for s, _ in spans]
+    find = span_at(spans)
+    return lambda i: find(i) is not None
 
-    def test(i: int | None) -> bool:
-        if i is None:
-            return False
-        k = bisect_right(starts, i) - 1
-        return k >= 0 and i < spans[k][1]
-    return test
+
+def shaded_runs(rendered: str, source: str, spans: list[list]) -> list[tuple[int, int, QColor]]:
+    """[start, end) ranges of rendered positions whose source characters came from accepted drafts, each with
+    the colour of the proposer that drafted them."""
+    if not spans:
+        return []
+    find = span_at(spans)
+    runs: list[tuple[int, int, QColor]] = []
+    start, color = None, None
+    for pos, src in enumerate(align(rendered, source)):
+        k = find(src)
+        now = None if k is None else span_color(spans[k])
+        if start is not None and now is not color:  # span_color gives one of two constants
+            runs.append((start, pos, color))
+            start = None
+        if now is not None and start is None:
+            start, color = pos, now
+    if start is not None:
+        runs.append((start, len(rendered), color))
+    # Drafted tokens often begin with a space (" the"): shading it makes ragged edges.
+    return [(a, b, c) for a, b, c in ((*trim_run(rendered, a, b), c) for a, b, c in runs) if a < b]
 
 
 def draft_runs(rendered: str, source: str, spans: list[list[int]]) -> list[tuple[int, int]]:
     """[start, end) ranges of rendered positions whose source characters came from accepted drafts."""
-    if not spans:
-        return []
-    hit = in_spans(spans)
-    runs: list[tuple[int, int]] = []
-    start = None
-    for pos, src in enumerate(align(rendered, source)):
-        if hit(src):
-            if start is None:
-                start = pos
-        elif start is not None:
-            runs.append((start, pos))
-            start = None
-    if start is not None:
-        runs.append((start, len(rendered)))
-    # Drafted tokens often begin with a space (" the"): shading it makes ragged edges.
-    return [r for r in (trim_run(rendered, a, b) for a, b in runs) if r[0] < r[1]]
+    return [(a, b) for a, b, _ in shaded_runs(rendered, source, spans)]
 
 
 def trim_run(text: str, start: int, end: int) -> tuple[int, int]:
@@ -160,7 +182,7 @@ def fold_point(source: str) -> int | None:
 
 
 def spans_within(spans: list[list[int]], start: int, end: int) -> list[list[int]]:
-    """The parts of sorted, non-overlapping spans inside [start, end), shifted to start at 0."""
+    """The parts of sorted, non-overlapping spans inside [start, end), shifted to start at 0 (proposers kept)."""
     out = []
     i = bisect_right(spans, [start, start])
     if i > 0 and spans[i - 1][1] > start:
@@ -168,7 +190,7 @@ def spans_within(spans: list[list[int]], start: int, end: int) -> list[list[int]
     while i < len(spans) and spans[i][0] < end:
         a, b = max(spans[i][0], start), min(spans[i][1], end)
         if a < b:
-            out.append([a - start, b - start])
+            out.append([a - start, b - start, *spans[i][2:]])
         i += 1
     return out
 
@@ -195,8 +217,8 @@ def render(doc: QTextDocument, source: str, spans: list[list[int]] | None = None
         doc.setPlainText(source)
     code_blocks, code_runs = _code_ranges(doc) if markdown else ([], [])
     last = doc.characterCount() - 1  # the final paragraph separator cannot be formatted
-    runs = [(a, min(b, last)) for a, b in draft_runs(rendered_text(doc), source, spans) if a < last] \
-        if color_drafts and spans else []
+    runs = [(a, min(b, last), color) for a, b, color in shaded_runs(rendered_text(doc), source, spans)
+            if a < last] if color_drafts and spans else []
     if not (code_blocks or code_runs or runs):
         return
     # Read first, then change: a document must not be edited while its blocks are being walked.
@@ -207,14 +229,15 @@ def render(doc: QTextDocument, source: str, spans: list[list[int]] | None = None
         fmt = cursor.blockFormat()
         fmt.setBackground(CODE_COLOR)
         cursor.setBlockFormat(fmt)
-    for color, ranges in ((CODE_COLOR, code_runs), (DRAFT_COLOR, runs)):
-        fmt = QTextCharFormat()
-        fmt.setBackground(color)
-        for start, end in ranges:
-            cursor.setPosition(start)
-            cursor.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
-            cursor.mergeCharFormat(fmt)
+    _merge_formats(cursor, [(a, b, _shade(CODE_COLOR)) for a, b in code_runs]
+                   + [(a, b, _shade(color)) for a, b, color in runs])
     cursor.endEditBlock()
+
+
+def _shade(color: QColor) -> QTextCharFormat:
+    fmt = QTextCharFormat()
+    fmt.setBackground(color)
+    return fmt
 
 
 def _blocks(doc: QTextDocument):
@@ -383,14 +406,12 @@ def append_code(doc: QTextDocument, code: str, start: int, spans: list[list[int]
     cursor.beginEditBlock()
     cursor.movePosition(QTextCursor.MoveOperation.End)
     cursor.insertText(code[start:], QTextCharFormat())  # not the draft colour of the text before it
-    fmt = QTextCharFormat()
-    fmt.setBackground(DRAFT_COLOR)
     # Runs are trimmed of whitespace at their ends; whitespace the last delta ended on may now be inside one.
     lo = start
     while lo > 0 and code[lo - 1].isspace():
         lo -= 1
-    runs = (trim_run(code, a, min(b, len(code))) for a, b in spans or [] if b > lo)
-    _merge_formats(cursor, [(max(a, lo), b, fmt) for a, b in runs])
+    runs = ((*trim_run(code, s[0], min(s[1], len(code))), span_color(s)) for s in spans or [] if s[1] > lo)
+    _merge_formats(cursor, [(max(a, lo), b, _shade(color)) for a, b, color in runs])
     cursor.endEditBlock()
 
 

@@ -48,6 +48,55 @@ def test_render_highlights_the_drafted_words_through_markdown(qapp):
     assert set(highlighted(plain)) == {"_"}
 
 
+def shades(doc: QTextDocument) -> str:
+    """Per rendered character: L in the lookup colour, D in the draft model's, _ unshaded."""
+    from app.chat.render import DRAFT_MODEL_COLOR
+
+    out = []
+    for pos in range(doc.characterCount() - 1):
+        c = QTextCursor(doc)
+        c.setPosition(pos)
+        c.setPosition(pos + 1, QTextCursor.MoveMode.KeepAnchor)
+        color = c.charFormat().background().color()
+        out.append("L" if color == DRAFT_COLOR else "D" if color == DRAFT_MODEL_COLOR else "_")
+    return "".join(out)
+
+
+def test_each_proposers_drafts_are_shaded_in_its_own_colour(qapp):
+    """lookup's accepted drafts (and older answers' spans, which name no proposer) amber, the draft model's blue,
+    through the markdown and in a code block."""
+    from app.chat.render import DRAFT_MODEL_COLOR
+
+    assert DRAFT_MODEL_COLOR.rgb() != DRAFT_COLOR.rgb()
+    source = "The **quick** brown fox jumps\n\n```\ncode line\n```\n"
+    at = source.index
+    spans = [[at("quick"), at("quick") + 5, "lookup"], [at("brown"), at("brown") + 9, "draft"],
+             [at("jumps"), at("jumps") + 5], [at("line"), at("line") + 4, "draft"]]
+    doc = QTextDocument()
+    render(doc, source, spans, color_drafts=True)
+    marks = shades(doc)
+    assert doc.toPlainText().startswith("The quick brown fox jumps")
+    assert marks[:25] == "____LLLLL_DDDDDDDDD_LLLLL", marks
+    assert marks[doc.toPlainText().index("line"):][:4] == "DDDD"
+    code = QTextDocument()
+    render_code(code, "x = 1; y = 2", [[0, 5, "draft"], [7, 12, "lookup"]])
+    assert shades(code) == "DDDDD__LLLLL"
+
+
+def test_segments_keep_who_proposed_them():
+    """The engine's (text, source) segments become spans that name their proposer; True (an older answer's
+    "from a draft") names none; the target's own tokens make no span."""
+    from app.chat.model import add_segments, span_source
+    from app.conversations.store import Message
+
+    m = Message(None, "assistant", "")
+    add_segments(m, [("The", None), (" quick", "lookup"), (" brown", "lookup"), (" fox", "draft"), (" ran", False),
+                     (" far", True), (" away", "draft")])
+    assert m.content == "The quick brown fox ran far away"
+    assert m.draft_spans == [[3, 15, "lookup"], [15, 19, "draft"], [23, 27], [27, 32, "draft"]]
+    assert [span_source(s) for s in m.draft_spans] == ["lookup", "draft", None, "draft"]
+
+
 def test_plain_mode_keeps_text_as_typed(qapp):
     doc = QTextDocument()
     render(doc, "**not bold** <b>x</b>", None, markdown=False)
