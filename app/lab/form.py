@@ -12,7 +12,7 @@ from engine.lab.cli import _int_list
 from engine.lab.local import LabConfig
 from engine.lab.remote import RemoteLabConfig, parse_servers
 from engine.lab.report import METHOD_WORDS
-from engine.methods import DRAFT_METHODS, MAX_DRAFT_LIMIT, METHODS, method_words
+from engine.methods import DEFAULT_MAX_DRAFT, DRAFT_METHODS, MAX_DRAFT_LIMIT, METHODS, method_words
 from engine.modelfiles.embedded import DISPLAY_NAMES, EMBEDDED
 from engine.paths import resources_dir
 
@@ -94,7 +94,7 @@ class LabForm(QGroupBox):
         form.addRow("Prompts", prompts)
 
         self.max_tokens = QSpinBox(minimum=4, maximum=2048, value=128)
-        self.max_draft = QSpinBox(minimum=1, maximum=MAX_DRAFT_LIMIT, value=8)
+        self.max_draft = QSpinBox(minimum=1, maximum=MAX_DRAFT_LIMIT, value=DEFAULT_MAX_DRAFT)  # the chat's default
         self.adaptive = QCheckBox("adaptive (as in the chat)")
         self.adaptive.setChecked(True)
         self.adaptive.setToolTip("On: measured acceptance and step times pick each step's draft lengths.\n"
@@ -158,6 +158,23 @@ class LabForm(QGroupBox):
                 box.setChecked(False)
         if text.strip() and not had:
             self.method_boxes["auto"].setChecked(True)
+
+    def use_chat(self, chat) -> None:
+        """Start on the chat's models and drafting (an app.lab.scope.ChatModels): its target, its draft, its method
+        ticked beside plain decoding, its draft cap and adaptive mode."""
+        self.engine.setCurrentIndex(self.engine.findData(THIS_MACHINE))
+        index = self.model_edit.findData(chat.target)
+        if index >= 0:
+            self.model_edit.setCurrentIndex(index)
+        else:
+            self.model_edit.setEditText(str(chat.target))
+        self.draft_edit.setText(str(chat.draft or ""))
+        if chat.method in self.method_boxes and self.method_boxes[chat.method].isEnabled():
+            self.method_boxes[chat.method].setChecked(True)
+        if chat.max_draft:
+            self.max_draft.setValue(chat.max_draft)
+        if chat.adaptive is not None:
+            self.adaptive.setChecked(chat.adaptive)
 
     def set_running(self, running: bool) -> None:
         """The models and servers cannot change under a run; the rest is read only when a run starts."""

@@ -26,6 +26,7 @@ from app.lab.chart import LabChart
 from app.lab.form import CUSTOM, LEVELS, PROMPT_SETS, LabForm
 from app.lab.results_table import LEGEND, NA, ResultsTable
 from app.lab.runner import PROGRESS_EVERY_S, LabRunner, LabWorker
+from app.lab.scope import ChatModels, apply_blocker, chat_changes, changes_words
 
 __all__ = ["CUSTOM", "LEVELS", "NA", "PROGRESS_EVERY_S", "PROMPT_SETS", "LabChart", "LabWindow", "LabWorker"]
 
@@ -36,9 +37,11 @@ RATE_TITLES = {True: "Decode throughput, every slot busy", False: "Aggregate thr
 def recommendation_words(results: dict, settings: dict) -> str:
     """The recommended chat settings in words, squared with the advice above them: the advice names the
     best *fixed* draft length k for one chat (engine.lab.report.best_draft_length), while the recommendation keeps
-    the chat's adaptive drafting and its larger cap, so both numbers are named and told apart."""
-    if not settings:
+    adaptive drafting with the cap the lab ran, so both numbers are named and told apart."""
+    if results.get("env", {}).get("remote"):
         return "The servers' speculation is set where they run: nothing here to apply to the chat."
+    if not settings:
+        return "Nothing to recommend for the chat from this run."
     method = settings.get("method", "none")
     if method == "none":
         return "Recommended for the chat: plain decoding (speculation off)."
@@ -48,7 +51,7 @@ def recommendation_words(results: dict, settings: dict) -> str:
     cap = settings.get("max_draft")
     if not settings.get("adaptive"):
         return f"Recommended for the chat: {words}, drafting {cap} tokens every step."
-    text = f"Recommended for the chat: {words}, adaptive, drafting at most {cap} tokens a step."
+    text = f"Recommended for the chat: {words}, adaptive, drafting at most {cap} tokens a step (as the lab ran it)."
     try:
         k = best_draft_length(results, method)
     except (KeyError, TypeError, ValueError):  # a saved document from before these figures were kept
@@ -74,6 +77,10 @@ class LabWindow(QWidget):
         self.setWindowFlag(Qt.Window)
         self.results: dict | None = None
         self.recommendation: dict | None = None
+        self.chat: ChatModels | None = None  # the chat's models and drafting, from set_chat_models
+        self.changes: dict = {}  # what Apply sends: only what the lab measured and the chat does differently
+        self._cells: list[dict] = []
+        self._earlier: dict | None = None  # results shown before a run started, back if it is cancelled
         self._build()
         self.runner = LabRunner(self)
         self.runner.progress.connect(self._on_progress)
@@ -131,10 +138,15 @@ class LabWindow(QWidget):
         self.apply_button = QPushButton("Apply recommended settings")
         self.apply_button.setEnabled(False)
         self.apply_button.clicked.connect(self._apply)
+        self.apply_note = QLabel("")  # what Apply changes in the chat, or why it is not offered
+        self.apply_note.setWordWrap(True)
         advice_box = QGroupBox("Advice")
         advice_layout = QVBoxLayout(advice_box)
         advice_layout.addWidget(self.advice)
-        advice_layout.addWidget(self.apply_button, alignment=Qt.AlignRight)
+        apply_row = QHBoxLayout()
+        apply_row.addWidget(self.apply_note, 1)
+        apply_row.addWidget(self.apply_button, alignment=Qt.AlignRight | Qt.AlignTop)
+        advice_layout.addLayout(apply_row)
 
         left = QVBoxLayout()
         left.addWidget(self.form)
@@ -148,7 +160,7 @@ class LabWindow(QWidget):
         grid.addLayout(results_box, 1, 1)
         grid.addWidget(advice_box, 2, 0, 1, 2)
         grid.setColumnStretch(1, 1)
-        self.resize(1240, 760)  # the charts side by side and every results column in sight
+        self.resize(1280, 800)  # the charts side by side and every results column in sight
 
     # --- running ------------------------------------------------------------------------------
     def config(self) -> LabConfig | RemoteLabConfig:
@@ -161,6 +173,7 @@ class LabWindow(QWidget):
         except EngineError as exc:
             QMessageBox.warning(self, "Speculation lab", str(exc))
             return
+        self._earlier = self.results
         self._clear()
         remote = isinstance(config, RemoteLabConfig)
         for chart in (self.rate_chart, self.itl_chart):
@@ -187,10 +200,13 @@ class LabWindow(QWidget):
 
     def _clear(self) -> None:
         self.results = self.recommendation = None
+        self.changes = {}
+        self._cells = []
         self.rate_chart.clear()
         self.itl_chart.clear()
         self.table.setRowCount(0)
         self.advice.setText("")
+        self.apply_note.setText("")
         self.apply_button.setEnabled(False)
         self.progress.setValue(0)
 
@@ -207,11 +223,13 @@ class LabWindow(QWidget):
         self.rate_chart.chart_.setTitle(RATE_TITLES[full])
         self.rate_chart.add(cell)
         self.itl_chart.add(cell)
-        self.table.add_cell(cell)
+        self._cells.append(cell)
+        self.table.show_cells(self._cells)
 
     @Slot(object)
     def _on_finished(self, results: dict) -> None:
         self.progress.setValue(100)
+        self._earlier = None
         self.show_results(results, live=True)
         self.status.setText(f"Done: {len(results['cells'])} cells measured.")
         self._set_running(False)
@@ -219,15 +237,26 @@ class LabWindow(QWidget):
 
     @Slot(str)
     def _on_failed(self, message: str) -> None:
+        kept = self._restore_earlier()
         self._set_running(False)
-        self.status.setText(f"The run failed: {message}")
+        self.status.setText(f"The run failed: {message}" + (" The earlier results are shown again." if kept else ""))
         self.runFailed.emit(message)
 
     @Slot()
     def _on_cancelled(self) -> None:
+        kept = self._restore_earlier()
         self._set_running(False)
-        self.status.setText("Cancelled: nothing was kept from the unfinished run.")
+        self.status.setText("Cancelled: nothing was kept from the unfinished run"
+                            + ("; the earlier results are shown again." if kept else "."))
         self.runCancelled.emit()
+
+    def _restore_earlier(self) -> bool:
+        """An unfinished run's cells go; the results shown before it started come back."""
+        earlier, self._earlier = self._earlier, None
+        self._clear()
+        if earlier is not None:
+            self.show_results(earlier)
+        return earlier is not None
 
     # --- results ------------------------------------------------------------------------------
     def show_results(self, results: dict, live: bool = False) -> None:
@@ -246,8 +275,35 @@ class LabWindow(QWidget):
         advice = results["advice"]
         self.recommendation = dict(advice["settings"])
         self.advice.setText("\n".join(advice["lines"]) + "\n\n" + recommendation_words(results, self.recommendation))
-        self.apply_button.setEnabled(bool(self.recommendation))
+        self._offer_apply()
         self._set_running(False)
+
+    # --- the chat's models, and what Apply may change -------------------------------------------------------
+    def set_chat_models(self, target: str, draft: str | None, method: str, max_draft: int | None = None,
+                        adaptive: bool | None = None) -> None:
+        """The chat's current models and speculation (its effective method: "none" while speculation is off). The
+        form starts on them, so the lab measures what the chat runs; Apply is offered only for results of them."""
+        self.chat = ChatModels(target, draft, method, max_draft, adaptive)
+        if not self.running:
+            self.form.use_chat(self.chat)
+        if self.results is not None:
+            self._offer_apply()
+
+    def _offer_apply(self) -> None:
+        """Apply on, with the changes it makes in words, only where the results are of the chat's models and the
+        chat does something else; otherwise off, with the reason."""
+        results, blocker = self.results or {}, None
+        self.changes = {}
+        if not self.recommendation:
+            blocker = "Nothing to apply." if results else ""
+        else:
+            blocker = apply_blocker(results, self.chat)
+        if blocker is None:
+            self.changes = chat_changes(self.recommendation, self.chat)
+            blocker = None if self.changes else "The chat already runs what the lab recommends: nothing to apply."
+        self.apply_button.setEnabled(blocker is None)
+        self.apply_note.setText(blocker if blocker is not None else
+                                f"Apply changes the chat's {changes_words(self.changes, self.chat)}; nothing else.")
 
     def save_results(self, path: str | Path) -> None:
         if self.results is None:
@@ -283,9 +339,9 @@ class LabWindow(QWidget):
                 QMessageBox.warning(self, "Speculation lab", str(exc))
 
     def _apply(self) -> None:
-        if self.recommendation:
-            self.applySettings.emit(dict(self.recommendation))
-            self.status.setText("Recommended settings sent to the chat.")
+        if self.changes:
+            self.applySettings.emit(dict(self.changes))
+            self.status.setText(f"Sent to the chat: {changes_words(self.changes, self.chat)}.")
 
     # --- closing ------------------------------------------------------------------------------
     def closeEvent(self, event) -> None:

@@ -14,12 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..decoding.cost_model import SpeculationConfig, StepCosts, allocate_draft_rows
-from ..methods import method_words as registry_words  # a table of them; this module's method_words says one
+from ..methods import DRAFT_METHODS, method_words as registry_words  # a table; this module's method_words says one
+from .compare import PAYS, compare, compare_cells, sample_note, spread_note, throughput, throughput_words
 
 METHOD_WORDS = registry_words("prose")
-# Speculation "pays" at a level when it beats plain decoding's throughput by 5% or more: repeated runs
-# of one cell on this shared 2-core machine differ by about that much, so a smaller lead is a tie.
-PAYS = 1.05
 METHOD_COLOURS = registry_words("colour")
 
 
@@ -57,12 +55,6 @@ def methods(results: dict) -> list[str]:
     return seen
 
 
-def throughput(cell: dict) -> float | None:
-    """The tokens/s a level is judged by: decode throughput with every slot busy where that was measured (metrics.py;
-    servers: serve_bench.full_load_rate), else the aggregate (results saved before it was measured)."""
-    return cell.get("full_tokens_per_s") or cell.get("aggregate_tokens_per_s")
-
-
 def least_disturbed(runs: list[dict]) -> dict:
     """Of repeated runs of one cell (the lab's, or against servers), the fastest: other work on the machine only
     ever slows a run down. Every run's throughput stays in the cell, so the spread is visible."""
@@ -79,8 +71,9 @@ def speedups(results: dict, method: str, base: str = "none") -> list[tuple[int, 
     out = []
     for level in levels(results):
         spec, plain = cells.get((method, level)), cells.get((base, level))
-        if spec and plain and throughput(spec) and throughput(plain):
-            out.append((level, throughput(spec) / throughput(plain)))
+        found = compare_cells(spec, plain).get("throughput") if spec else None
+        if found:
+            out.append((level, found.ratio))
     return out
 
 
@@ -162,59 +155,120 @@ class Advice:
         return " ".join(self.lines)
 
 
-def advise(results: dict) -> Advice:
-    settings = results["settings"]
-    env = results.get("env", {})
+def scope_words(results: dict) -> str:
+    """What the run measured: the models (by name), where, on which prompts, with what drafting."""
+    s, env = results["settings"], results.get("env", {})
+    if env.get("remote"):
+        return f"{_where(env)}, {s.get('prompt_set', '?')} prompts"
+    target = env.get("model_name") or Path(str(s.get("model", "?"))).name
+    draft = env.get("draft") or (s.get("draft") if set(s.get("methods", ())) & set(DRAFT_METHODS) else None)
+    models = target + (f" with the draft {Path(str(draft)).name}" if draft else "")
+    if "max_draft" not in s:
+        drafting = "drafting as set"
+    elif s.get("adaptive", True):
+        drafting = f"adaptive drafting of at most {s['max_draft']} tokens a step"
+    else:
+        drafting = f"{s['max_draft']} draft tokens every step"
     where = _where(env)
-    noun = "client" if env.get("remote") else "chat"
+    return f"{models}, {where[0].lower() + where[1:]}, {s.get('prompt_set', '?')} prompts, {drafting}"
+
+
+def _crossover_lines(results: dict) -> list[str]:
+    """Where each method stops paying as concurrency rises, by throughput (the measure named)."""
+    noun = "client" if results.get("env", {}).get("remote") else "chat"
     who = lambda n: noun if n == 1 else noun + "s"  # noqa: E731
     lines = []
     for method in methods(results):
-        if method == "none":
-            continue
-        cross = crossover(results, method)
+        cross = crossover(results, method) if method != "none" else None
         if cross is None:
             continue
         words, first = method_words(method), cross.speedups[0]
+        by = f"By {throughput_words(cell_map(results)[(method, first[0])])}"
         if cross.stops_at is None:
-            lines.append(f"{where}, {words} paid at every tested level, up to {cross.pays_up_to} concurrent "
-                         f"{who(cross.pays_up_to)} ({first[1]:.2f}× plain decoding's throughput at {first[0]}).")
+            lines.append(f"{by}, {words} paid at every tested level, up to {cross.pays_up_to} concurrent "
+                         f"{who(cross.pays_up_to)} ({first[1]:.2f}× plain decoding's at {first[0]}).")
         elif cross.pays_up_to is None:
-            lines.append(f"{where}, {words} did not pay even at {first[0]} concurrent {who(first[0])} "
-                         f"({first[1]:.2f}× plain decoding's throughput).")
+            lines.append(f"{by}, {words} did not pay even at {first[0]} concurrent {who(first[0])} "
+                         f"({first[1]:.2f}× plain decoding's).")
         else:
             at_stop = dict(cross.speedups)[cross.stops_at]
-            lines.append(f"{where}, {words} pays up to {cross.pays_up_to} concurrent {who(cross.pays_up_to)} "
-                         f"({first[1]:.2f}× plain decoding's throughput at {first[0]}); from {cross.stops_at} on it "
-                         "no longer pays "
-                         f"({at_stop:.2f}× at {cross.stops_at}).")
-        where = "On the servers" if env.get("remote") else "On this machine"
-    best = _best_single_chat(results)
+            lines.append(f"{by}, {words} pays up to {cross.pays_up_to} concurrent {who(cross.pays_up_to)} "
+                         f"({first[1]:.2f}× plain decoding's at {first[0]}); from {cross.stops_at} on it no longer "
+                         f"pays ({at_stop:.2f}× at {cross.stops_at}).")
+    return lines
+
+
+def _single_chat(results: dict) -> tuple[list[str], str | None]:
+    """For one chat (the lowest level): each method against plain decoding by per-request tok/s (what the chat's
+    tok/s counts; throughput where that is n/a), its latency beside it; and the method to recommend, or None where
+    the run cannot tell (a tie, or its measures disagree)."""
+    level = min(levels(results))
+    found = {m: c for (m, lv), c in compare(results).items() if lv == level}
+    lines, ahead, behind, disagree = [], {}, [], []
+    where = "one chat" if level == 1 else f"{level} concurrent chats"
+    for method, c in found.items():
+        key = "per_request" if "per_request" in c else "throughput"
+        if key not in c:
+            continue
+        main = c[key]
+        text = f"At {where}, by {'per-request tok/s' if key == 'per_request' else 'throughput'}, " \
+               f"{method_words(method)} made {main.text()}: {_standing_words(main)}"
+        if "latency" in c:
+            text += f"; ITL p50 {c['latency'].text()}"
+        lines.append(text + ".")
+        other = c.get("throughput") if key == "per_request" else None
+        if other and {other.standing, main.standing} == {"ahead", "behind"}:
+            disagree.append(method)
+            lines.append(f"By throughput at {where} the same run says {other.ratio_text()}: the measures disagree "
+                         f"for {method_words(method)}.")
+        if main.standing == "ahead":
+            ahead[method] = main.ratio
+        elif main.standing == "behind":
+            behind.append(method)
+    if disagree:
+        return lines, None
+    if ahead:
+        return lines, max(ahead, key=ahead.get)
+    if found and len(behind) == len(found):
+        return lines, "none"
+    return lines, None
+
+
+def _standing_words(c) -> str:
+    return {"ahead": "ahead of plain decoding", "behind": "behind plain decoding",
+            "tie": f"a tie (within {PAYS - 1:.0%})"}[c.standing]
+
+
+def advise(results: dict) -> Advice:
+    """The verdict: what was measured (models, where, prompts), each method's standing by a named measure, the
+    choice for one chat and how far the sample can be trusted; and the settings that choice means."""
+    settings, env = results["settings"], results.get("env", {})
+    lines = [("" if env.get("remote") else "Measured: ") + f"{scope_words(results)}."] + _crossover_lines(results)
+    single, best = _single_chat(results)
+    lines += single
     if env.get("remote"):  # nothing here to apply: the servers' speculation is set where they run
-        lines.append(f"For a single client, {method_words(best)} was fastest.")
-        return Advice(lines, {})
-    k = best_draft_length(results, best) if best != "none" else None
-    if best == "none":
+        if best:
+            lines.append(f"For a single client, {method_words(best)} was fastest.")
+        return Advice(lines + _sample_lines(results), {})
+    recommended: dict = {}
+    if best is None:
+        lines.append("For a single chat, no method was clearly ahead: nothing to recommend from this run.")
+    elif best == "none":
         lines.append("For a single chat, plain decoding was fastest here.")
+        recommended = {"method": "none"}
     else:
-        pick = f"{method_words(best)}" + (f" with k={k}" if k else "")
-        lines.append(f"For a single chat, {pick} is best.")
-    lines.append(f"(Measured on the {settings.get('prompt_set', '?')} prompts; adaptive mode turns "
-                 "speculation off by itself when a conversation stops accepting drafts.)")
-    # The chat drafts adaptively, choosing k at every step (long matches draft long): the single best k is
-    # information, not a cap. Capping the chat at it cost 1.89x -> 1.57x plain (Gemma, held-out repeating
-    # prompts, k=7 from a grounded lab run), so the advice keeps the chat's own cap.
-    recommended = {"method": best, "max_draft": SpeculationConfig().max_draft, "adaptive": True}
-    if best in ("draft", "auto"):
-        recommended["draft"] = settings.get("draft")
-    return Advice(lines, recommended)
+        k = best_draft_length(results, best)
+        lines.append(f"For a single chat, {method_words(best)}" + (f" with k={k}" if k else "") + " is best.")
+        # What the run itself used: a recommendation never names a draft cap or mode the lab did not run.
+        recommended = {"method": best, "max_draft": settings.get("max_draft", SpeculationConfig().max_draft),
+                       "adaptive": settings.get("adaptive", True)}
+        if best in DRAFT_METHODS:
+            recommended["draft"] = settings.get("draft")
+    return Advice(lines + _sample_lines(results), recommended)
 
 
-def _best_single_chat(results: dict) -> str:
-    """The method with the highest throughput at the lowest tested concurrency."""
-    lowest = min(levels(results))
-    cells = [c for c in results["cells"] if c["concurrency"] == lowest and throughput(c)]
-    return max(cells, key=throughput)["method"] if cells else "none"
+def _sample_lines(results: dict) -> list[str]:
+    return [note for note in (sample_note(results), spread_note(results)) if note]
 
 
 def with_analysis(results: dict) -> dict:
@@ -245,14 +299,14 @@ def memory_text(cell: dict) -> str:
     if m.get("kind") == "remote":
         return "n/a (remote)"
     device = f" ({m['device']})" if m.get("device") else ""  # the GPU's name, for VRAM
-    return f"{m.get('kind', '?')} {_f(m.get('bytes'), '.2f', 2 ** -30)} GiB{device}" if m.get("bytes") else \
+    return f"{m.get('kind', '?')} {_f(m.get('bytes'), '.0f', 2 ** -20)} MiB{device}" if m.get("bytes") else \
         f"{m.get('kind', '?')} n/a"
 
 
 def results_table(results: dict) -> str:
     ratios = {(m, c): r for m in methods(results) for c, r in speedups(results, m)}
     head = ("| method | concurrency | in flight | full-load tok/s | vs plain | aggregate tok/s | per-request tok/s "
-            "| ITL p50 / p95 ms | end-to-end p50 / p95 s | acceptance | mean acceptance length | drafting | draft model "
+            "| ITL p50 / p95 ms | end-to-end p50 / p95 s | acceptance | mean accepted length | drafting | draft model "
             "| utilisation | memory |")
     rows = [head, "|" + "---|" * 15]
     for c in sorted(results["cells"], key=lambda c: (c["concurrency"], methods(results).index(c["method"]))):
@@ -266,8 +320,8 @@ def results_table(results: dict) -> str:
             f"| {_f(c['itl_p50_ms'], '.1f')} / {_f(c['itl_p95_ms'], '.1f')} "
             f"| {_f(c['e2e_p50_s'], '.2f')} / {_f(c['e2e_p95_s'], '.2f')} "
             f"| {_f(c['acceptance_rate'], '.0%')} | {_f(c['mean_acceptance_length'], '.2f')} "
-            f"| {_f(c.get('draft_share'), '.0%')} | {_f(c.get('draft_model_bytes'), '.2f', 2 ** -30)}"
-            f"{' GiB' if c.get('draft_model_bytes') else ''} "
+            f"| {_f(c.get('draft_share'), '.0%')} | {_f(c.get('draft_model_bytes'), '.0f', 2 ** -20)}"
+            f"{' MiB' if c.get('draft_model_bytes') else ''} "
             f"| {utilisation_text(c)} | {memory_text(c)} |")
     return "\n".join(rows)
 
@@ -320,11 +374,12 @@ def summary_markdown(results: dict) -> str:
               "a method that ends answers sooner admits more.",
               "- aggregate tok/s: all generated tokens, the fillers' included, ÷ the level's wall time (prefills "
               "included).",
-              "- per-request tok/s: each request's tokens after its first ÷ the time after its first; the mean.",
+              "- per-request tok/s: each request's generated tokens after its first ÷ the time after its first token "
+              "(as llama.cpp's server counts predicted_per_second); the mean over the level's requests.",
               "- ITL: time between a request's token deliveries, a step that delivers m tokens counting as m gaps "
               "of a 1/m share; p50 and p95 over all tokens of the level.",
               "- end-to-end: from a request's admission (its prefill) to its last token.",
-              "- acceptance = accepted ÷ drafted; mean acceptance length = 1 + accepted ÷ target steps.",
+              "- acceptance = accepted ÷ drafted; mean accepted length = 1 + accepted ÷ target steps.",
               "- utilisation: GPU from NVML where readable, else this process's CPU time ÷ wall time over all "
               "cores; memory: VRAM where readable, else the process's resident RAM.",
               *(["- remote servers: every time is taken here as the streamed text arrives (the network included); "

@@ -82,24 +82,43 @@ def header_text(table, column):
 def test_the_table_says_what_aggregate_and_per_request_tok_s_measure(lab, qtbot, tmp_path):
     load(lab, tmp_path, results_document())
     columns = {header_text(lab.table, c).replace("\n", " "): c for c in range(lab.table.columnCount())}
-    aggregate, per_request = columns["tok/s full · aggregate"], columns["per-request tok/s"]
+    # each tok/s column says what it counts: all requests' tokens, or one request's after its first token
+    aggregate, per_request = columns["all requests' tok/s: full · aggregate"], columns["per-request tok/s after 1st token"]
     assert lab.table.item(0, aggregate).text() == "8.6\n7.8" and lab.table.item(0, per_request).text() == "29.2"
 
     tip = header_tip(lab.table, aggregate)
     assert "every slot busy" in tip and "prefills left out" in tip
     assert "all generated tokens, the fillers' included" in tip and "wall time" in tip and "prefills count" in tip
     tip = header_tip(lab.table, per_request)
-    assert "one request's tokens after its first" in tip and "Prefill and waiting" in tip and "left out" in tip
+    assert "one request's generated tokens after its first" in tip and "predicted_per_second" in tip
+    assert "Prefill and waiting" in tip and "left out" in tip
     assert all(header_tip(lab.table, c) for c in range(lab.table.columnCount()))  # every column says what it is
 
     legend = lab.table_legend
     assert legend.isVisible() and legend.geometry().top() >= lab.table.geometry().bottom()  # under the table
-    assert "wall time" in legend.text() and "prefills" in legend.text() and "decode speed" in legend.text()
-    assert "every slot of the level was busy" in legend.text()
+    assert "all requests' tokens ÷ the level's whole wall time" in legend.text() and "prefills" in legend.text()
+    assert "decode speed" in legend.text() and "every slot of the level was busy" in legend.text()
+
+
+def test_the_table_says_mean_accepted_length_and_sizes_in_mib(lab, qtbot, tmp_path):
+    document = results_document()
+    for c in document["cells"]:
+        c["draft_share"], c["draft_model_bytes"] = (0.25, 520 * 2**20) if c["method"] == "lookup" else (None, None)
+    load(lab, tmp_path, document)
+    columns = {header_text(lab.table, c).replace("\n", " "): c for c in range(lab.table.columnCount())}
+    acceptance = columns["acceptance · mean accepted length"]
+    assert "Mean accepted length" in header_tip(lab.table, acceptance)
+    texts = [lab.table.item(r, c).text() for r in range(lab.table.rowCount()) for c in range(lab.table.columnCount())]
+    assert "25%\n520 MiB" in texts and "RAM 12698 MiB" in "\n".join(texts)  # 12.4 GiB of RAM, in MiB
+    assert not any("GiB" in t for t in texts)
+    tips = " ".join(header_tip(lab.table, c) for c in range(lab.table.columnCount()))
+    assert "acceptance length" not in tips and "MiB" in tips
 
 
 def test_the_advice_and_the_recommendation_agree_on_the_draft_length(lab, qtbot, tmp_path):
     document = results_document()
+    document["settings"].update(max_draft=48, adaptive=True)  # the lab ran the chat's default cap
+    lab.set_chat_models("embedded", None, "none")  # as the chat window passes them: speculation off
     load(lab, tmp_path, document)
     k = best_draft_length(document, "lookup")
     cap = lab.recommendation["max_draft"]
@@ -114,7 +133,8 @@ def test_the_advice_and_the_recommendation_agree_on_the_draft_length(lab, qtbot,
 
     with qtbot.waitSignal(lab.applySettings) as applied:
         lab.apply_button.click()
-    assert applied.args[0] == {"method": "lookup", "max_draft": cap, "adaptive": True}  # what was recommended
+    # what was recommended, the cap and mode as the lab ran them (the chat's were not passed)
+    assert applied.args[0] == {"method": "lookup", "max_draft": cap, "adaptive": True}
 
 
 @pytest.mark.parametrize("document", [None, "CPU", "GPU"], ids=["empty", "CPU run", "GPU run"])
@@ -183,4 +203,4 @@ def test_results_with_only_the_aggregate_are_charted_as_such(lab, qtbot, tmp_pat
     assert lab.rate_chart.chart_.title() == "Aggregate throughput"
     assert lab.rate_chart.points("none")[0] == (1, pytest.approx(7.8))
     columns = {header_text(lab.table, c).replace("\n", " "): c for c in range(lab.table.columnCount())}
-    assert lab.table.item(0, columns["tok/s full · aggregate"]).text() == "n/a\n7.8"
+    assert lab.table.item(0, columns["all requests' tok/s: full · aggregate"]).text() == "n/a\n7.8"

@@ -6,8 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from engine.decoding.cost_model import SpeculationConfig
-
 from engine.lab import cli
 from engine.lab import local as lab
 from engine.lab.report import advise, crossover
@@ -112,8 +110,9 @@ def test_advice_names_the_crossover_and_a_draft_length_from_the_cost_model():
     assert "prompt lookup pays up to 2 concurrent chats" in advice.text and "0.90× at 4" in advice.text
     # E(k) / step(k+1 rows): k=1 1.9/13 ms, k=2 2.7/16 ms (best), k=3 3.2/19 ms, k=4 3.3/22 ms.
     assert "prompt lookup with k=2 is best" in advice.text
-    # The chat keeps choosing k per step: the advice names k but does not cap the chat at it.
-    assert advice.settings == {"method": "lookup", "max_draft": SpeculationConfig().max_draft, "adaptive": True}
+    # The chat keeps choosing k per step: the advice names k but does not cap the chat at it; the cap it
+    # recommends is the one the lab ran (8 here), never one it did not run.
+    assert advice.settings == {"method": "lookup", "max_draft": 8, "adaptive": True}
     plain = advise(synthetic({1: 0.9, 2: 0.8, 4: 0.7, 8: 0.6}))
     assert plain.settings["method"] == "none" and "did not pay" in plain.text
 
