@@ -1,32 +1,91 @@
 """What a target step of each size costs on this machine: timed once per model file, load settings and thread
 count (kept a day by step_timings.py), before the planner bets on a size. The step loop calibrates through
-calibrate_steps; the draft proposer times its own token with time_steps."""
+calibrate_steps; the draft proposer times its own token with time_steps.
+
+A timing may be cut short (the window's worker interrupts it when a message is sent: nobody waits on it). What
+was timed is kept: each size timed in all its rounds joins the model's kept timings, and a size part-timed keeps
+its fastest and rounds in memory, so the next calibration goes on where this one stopped. Meanwhile answers plan
+on what has been timed so far (timing_deferred)."""
 from __future__ import annotations
 
 import time
-from typing import Callable
+import weakref
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 from . import step_timings
 from .cost_model import (CALIBRATION_REPEATED_UP_TO, CALIBRATION_REPEATS, CALIBRATION_WARMUP, StepCosts,
                          calibration_sizes)
 from .runtime import Model
 
+# on_progress(done, total, seconds_left): timings done (one per size and round) of those the curve needs, and
+# the seconds the rest should take, an estimate from the timings so far (None until two sizes are timed).
+Progress = Callable[[int, int, "float | None"], None]
+
+# A timing cut short, by model (a reload starts afresh): its thread count and each size's (fastest, rounds).
+_unfinished: "weakref.WeakKeyDictionary[Model, tuple[int, dict[int, tuple[float, int]]]]" = \
+    weakref.WeakKeyDictionary()
+_deferred: "weakref.WeakSet[Model]" = weakref.WeakSet()  # models whose answers may not wait on a timing
+# Step costs given a curve that lacks sizes while deferred, and how many sizes it had: completed afterwards.
+_incomplete: "weakref.WeakKeyDictionary[StepCosts, int]" = weakref.WeakKeyDictionary()
+
+
+def rounds_of(rows: int) -> int:
+    """Timings a size gets: every round up to one sequence's widest verify, the first only beyond."""
+    return CALIBRATION_REPEATS if rows <= CALIBRATION_REPEATED_UP_TO else 1
+
+
+@contextmanager
+def timing_deferred(target: Model) -> Iterator[None]:
+    """While inside, calibrate_steps on `target` times nothing: the curve is what has been timed so far (wider
+    sizes extrapolated; with fewer than two, each size is learnt from its first step), and the first calibration
+    after this completes it. For an answer sent while its steps were being timed (app/worker.py)."""
+    _deferred.add(target)
+    try:
+        yield
+    finally:
+        _deferred.discard(target)
+
 
 def calibrate_steps(target: Model, steps: StepCosts, max_draft: int, slot: int, start: int, token: int,
-                    sequences: int, timed_only: bool, clock: Callable[[], float] = time.perf_counter) -> None:
+                    sequences: int, timed_only: bool, clock: Callable[[], float] = time.perf_counter,
+                    on_progress: Progress | None = None) -> None:
     """Give `steps` the time of every size `sequences` sequences may verify together (up to max_draft drafts
-    each), unless it has them: timed in free cells from `start` of sequence `slot`, or with timed_only, only
-    the sizes this model has timed before."""
+    each), unless it has them: timed in free cells from `start` of sequence `slot`, or with timed_only (or
+    while timing_deferred), only the sizes this model has timed so far."""
+    if steps.calibrated and steps not in _incomplete:
+        return
     top = min(sequences * (max_draft + 1), target.n_batch, target.n_ctx - start - 1)
     sizes = calibration_sizes(top) if top >= 2 else []
-    if timed_only:
-        sizes = [rows for rows in sizes if (target.threads, rows) in target.step_timings]
-    if not steps.calibrated and len(sizes) >= 2 and sizes[0] == 1:
-        steps.take_calibration(time_steps(target, slot, start, token, sizes, clock))
+    if len(sizes) < 2:
+        return
+    deferred = target in _deferred
+    if timed_only or deferred:
+        curve = timed_so_far(target, sizes)
+        if len(curve) >= 2 and 1 in curve and len(curve) > _incomplete.get(steps, 0):  # new sizes only: taking
+            # a curve afresh resets the drift the answer's steps measured
+            steps.take_calibration(curve)
+            if deferred and len(curve) < len(sizes):  # not the server's timed_only: it never times while serving
+                _incomplete[steps] = len(curve)
+            else:
+                _incomplete.pop(steps, None)
+        return
+    steps.take_calibration(time_steps(target, slot, start, token, sizes, clock, on_progress))
+    _incomplete.pop(steps, None)
+
+
+def timed_so_far(target: Model, sizes: list[int]) -> dict[int, float]:
+    """Seconds of each of `sizes` this model has timed at its thread count: kept, or part-timed by a timing cut
+    short (its fastest yet)."""
+    kept, threads = target.step_timings, target.threads
+    threads_then, begun = _unfinished.get(target, (threads, {}))
+    part = {rows: fastest for rows, (fastest, _) in begun.items()} if threads_then == threads else {}
+    return {rows: kept[threads, rows] if (threads, rows) in kept else part[rows]
+            for rows in sizes if (threads, rows) in kept or rows in part}
 
 
 def time_steps(target: Model, slot: int, start: int, token: int, sizes: list[int],
-               clock: Callable[[], float] = time.perf_counter) -> dict[int, float]:
+               clock: Callable[[], float] = time.perf_counter, on_progress: Progress | None = None) -> dict[int, float]:
     """Seconds of a step of each size (rows of `token` in free cells from `start` of sequence `slot`, rolled
     back after), warm: CALIBRATION_WARMUP untimed one-row steps first, then CALIBRATION_REPEATS rounds over
     the sizes (those past CALIBRATION_REPEATED_UP_TO in the first only), the fastest of each size kept.
@@ -36,39 +95,113 @@ def time_steps(target: Model, slot: int, start: int, token: int, sizes: list[int
 
     Timings are kept by model file and load settings (step_timings.py), by thread count: a size timed
     once is not timed again for a day (the server's start and stop, a speculation change, a reload: each
-    had re-timed every size, up to a minute and a half on a busy machine, while the window waited)."""
+    had re-timed every size, up to a minute and a half on a busy machine, while the window waited). A timing
+    cut short (GenerationCancelled from the model's interrupt) keeps what it timed, and the next goes on from
+    there, at the thread count it began with."""
     kept = target.step_timings
-    missing = [rows for rows in sizes if (target.threads, rows) not in kept]
+    threads, begun = _unfinished.get(target, (target.threads, {}))
+    if any(kept.get((threads, rows)) is None for rows in sizes) and threads != target.threads:
+        with _threads(target, threads):  # a thread trial since the cut: go on at the count the timing began at
+            return time_steps(target, slot, start, token, sizes, clock, on_progress)
+    threads = target.threads
+    missing = [rows for rows in sizes if (threads, rows) not in kept]
     if missing:
-        kept.update({(target.threads, rows): seconds
-                     for rows, seconds in time_sizes(target, slot, start, token, missing, clock).items()})
-        step_timings.save()
-    return {rows: kept[target.threads, rows] for rows in sizes}
+        _unfinished[target] = (threads, begun)
+        report = _reporter(timed_so_far(target, sizes), sizes, missing, begun, on_progress)
+        try:
+            time_sizes(target, slot, start, token, missing, clock, begun, report)
+        finally:
+            for rows, (fastest, rounds) in list(begun.items()):
+                if rounds >= rounds_of(rows):
+                    kept[threads, rows] = fastest
+                    del begun[rows]
+            if not begun:
+                _unfinished.pop(target, None)
+            step_timings.save()
+    return {rows: kept[threads, rows] for rows in sizes}
+
+
+@contextmanager
+def _threads(target: Model, threads: int) -> Iterator[None]:
+    """The model on `threads` for a while, then back on the count it had."""
+    before = target.threads
+    target.set_threads(threads)
+    try:
+        yield
+    finally:
+        target.set_threads(before)
+
+
+def _reporter(measured: dict[int, float], sizes: list[int], missing: list[int],
+              begun: dict[int, tuple[float, int]], on_progress: Progress | None) -> Callable[[int, float], None]:
+    """on_timed for time_sizes: after each timing, on_progress with the timings done, of all, and an estimate
+    of the seconds left. `measured` (seconds by rows so far) is updated with each timing."""
+    total = sum(rounds_of(rows) for rows in sizes)
+
+    def report(rows: int = 0, seconds: float = 0.0) -> None:
+        if rows:
+            measured[rows] = seconds  # the latest: what the next timing of this size should cost
+        left = [rows for rows in missing for _ in range(rounds_of(rows) - begun.get(rows, (0.0, 0))[1])]
+        on_progress(total - len(left), total, seconds_left(measured, left))
+
+    if on_progress is None:
+        return lambda rows, seconds: None
+    report()  # where it starts: 0 of all, or where a timing cut short stopped
+    return report
+
+
+def seconds_left(measured: dict[int, float], left: list[int]) -> float | None:
+    """An estimate of the seconds the timings `left` (rows each) take: a size measured at its last time, one
+    not yet at the least-squares line through the sizes measured (never below the widest measured). None
+    without two sizes measured, unless every size left is measured."""
+    if all(rows in measured for rows in left):
+        return sum(measured[rows] for rows in left)
+    if len(measured) < 2:
+        return None
+    n = len(measured)
+    mean_r, mean_s = sum(measured) / n, sum(measured.values()) / n
+    slope = (sum((r - mean_r) * (s - mean_s) for r, s in measured.items())
+             / sum((r - mean_r) ** 2 for r in measured))
+    widest = measured[max(measured)]
+
+    def predicted(rows: int) -> float:
+        return measured[rows] if rows in measured else max(widest, mean_s + slope * (rows - mean_r))
+
+    return sum(predicted(rows) for rows in left)
 
 
 def time_decode(target: Model, slot: int, start: int, token: int, rows: int,
                 clock: Callable[[], float] = time.perf_counter) -> float:
     """Seconds of one decode of `rows` rows of `token` in free cells from `start` of sequence `slot`, rolled
-    back after."""
+    back after (also when the decode is interrupted)."""
     t = clock()
-    target.decode_multi([token] * rows, range(start, start + rows), [slot] * rows, [True] * rows)
-    spent = clock() - t
-    target.forget_from(start, slot)
-    return spent
+    try:
+        target.decode_multi([token] * rows, range(start, start + rows), [slot] * rows, [True] * rows)
+        return clock() - t
+    finally:
+        target.forget_from(start, slot)
 
 
 def time_sizes(target: Model, slot: int, start: int, token: int, sizes: list[int],
-               clock: Callable[[], float] = time.perf_counter) -> dict[int, float]:
-    """The timing itself, every size afresh: nothing is read from or kept in the model's timings."""
+               clock: Callable[[], float] = time.perf_counter, begun: dict[int, tuple[float, int]] | None = None,
+               on_timed: Callable[[int, float], None] | None = None) -> dict[int, float]:
+    """The timing itself: nothing is read from or kept in the model's timings. begun: each size's (fastest,
+    rounds) from a timing cut short, updated after every timing (so it is current if this one is cut short
+    too); a size goes on from the round it reached. on_timed(rows, seconds) after every timing."""
+    begun = {} if begun is None else begun
+
     def timed(rows: int) -> float:
         return time_decode(target, slot, start, token, rows, clock)
 
     for _ in range(CALIBRATION_WARMUP):
         timed(1)
     timed(max(sizes))  # untimed: the widest batch yet grows llama.cpp's buffers (Gemma, 32 rows: 109 ms, then 89)
-    fastest: dict[int, float] = {}
     for round_ in range(CALIBRATION_REPEATS):
         for rows in sizes:
-            if round_ == 0 or rows <= CALIBRATION_REPEATED_UP_TO:
-                fastest[rows] = min(fastest.get(rows, float("inf")), timed(rows))
-    return fastest
+            fastest, rounds = begun.get(rows, (float("inf"), 0))
+            if rounds == round_ < rounds_of(rows):
+                seconds = timed(rows)
+                begun[rows] = (min(fastest, seconds), rounds + 1)
+                if on_timed is not None:
+                    on_timed(rows, seconds)
+    return {rows: begun[rows][0] for rows in sizes}
