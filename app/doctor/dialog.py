@@ -1,14 +1,17 @@
 """The System check window: what this machine and this llama.cpp build give SpecChat, and a measured bench.
 
-It runs `python -m engine.doctor --json` (`specchat doctor` in a bundle) as a child process, so loading the model
-again for the bench can neither crash nor freeze the window: on opening, the system alone (a few seconds); on
-"Measure speed", the current model (and draft) loaded a second time and plain decoding timed against
-speculation for about 15 s.
+It runs `python -m engine.doctor --json --progress` (`specchat doctor` in a bundle) as a child process, so loading
+the model again for the bench can neither crash nor freeze the window: on opening, the system alone; on "Measure
+speed", the current model (and draft) loaded a second time and plain decoding timed against speculation, a fixed
+number of runs each. How long that takes depends on the machine and the model, so nothing promises a time: each
+step the child announces is shown as "n of m" with the time left it estimates from the runs already timed.
 """
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 from typing import Callable
 
 from PySide6.QtCore import QProcess, Qt
@@ -16,7 +19,8 @@ from PySide6.QtGui import QFontDatabase, QGuiApplication
 from PySide6.QtWidgets import (QDialog, QHBoxLayout, QLabel, QPlainTextEdit, QProgressBar, QPushButton,
                                QVBoxLayout, QWidget)
 
-from engine.lab.doctor import DEFAULT_SECONDS, describe
+from engine.lab.doctor import DEFAULT_ROUNDS, describe
+from engine.methods import DEFAULT_METHOD
 
 PROBLEM_STYLE = "background: rgba(255, 160, 0, 50); border-radius: 4px; padding: 8px;"
 
@@ -29,21 +33,28 @@ def doctor_command(*args: str) -> tuple[str, list[str]]:
 
 
 class SystemCheckDialog(QDialog):
-    def __init__(self, current_models: Callable[[], list[str]], parent: QWidget | None = None):
-        """current_models() -> the doctor's arguments for the window's model: --model, --draft, --gpu-layers, ..."""
+    def __init__(self, current_models: Callable[[], list[str]], parent: QWidget | None = None,
+                 current_method: Callable[[], str] | None = None):
+        """current_models() -> the doctor's arguments for the window's model: --model, --draft, --gpu-layers, ...;
+        current_method() -> the method the chat uses (by default the parent window's settings, else the app's
+        default), which the bench reports when it is slower than plain decoding here."""
         super().__init__(parent)
         self.setWindowTitle("System check")
         self.resize(760, 560)
         self._current_models = current_models
+        self._current_method = current_method or self._window_method
         self.report: dict | None = None
-        self.bench_seconds = DEFAULT_SECONDS
+        self.bench_rounds = DEFAULT_ROUNDS
         self.process: QProcess | None = None
+        self.progress: dict | None = None  # the child's last announced step
+        self._out, self._lines = b"", []  # a partial line; the lines that are not progress
+        self._started = 0.0
 
         self.status = QLabel()
         self.status.setWordWrap(True)
         self.busy = QProgressBar()
         self.busy.setRange(0, 0)
-        self.busy.setTextVisible(False)
+        self.busy.setFormat("%v of %m steps")
         self.problems = QLabel()
         self.problems.setWordWrap(True)
         self.problems.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -51,9 +62,11 @@ class SystemCheckDialog(QDialog):
         self.text = QPlainTextEdit(readOnly=True)
         self.text.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         self.text.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
-        self.bench_button = QPushButton("Measure speed (~20 s)")
+        self.bench_button = QPushButton("Measure speed")
         self.bench_button.setToolTip("Loads the current model a second time and times plain decoding against "
-                                     "prompt lookup (and the draft model and auto, if a draft is set) on a code edit.")
+                                     "prompt lookup (and the draft model and auto, if a draft is set) on a code edit, "
+                                     f"{DEFAULT_ROUNDS} runs of each. The time it takes depends on this machine and "
+                                     "the model: the steps and an estimate of the time left show as it goes.")
         self.bench_button.clicked.connect(self.measure)
         self.copy_button = QPushButton("Copy report")
         self.copy_button.clicked.connect(self.copy_report)
@@ -77,23 +90,56 @@ class SystemCheckDialog(QDialog):
     def running(self) -> bool:
         return self.process is not None
 
+    def _window_method(self) -> str:
+        settings = getattr(self.parent(), "settings", None)
+        return getattr(settings, "effective_method", DEFAULT_METHOD)
+
     def measure(self) -> None:
-        self.run(*self._current_models(), "--seconds", f"{self.bench_seconds:g}")
+        self.run(*self._current_models(), "--method", self._current_method(), "--rounds", str(self.bench_rounds))
 
     def run(self, *args: str) -> None:
         if self.running:
             return
-        program, arguments = doctor_command("--json", *args)
+        program, arguments = doctor_command("--json", "--progress", "--app-pid", str(os.getpid()), *args)
         self.process = process = QProcess(self)
+        process.readyReadStandardOutput.connect(lambda: self._read(process))
         process.finished.connect(lambda code, _status: self._finished(process, code))
         process.errorOccurred.connect(lambda error: self._failed_to_start(process, error))
         measuring = "--no-model" not in args
-        self.status.setText("Measuring: the model is loaded a second time, then plain decoding and speculation "
-                            "take turns for about 15 s…" if measuring else "Reading this machine and its "
-                            "llama.cpp build…")
+        self.progress, self._out, self._lines, self._started = None, b"", [], time.monotonic()
+        self.status.setText("Measuring: starting the check…" if measuring else
+                            "Reading this machine and its llama.cpp build…")
+        self.busy.setRange(0, 0)  # no step count until the child announces one
+        self.busy.setTextVisible(False)
         self.busy.show()
         self.bench_button.setEnabled(False)
         process.start(program, arguments)
+
+    def _read(self, process: QProcess) -> None:
+        """The child's progress lines, as they come; the report (its last line) waits for the end."""
+        if process is not self.process:
+            return
+        self._out += bytes(process.readAllStandardOutput())
+        *lines, self._out = self._out.split(b"\n")
+        for line in lines:
+            try:
+                message = json.loads(line)
+            except json.JSONDecodeError:
+                message = None
+            if isinstance(message, dict) and "progress" in message:
+                self._show_progress(message["progress"])
+            elif line.strip():
+                self._lines.append(line)  # the report: kept for _finished
+
+    def _show_progress(self, p: dict) -> None:
+        self.progress = p
+        self.busy.setRange(0, p["steps"])
+        self.busy.setValue(p["step"] - 1)  # steps done before this one
+        self.busy.setTextVisible(True)
+        left = ("time left: estimated once the first run is timed" if p["left_s"] is None
+                else f"about {p['left_s']:.0f} s left (an estimate from the runs timed so far)")
+        self.status.setText(f"Measuring {p['doing']}: step {p['step']} of {p['steps']}, "
+                            f"{p['step'] - 1} done; {time.monotonic() - self._started:.0f} s so far, {left}.")
 
     def _failed_to_start(self, process: QProcess, error) -> None:
         if error == QProcess.ProcessError.FailedToStart:
@@ -102,7 +148,8 @@ class SystemCheckDialog(QDialog):
     def _finished(self, process: QProcess, code: int) -> None:
         if process is not self.process:
             return
-        out = bytes(process.readAllStandardOutput()).decode(errors="replace").strip().splitlines()
+        self._read(process)
+        out = [line.decode(errors="replace") for line in [*self._lines, self._out] if line.strip()]
         err = bytes(process.readAllStandardError()).decode(errors="replace").strip()
         try:
             report = json.loads(out[-1]) if out else None
@@ -117,7 +164,8 @@ class SystemCheckDialog(QDialog):
         found = report.get("problems") or []
         self.problems.setText("\n\n".join(f"{p['problem']}\nFix: {p['fix']}" for p in found))
         self.problems.setVisible(bool(found))
-        self._done("Measured just now on this machine." if "bench" in report else
+        took = time.monotonic() - self._started
+        self._done(f"Measured just now on this machine; the check took {took:.0f} s." if "bench" in report else
                    "This machine, read just now. Measure speed to time the current model.")
 
     def _done(self, status: str) -> None:
