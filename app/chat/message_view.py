@@ -13,8 +13,9 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QScrollA
 
 from engine.reasoning import without_thinking
 
-from app.chat.model import ChatModel, continuable
+from app.chat.model import ChatModel, continuable, span_source
 from app.chat.message_text import ResponseText, UserText
+from app.chat.render import DRAFT_COLOR, DRAFT_MODEL_COLOR
 from app.chat.stats_view import StatsBar
 from app.conversations.store import Message
 
@@ -45,6 +46,46 @@ class BranchSwitcher(QWidget):
         self.previous.setEnabled(position > 1)
         self.next.setEnabled(position < count)
         self.setVisible(count > 1)
+
+
+# What each shade means, in the legend under an answer: (key, colour, words).
+LEGEND = (("lookup", DRAFT_COLOR, "from prompt lookup"), ("draft", DRAFT_MODEL_COLOR, "from the draft model"),
+          (None, DRAFT_COLOR, "from accepted drafts (proposer not recorded)"))
+
+
+class ShadingLegend(QWidget):
+    """Under an answer while shading is on: a swatch and its words for each proposer whose drafts it shows."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.setSpacing(4)
+        self.entries: dict[str | None, tuple[QLabel, QLabel]] = {}
+        for key, color, words in LEGEND:
+            swatch = QLabel()
+            swatch.setFixedSize(12, 12)
+            swatch.setStyleSheet(f"background: rgba({color.red()}, {color.green()}, {color.blue()}, "
+                                 f"{color.alpha()}); border: 1px solid rgba(127, 127, 127, 120);")
+            label = QLabel(words)
+            label.setForegroundRole(QPalette.ColorRole.PlaceholderText)
+            font = label.font()
+            font.setPointSizeF(font.pointSizeF() * 0.88)
+            label.setFont(font)
+            row.addWidget(swatch)
+            row.addWidget(label)
+            row.addSpacing(8)
+            self.entries[key] = (swatch, label)
+        row.addStretch(1)
+
+    def set_sources(self, sources: set) -> None:
+        for key, (swatch, label) in self.entries.items():
+            swatch.setVisible(key in sources)
+            label.setVisible(key in sources)
+
+    def shown(self) -> list[str]:
+        """The words of the entries shown."""
+        return [label.text() for swatch, label in self.entries.values() if not label.isHidden()]
 
 
 class MessageWidget(QFrame):
@@ -96,6 +137,10 @@ class MessageWidget(QFrame):
         self.notice.setWordWrap(True)
         self.notice.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         layout.addWidget(self.notice)
+        self.legend = ShadingLegend() if message.role == "assistant" else None
+        if self.legend:
+            self.legend.hide()
+            layout.addWidget(self.legend)
         self.stats = StatsBar() if message.role == "assistant" else None
         if self.stats:
             layout.addWidget(self.stats)
@@ -123,6 +168,12 @@ class MessageWidget(QFrame):
         self.notice.setVisible(bool(m.notice))
         error = m.status == "error"
         self.notice.setStyleSheet("color: #c62828;" if error else "")
+        if self.legend:
+            sources = {span_source(s) for s in m.draft_spans or []}
+            if (m.stats or {}).get("method") == "auto":  # both proposers may draft: both shades are explained
+                sources |= {"lookup", "draft"}
+            self.legend.set_sources(sources)
+            self.legend.setVisible(color_drafts and bool(sources))
         if self.stats:
             self.stats.set_stats(m.stats, show_sparkline)
             self.stats.setVisible(bool(m.stats))

@@ -24,7 +24,7 @@ from app.safe_text import LINK_SCHEMES
 
 DRAFT_COLOR = QColor(255, 196, 0, 90)  # amber, translucent: readable on light and dark themes (prompt lookup,
 # and drafts whose proposer was not recorded)
-DRAFT_MODEL_COLOR = QColor(40, 150, 255, 80)  # blue, translucent: the draft model's tokens, told apart from amber
+DRAFT_MODEL_COLOR = QColor(40, 150, 255, 90)  # blue, translucent: the draft model's tokens, told apart from amber
 CODE_COLOR = QColor(127, 127, 127, 40)
 LOOKAHEAD = 200  # how far past the last match a rendered character may be found in the source
 _SEPARATORS = "\u2029\u2028\ufdd0\ufdd1\n"  # block/line separators and table frame markers
