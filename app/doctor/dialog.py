@@ -94,8 +94,17 @@ class SystemCheckDialog(QDialog):
         settings = getattr(self.parent(), "settings", None)
         return getattr(settings, "effective_method", DEFAULT_METHOD)
 
+    def _window_speculation(self) -> list[str]:
+        """The chat's draft lengths, planner and cutoff, so the bench runs each method as the chat does."""
+        s = getattr(self.parent(), "settings", None)
+        if s is None:
+            return []
+        return ["--max-draft", str(s.max_draft), "--min-draft", str(min(s.min_draft, max(s.max_draft, 1))),
+                "--p-min", f"{s.p_min:g}", *([] if s.adaptive else ["--fixed-draft"])]
+
     def measure(self) -> None:
-        self.run(*self._current_models(), "--method", self._current_method(), "--rounds", str(self.bench_rounds))
+        self.run(*self._current_models(), "--method", self._current_method(), *self._window_speculation(),
+                 "--rounds", str(self.bench_rounds))
 
     def run(self, *args: str) -> None:
         if self.running:

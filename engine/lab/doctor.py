@@ -169,6 +169,8 @@ class Steps:
         self.started = time.perf_counter()
         self.runs: dict[str, list[float]] = {}  # method -> seconds of each timed run
         self.pending: list[str] = []  # the methods of the runs still to come, in order
+        self.log: list[dict] = []  # each step done: what it measured and how long it took
+        self._begun = (self.started, "")
 
     def left_s(self) -> float | None:
         timed = [t for ts in self.runs.values() for t in ts]
@@ -178,6 +180,7 @@ class Steps:
         return sum(sum(self.runs[m]) / len(self.runs[m]) if self.runs.get(m) else mean for m in self.pending)
 
     def begin(self, doing: str) -> None:
+        self._begun = (time.perf_counter(), doing)
         if self.progress is not None:
             left = self.left_s()
             self.progress({"step": self.done + 1, "steps": self.total, "doing": doing,
@@ -186,6 +189,9 @@ class Steps:
 
     def end(self, method: str | None = None, seconds: float | None = None) -> None:
         self.done += 1
+        t, doing = self._begun
+        self.log.append({"step": self.done, "steps": self.total, "doing": doing,
+                         "seconds": round(time.perf_counter() - t, 1)})
         if method is not None:
             self.runs.setdefault(method, []).append(seconds)
             self.pending.pop(0)
@@ -323,6 +329,7 @@ def check(model: str | None, draft: str | None, rounds: int | None,
             second.close()
         target.close()
     report["seconds"] = round(time.perf_counter() - steps.started, 1)
+    report["steps"] = steps.log
     return report
 
 
@@ -386,7 +393,9 @@ def describe(report: dict) -> str:
     if not report["problems"]:
         lines.append("No problems found.")
     if "seconds" in report:
-        lines.append(f"The check took {report['seconds']} s (measured).")
+        lines.append(f"The check took {report['seconds']} s (measured): "
+                     + "; ".join(f"{s['step']} of {s['steps']} {s['doing']} {s['seconds']:g} s"
+                                 for s in report.get("steps", [])))
     return "\n".join(lines)
 
 
