@@ -38,7 +38,8 @@ class PairsTable(QTableWidget):
         tip = ("Other programs' share of all cores' CPU time during the pair's runs (this process's own left out), "
                "the busier of its two runs")
         self.horizontalHeaderItem(len(COLUMNS) - 1).setToolTip(tip)
-        self.setMinimumHeight(self.verticalHeader().defaultSectionSize() * 4 + header.sizeHint().height())
+        # MIN_PAIRS rows and a little more without scrolling
+        self.setMinimumHeight(self.verticalHeader().defaultSectionSize() * 4 + header.sizeHint().height() + 4)
 
     def show_pairs(self, pairs: list[Pair]) -> None:
         self.setRowCount(len(pairs))

@@ -120,7 +120,7 @@ class CompareWindow(QWidget):
         layout.addWidget(self.prompt_edit)
         layout.addLayout(options)
         layout.addWidget(self.status)
-        layout.addLayout(sides, 3)
+        layout.addLayout(sides, 2)
         layout.addWidget(self.pairs_table, 1)
         layout.addWidget(self.verdict)
         self.resize(1100, 820)
