@@ -11,8 +11,8 @@ COLUMNS = ("Pair", "Ran first", "Plain tok/s", "Speculative tok/s", "Speculative
 
 def _rate(pair: Pair, kind: str) -> str:
     run = pair.runs.get(kind)
-    if run is None:
-        return "running…" if not pair.done else "n/a"
+    if run is None:  # the side that runs first, or the second once the first is done, is the one running
+        return "running…" if kind == pair.first or pair.first in pair.runs else "next"
     rate = run.stats.get("tokens_per_s")
     return f"{rate:.1f}" if rate else "n/a"
 

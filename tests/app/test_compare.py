@@ -33,13 +33,13 @@ def test_pairs_alternate_and_the_verdict_gives_their_median_and_range(make_windo
     assert compare.isVisible() and compare.prompt_edit.toPlainText() == PASSAGE
     assert f"prompt lookup, up to {quick_settings.max_draft} draft tokens, fixed length" in compare.spec_pane.title()
     compare.max_tokens.setValue(32)
-    shown = []  # tokens/s as the speculative side showed it while streaming
+    shown, live = [], []  # tokens/s as the speculative side showed it while streaming; the table meanwhile
 
     with qtbot.waitSignal(compare.comparisonFinished, timeout=RUN_TIMEOUT_MS) as done:
         qtbot.mouseClick(compare.run_button, Qt.MouseButton.LeftButton)
         assert compare.running and not compare.run_button.isEnabled() and compare.cancel_button.isEnabled()
-        qtbot.waitUntil(lambda: shown.append(compare.spec_pane.speed.text()) or not compare.running,
-                        timeout=RUN_TIMEOUT_MS)
+        qtbot.waitUntil(lambda: shown.append(compare.spec_pane.speed.text()) or live.append(
+            compare.pairs_table.rows()) or not compare.running, timeout=RUN_TIMEOUT_MS)
     result = done.args[0]
     pairs = result["pairs"]
 
@@ -93,6 +93,7 @@ def test_pairs_alternate_and_the_verdict_gives_their_median_and_range(make_windo
         assert ("prompt already processed" in pane.figures.text()) is (
             stats["reused_prompt_tokens"] == stats["prompt_tokens"] > 0)
     assert any(s.endswith("tok/s") for s in shown[:-1])  # figures were live while it streamed
+    assert any("running…" in row[2:4] for rows in live for row in rows)  # and the table showed the pair under way
 
     window.session.send(PASSAGE)  # the chat still speculates: the plain runs were for those requests only
     assert wait_response(window).stats["method"] == "lookup"
