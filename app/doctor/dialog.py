@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Callable
 
-from PySide6.QtCore import QProcess, Qt
+from PySide6.QtCore import QProcess, Qt, QTimer
 from PySide6.QtGui import QFontDatabase, QGuiApplication
 from PySide6.QtWidgets import (QDialog, QHBoxLayout, QLabel, QPlainTextEdit, QProgressBar, QPushButton,
                                QVBoxLayout, QWidget)
@@ -48,15 +48,19 @@ class SystemCheckDialog(QDialog):
         self.process: QProcess | None = None
         self.progress: dict | None = None  # the child's last announced step
         self._out, self._lines = b"", []  # a partial line; the lines that are not progress
-        self._started = 0.0
+        self._started = self._progress_at = 0.0
+        self._tick = QTimer(self, interval=1000)  # the seconds so far and the estimate left move during a long run
+        self._tick.timeout.connect(self._show_status)
 
         self.status = QLabel()
         self.status.setWordWrap(True)
+        self.status.setTextFormat(Qt.TextFormat.PlainText)  # a failure quotes the child's output
         self.busy = QProgressBar()
         self.busy.setRange(0, 0)
         self.busy.setFormat("%v of %m steps")
         self.problems = QLabel()
         self.problems.setWordWrap(True)
+        self.problems.setTextFormat(Qt.TextFormat.PlainText)  # device and model names are read, not ours
         self.problems.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.problems.setStyleSheet(PROBLEM_STYLE)
         self.text = QPlainTextEdit(readOnly=True)
@@ -141,14 +145,28 @@ class SystemCheckDialog(QDialog):
                 self._lines.append(line)  # the report: kept for _finished
 
     def _show_progress(self, p: dict) -> None:
-        self.progress = p
+        self.progress, self._progress_at = p, time.monotonic()
         self.busy.setRange(0, p["steps"])
         self.busy.setValue(p["step"] - 1)  # steps done before this one
         self.busy.setTextVisible(True)
-        left = ("time left: estimated once the first run is timed" if p["left_s"] is None
-                else f"about {p['left_s']:.0f} s left (an estimate from the runs timed so far)")
+        self._show_status()
+        self._tick.start()
+
+    def _show_status(self) -> None:
+        """The step being measured, n of m, the seconds so far, and the child's estimate of the time left less
+        what has passed since it was made."""
+        p = self.progress
+        if p is None or not self.running:
+            return
+        now = time.monotonic()
+        if p["left_s"] is None:
+            left = "time left: estimated once the first run is timed"
+        elif p["left_s"] - (now - self._progress_at) >= 0:
+            left = f"about {p['left_s'] - (now - self._progress_at):.0f} s left (an estimate from the runs timed so far)"
+        else:
+            left = "taking longer than the estimate from the runs timed so far"
         self.status.setText(f"Measuring {p['doing']}: step {p['step']} of {p['steps']}, "
-                            f"{p['step'] - 1} done; {time.monotonic() - self._started:.0f} s so far, {left}.")
+                            f"{p['step'] - 1} done; {now - self._started:.0f} s so far, {left}.")
 
     def _failed_to_start(self, process: QProcess, error) -> None:
         if error == QProcess.ProcessError.FailedToStart:
@@ -179,6 +197,7 @@ class SystemCheckDialog(QDialog):
 
     def _done(self, status: str) -> None:
         self.process = None
+        self._tick.stop()
         self.status.setText(status)
         self.busy.hide()
         self.bench_button.setEnabled(True)
