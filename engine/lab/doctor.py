@@ -412,6 +412,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help=f"runs of each method in the bench, fastest kept ({DEFAULT_ROUNDS})")
     ap.add_argument("--method", choices=METHODS, default=DEFAULT_METHOD,
                     help=f"the method the chat uses: reported if slower than plain here ({DEFAULT_METHOD})")
+    # The bench once took turns for --seconds; scripts that still pass it (packaging/gpu_check.sh) keep working
+    ap.add_argument("--seconds", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--max-draft", type=int, default=DEFAULT_MAX_DRAFT, help="as in Settings: the draft length cap")
     ap.add_argument("--min-draft", type=int, default=DEFAULT_MIN_DRAFT, help="as in Settings: the shortest draft")
     ap.add_argument("--fixed-draft", action="store_true", help="as Settings' adaptive off: always draft max-draft")
@@ -436,6 +438,8 @@ def progress_printer(as_json: bool) -> Progress:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.seconds is not None:
+        print("--seconds is no longer read: the bench runs --rounds runs of each method", file=sys.stderr)
     try:
         report = check(None if args.no_model else args.model, args.draft,
                        None if args.no_bench else max(args.rounds, 1),
