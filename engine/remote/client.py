@@ -286,7 +286,7 @@ class RemoteAnswer:
             if kind == "end":
                 return
             if kind != "bytes":
-                self._failed(kind, value)
+                self._failed(kind, value, mid_answer=self._events > 0)
             try:
                 datas = events.feed(value)
             except ValueError as exc:
@@ -306,9 +306,13 @@ class RemoteAnswer:
                         return
         self.figures.finish_reason = "cancelled"  # the loop ends only at Stop
 
-    def _failed(self, kind: str, value) -> None:
+    def _failed(self, kind: str, value, mid_answer: bool) -> None:
         """Raise what the pump met: the server's error status, or the connection's failure."""
         url = self.engine.endpoint.url
+        if mid_answer and isinstance(value, (httpx.RemoteProtocolError, httpx.ReadError)):
+            # httpx says "peer closed connection without sending complete message body (incomplete chunked read)"
+            raise EngineError(f"{url} closed the connection mid-answer (the server stopped, or the network "
+                              "failed); the text so far is kept.") from value
         if kind == "status":
             status, body = value
             raise EngineError(status_error(url + "/v1/chat/completions", status, body.decode("utf-8", "replace")))
@@ -348,7 +352,8 @@ class RemoteAnswer:
         if isinstance(chunk.get("error"), (dict, str)):
             error = chunk["error"]
             said = error.get("message") if isinstance(error, dict) else error
-            raise EngineError(f"The server stopped the answer: {_cut(' '.join(str(said).split()), MAX_SHOWN_CHARS)}")
+            said = _cut(' '.join(str(said).split()), MAX_SHOWN_CHARS)
+            raise EngineError(f"{self.engine.endpoint.url} ended the answer: “{said}” The text so far is kept.")
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             if isinstance(usage.get("completion_tokens"), int):

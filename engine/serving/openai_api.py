@@ -56,7 +56,7 @@ from ..decoding.sampling import request_seed, stream_seeds
 from ..errors import EngineError
 from .api_schema import (ApiError, Generation, finish_reason, fit_prompt, parse_generation, parse_messages,
                          parse_prompt, timings, usage)
-from .scheduler import QueueFull, Scheduler
+from .scheduler import SERVER_STOPPED, QueueFull, Scheduler, ServerStopping
 
 log = logging.getLogger(__name__)
 RETRY_AFTER_S = 1
@@ -75,7 +75,7 @@ class RequestRecord:
     started: float  # time.time()
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    tokens_per_s: float | None = None
+    tokens_per_s: float | None = None  # the response's timings.predicted_per_second (llama.cpp's count)
     acceptance_rate: float | None = None
     ttft_s: float | None = None
     method: str = "-"  # "-" for a request refused before it reached the engine
@@ -101,9 +101,17 @@ class _Feed:
     def __init__(self, job: Job):
         self.job = job
         self.queue: asyncio.Queue[Delta | None] = asyncio.Queue()
-        loop = asyncio.get_running_loop()
-        job.on_delta = lambda _job, delta: loop.call_soon_threadsafe(self.queue.put_nowait, delta)
-        job.on_done = lambda _job: loop.call_soon_threadsafe(self.queue.put_nowait, None)
+        self.loop = asyncio.get_running_loop()
+        job.on_delta = lambda _job, delta: self._hand_over(delta)
+        job.on_done = lambda _job: self._hand_over(None)
+
+    def _hand_over(self, item: Delta | None) -> None:
+        """On the engine thread. A loop already closed has no client left to tell: that is no error of the
+        engine's (raised there, it failed the step of every other job and logged 'Event loop is closed')."""
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        except RuntimeError:
+            pass
 
     async def deltas(self):
         while (delta := await self.queue.get()) is not None:
@@ -213,6 +221,8 @@ class _Handlers:
         feed = _Feed(job)
         try:
             self.scheduler.submit(job)
+        except ServerStopping as exc:
+            raise ApiError(503, "The server is stopping.", kind="server_error", code="server_stopping") from exc
         except QueueFull as exc:
             raise ApiError(429, f"The server is busy: {exc}. Retry shortly.", kind="rate_limit_error",
                            code="server_busy", headers={"Retry-After": str(RETRY_AFTER_S)}) from exc
@@ -226,7 +236,9 @@ class _Handlers:
         if job is not None and job.run is not None:
             stats = job.run.stats
             rec.prompt_tokens, rec.completion_tokens = stats.prompt_tokens, stats.generated
-            rec.tokens_per_s, rec.acceptance_rate = stats.decode_tokens_per_s, stats.acceptance_rate
+            # The figure the API's timings give for this request: one definition (api_schema.timings), not the
+            # chat's, which leaves the first token out and so read 1.8 where the response said 3.68.
+            rec.tokens_per_s, rec.acceptance_rate = timings(stats)["predicted_per_second"], stats.acceptance_rate
             rec.ttft_s, rec.method, rec.finish = stats.ttft_s, stats.method, job.finish_reason
         if status == 499:  # the client went away: its job ends at the engine's next step
             rec.finish = "cancelled"
@@ -235,6 +247,15 @@ class _Handlers:
     def envelope(self, job: Job, kind: str) -> dict:
         return {"id": job.id, "object": kind, "created": int(time.time()), "model": self.config.model_id,
                 "system_fingerprint": f"specchat-{self.scheduler.method}"}
+
+    def ended_by_server(self, job: Job) -> str | None:
+        """Why the engine ended this job short, for its client, or None. Only a client that goes away cancels its
+        job, so one cancelled while its client waits was ended by the server stopping (Scheduler._end_jobs)."""
+        if job.error:
+            return job.error
+        if job.finish_reason == "cancelled" and self.scheduler.stopping:
+            return SERVER_STOPPED
+        return None
 
     def figures(self, job: Job) -> dict:
         return {"usage": usage(job.run.stats), "timings": timings(job.run.stats)}
@@ -273,9 +294,10 @@ class _Handlers:
             if not waiter.done() and await request.is_disconnected():
                 self.scheduler.cancel(job)
         text = "".join(parts)
-        if job.error:
+        error = self.ended_by_server(job)
+        if error:
             self.record(request, endpoint, job, 500)
-            return _error_response(ApiError(500, job.error, kind="server_error"))
+            return _error_response(ApiError(500, error, kind="server_error"))
         self.record(request, endpoint, job)
         reason = finish_reason(job)
         if chat:
@@ -312,8 +334,9 @@ class _Handlers:
                 produced += len(delta.tokens)
                 if delta.text:
                     yield json.dumps(chunk(delta.text))
-            if job.error:
-                yield json.dumps(ApiError(500, job.error, kind="server_error").body())
+            error = self.ended_by_server(job)
+            if error:
+                yield json.dumps(ApiError(500, error, kind="server_error").body())
                 self.record(request, endpoint, job, 500)
                 return
             yield json.dumps({**chunk(None, finish_reason(job)), **self.figures(job)})

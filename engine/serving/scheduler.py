@@ -22,8 +22,16 @@ from ..errors import EngineError
 log = logging.getLogger(__name__)
 
 
+# What a job still running when the server stops is told (its client, or the window's chat, keeps what came).
+SERVER_STOPPED = "The server was stopped mid-answer; the answer so far is kept."
+
+
 class QueueFull(EngineError):
     """Every slot is busy and the waiting line is full: try again shortly."""
+
+
+class ServerStopping(EngineError):
+    """The server is stopping: it takes no new job."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,8 @@ class Scheduler:
         self._wake = threading.Condition()
         self._stopping = False
         self._ready = threading.Event()
+        self._serving: threading.Thread | None = None  # the thread in serve(), once it runs
+        self._ended = threading.Event()  # serve() has ended every job
         self._thread = threading.Thread(target=self.serve, name="specchat-engine", daemon=True)
 
     @property
@@ -75,7 +85,7 @@ class Scheduler:
         self.batch.check(job)
         with self._wake:
             if self._stopping:
-                raise EngineError("the server is stopping")
+                raise ServerStopping("the server is stopping")
             busy = self.batch.running + len(self.batch.waiting) + len(self._inbox)
             if busy >= self.parallel + self.max_queue:
                 raise QueueFull(f"all {self.parallel} slots are busy and {self.max_queue} requests are waiting")
@@ -89,15 +99,22 @@ class Scheduler:
         with self._wake:
             self._wake.notify()
 
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
     def stop(self, timeout: float = 30.0) -> None:
-        """End every job and the thread; the target is the caller's again afterwards."""
+        """End every job and the engine loop; the target is the caller's again afterwards. Returns once serve() has
+        ended the jobs (whichever thread runs it), so what they are told reaches their clients while the HTTP side
+        still runs: stopped the other way round, streams were cut mid-chunk and their callbacks met a closed loop."""
         with self._wake:
             self._stopping = True
-            for job in self._inbox:
-                job.cancel.set()
             self._wake.notify()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
+        me = threading.current_thread()
+        if self._thread.is_alive() and self._thread is not me:
             self._thread.join(timeout)
+        elif self._serving is not None and self._serving is not me:
+            self._ended.wait(timeout)
 
     def serve(self, on_ready: Callable[[], None] | None = None, timed_only: bool = False) -> None:
         """The engine loop, on the calling thread, until stop(). Every decode of the target happens on this
@@ -106,10 +123,20 @@ class Scheduler:
         (measured, SmolLM2, 1 row; the other thread's team keeps a core). So the app's worker calls this
         itself rather than handing the model to a thread of ours. timed_only: no step is timed before serving
         (the window's chat timed its sizes already; see StepLoop.calibrate), so no request waits on it."""
-        self.loop.calibrate(0, 0, max(self.target.bos, 0), sequences=self.parallel, timed_only=timed_only)
-        self._ready.set()
-        if on_ready is not None:  # (the window says "serving" from here: requests are answered at once)
-            on_ready()
+        self._serving = threading.current_thread()
+        try:
+            self.loop.calibrate(0, 0, max(self.target.bos, 0), sequences=self.parallel, timed_only=timed_only)
+            self._ready.set()
+            if on_ready is not None:  # (the window says "serving" from here: requests are answered at once)
+                on_ready()
+            self._pump_until_stopped()
+        finally:
+            try:
+                self._end_jobs()
+            finally:
+                self._ended.set()  # stop() waits on it, whatever happened
+
+    def _pump_until_stopped(self) -> None:
         batch = self.batch
         while True:
             with self._wake:
@@ -127,9 +154,16 @@ class Scheduler:
                 for job in batch.running_jobs:  # the one being prefilled included
                     job.error = f"the engine failed: {exc}"
                 batch.cancel_all("error")
+
+    def _end_jobs(self) -> None:
+        """Every job left ends: one mid-answer is told the server stopped (its text so far stands), one still
+        waiting ends cancelled (the API words that the same way: openai_api's _ended_by_server)."""
+        batch = self.batch
         with self._wake:
             for job in self._inbox:
                 batch.waiting.append(job)
             self._inbox = []
-        batch.cancel_all()
+        for job in batch.running_jobs:
+            job.error = job.error or SERVER_STOPPED
+        batch.cancel_all("error")
         batch.forget_caches()

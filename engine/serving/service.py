@@ -155,7 +155,10 @@ class Service:
         return self
 
     def stop(self) -> None:
-        self._server.should_exit = True
+        # The jobs first, while the event loop runs: each stream sends its last event (the server stopped
+        # mid-answer) and ends, so uvicorn's graceful shutdown finds nothing to cut. The other way round, streams
+        # were cut mid-chunk (the client saw "incomplete chunked read") and the engine met a closed loop.
         self.scheduler.stop()
+        self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(10)
