@@ -40,8 +40,8 @@ def recommendation_words(results: dict, settings: dict) -> str:
     adaptive drafting with the cap the lab ran, so both numbers are named and told apart."""
     if results.get("env", {}).get("remote"):
         return "The servers' speculation is set where they run: nothing here to apply to the chat."
-    if not settings:
-        return "Nothing to recommend for the chat from this run."
+    if not settings:  # the advice's last line says why (a tie, or measures that disagree)
+        return ""
     method = settings.get("method", "none")
     if method == "none":
         return "Recommended for the chat: plain decoding (speculation off)."
@@ -160,6 +160,7 @@ class LabWindow(QWidget):
         grid.addLayout(results_box, 1, 1)
         grid.addWidget(advice_box, 2, 0, 1, 2)
         grid.setColumnStretch(1, 1)
+        grid.setRowStretch(1, 1)  # room to spare goes to the table
         self.resize(1280, 800)  # the charts side by side and every results column in sight
 
     # --- running ------------------------------------------------------------------------------
@@ -274,7 +275,8 @@ class LabWindow(QWidget):
                 self.rate_chart.mark(cross.estimate or cross.stops_at, method)
         advice = results["advice"]
         self.recommendation = dict(advice["settings"])
-        self.advice.setText("\n".join(advice["lines"]) + "\n\n" + recommendation_words(results, self.recommendation))
+        words = recommendation_words(results, self.recommendation)
+        self.advice.setText("\n".join(advice["lines"]) + ("\n\n" + words if words else ""))
         self._offer_apply()
         self._set_running(False)
 

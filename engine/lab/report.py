@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..decoding.cost_model import SpeculationConfig, StepCosts, allocate_draft_rows
+from ..modelfiles.embedded import DISPLAY_NAMES
 from ..methods import DRAFT_METHODS, method_words as registry_words  # a table; this module's method_words says one
-from .compare import PAYS, compare, compare_cells, sample_note, spread_note, throughput, throughput_words
+from .compare import MEASURES, PAYS, compare, compare_cells, sample_note, spread_note, throughput, throughput_words
 
 METHOD_WORDS = registry_words("prose")
 METHOD_COLOURS = registry_words("colour")
@@ -160,7 +161,7 @@ def scope_words(results: dict) -> str:
     s, env = results["settings"], results.get("env", {})
     if env.get("remote"):
         return f"{_where(env)}, {s.get('prompt_set', '?')} prompts"
-    target = env.get("model_name") or Path(str(s.get("model", "?"))).name
+    target = DISPLAY_NAMES.get(str(s.get("model"))) or env.get("model_name") or Path(str(s.get("model", "?"))).name
     draft = env.get("draft") or (s.get("draft") if set(s.get("methods", ())) & set(DRAFT_METHODS) else None)
     models = target + (f" with the draft {Path(str(draft)).name}" if draft else "")
     if "max_draft" not in s:
@@ -216,11 +217,12 @@ def _single_chat(results: dict) -> tuple[list[str], str | None]:
         if "latency" in c:
             text += f"; ITL p50 {c['latency'].text()}"
         lines.append(text + ".")
-        other = c.get("throughput") if key == "per_request" else None
-        if other and {other.standing, main.standing} == {"ahead", "behind"}:
+        others = [c[k] for k in ("throughput", "latency") if k in c and k != key]
+        against = [o for o in others if {o.standing, main.standing} == {"ahead", "behind"}]
+        if against:  # one measure ahead, another behind: the run cannot say which the chat would feel
             disagree.append(method)
-            lines.append(f"By throughput at {where} the same run says {other.ratio_text()}: the measures disagree "
-                         f"for {method_words(method)}.")
+            said = ", ".join(f"{MEASURES[o.measure].words} {o.ratio_text()}" for o in against)
+            lines.append(f"At {where} the same run says {said}: the measures disagree for {method_words(method)}.")
         if main.standing == "ahead":
             ahead[method] = main.ratio
         elif main.standing == "behind":
@@ -361,7 +363,8 @@ def summary_markdown(results: dict) -> str:
     recommended = results["advice"]["settings"]
     lines += ["", "## Advice", "", *results["advice"]["lines"], "",
               f"Recommended chat settings: `{json.dumps(recommended)}`" if recommended else
-              "The servers' speculation is set where they run: nothing here to apply.", "",
+              "The servers' speculation is set where they run: nothing here to apply." if env.get("remote") else
+              "No chat settings recommended (the advice above says why).", "",
               "## How the figures are measured", "",
               "- in flight: the sequences decoding in a step, averaged over the level's step time. Until the last "
               "request is answered, a slot that frees once no request waits takes a filler (the same prompts again, "

@@ -9,6 +9,7 @@ import pytest
 
 from conftest import collect_garbage_now  # tests/app/conftest.py
 from engine.lab.compare import compare
+from engine.modelfiles.embedded import DISPLAY_NAMES, EMBEDDED
 
 QWEN = "/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 QWEN_DRAFT = "/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
@@ -126,7 +127,7 @@ def test_the_verdict_names_its_measure_and_quotes_the_tables_own_ratios(lab, tmp
                    name="SmolLM2-135M-Instruct")
     load(lab, tmp_path, doc)
     verdict = lab.advice.text()
-    assert "SmolLM2-135M-Instruct" in verdict  # the models it rests on
+    assert f"Measured: {DISPLAY_NAMES[EMBEDDED]}, on this machine" in verdict  # the model it rests on, by name
     found = compare(lab.results)[("lookup", 1)]
     row = next(r for r in range(lab.table.rowCount()) if lab.table.item(r, 0).text() == "prompt lookup")
     shown = [lab.table.item(row, c).text() for c in range(lab.table.columnCount())]

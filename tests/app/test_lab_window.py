@@ -61,7 +61,7 @@ def test_a_run_fills_the_chart_and_table_and_ends_in_advice(lab, qtbot, tmp_path
     levels = sorted(lab.table.item(row, 1).text() for row in range(lab.table.rowCount()))
     assert levels[0] == levels[1] == "1\n1.0 avg" and all(t.startswith("2\n") for t in levels[2:])  # in flight
     assert "prompt lookup" in lab.advice.text()
-    assert "Recommended for the chat" in lab.advice.text() or "Nothing to recommend" in lab.advice.text()
+    assert "Recommended for the chat" in lab.advice.text() or "nothing to recommend" in lab.advice.text()
 
     # The chat runs this model with speculation off and the lab's drafting: Apply sends the method alone, if any.
     lab.set_chat_models("embedded", None, "none", 4, False)
