@@ -12,10 +12,13 @@ function or lambda has no thread of its own and would run on the worker thread.
 """
 from __future__ import annotations
 
+import inspect
 import logging
+import math
 import os
 import sys
 import threading
+from contextlib import nullcontext
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, QTimer, Signal, Slot
 
@@ -23,6 +26,7 @@ from engine.chat_format import ChatFormatter
 from engine.modelfiles import model_store
 from engine.modelfiles.embedded import DISPLAY_NAMES
 from engine.errors import EngineError, GenerationCancelled
+from engine.decoding.calibration import timing_deferred
 from engine.decoding.generate import SpeculativeDecoder
 from engine.modelfiles.load_marker import LoadMarker
 from engine.decoding.loader import DecoderSettings, load_draft, load_target, make_proposer
@@ -39,6 +43,28 @@ SWITCH_INTERVAL_S = 0.001  # Python's default is 0.005
 # Opt-in: a positive value runs the engine's threads below the GUI on Linux. It helps the window on
 # an oversubscribed CPU, but then any other busy program slows generation down, so it is off by default.
 ENGINE_NICE = int(os.environ.get("SPECCHAT_ENGINE_NICE", "0")) if os.environ.get("SPECCHAT_ENGINE_NICE", "0").isdigit() else 0
+
+
+TIMING = "Timing steps for speculation…"  # short: the status bar cuts what does not fit
+
+
+def timing_status(done: int, total: int, seconds_left: float | None) -> str:
+    """The status line of a step timing: timings done of all, and the time left, an estimate."""
+    if done == total:
+        return f"Timing steps: {done} of {total}"
+    if seconds_left is None:
+        return f"Timing steps: {done} of {total}, time left n/a"
+    left = f"{math.ceil(seconds_left)} s" if seconds_left < 60 else f"{math.ceil(seconds_left / 60)} min"
+    return f"Timing steps: {done} of {total}, ~{left} left (estimate)"
+
+
+def calibrate_with_progress(decoder: SpeculativeDecoder, on_progress) -> None:
+    """decoder.calibrate, with on_progress(done, total, seconds_left) where it takes one (issue 52: the step loop
+    passes it down to calibration.calibrate_steps); without, the status says only that steps are timed."""
+    if "on_progress" in inspect.signature(decoder.calibrate).parameters:
+        decoder.calibrate(on_progress=on_progress)
+    else:
+        decoder.calibrate()
 
 
 class EngineWorker(QObject):
@@ -68,6 +94,10 @@ class EngineWorker(QObject):
         self.marker = LoadMarker()  # says, after a crash mid-load, which model not to load again
         self.service = None  # engine.serving.service.Service, while serving (this thread then runs its engine loop)
         self.closing = threading.Event()  # set from the GUI thread at shutdown: a step timing stops mid-way
+        # Set from the GUI thread when a message is sent: a step timing gives way to it at once, and goes on after
+        # the answer (what it timed is kept); the answer plans on the sizes timed so far.
+        self.answer_waiting = threading.Event()
+        self._timing_due = False  # a timing was cut short by a message: resumed after the answer
         self._stop_reason = ""
 
     # --- models -------------------------------------------------------------------------------
@@ -148,19 +178,29 @@ class EngineWorker(QObject):
 
     def _calibrate(self) -> None:
         """Time the verify sizes now, after the window has the model (it is usable meanwhile, and says what it
-        waits on), not during the first answer. Sizes timed before for this model are not timed again."""
-        self.working.emit("Timing this machine's steps for speculation (a few seconds, once per model)…")
+        waits on), not during the first answer. Sizes timed before for this model are not timed again. A message
+        sent meanwhile cuts it short: the answer comes first, and the timing goes on after it (generate)."""
+        self._timing_due = False
+        if self.answer_waiting.is_set():  # a message is queued behind this: it goes first
+            self._timing_due = True
+            return
+        self.working.emit(TIMING)
         target = self.decoder.target
-        target.set_interrupt(self.closing.is_set)  # closing waited for it: ~20 s for Gemma 3 270M's first timing
+        # Closing waited for it (~20 s for Gemma 3 270M's first timing), and so did a message sent meanwhile.
+        target.set_interrupt(lambda: self.closing.is_set() or self.answer_waiting.is_set())
         try:
-            self.decoder.calibrate()
+            calibrate_with_progress(self.decoder, self._timing_progress)
         except GenerationCancelled:
-            log.info("step timing stopped: the window is closing")
+            self._timing_due = not self.closing.is_set()
+            log.info("step timing paused: %s", "a message was sent" if self._timing_due else "the window is closing")
         except Exception:  # noqa: BLE001 - an answer calibrates by itself if this did not
             log.exception("calibration")
         finally:
             target.set_interrupt(None)
             self.working.emit("")
+
+    def _timing_progress(self, done: int, total: int, seconds_left: float | None) -> None:
+        self.working.emit(timing_status(done, total, seconds_left))
 
     def _model_info(self) -> dict:
         t = self.decoder.target
@@ -247,8 +287,14 @@ class EngineWorker(QObject):
     # --- generation ---------------------------------------------------------------------------
     @Slot(object)
     def generate(self, request: GenerationRequest) -> None:
-        """Answer request with this machine's decoder, here on the worker's thread."""
-        run_answer(LocalAnswers(self), request, self)
+        """Answer request with this machine's decoder, here on the worker's thread; a step timing this cut short
+        goes on after it (unless another message waits)."""
+        self.answer_waiting.clear()
+        due = self._timing_due and self.decoder is not None
+        with timing_deferred(self.decoder.target) if due else nullcontext():
+            run_answer(LocalAnswers(self), request, self)
+        if due and not self.answer_waiting.is_set():
+            self._calibrate()
 
 
 class EngineClient(QObject):
@@ -309,6 +355,7 @@ class EngineClient(QObject):
             # sandbox's 3 s before it is refused): a thread of its own, whose signals are queued to the GUI.
             run_answer_on_thread(ServedAnswers(self.worker), request, self.worker, "served-chat-prompt")
         else:
+            self.worker.answer_waiting.set()  # a step timing under way stops for it (EngineWorker._calibrate)
             # Start on the next turn of the event loop, once the GUI has laid out the messages just
             # added: the prompt's prefill takes every core, and that layout competing with it is
             # what the window would stall on (tens of ms on 2 cores).

@@ -12,6 +12,7 @@ from PySide6.QtCore import Qt
 
 import engine.decoding.calibration as calibration
 from engine.decoding import step_timings
+from engine.decoding.cost_model import calibration_sizes
 from test_server_panel import start
 from tests.app.conftest import handled_on_gui
 
@@ -21,9 +22,9 @@ def watch_timing(monkeypatch) -> list[list[int]]:
     timed: list[list[int]] = []
     real = calibration.time_sizes
 
-    def watched(target, slot, start_at, token, sizes, clock):
+    def watched(target, slot, start_at, token, sizes, *args):
         timed.append(list(sizes))
-        return real(target, slot, start_at, token, sizes, clock)
+        return real(target, slot, start_at, token, sizes, *args)
 
     monkeypatch.setattr(calibration, "time_sizes", watched)
     return timed
@@ -47,25 +48,37 @@ def test_the_model_is_usable_before_its_steps_are_timed_and_the_window_says_so(m
         "calibrated_when_loaded", window.engine.worker.decoder.loop.planner.steps.calibrated))
     qtbot.waitUntil(lambda: "calibrated_when_loaded" in seen, timeout=120_000)
     assert seen["calibrated_when_loaded"] is False
-    qtbot.waitUntil(lambda: window.statusBar().currentMessage().startswith("Timing this machine's steps"),
+    qtbot.waitUntil(lambda: window.statusBar().currentMessage().startswith("Timing steps"),
                     timeout=10_000)
     assert window.progress.isVisible() and window.input.isEnabled()
     qtbot.waitUntil(lambda: window.statusBar().currentMessage() == "", timeout=120_000)
     assert window.engine.worker.decoder.loop.planner.steps.calibrated and not window.progress.isVisible()
 
 
-def test_closing_the_window_stops_a_step_timing_at_once(make_window, qtbot, gemma_settings, first_start):
+def test_closing_the_window_stops_a_step_timing_at_once(make_window, qtbot, gemma_settings, first_start,
+                                                       monkeypatch):
     """Closing while the steps are timed ends the timing mid-way (Gemma's first took ~20 s here, and the window
-    waited for it); nothing half-timed is kept."""
+    waited for it); of what it timed, only sizes timed in all their rounds are kept."""
+    timed: list[int] = []
+    real = calibration.time_decode
+
+    def watched(model, slot, start_at, token, rows, clock):
+        seconds = real(model, slot, start_at, token, rows, clock)
+        timed.append(rows)  # only timings that ran to their end
+        return seconds
+
+    monkeypatch.setattr(calibration, "time_decode", watched)
     window = make_window(gemma_settings, wait_loaded=False)
-    qtbot.waitUntil(lambda: window.statusBar().currentMessage().startswith("Timing this machine's steps"),
+    qtbot.waitUntil(lambda: window.statusBar().currentMessage().startswith("Timing steps"),
                     timeout=120_000)
     qtbot.wait(300)  # into the wide batches
     started = time.perf_counter()
     window.close()
     assert time.perf_counter() - started < 3.0
     assert not window.engine.thread.isRunning()
-    assert not any(step_timings._tables.values())  # a timing cut short is not kept
+    kept = [rows for table in step_timings._tables.values() for _, rows in table]
+    assert len(kept) < len(calibration_sizes(gemma_settings.max_draft + 1))  # cut short
+    assert all(timed.count(rows) >= calibration.rounds_of(rows) for rows in kept)
 
 
 def test_stopping_the_server_times_nothing_again(make_window, qtbot, monkeypatch):

@@ -37,7 +37,7 @@ def calibrate(target, steps, on_progress=None):
     calibrate_steps(target, steps, MAX_DRAFT, 0, 0, max(target.bos, 0), 1, False, on_progress=on_progress)
 
 
-def test_progress_counts_every_timing_and_estimates_the_rest_from_those_so_far(target, fresh):
+def test_progress_counts_every_timing_from_the_first_to_the_last(target, fresh):
     reports = []
     steps = StepCosts()
     calibrate(target, steps, lambda *report: reports.append(report))
@@ -45,12 +45,28 @@ def test_progress_counts_every_timing_and_estimates_the_rest_from_those_so_far(t
     assert [done for done, _, _ in reports] == list(range(15))  # from 0, one by one
     assert {total for _, total, _ in reports} == {14}
     left = [seconds for _, _, seconds in reports]
-    assert left[:2] == [None, None]  # one size timed draws no line: "n/a", not a guess
-    assert all(seconds is not None and seconds > 0 for seconds in left[2:-1]) and left[-1] == 0
-    # After round one every size is measured: the estimate of round two is their times, summed.
-    round_one = fresh[CALIBRATION_WARMUP + 1:][:7]
-    assert [rows for rows, _ in round_one] == list(range(1, 8))
-    assert left[7] == pytest.approx(sum(seconds for _, seconds in round_one))
+    assert left[:3] == [None] * 3  # two sizes timed draw no line worth a figure: "n/a", not a guess
+    assert all(seconds is not None and seconds > 0 for seconds in left[3:-1]) and left[-1] == 0
+
+
+def test_the_time_left_is_estimated_from_what_each_timing_took(target, monkeypatch):
+    """Each timing is priced at the time it took (here r ms for r rows, on a clock of the test's own), sizes not
+    timed yet on the line through those timed."""
+    monkeypatch.setattr(target, "step_timings", {})
+    monkeypatch.setattr(step_timings, "save", lambda: None)
+    now = [0.0]
+
+    def decode(model, slot, start, token, rows, clock):
+        now[0] += rows / 1000
+        return rows / 1000
+
+    monkeypatch.setattr(calibration, "time_decode", decode)
+    reports = []
+    calibrate_steps(target, StepCosts(), MAX_DRAFT, 0, 0, 0, 1, False, clock=lambda: now[0],
+                    on_progress=lambda *report: reports.append(report))
+    left = [seconds for _, _, seconds in reports]
+    assert left[3] == pytest.approx((4 + 5 + 6 + 7 + sum(range(1, 8))) / 1000)  # 1-3 timed: 1 ms a row
+    assert left[7] == pytest.approx(sum(range(1, 8)) / 1000)  # round one done: round two as it went
 
 
 def test_a_timing_cut_short_keeps_what_it_timed_and_the_next_goes_on_from_there(target, fresh):
@@ -112,8 +128,8 @@ def test_the_servers_timed_only_curve_is_not_completed_while_it_serves(target, f
 
 
 def test_the_estimate_prices_sizes_not_yet_timed_on_the_line_through_those_timed():
-    assert seconds_left({1: 0.010}, [2]) is None
+    assert seconds_left({1: 0.010, 2: 0.020}, [3]) is None
     assert seconds_left({1: 0.010}, [1, 1]) == pytest.approx(0.020)
-    # 10 ms + 5 ms a row: 3 and 4 rows on the line, 2 as measured.
-    assert seconds_left({1: 0.015, 2: 0.020}, [2, 3, 4]) == pytest.approx(0.020 + 0.025 + 0.030)
-    assert seconds_left({1: 0.015, 2: 0.014}, [8]) == pytest.approx(0.014)  # never below the widest timed
+    # 10 ms + 5 ms a row: 4 and 5 rows on the line, 2 and 3 as measured.
+    assert seconds_left({1: 0.015, 2: 0.020, 3: 0.025}, [2, 3, 4, 5]) == pytest.approx(0.020 + 0.025 + 0.030 + 0.035)
+    assert seconds_left({1: 0.015, 2: 0.014, 3: 0.013}, [8]) == pytest.approx(0.013)  # never below the widest timed
