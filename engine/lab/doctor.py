@@ -77,11 +77,11 @@ def rebuild_command(flag: str) -> str:
             f"llama-cpp-python=={llama_cpp.__version__}")
 
 
-def device_facts() -> list[dict]:
+def device_facts(ram=None) -> list[dict]:
     """llama.cpp's devices and what each says of its memory now. A CPU device's memory is the OS's reading:
     llama.cpp's CPU backend reports its total as free on Linux and macOS ("assume that all of it is free",
     ggml-cpu.cpp), which showed "free 23.54 GiB of 23.54 GiB" while SpecChat held 3 GB."""
-    facts, ram = [], psutil.virtual_memory()
+    facts, ram = [], ram or psutil.virtual_memory()  # one reading for the device and the RAM line
     for dev in hardware.devices():
         if dev.is_gpu:
             memory, source = hardware.device_memory(dev), f"llama.cpp's {dev.name} device"
@@ -94,10 +94,10 @@ def device_facts() -> list[dict]:
     return facts
 
 
-def ram_facts(app_pid: int | None) -> dict:
+def ram_facts(app_pid: int | None, ram=None) -> dict:
     """The machine's RAM (available, not merely unused, of total) and SpecChat's own resident memory apart: the
     window's when run from it (app_pid), else this process's. None where it cannot be read."""
-    ram = psutil.virtual_memory()
+    ram = ram or psutil.virtual_memory()
     pid = app_pid or os.getpid()
     try:
         rss = psutil.Process(pid).memory_info().rss
@@ -110,7 +110,8 @@ def ram_facts(app_pid: int | None) -> dict:
 
 def system_facts(app_pid: int | None = None) -> dict:
     """Everything the check reads without loading a model."""
-    devices = device_facts()
+    ram = psutil.virtual_memory()
+    devices = device_facts(ram)
     nvidia, seen_by = hardware.nvidia_gpus()
     offload = hardware.gpu_offload_supported()
     backend = hardware.backend_name()
@@ -120,7 +121,7 @@ def system_facts(app_pid: int | None = None) -> dict:
         "llama_cpp": {"version": llama_cpp.__version__, "gpu_offload": offload, "backend": backend,
                       "system_info": (llama_cpp.llama_print_system_info() or b"").decode(errors="replace").strip()},
         "devices": devices,
-        "ram": ram_facts(app_pid),
+        "ram": ram_facts(app_pid, ram),
         "torch": {"version": torch.__version__, "device": str(pick_device()), "cuda": torch.version.cuda,
                   "cuda_available": torch.cuda.is_available()},
         "nvidia_gpus": nvidia, "nvidia_seen_by": seen_by,
@@ -272,11 +273,12 @@ def bench_problems(b: dict, method: str) -> list[dict]:
     if method != "none" and run is not None and run["vs_plain"] is not None and run["vs_plain"] < SLOWER_THAN_PLAIN:
         faster = [(r["vs_plain"], n) for n, r in b["methods"].items()
                   if n != "plain" and r["vs_plain"] is not None and r["vs_plain"] > 1.0]
-        better = max(faster)[1] if faster else None
-        choice = (f"choose {better} ({max(faster)[0]:g}× plain in the same bench)" if better
-                  else "turn speculation off (plain decoding was the fastest here)")
+        keys = {row: key for key, row in BENCH_NAMES.items()}
+        choice = (f"choose {REGISTRY[keys[max(faster)[1]]].label} ({max(faster)[0]:g}× plain in the same bench)"
+                  if faster else "turn speculation off (plain decoding was the fastest here)")
+        runs = f"{run['runs']} run{'s' * (run['runs'] != 1)}"
         found.append({"problem": f"{method} ran at {run['vs_plain']:g}× plain decoding on this machine (fastest of "
-                                 f"{run['runs']} run{'s' * (run['runs'] != 1)} each, measured just now): it slows answers down here.",
+                                 f"{runs} each, measured just now): it slows answers down here.",
                       "fix": f"Settings → Speculation: {choice}"})
     others = b["cpu"]["others_percent"]
     if others is not None and others > BUSY_CPU_PERCENT:

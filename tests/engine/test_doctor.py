@@ -1,15 +1,18 @@
 """python -m engine.doctor: what this machine really has (here a CPU-only llama.cpp: no GPU offload, no VRAM
-reading, every layer on the CPU; on a GPU build, what tests/this_build.py reads) and a measured bench, on the real
-embedded SmolLM2; and the usual mistake, an NVIDIA GPU beside a CPU-only build, named with its fix (the GPU is a
+reading, every layer on the CPU; on a GPU build, what tests/this_build.py reads), RAM as the OS has it available, and
+a measured bench on the real embedded SmolLM2, each step announced as it begins, with the method asked about named
+when it runs slower than plain decoding; and the usual mistake, an NVIDIA GPU beside a CPU-only build, named with its fix (the GPU is a
 stand-in `nvidia-smi`, as none is here)."""
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import llama_cpp
+import psutil
 import pytest
 import torch
 
@@ -25,13 +28,23 @@ def run_doctor(*args: str, env: dict | None = None) -> subprocess.CompletedProce
                           timeout=600, env=env)
 
 
+# Prompt lookup with the planner off, verifying 64 rows a step: slower than plain decoding on this CPU (0.21x here)
+SLOW_LOOKUP = ("--method", "lookup", "--fixed-draft", "--max-draft", "64")
+
+
 @pytest.fixture(scope="module")
-def report() -> dict:
-    done = run_doctor("--json", "--seconds", "0")  # one round of each method: the bench's path, not its length
+def run() -> tuple[list[dict], dict]:
+    """(progress lines, report) of one bench round: the bench's path, not its length."""
+    done = run_doctor("--json", "--progress", "--rounds", "1", "--threads", "2", *SLOW_LOOKUP)
     assert done.returncode == 0, done.stderr[-2000:]
-    lines = done.stdout.strip().splitlines()
-    assert len(lines) == 1, done.stdout  # one JSON line, llama.cpp's chatter kept off stdout
-    return json.loads(lines[0])
+    lines = [json.loads(line) for line in done.stdout.strip().splitlines()]  # llama.cpp's chatter kept off stdout
+    assert all("progress" in line for line in lines[:-1]) and "progress" not in lines[-1]
+    return [line["progress"] for line in lines[:-1]], lines[-1]
+
+
+@pytest.fixture(scope="module")
+def report(run) -> dict:
+    return run[1]
 
 
 def test_the_build_and_devices_are_read_not_assumed(report):
@@ -44,7 +57,7 @@ def test_the_build_and_devices_are_read_not_assumed(report):
     assert report["torch"]["device"] == ("cuda" if torch.cuda.is_available() else "cpu")
     if not ON_GPU:
         assert report["vram_reader"]["source"] is None and "CPU" in report["vram_reader"]["why"]
-        assert report["nvidia_gpus"] == [] and report["problems"] == []
+        assert report["nvidia_gpus"] == [] and doctor.problems(report) == []  # the machine's; the bench's below
     else:
         assert [d for d in report["devices"] if d["gpu"] and d["total_bytes"]]
 
@@ -75,7 +88,36 @@ def test_the_bench_is_measured_for_each_method(report):
     assert "lookup" in text and "tok/s" in text
     assert ("no weights repacked for the CPU kernels (AMX kernels off)" in text) is hardware.cpu_uses_amx()
     if not ON_GPU:
-        assert "not supported by this build" in text and "VRAM reader: n/a" in text and "No problems found." in text
+        assert "not supported by this build" in text and "VRAM reader: n/a" in text
+    assert bench["rounds"] == 1 and 0 <= bench["cpu"]["others_percent"] <= 100
+
+
+def test_each_step_is_announced_n_of_m_with_the_time_left_estimated_from_the_runs_so_far(run):
+    progress, report = run
+    assert [(p["step"], p["steps"]) for p in progress] == [(1, 4), (2, 4), (3, 4), (4, 4)]
+    assert [p["doing"] for p in progress] == ["loading the model", "timing each step size once (calibration)",
+                                              "plain decoding, run 1 of 1", "prompt lookup, run 1 of 1"]
+    assert [p["left_s"] for p in progress[:3]] == [None, None, None]  # nothing timed to estimate from
+    assert progress[3]["left_is_estimate"] and 0 < progress[3]["left_s"] <= report["bench"]["seconds"]
+    assert report["seconds"] >= report["bench"]["seconds"]  # the whole check, measured
+
+
+def test_the_method_asked_about_slower_than_plain_is_a_problem(report):
+    lookup = report["bench"]["methods"]["lookup"]
+    assert report["bench"]["method"] == "lookup" and lookup["vs_plain"] < 1.0, lookup
+    found = [p for p in report["problems"] if p["problem"].startswith("lookup ran at")]
+    assert found and f"{lookup['vs_plain']:g}× plain decoding on this machine" in found[0]["problem"]
+    assert found[0]["fix"] == "Settings → Speculation: turn speculation off (plain decoding was the fastest here)"
+    text = doctor.describe(report)
+    assert f"PROBLEM: lookup ran at {lookup['vs_plain']:g}×" in text and "No problems found." not in text
+
+
+def test_ram_is_the_os_available_figure_and_the_check_reads_its_own_resident_memory(report):
+    ram = psutil.virtual_memory()
+    cpu = [d for d in report["devices"] if d["name"] == "CPU"][0]
+    assert cpu["total_bytes"] == ram.total and cpu["free_bytes"] < cpu["total_bytes"]  # llama.cpp says free == total
+    assert abs(cpu["free_bytes"] - ram.available) < 2**30 and cpu["free_bytes"] == report["ram"]["available_bytes"]
+    assert report["ram"]["specchat"]["who"] == "this check" and report["ram"]["specchat"]["resident_bytes"] > 0
 
 
 @pytest.fixture
@@ -108,6 +150,8 @@ def test_the_command_line_says_the_problem_and_specchat_doctor_runs_it(fake_nvid
                           text=True, timeout=300, env=dict(os.environ))
     assert done.returncode == 0, done.stderr[-2000:]
     assert "NVIDIA GPUs: NVIDIA H200 (nvidia-smi)" in done.stdout and "-DGGML_CUDA=on" in done.stdout
+    free, total = map(float, re.search(r"RAM: available ([\d.]+) GiB of ([\d.]+) GiB", done.stdout).groups())
+    assert free < total == round(psutil.virtual_memory().total / 2**30, 2)
 
 
 def test_a_model_that_cannot_load_is_a_clear_error(tmp_path):
@@ -126,6 +170,6 @@ def test_with_a_draft_the_bench_times_draft_and_auto_each_with_a_planner_of_its_
     path = embedded_model_path()
     with Model(path, LoadSettings(n_ctx=1024, threads=2)) as target, \
             Model(path, LoadSettings(n_ctx=1024, threads=2)) as draft:
-        result = doctor.bench(target, draft, seconds=0)
+        result = doctor.bench(target, draft, rounds=1)
     assert list(result["methods"]) == ["plain", "lookup", "draft", "auto"]
     assert all(run["tokens_per_s"] and run["runs"] == 1 for run in result["methods"].values())
