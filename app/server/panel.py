@@ -14,13 +14,21 @@ from engine.errors import InvalidSettingError
 from engine.figures import FIGURE, NA
 
 
+RATE_MEANING = ("tok/s (API): the response's timings.predicted_per_second, counted as llama.cpp's server counts "
+                "it: every answer token, the first included, ÷ the time from the first token to the last. The chat's "
+                "stats line leaves the first token out (tokens after the first ÷ the same time), so it reads lower, "
+                "most on short answers.")
+
+
 class RequestLogModel(QAbstractTableModel):
     """The API's requests, newest last: each row one engine.serving.openai_api.RequestRecord."""
 
-    # The figures' columns are named as the stats line names them (engine.figures)
-    COLUMNS = ("Time", "Client", "Endpoint", "Prompt", "Answer", FIGURE["tokens_per_s"].unit,
+    # The figures' columns are named as the stats line names them (engine.figures); tok/s is the API's own figure,
+    # which counts the first token too, so it is labelled as that one (RATE_MEANING), not as the stats line's.
+    COLUMNS = ("Time", "Client", "Endpoint", "Prompt", "Answer", f"{FIGURE['tokens_per_s'].unit} (API)",
                FIGURE["acceptance_rate"].short.capitalize(), FIGURE["ttft_s"].short,
                FIGURE["method"].label.capitalize(), FIGURE["finish_reason"].label.capitalize())
+    RATE_COLUMN = 5
     KEEP = 500
 
     def __init__(self, parent=None):
@@ -34,8 +42,12 @@ class RequestLogModel(QAbstractTableModel):
         return 0 if parent.isValid() else len(self.COLUMNS)
 
     def headerData(self, section, orientation, role=Qt.DisplayRole):
-        if role == Qt.DisplayRole and orientation == Qt.Horizontal:
+        if orientation != Qt.Horizontal:
+            return None
+        if role == Qt.DisplayRole:
             return self.COLUMNS[section]
+        if role == Qt.ToolTipRole and section == self.RATE_COLUMN:
+            return RATE_MEANING
         return None
 
     def data(self, index, role=Qt.DisplayRole):
@@ -87,10 +99,15 @@ class ServerPanel(QWidget):
         self.lan = QCheckBox("Serve on the local network (other machines can connect; needs an API key)")
         self.lan.setChecked(s.server_lan)
         self.api_key = QLineEdit(s.server_api_key, placeholderText="none: any local program may connect")
+        self.api_key.setEchoMode(QLineEdit.EchoMode.Password)  # a secret: not for whoever sees the screen
+        self.show_key = QPushButton("Show", checkable=True)
+        self.show_key.setToolTip("Show or hide the API key")
+        self.show_key.toggled.connect(self._show_key)
         generate = QPushButton("Generate")
         generate.clicked.connect(lambda: self.api_key.setText(secrets.token_urlsafe(24)))
         key_row = QHBoxLayout()
         key_row.addWidget(self.api_key, 1)
+        key_row.addWidget(self.show_key)
         key_row.addWidget(generate)
         self.cors = QLineEdit(s.server_cors, placeholderText="e.g. http://localhost:3000 (comma-separated; * for any)")
         self.hosts = QLineEdit(s.server_hosts, placeholderText="e.g. mybox.local (comma-separated; this machine's "
@@ -129,11 +146,20 @@ class ServerPanel(QWidget):
         layout.addLayout(form)
         layout.addLayout(buttons)
         layout.addWidget(self.status)
-        layout.addWidget(QLabel("Requests (tok/s and acceptance as measured for each; n/a where none was read)"))
+        caption = QLabel("Requests, each as measured: tok/s (API) is the figure the API's response gives "
+                         "(every answer token ÷ the time from the first token to the last, as llama.cpp's server "
+                         "counts; the chat's stats line leaves the first token out); n/a where none was read.")
+        caption.setWordWrap(True)
+        caption.setToolTip(RATE_MEANING)
+        layout.addWidget(caption)
         layout.addWidget(self.table, 1)
         self.resize(820, 520)
 
     # --- options ------------------------------------------------------------------------------------
+    def _show_key(self, shown: bool) -> None:
+        self.api_key.setEchoMode(QLineEdit.EchoMode.Normal if shown else QLineEdit.EchoMode.Password)
+        self.show_key.setText("Hide" if shown else "Show")
+
     def values(self) -> dict:
         return {"server_port": self.port.value(), "server_lan": self.lan.isChecked(),
                 "server_api_key": self.api_key.text().strip(), "server_cors": self.cors.text().strip(),

@@ -353,7 +353,7 @@ class RemoteAnswer:
             error = chunk["error"]
             said = error.get("message") if isinstance(error, dict) else error
             said = _cut(' '.join(str(said).split()), MAX_SHOWN_CHARS)
-            raise EngineError(f"{self.engine.endpoint.url} ended the answer: “{said}” The text so far is kept.")
+            raise EngineError(f"{self.engine.endpoint.url} ended the answer: “{said}”")  # its words, quoted
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             if isinstance(usage.get("completion_tokens"), int):

@@ -186,8 +186,11 @@ def usage(stats: GenerationStats) -> dict:
 
 
 def timings(stats: GenerationStats) -> dict:
-    """llama-server's timings (predicted_*: from the first token to the last, the first included, as it
-    counts) plus the speculation figures: draft_n verified drafts, draft_n_accepted kept ones."""
+    """llama-server's timings plus the speculation figures: draft_n verified drafts, draft_n_accepted kept ones.
+    predicted_per_second is llama.cpp's (tools/server: n_decoded / t_token_generation): every answer token, the
+    first included, over the time from the first token to the last. The chat's stats line
+    (GenerationStats.decode_tokens_per_s) leaves the first token out, so it reads lower, most on short answers;
+    the Server panel shows this figure, labelled as this one."""
     predicted_ms = stats.decode_s * 1000.0
     prompt_n = stats.prompt_tokens - stats.reused_prompt_tokens
     prompt_ms = stats.prefill_s * 1000.0

@@ -7,6 +7,7 @@ import time
 from dataclasses import replace
 
 import httpx
+import pytest
 from PySide6.QtCore import Qt
 
 from tests.app.conftest import PASSAGE, handled_on_gui
@@ -172,3 +173,90 @@ def test_start_first_answer_and_stop_wait_on_nothing(make_window, qtbot, quick_s
     # here (what the first answer once waited on) took 14 s on its own.
     assert first < 3 * later, answers
     assert started < 2 * later and stopped < 2 * later, (started, stopped, answers)  # measured 0.2-0.8 and 0.2 s
+
+
+COUNT = "Write the numbers from 1 to 300, separated by commas."
+
+
+def stop_mid_answer(window, qtbot, wait_response, panel):
+    """Send COUNT, stop the server through the panel once some of the answer is on screen; the answer, and the
+    text that was on screen then."""
+    window.input.setPlainText(COUNT)
+    qtbot.keyClick(window.input, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: len(window.session.model.items[-1].content) > 10, timeout=60_000)
+    seen = window.session.model.items[-1].content
+    with handled_on_gui(qtbot, window.engine.worker.serverStopped, 30_000):
+        qtbot.mouseClick(panel.start_button, Qt.MouseButton.LeftButton)
+    return wait_response(window, timeout=30_000), seen
+
+
+def test_stopping_the_server_under_a_chat_keeps_the_answer_says_why_and_logs_no_failure(
+        make_window, qtbot, wait_response, quick_settings, caplog, capfd):
+    import logging
+
+    from app.chat.engine_picker import REMOTE
+
+    caplog.set_level(logging.INFO)
+    window = make_window(replace(quick_settings, max_tokens=400))
+    panel = start(window, qtbot)
+    uvicorn = logging.getLogger("uvicorn")  # its loggers stop at "uvicorn", short of caplog's root handler
+    uvicorn.addHandler(caplog.handler)
+    try:
+        # The window's own chat, answered in the server's batch.
+        answer, seen = stop_mid_answer(window, qtbot, wait_response, panel)
+        assert answer.status == "error" and answer.content.startswith(seen)
+        assert "stopped mid-answer" in answer.notice and "kept" in answer.notice, answer.notice
+
+        # The chat on a remote engine that is this window's server.
+        panel = start(window, qtbot)
+        dialog = window.chat_settings_button.open_dialog()
+        dialog.engine.setCurrentIndex(dialog.engine.findData(REMOTE))
+        dialog.engine_url.setText(panel.running["url"])
+        dialog.accept()
+        answer, seen = stop_mid_answer(window, qtbot, wait_response, panel)
+        assert answer.status == "error" and answer.content.startswith(seen) and len(answer.content) > 10
+        assert "stopped mid-answer" in answer.notice and "kept" in answer.notice, answer.notice
+        assert "RemoteProtocolError" not in answer.notice and "chunked" not in answer.notice
+        qtbot.wait(300)  # anything the server's threads would still log on their way out
+    finally:
+        uvicorn.removeHandler(caplog.handler)
+    said = "\n".join(r.getMessage() for r in caplog.records) + capfd.readouterr().err
+    assert "Event loop is closed" not in said and "Traceback" not in said, said[-3000:]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info], said[-3000:]
+
+
+def test_the_panels_tok_s_is_the_apis_own_figure_and_says_what_it_counts(make_window, qtbot, quick_settings):
+    from app.server.panel import RATE_MEANING, RequestLogModel
+    from engine.figures import FIGURE
+
+    window = make_window(quick_settings)
+    panel = start(window, qtbot)
+    reply = httpx.post(panel.running["url"] + "/v1/completions", json={
+        "prompt": "The weather in Oslo today is", "max_tokens": 8, "temperature": 0, "ignore_eos": True},
+        timeout=60).json()
+    qtbot.waitUntil(lambda: panel.log.rowCount() == 1, timeout=5000)
+    api = reply["timings"]["predicted_per_second"]
+    column = RequestLogModel.RATE_COLUMN
+    assert panel.log.records[0].tokens_per_s == api  # the very figure of the response, not another count
+    assert panel.log.data(panel.log.index(0, column)) == FIGURE["tokens_per_s"].value_text(api)
+    # The response's own count (llama.cpp's): every token over the time from the first to the last.
+    timings = reply["timings"]
+    assert api == pytest.approx(1000 * timings["predicted_n"] / timings["predicted_ms"])
+    header = panel.log.headerData(column, Qt.Orientation.Horizontal)
+    assert "API" in header and panel.log.headerData(column, Qt.Orientation.Horizontal, Qt.ToolTipRole) == RATE_MEANING
+    assert "first included" in RATE_MEANING and "leaves the first token out" in RATE_MEANING
+
+
+def test_the_api_key_is_masked_until_shown(make_window, qtbot, quick_settings):
+    from PySide6.QtWidgets import QLineEdit
+
+    window = make_window(replace(quick_settings, server_api_key="sesame-secret-key"), wait_loaded=False)
+    window.open_server()
+    panel = window._server
+    assert panel.api_key.echoMode() == QLineEdit.EchoMode.Password
+    assert "sesame" not in panel.api_key.displayText()  # what the screen shows
+    qtbot.mouseClick(panel.show_key, Qt.MouseButton.LeftButton)
+    assert panel.api_key.displayText() == "sesame-secret-key" and panel.show_key.text() == "Hide"
+    qtbot.mouseClick(panel.show_key, Qt.MouseButton.LeftButton)
+    assert "sesame" not in panel.api_key.displayText()
+    assert panel.values()["server_api_key"] == "sesame-secret-key"  # masked, not changed
