@@ -20,7 +20,7 @@ from engine.methods import MAX_DRAFT_LIMIT
 
 from app.worker import TIMING
 
-PROGRESS = re.compile(r"^Timing steps: (\d+) of (\d+), ")
+PROGRESS = re.compile(r"^Timing steps: (\d+) of (\d+)\b")
 # The step loop hands calibrate_steps the window's progress callback (the lead's lines of issue 52).
 PASSES_PROGRESS = all("on_progress" in inspect.signature(f).parameters
                       for f in (SpeculativeDecoder.calibrate, StepLoop.calibrate))
