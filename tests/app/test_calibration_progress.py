@@ -97,7 +97,7 @@ def test_a_message_sent_while_steps_are_timed_is_answered_at_once_and_the_timing
     assert {rows: n for rows, n in counts.items() if rows not in (1, sizes[-1])} == {rows: 2 for rows in sizes[1:-1]}
 
 
-@pytest.mark.xfail(not PASSES_PROGRESS, reason="needs StepLoop.calibrate and SpeculativeDecoder.calibrate to pass "
+@pytest.mark.xfail(not PASSES_PROGRESS, run=False, reason="needs StepLoop.calibrate and SpeculativeDecoder.calibrate to pass "
                                                "on_progress down to calibrate_steps (the lead's lines, issue 52)")
 def test_the_status_bar_counts_the_timings_up_with_an_estimate_of_the_time_left(make_window, qtbot, long_timing):
     window = make_window(long_timing, wait_loaded=False)
