@@ -19,7 +19,7 @@ from .cost_model import (CALIBRATION_REPEATED_UP_TO, CALIBRATION_REPEATS, CALIBR
 from .runtime import Model
 
 # on_progress(done, total, seconds_left): timings done (one per size and round) of those the curve needs, and
-# the seconds the rest should take, an estimate from the timings so far (None until two sizes are timed).
+# the seconds the rest should take, an estimate from the timings so far (None until three sizes are timed).
 Progress = Callable[[int, int, "float | None"], None]
 
 # A timing cut short, by model (a reload starts afresh): its thread count and each size's (fastest, rounds).
