@@ -269,6 +269,8 @@ def bench(target: Model, draft: Model | None, rounds: int = DEFAULT_ROUNDS, step
 def bench_problems(b: dict, method: str) -> list[dict]:
     """After a bench: the window's method slower than plain decoding here, and a CPU too busy to trust."""
     found = []
+    others = b["cpu"]["others_percent"]
+    busy = others is not None and others > BUSY_CPU_PERCENT
     run = b["methods"].get(BENCH_NAMES.get(method, ""))
     if method != "none" and run is not None and run["vs_plain"] is not None and run["vs_plain"] < SLOWER_THAN_PLAIN:
         faster = [(r["vs_plain"], n) for n, r in b["methods"].items()
@@ -279,9 +281,9 @@ def bench_problems(b: dict, method: str) -> list[dict]:
         runs = f"{run['runs']} run{'s' * (run['runs'] != 1)}"
         found.append({"problem": f"{method} ran at {run['vs_plain']:g}× plain decoding on this machine (fastest of "
                                  f"{runs} each, measured just now): it slows answers down here.",
-                      "fix": f"Settings → Speculation: {choice}"})
-    others = b["cpu"]["others_percent"]
-    if others is not None and others > BUSY_CPU_PERCENT:
+                      "fix": ("measure again once the CPU is quiet (below); if it stays slower, " if busy else "")
+                             + f"Settings → Speculation: {choice}"})
+    if busy:
         found.append({"problem": f"Other processes used {others:g}% of the CPU ({b['cpu']['cores']} cores) while the "
                                  f"speed was measured, above {BUSY_CPU_PERCENT:g}%: the figures above are not "
                                  "reliable.",
@@ -374,8 +376,8 @@ def describe(report: dict) -> str:
             lines.append(f"{key}: {Path(m['path']).name} ({m['name']}): layers on the GPU {on_gpu}"
                          + (f" ({m['note']})" if "note" in m else "") + _repacked_words(m["repacked_weights"]))
     if "memory" in report:
-        lines.append(f"memory: {report['memory']['kind']} {_gib(report['memory']['bytes'])} "
-                     f"({report['memory']['source']})")
+        lines.append(f"memory of this check, the model loaded a second time: {report['memory']['kind']} "
+                     f"{_gib(report['memory']['bytes'])} ({report['memory']['source']})")
     if "bench" in report:
         b = report["bench"]
         cpu = b["cpu"]
