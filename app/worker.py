@@ -12,7 +12,6 @@ function or lambda has no thread of its own and would run on the worker thread.
 """
 from __future__ import annotations
 
-import inspect
 import logging
 import math
 import os
@@ -56,15 +55,6 @@ def timing_status(done: int, total: int, seconds_left: float | None) -> str:
         return f"Timing steps: {done} of {total}, time left n/a"
     left = f"{math.ceil(seconds_left)} s" if seconds_left < 60 else f"{math.ceil(seconds_left / 60)} min"
     return f"Timing steps: {done} of {total}, ~{left} left (estimate)"
-
-
-def calibrate_with_progress(decoder: SpeculativeDecoder, on_progress) -> None:
-    """decoder.calibrate, with on_progress(done, total, seconds_left) where it takes one (issue 52: the step loop
-    passes it down to calibration.calibrate_steps); without, the status says only that steps are timed."""
-    if "on_progress" in inspect.signature(decoder.calibrate).parameters:
-        decoder.calibrate(on_progress=on_progress)
-    else:
-        decoder.calibrate()
 
 
 class EngineWorker(QObject):
@@ -189,7 +179,7 @@ class EngineWorker(QObject):
         # Closing waited for it (~20 s for Gemma 3 270M's first timing), and so did a message sent meanwhile.
         target.set_interrupt(lambda: self.closing.is_set() or self.answer_waiting.is_set())
         try:
-            calibrate_with_progress(self.decoder, self._timing_progress)
+            self.decoder.calibrate(on_progress=self._timing_progress)
         except GenerationCancelled:
             self._timing_due = not self.closing.is_set()
             log.info("step timing paused: %s", "a message was sent" if self._timing_due else "the window is closing")

@@ -101,6 +101,14 @@ FIGURES: tuple[Figure, ...] = (
                    "faster, predicted from the step times measured on this machine and the acceptance seen so far.",
            remote_tooltip="A server elsewhere wrote this response; SpecChat's own speculation did not run here."),
     Figure("speculation_paused", FLAG, (LOCAL,), "speculation paused"),
+    Figure("speedup_vs_plain", NUMBER, (LOCAL,), "speed vs plain (estimate)", unit="× plain", fmt=".2f",
+           tooltip="An estimate: plain decoding's time for this answer's tokens, predicted from this machine's "
+                   "measured plain steps at this context (or its calibrated step time before any), over the time "
+                   "the answer took.",
+           meaning="an estimate of this answer's speed against plain decoding on this machine: plain decoding's "
+                   "predicted time for its tokens (from measured plain steps at this context) over its time"),
+    Figure("guard", TEXT, (LOCAL,), "guard",
+           tooltip="Speculation stops for a while within an answer that runs below plain decoding."),
     Figure("by_proposer", COUNTS, (LOCAL,), "drafted and accepted by proposer",
            tooltip="Drafted and accepted tokens of each proposer (under auto: prompt lookup and the draft model)."),
     Figure("finish_reason", TEXT, BOTH, "end", tooltip="Why this response ended."),

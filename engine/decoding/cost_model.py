@@ -28,6 +28,7 @@ class SpeculationConfig:
     max_draft: int = DEFAULT_MAX_DRAFT
     min_draft: int = DEFAULT_MIN_DRAFT
     adaptive: bool = True
+    exact: bool = False  # every verify within the width this build decodes as one-row steps do (exactness.py)
 
     def __post_init__(self) -> None:
         low, high = MAX_DRAFT_RANGE

@@ -9,6 +9,7 @@ import torch
 
 from ..errors import ContextOverflowError, InvalidSettingError
 from .answer import Delta
+from .calibration import Progress
 from .batch import Batch, Job
 from .cost_model import SpeculationConfig, StepCosts
 from .proposers.base import Proposer
@@ -47,13 +48,13 @@ class SpeculativeDecoder:
     def loop(self) -> StepLoop:
         return self.batch.loop
 
-    def calibrate(self) -> None:
+    def calibrate(self, on_progress: Progress | None = None) -> None:
         """Time every verify size now (once per loaded model: ~2.5 s for SmolLM2 135M, ~3.5 s for Gemma 3
         270M on this 2-core CPU), so the first answer neither waits for it nor guesses. Uses free cells after
-        the cached tokens."""
+        the cached tokens. on_progress(done, total, seconds_left) hears of each timing."""
         cached = self.batch.cached.get(CHAT_SLOT)
         token = cached[-1] if cached else max(self.target.bos, 0)
-        self.loop.calibrate(CHAT_SLOT, self.target.next_position(CHAT_SLOT), token)
+        self.loop.calibrate(CHAT_SLOT, self.target.next_position(CHAT_SLOT), token, on_progress=on_progress)
 
     def forget(self) -> None:
         """Empty the KV cache: the next prompt is processed from its first token (a benchmark's fresh start)."""

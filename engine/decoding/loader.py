@@ -34,6 +34,7 @@ class DecoderSettings:
     n_gpu_layers: int = -1
     threads: int | None = None
     flash_attention: bool | None = None  # None = llama.cpp's choice (runtime.flash_attention_type)
+    exact: bool = False  # exact greedy: verifies only as wide as decode bit for bit like plain steps
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -43,7 +44,7 @@ class DecoderSettings:
 
     def speculation(self) -> SpeculationConfig:
         return SpeculationConfig(max_draft=self.max_draft, min_draft=min(self.min_draft, max(self.max_draft, 1)),
-                                 adaptive=self.adaptive)
+                                 adaptive=self.adaptive, exact=self.exact)
 
     def load_settings(self, n_seq_max: int = 1) -> LoadSettings:
         return LoadSettings(n_ctx=self.n_ctx, n_gpu_layers=self.n_gpu_layers, threads=self.threads,

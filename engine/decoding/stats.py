@@ -25,6 +25,9 @@ class GenerationStats:
     policy_draft_length: int = 0  # what the policy chose for the latest step
     draft_length: int = 0  # that, capped by the room left (tokens to go, context, batch)
     speculation_paused: bool = False  # the adaptive policy predicted plain decoding faster (not a cap)
+    # An estimate (engine/decoding/pace.py): plain decoding's predicted time for this answer's tokens over theirs.
+    speedup_vs_plain: float | None = None
+    guard: str | None = None  # what the guard did when the answer ran below plain decoding
     by_proposer: dict[str, dict[str, int]] = field(default_factory=dict)  # "lookup"/"draft" -> drafted, accepted
     per_position_drafted: list[int] = field(default_factory=list)
     per_position_accepted: list[int] = field(default_factory=list)

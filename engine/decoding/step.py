@@ -15,9 +15,11 @@ from typing import Callable, Hashable
 import torch
 
 from ..errors import GenerationCancelled
-from .calibration import calibrate_steps
+from .calibration import Progress, calibrate_steps
 from .cost_model import Acceptance, DraftPlanner, SpeculationConfig, StepCosts
 from .drafting import Drafting, FreeDrafting, ModelDrafting
+from .exactness import exact_verify_rows
+from .pace import PlainPace, SequencePace
 from .proposers.auto import AutoDrafting, AutoProposer
 from .proposers.base import NoProposer, Proposal, Proposer
 from .runtime import Model
@@ -40,6 +42,7 @@ class SequenceState:
     shadow_feature: Hashable = None
     shadow_hits: int = 0
     shadow_predicted: float = 0.0  # the tokens of the shadow the acceptance tables expected kept
+    pace: SequencePace = field(default_factory=SequencePace)  # its time against plain decoding's, and the guard
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,8 @@ class StepLoop:
         if tune_threads and target.threads != full:
             self._switch_threads(full)
         self.held_cells = 0  # cells kept by finished sequences' caches (a batch with keep_caches)
+        self.plain_pace = PlainPace()  # what a plain step costs here: speedup_vs_plain's denominator
+        self.exact_rows: int | None = None  # exact greedy: the widest verify decoded as one-row steps are
 
     @property
     def proposer(self) -> Proposer:
@@ -141,10 +146,14 @@ class StepLoop:
         proposals = [Proposal() for _ in active]
         first = active[0]  # calibrates once, in its free cells, if nobody did before the first step
         self.calibrate(first.slot, len(first.history) - 1, first.history[-1])
+        began = self.clock()
         if self.speculating:
             row_budget = (target.n_batch - n) // n  # every sequence's drafts fit one batch ...
             cell_budget = (self.free_cells(active) - n) // n  # ... and the shared cache
-            room = [max(0, min(cfg.max_draft, row_budget, cell_budget, left - 1)) for left in tokens_left]
+            if cfg.exact:  # the batch stays as narrow as decodes like plain steps (unmeasured yet: one row)
+                row_budget = min(row_budget, ((self.exact_rows or 1) - n) // n)
+            room = [0 if s.pace.holding else max(0, min(cfg.max_draft, row_budget, cell_budget, left - 1))
+                    for s, left in zip(active, tokens_left)]  # the guard holds a sequence that ran below plain
             proposals = self._propose(active, room, tokens_left)
         self._switch_threads(self.threads.before_step(drafting=any(p.tokens for p in proposals)))
         totals = self.totals
@@ -185,9 +194,28 @@ class StepLoop:
             outcomes.append(StepOutcome([*proposal.tokens[:verdict.accepted], verdict.next_token], verdict.accepted,
                                         source))
         self.drafting.accept(active, proposals, verdicts, [o.tokens for o in outcomes])
+        self._record_pace(active, proposals, outcomes, self.clock() - began)
         for s, outcome in zip(active, outcomes):
             s.history += outcome.tokens
         return outcomes
+
+    def _record_pace(self, active: list[SequenceState], proposals: list[Proposal], outcomes: list[StepOutcome],
+                     seconds: float) -> None:
+        """Each sequence's time against plain decoding's predicted time for the same tokens; a step that drafted
+        nothing teaches what a plain step costs. The guard acts on adaptive speculation only."""
+        n, threads = len(active), self.target.threads
+        positions = [len(s.history) - 1 for s in active]
+        if not any(p.tokens for p in proposals):
+            self.plain_pace.record(n, threads, sum(positions) / n, seconds)
+        calibrated = self.planner.steps.seconds(n)
+        for s, p, outcome, pos in zip(active, proposals, outcomes, positions):
+            made = len(outcome.tokens)
+            plain = self.plain_pace.predict(n, threads, pos + (made - 1) / 2, calibrated)
+            if plain is None:
+                continue
+            s.pace.record(seconds, made * plain, bool(p.tokens) and self.speculation.adaptive, made)
+            s.stats.speedup_vs_plain = s.pace.speedup if self.speculating else None  # plain is plain
+            s.stats.guard = s.pace.note
 
     def _switch_threads(self, threads: int | None) -> None:
         if threads is not None:  # the scale measured at the old count no longer applies
@@ -195,16 +223,18 @@ class StepLoop:
             self.planner.steps.rescale()
 
     def calibrate(self, slot: int = 0, start: int = 0, token: int = 0, sequences: int = 1,
-                  timed_only: bool = False) -> None:
+                  timed_only: bool = False, on_progress: Progress | None = None) -> None:
         """Time a step of every size that `sequences` sequences may verify together, once, in free cells from
         `start` of sequence `slot` (rolled back after), so the planner knows what each verify costs before
         betting on one; and a costly proposer's token. Does nothing when calibrated already, or when nothing
         is planned (no speculation, fixed lengths). timed_only: time nothing now, take the sizes this model
         has timed before (wider ones are extrapolated; with none, each size is learnt from its first step)."""
+        if self.speculating and self.speculation.exact and self.exact_rows is None:
+            self.exact_rows = exact_verify_rows(self.target, slot, start, [token])
         if not (self.speculating and self.speculation.adaptive):
             return
         calibrate_steps(self.target, self.planner.steps, self.speculation.max_draft, slot, start, token, sequences,
-                        timed_only, self.clock)
+                        timed_only, self.clock, on_progress)
         self.drafting.time_draft(slot)
 
     # --- proposing and planning -----------------------------------------------------------------

@@ -54,6 +54,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--method", choices=METHODS, required=True)
     ap.add_argument("--max-draft", type=int, default=DEFAULT_MAX_DRAFT)
     ap.add_argument("--no-adaptive", action="store_true", help="always draft --max-draft tokens")
+    ap.add_argument("--exact", action="store_true",
+                    help="exact greedy: verify only as many rows at once as this build decodes bit for bit like "
+                         "one-row steps, so greedy answers are plain decoding's token for token")
     ap.add_argument("--remember", action="store_true",
                     help="lookup also searches the answers to earlier prompts of the run, as the chat does "
                          "with earlier conversations (off by default: --repeats would copy its own answers)")
@@ -81,7 +84,7 @@ def run(args: argparse.Namespace) -> dict:
         raise InvalidSettingError(f"repeats must be 1..{MAX_REPEATS}, got {args.repeats}")
     settings = DecoderSettings(model=args.model, draft=args.draft, method=args.method, max_draft=args.max_draft,
                                adaptive=not args.no_adaptive, threads=args.threads, n_ctx=args.ctx,
-                               remember_requests=args.remember)
+                               remember_requests=args.remember, exact=args.exact)
     sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
                               seed=args.seed)
     prompts = read_prompts(args.prompts)
@@ -112,6 +115,7 @@ def run(args: argparse.Namespace) -> dict:
         "method": args.method, "max_tokens": args.max_tokens, "ignore_eos": args.ignore_eos,
         "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "min_p": args.min_p,
         "seed": args.seed, "max_draft": args.max_draft, "adaptive": not args.no_adaptive, "repeats": args.repeats,
+        "exact": args.exact, "exact_rows": decoder.loop.exact_rows,
         "chat": args.chat, "chat_template": (None if formatter is None else
                                              "model" if formatter.uses_template else "plain fallback"),
         "stop": list(stop), "prompts": str(args.prompts),
@@ -169,6 +173,7 @@ def one_run(decoder, item: dict, tokens: list[int], sampling: SamplingParams, ar
         "finish_reason": s.finish_reason, "decode_tokens_per_s": s.decode_tokens_per_s, "ttft_s": s.ttft_s,
         "drafted": s.drafted, "accepted": s.accepted, "acceptance_rate": s.acceptance_rate,
         "mean_acceptance_length": s.mean_acceptance_length, "verify_steps": s.verify_steps,
+        "speedup_vs_plain": s.speedup_vs_plain, "guard": s.guard, "by_proposer": s.by_proposer,
     }
 
 

@@ -1,0 +1,102 @@
+"""How an answer compares with plain decoding on this machine, and the guard that stops speculating within an
+answer that runs below it.
+
+speedup_vs_plain = what plain decoding would have taken for the answer's tokens ÷ what they took. The first is
+predicted from the plain steps this loop has decoded (their wall time, by context position, at this thread
+count and this many sequences: a plain step slows as the context grows, ~9 ms at position 0 and ~17 at 400 for
+SmolLM2 here); before there are any, from the calibrated one-row step time. Both sides are timed the same way:
+a step from planning to its tokens, drafting included. It is an estimate, and the stats line says so.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+PLAIN_MEMORY = 64  # recent plain steps that predict the next one
+MIN_PLAIN_SAMPLES = 3  # fewer: the calibrated step time stands in
+MIN_SLOPE_SPAN = 32  # positions between the samples' halves before their slope is believed
+# The guard: over a sequence's last steps (at most GUARD_WINDOW, at least GUARD_MIN_STEPS holding GUARD_MIN_TOKENS
+# tokens, one of them drafting) the answer ran below GUARD_BELOW x plain: it decodes plainly for GUARD_BACKOFF_STEPS
+# steps, twice as many each time it happens again. In tokens, not steps alone: a copy makes 8 tokens a step.
+GUARD_WINDOW = 8
+GUARD_MIN_STEPS = 3
+GUARD_MIN_TOKENS = 16
+GUARD_BELOW = 0.95
+GUARD_BACKOFF_STEPS = 16
+
+
+class PlainPace:
+    """Seconds of a plain step by sequences in the step and context position, learned from the plain steps
+    decoded; forgotten when the thread count changes (a step on one thread takes about twice as long)."""
+
+    def __init__(self) -> None:
+        self._samples: dict[int, deque[tuple[float, float]]] = {}  # sequences -> (position, seconds)
+        self._threads: int | None = None
+
+    def record(self, sequences: int, threads: int, position: float, seconds: float) -> None:
+        if threads != self._threads:
+            self._samples.clear()
+            self._threads = threads
+        self._samples.setdefault(sequences, deque(maxlen=PLAIN_MEMORY)).append((position, seconds))
+
+    def predict(self, sequences: int, threads: int, position: float, fallback: float | None) -> float | None:
+        """A plain step's seconds here; `fallback` (the calibrated time) until enough plain steps were seen."""
+        samples = self._samples.get(sequences) if threads == self._threads else None
+        if not samples or len(samples) < MIN_PLAIN_SAMPLES:
+            return fallback
+        return _line_at(samples, position)
+
+
+def _line_at(samples, position: float) -> float:
+    """Mean seconds, moved along the slope between the later and the earlier half of the samples (by position)
+    where they lie far enough apart to show one; never falling with position, never read further from the
+    samples than they span. Means, not medians: a slow step now and then is part of what plain decoding costs."""
+    ordered = sorted(samples)
+    half = len(ordered) // 2
+    early, late = ordered[:half], ordered[half:]
+    mean = sum(y for _, y in ordered) / len(ordered)
+    centre = sum(x for x, _ in ordered) / len(ordered)
+    apart = sum(x for x, _ in late) / len(late) - sum(x for x, _ in early) / max(len(early), 1)
+    if not early or apart < MIN_SLOPE_SPAN:
+        return mean
+    slope = max(0.0, (sum(y for _, y in late) / len(late) - sum(y for _, y in early) / len(early)) / apart)
+    span = ordered[-1][0] - ordered[0][0]
+    return max(mean + slope * max(-span, min(span, position - centre)), 1e-6)
+
+
+@dataclass
+class SequencePace:
+    """One answer's time against plain decoding's predicted time, and its guard."""
+
+    actual_s: float = 0.0
+    plain_s: float = 0.0
+    window: deque = field(default_factory=lambda: deque(maxlen=GUARD_WINDOW))  # (actual, plain, drafted, tokens)
+    plain_steps_left: int = 0  # the guard holds speculation off for this many more steps
+    backoffs: int = 0
+    note: str | None = None  # what the guard did, for the stats
+
+    @property
+    def speedup(self) -> float | None:
+        return self.plain_s / self.actual_s if self.actual_s > 0 and self.plain_s > 0 else None
+
+    def record(self, actual: float, plain: float, drafted: bool, tokens: int = 1) -> None:
+        self.actual_s += actual
+        self.plain_s += plain
+        self.window.append((actual, plain, drafted, tokens))
+        if self.plain_steps_left:
+            self.plain_steps_left -= 1
+            return
+        w = self.window
+        if len(w) >= GUARD_MIN_STEPS and sum(t for *_, t in w) >= GUARD_MIN_TOKENS and any(d for _, _, d, _ in w):
+            ratio = sum(p for _, p, _, _ in w) / sum(a for a, *_ in w)
+            if ratio < GUARD_BELOW:
+                self.plain_steps_left = GUARD_BACKOFF_STEPS * 2 ** self.backoffs
+                self.backoffs += 1
+                self.window.clear()
+                times = f" ({self.backoffs} times)" if self.backoffs > 1 else ""
+                self.note = f"backed off{times}: ran at {ratio:.2f}× plain"
+
+    @property
+    def holding(self) -> bool:
+        """The guard keeps this sequence plain for now."""
+        return self.plain_steps_left > 0
