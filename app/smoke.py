@@ -19,7 +19,7 @@ PROMPT = ("Passage: The lighthouse at Point Arden was built in 1871 from granite
           "For ninety years its keepers climbed one hundred and twelve steps every evening to light the lamp.\n\n"
           "Copy the passage above word for word.")
 KEYS = ("tokens_per_s", "ttft_s", "drafted", "accepted", "acceptance_rate", "mean_acceptance_length",
-        "memory_bytes", "memory_kind", "memory_label", "backend")
+        "memory_bytes", "memory_kind", "memory_label", "backend", "speedup_vs_plain", "guard")
 
 
 def smoke_settings() -> AppSettings:

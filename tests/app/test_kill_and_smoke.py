@@ -111,6 +111,7 @@ def test_smoke_test_prints_real_stats(dirs):
     assert stats["tokens_per_s"] > 0 and stats["ttft_s"] > 0
     assert stats["drafted"] > 0 and 0 <= stats["accepted"] <= stats["drafted"]
     assert stats["acceptance_rate"] == pytest.approx(stats["accepted"] / stats["drafted"])
+    assert stats["speedup_vs_plain"] > 0  # the engine's estimate against plain decoding, on the line too
     assert stats["mean_acceptance_length"] >= 1
     assert stats["memory_bytes"] > 50e6 and stats["memory_kind"] == MEMORY_KIND and stats["backend"] == BACKEND
     assert stats["method"] == "lookup"
