@@ -55,8 +55,10 @@ class Tokenizer:
         return len(self.model.tokenize(text, add_bos=False, special=False))
 
     def measure(self, messages: Sequence[dict], reserve: int) -> Measure:
-        tokens = len(self.formatter.render(messages)[1])
         n_ctx = self.model.n_ctx
+        if not messages:  # an empty chat sends nothing (and many templates read messages[0]: they fail on none)
+            return Measure(0, n_ctx, n_ctx - reserve, drafted=False)
+        tokens = len(self.formatter.render(messages)[1])
         drafted = bool(messages) and messages[-1]["role"] == "user"
         trimmed, overflow = 0, False
         if drafted and tokens > n_ctx - reserve:
@@ -159,11 +161,12 @@ class TokenCounter(QObject):
         self.readyChanged.emit()
 
     def submit(self, work: Callable[[Tokenizer], object], callback: Callable[[object], None],
-               key: str | None = None) -> None:
-        """Run work(tokenizer) on the counter's thread; callback(result) follows on this one, unless it failed
-        or a newer job with the same key came first (then it is skipped: only the latest count matters)."""
+               key: str | None = None, failed: Callable[[Exception], None] | None = None) -> None:
+        """Run work(tokenizer) on the counter's thread; callback(result) follows on this one, or failed(exception)
+        if it failed, unless a newer job with the same key came first (then it is skipped: only the latest count
+        matters)."""
         job = next(self._jobs)
-        self._callbacks[job] = callback
+        self._callbacks[job] = (callback, failed)
         if key is not None:
             self.worker.newest[key] = job
         self._run.emit(job, key, work)
@@ -174,9 +177,11 @@ class TokenCounter(QObject):
             self.readyChanged.emit()
 
     def _done(self, job: int, result) -> None:
-        callback = self._callbacks.pop(job, None)
+        callback, failed = self._callbacks.pop(job, (None, None))
         if isinstance(result, Exception):
             log.warning("token count failed: %s", result)
+            if failed is not None:
+                failed(result)
         elif result is not None and callback is not None:
             callback(result)
 
@@ -224,6 +229,14 @@ class ContextMeter(QWidget):
         if self.source is not None:
             self._timer.start()
 
+    def restart(self) -> None:
+        """Another conversation is shown: what was counted for the last one goes at once (a count may take a
+        moment, and until it comes no figure is better than the wrong one)."""
+        if self.source is not None:
+            self._remote_job += 1  # a remote count still on its way was the last conversation's
+            self._show_state()
+            self.schedule()
+
     def stop(self) -> None:
         """The window is closing (its store too): count nothing more."""
         self._timer.stop()
@@ -247,7 +260,7 @@ class ContextMeter(QWidget):
             return
         messages, max_tokens = self.source()
         reserve = answer_reserve(max_tokens, self.counter.n_ctx)
-        self.counter.submit(lambda t: t.measure(messages, reserve), self._show, key="meter")
+        self.counter.submit(lambda t: t.measure(messages, reserve), self._show, key="meter", failed=self._failed)
 
     def _count_remotely(self, endpoint: Endpoint, messages: list[dict], max_tokens: int) -> None:
         self._remote_job += 1
@@ -293,6 +306,13 @@ class ContextMeter(QWidget):
     def _show_state(self) -> None:
         self.measure = None
         self.count.setText("" if self.counter.n_ctx is None else f"… / {self.counter.n_ctx:,} tokens")
+        self.count.setToolTip("")
+        self.warning.hide()
+
+    def _failed(self, exc: Exception) -> None:
+        self.measure = None
+        self.count.setText("tokens n/a")
+        self.count.setToolTip(f"This conversation's tokens could not be counted: {exc}")
         self.warning.hide()
 
     def _show(self, m: Measure) -> None:
