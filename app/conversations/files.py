@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from pathlib import Path
 
@@ -39,6 +40,7 @@ ROLE_HEADERS = {"user": "You", "assistant": "Assistant", "system": "System"}
 # Sampling values (temperature, top-k, top-p, min-p, seed, max tokens) change neither, and are kept.
 SENT_KEYS = ("engine_url", "engine_model", "system_prompt", "preset")
 IMPORTED_MARK = " (imported)"
+_IMPORTED = re.compile(r" \(imported(?: \d+)?\)$")  # the mark an earlier import left on the title
 
 # The kinds of a response's figures (app.progress.snapshot), from engine.figures: what an import accepts.
 STATS_NUMBERS = keys_of(NUMBER)
@@ -144,9 +146,15 @@ def settings_to_confirm(settings: dict, default_preset: str) -> dict:
             and settings[k].strip() and not (k == "preset" and settings[k] == default_preset)}
 
 
-def imported_title(title: str) -> str:
-    title = title.strip() or "Untitled"
-    return title if title.endswith(IMPORTED_MARK) else title + IMPORTED_MARK
+def imported_title(title: str, taken=()) -> str:
+    """The title of an imported copy: "Title (imported)", numbered ("(imported 2)") where a conversation in taken
+    has that title already, so neither its original (itself imported, perhaps) nor an earlier copy shares it."""
+    stem = _IMPORTED.sub("", title.strip() or "Untitled")
+    shown, n = stem + IMPORTED_MARK, 1
+    while shown in taken:
+        n += 1
+        shown = f"{stem} (imported {n})"
+    return shown
 
 
 def add_conversation(store: ConversationStore, data: dict, dropped=SENT_KEYS) -> int:
@@ -154,7 +162,7 @@ def add_conversation(store: ConversationStore, data: dict, dropped=SENT_KEYS) ->
     named in dropped are left out (by default every SENT_KEYS one: the chat is answered as a new one would be)."""
     settings = {k: v for k, v in data["settings"].items() if k not in dropped}
     with store.transaction():
-        cid = store.create_conversation(imported_title(data["title"]))
+        cid = store.create_conversation(imported_title(data["title"], {c.title for c in store.conversations()}))
         store.set_conversation_settings(cid, settings)
         new_id: dict[int, int] = {}
         for m in data["messages"]:

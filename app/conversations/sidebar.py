@@ -61,11 +61,13 @@ class ConversationPanel(QWidget):
     conversationSelected = Signal(int)
     newRequested = Signal()
     deleted = Signal(int)
+    renamed = Signal(int)  # a conversation's title was edited here (the window's title follows)
 
     def __init__(self, store: ConversationStore, parent=None):
         super().__init__(parent)
         self.store = store
         self.model = ConversationListModel(store, self)
+        self.model.dataChanged.connect(self._renamed)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 8, 4, 8)
         self.new_button = QPushButton("New chat")
@@ -119,6 +121,10 @@ class ConversationPanel(QWidget):
     def _current_changed(self, current: QModelIndex, _previous) -> None:
         if not self._quiet and current.isValid():
             self.conversationSelected.emit(current.data(ConversationIdRole))
+
+    def _renamed(self, first: QModelIndex, last: QModelIndex, _roles=()) -> None:
+        for row in range(first.row(), last.row() + 1):
+            self.renamed.emit(self.model.rows[row].id)
 
     def _apply_search(self) -> None:
         keep = self.current_id()
