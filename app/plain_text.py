@@ -4,6 +4,7 @@ settings shown before they are used. Bidi controls (U+202E turns "Invoice ‮fdp
 No Qt here."""
 from __future__ import annotations
 
+import re
 import unicodedata
 
 # Format (Cf: bidi controls U+202A-E, U+2066-9, U+200E/F, U+061C; zero-width U+200B-D, U+2060, U+FEFF; soft
@@ -31,13 +32,15 @@ def shown_plainly(text: str) -> str:
 
 
 def safe_file_name(title: str, suffix: str) -> str:
-    """A file name from a title that any system and any shell takes as it is: letters and digits of any script
-    (with their marks), spaces and - _ . , + only; no leading dash or dot, no trailing dot; not a Windows
-    device name; at most NAME_CHARS before suffix."""
+    """A file name from a title that any system and any shell takes as it is, unquoted: letters and digits of any
+    script (with their marks) and - _ . , + only, words joined by "-" (a space splits a shell word), each without
+    a dash, dot or comma at its ends; no run of dots (an ellipsis typed as three); not a Windows device name; at
+    most NAME_CHARS before suffix."""
     text = plain_line(title).replace("…", " ")  # a title cut short ends in an ellipsis: not part of the name
-    kept = "".join(c if c.isalnum() or unicodedata.category(c)[0] == "M" or c in " -_.,+" else " " for c in text)
-    name = " ".join(kept.split()).lstrip("-. ")[:NAME_CHARS].rstrip(". ")
+    kept = "".join(c if c.isalnum() or unicodedata.category(c)[0] == "M" or c in "-_.,+" else " " for c in text)
+    words = (w.strip("-.,") for w in re.sub(r"\.{2,}", " ", kept).split())  # "--onto" → onto, "me," → me
+    name = "-".join(w for w in words if w)[:NAME_CHARS].strip("-.")
     name = name or "conversation"
     if name.split(".")[0].strip().upper() in WINDOWS_RESERVED:
-        name = f"chat {name}"
+        name = f"chat-{name}"
     return name + suffix
