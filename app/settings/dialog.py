@@ -93,6 +93,10 @@ class ModelPicker(QWidget):
         self.edit.setText("" if value is None or (value == EMBEDDED and self.allow_embedded) else value)
 
 
+# Settings this dialog does not show: Restore defaults keeps them (the window's layout, its theme, a folder).
+NOT_SHOWN = ("window_geometry", "splitter_state", "theme", "last_folder")
+
+
 class SettingsDialog(QDialog):
     def __init__(self, settings: AppSettings, parent=None):
         super().__init__(parent)
@@ -207,8 +211,7 @@ class SettingsDialog(QDialog):
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         buttons.button(QDialogButtonBox.StandardButton.RestoreDefaults).clicked.connect(
-            lambda: self.load(replace(AppSettings(), window_geometry=self.original.window_geometry,
-                                      splitter_state=self.original.splitter_state)))
+            lambda: self.load(replace(AppSettings(), **{k: getattr(self.original, k) for k in NOT_SHOWN})))
         layout = QVBoxLayout(self)
         layout.addWidget(self.scroll, 1)
         layout.addWidget(self.error)

@@ -28,6 +28,7 @@ FILE_NAME = "settings.json"
 METHOD_LABELS = method_words("label")
 RELOAD_KEYS = ("model", "n_ctx", "n_gpu_layers", "threads", "flash_attention")  # a change reloads the target model
 SPECULATION_KEYS = ("speculation", "method", "draft", "max_draft", "min_draft", "p_min", "adaptive")
+THEMES = ("system", "light", "dark")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 SERVER_KEY_SERVICE = "SpecChat API server"  # keyring entries: one per settings file (its path)
 IN_KEYRING = "server_api_key_in_keyring"  # in settings.json: the server's key is in the keyring, not here
@@ -77,8 +78,10 @@ class AppSettings:
     # view
     color_drafts: bool = False
     show_sparkline: bool = True
+    theme: str = "system"  # THEMES: the system's colours, or light or dark whatever the system's
     window_geometry: str = ""  # base64 of QWidget.saveGeometry()
     splitter_state: str = ""
+    last_folder: str = ""  # where the last export or import was, where the next file dialog starts
 
     # --- what the engine gets -----------------------------------------------------------------
     @property
@@ -329,7 +332,9 @@ FIELDS = {
     "server_parallel": (_int(1, 16), "a whole number 1..16"),
     "color_drafts": (_is(bool), "on or off"),
     "show_sparkline": (_is(bool), "on or off"),
+    "theme": (lambda v: v in THEMES, "system, light or dark"),
     "window_geometry": (_is(str), "text"),
+    "last_folder": (_is(str), "a folder's path, or empty"),
     "splitter_state": (_is(str), "text"),
 }
 
