@@ -4,14 +4,15 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QCoreApplication, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QKeySequence, QPalette
-from PySide6.QtWidgets import (QCheckBox, QFileDialog, QHBoxLayout, QLabel, QMainWindow, QMessageBox, QProgressBar,
+from PySide6.QtCore import QByteArray, QCoreApplication, QEvent, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QActionGroup, QGuiApplication, QKeySequence, QPalette
+from PySide6.QtWidgets import (QCheckBox, QFileDialog, QHBoxLayout, QLabel, QMainWindow, QMessageBox,
                                QPushButton, QSizePolicy, QSplitter, QToolButton, QVBoxLayout, QWidget)
 
 from engine.modelfiles.embedded import EMBEDDED
 from engine.methods import DRAFT_METHODS
 from engine.errors import InvalidSettingError
+from engine.reasoning import without_thinking
 
 from app.chat.attachments import AttachmentTray, FileDrops, compose, paperclip_icon, split_attachments
 from app.chat.session import ChatSession, storable
@@ -23,6 +24,8 @@ from app.chat.message_view import ChatView
 from app.notices import NoticeArea
 from app.plain_text import plain_line
 from app.safe_text import install_guards
+from app.status_bar import StatusBar
+from app.theme import LABELS as THEME_LABELS, apply_theme
 from app.settings.presets import load_presets
 from app.settings.values import METHOD_LABELS, AppSettings, save_settings, what_changed
 from app.conversations.store import ConversationStore
@@ -46,6 +49,7 @@ class MainWindow(QMainWindow):
     def __init__(self, settings: AppSettings, store: ConversationStore, notices: list[str] = (), parent=None):
         super().__init__(parent)
         install_guards()  # before any label or tooltip shows outside text (safe_text.py)
+        apply_theme(settings.theme)
         self.setWindowTitle("SpecChat")
         self.settings = settings
         self.store = store
@@ -134,21 +138,11 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(self.splitter)
 
     def _build_status_bar(self) -> None:
-        self.model_label = QLabel()
-        self.spec_label = QLabel()
-        self.progress = QProgressBar()
-        self.progress.setRange(0, 0)  # indeterminate: llama.cpp reports no fraction we could trust
-        self.progress.setMaximumWidth(140)
-        self.progress.hide()
-        self.statusBar().addWidget(self.model_label, 1)
-        self.statusBar().addPermanentWidget(self.progress)
-        self.statusBar().addPermanentWidget(self.spec_label)
-        self.server_label = QLabel()
-        self.server_label.hide()
-        self.statusBar().addPermanentWidget(self.server_label)
-        self.engine_label = QLabel()  # the open chat's remote engine, when it has one
-        self.engine_label.hide()
-        self.statusBar().addPermanentWidget(self.engine_label)
+        bar = StatusBar()  # its segments shrink and elide together: nothing overlaps at any width
+        self.setStatusBar(bar)
+        self.model_label, self.progress, self.spec_label = bar.model_label, bar.progress, bar.spec_label
+        self.server_label = bar.server_label
+        self.engine_label = bar.engine_label  # the open chat's remote engine, when it has one
 
     def _connect_view(self) -> None:
         """The chat's own widgets, the conversation list and the session, to the window."""
@@ -162,6 +156,7 @@ class MainWindow(QMainWindow):
                         self.session.model.rowsInserted, self.session.model.rowsRemoved,
                         self.session.responseFinished):
             changed.connect(lambda *_: self.meter.schedule())  # counted again a moment after the last change
+        self.session.model.modelReset.connect(self.meter.restart)  # another chat: its count, never the last one's
         self.send_button.clicked.connect(self.send_or_stop)
         self.view.editRequested.connect(self.start_edit)
         self.view.regenerateRequested.connect(self.session.regenerate)
@@ -172,6 +167,7 @@ class MainWindow(QMainWindow):
         self.panel.conversationSelected.connect(self.open_conversation)
         self.panel.newRequested.connect(self.new_chat)
         self.panel.deleted.connect(self._conversation_deleted)
+        self.panel.renamed.connect(lambda _cid: self._update_title())
         self.chat_settings_button.changed.connect(self.meter.schedule)
         self.chat_settings_button.refreshed.connect(self._show_chat_engine)
         self.session.busyChanged.connect(self._busy_changed)
@@ -229,6 +225,9 @@ class MainWindow(QMainWindow):
         self._action(file_menu, "&Import conversation…", self.import_conversation)
         file_menu.addSeparator()
         self._action(file_menu, "&Quit", self.close, QKeySequence.StandardKey.Quit)
+        edit_menu = self.menuBar().addMenu("&Edit")
+        self._action(edit_menu, "&Copy last answer", self.copy_last_answer, QKeySequence("Ctrl+Shift+C"))
+        self._build_view_menu(self.menuBar().addMenu("&View"))
         model_menu = self.menuBar().addMenu("&Model")
         self._action(model_menu, "&Models…", self.open_models_dialog)
         self._action(model_menu, "Speculation &lab…", self.open_lab)
@@ -242,6 +241,18 @@ class MainWindow(QMainWindow):
         self._action(help_menu, "About the &figures", self._explain_figures)
         self._action(help_menu, "&About SpecChat", self._about)
 
+    def _build_view_menu(self, view_menu) -> None:
+        """View → Theme: light, dark or the system's, one checked; applied at once and kept."""
+        themes = view_menu.addMenu("&Theme")
+        group = QActionGroup(self)
+        self.theme_actions = {}
+        for theme, label in THEME_LABELS.items():
+            action = QAction(label, self, checkable=True, checked=theme == self.settings.theme)
+            action.triggered.connect(lambda _checked=False, theme=theme: self.set_theme(theme))
+            group.addAction(action)
+            themes.addAction(action)
+            self.theme_actions[theme] = action
+
     def _action(self, menu, text, slot, shortcut=None) -> QAction:
         action = QAction(text, self)
         # triggered(bool) would hand its `checked` to the slot's first parameter (Export took False as a path).
@@ -251,7 +262,27 @@ class MainWindow(QMainWindow):
         menu.addAction(action)
         return action
 
+    def set_theme(self, theme: str) -> None:
+        apply_theme(theme)
+        self.theme_actions[theme].setChecked(True)
+        if theme != self.settings.theme:
+            self._store_settings(self.settings.merged({"theme": theme}))
+
+    def changeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange:  # a theme applied: the drawn icon takes its text colour
+            self.attach_button.setIcon(paperclip_icon(self.palette().color(QPalette.ColorRole.ButtonText)))
+
     # --- chat ---------------------------------------------------------------------------------
+    def copy_last_answer(self) -> None:
+        """Edit → Copy last answer: the newest answer's text, as its Copy button copies it (without its thought)."""
+        answers = [m for m in self.session.model.items if m.role == "assistant" and m.content.strip()]
+        if not answers:
+            self.statusBar().showMessage("There is no answer to copy yet.", 4000)
+            return
+        QGuiApplication.clipboard().setText(without_thinking(answers[-1].content).strip())
+        self.statusBar().showMessage("The last answer was copied.", 3000)
+
     def send_or_stop(self) -> None:
         if self.session.busy:
             self.session.stop()
@@ -385,6 +416,16 @@ class MainWindow(QMainWindow):
         self._store_settings(self.settings.merged({"show_sparkline": on}))
 
     # --- export and import --------------------------------------------------------------------
+    def _file_folder(self) -> Path:
+        """Where the export and import dialogs start: the folder of the last file chosen, while it exists."""
+        folder = Path(self.settings.last_folder) if self.settings.last_folder else None
+        return folder if folder is not None and folder.is_dir() else Path.home()
+
+    def _remember_folder(self, path: str) -> None:
+        folder = str(Path(path).parent)
+        if folder != self.settings.last_folder:
+            self._store_settings(self.settings.merged({"last_folder": folder}))
+
     def export_conversation(self, path: str | Path | None = None) -> bool:
         """The open conversation to a file: .json holds every branch, anything else is Markdown. Without
         a path, asks for one."""
@@ -397,13 +438,14 @@ class MainWindow(QMainWindow):
             return False
         if path is None:
             markdown, everything = "Markdown, the branch shown (*.md)", "JSON, every branch (*.json)"
-            start = str(Path.home() / suggested_file_name(self.store.conversation(cid).title, ".md"))
+            start = str(self._file_folder() / suggested_file_name(self.store.conversation(cid).title, ".md"))
             path, chosen = QFileDialog.getSaveFileName(self, "Export conversation", start,
                                                        f"{markdown};;{everything}")
             if not path:
                 return False
             if not Path(path).suffix:
                 path += ".json" if chosen == everything else ".md"
+            self._remember_folder(path)
         path = Path(path)
         try:
             (export_json if path.suffix.lower() == ".json" else export_markdown)(self.store, cid, path)
@@ -425,10 +467,11 @@ class MainWindow(QMainWindow):
         from app.conversations.imported_settings import use_imported_settings
 
         if path is None:
-            path, _ = QFileDialog.getOpenFileName(self, "Import conversation", str(Path.home()),
+            path, _ = QFileDialog.getOpenFileName(self, "Import conversation", str(self._file_folder()),
                                                   "SpecChat conversation (*.json);;All files (*)")
             if not path:
                 return None
+            self._remember_folder(path)
         try:
             data = read_conversation_file(Path(path))
             carried = settings_to_confirm(data["settings"], self.presets.default)
