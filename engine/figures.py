@@ -58,8 +58,9 @@ FIGURES: tuple[Figure, ...] = (
            tooltip="Decode speed: tokens after the first ÷ time after the first token.",
            remote_tooltip="Decode speed measured on this machine as the text arrived: tokens after the first ÷ "
                           "time after the first token. The network's delays are included.",
-           meaning="decode speed: tokens after the first, over the time after the first (as llama.cpp's server "
-                   "counts)"),
+           meaning="decode speed: tokens after the first, over the time after the first (llama.cpp's server counts "
+                   "the first token too, so its predicted_per_second, which the server panel shows, reads a little "
+                   "higher on short answers)"),
     Figure("ttft_s", NUMBER, BOTH, "TTFT", short="TTFT", unit="s", fmt=".2f",
            tooltip="Time to first token: from the request to the first generated token (prompt processing).",
            remote_tooltip="Time to first token, measured here: from sending the request to the first text "

@@ -38,7 +38,8 @@ class GenerationStats:
     # --- derived figures ----------------------------------------------------------------------
     @property
     def decode_tokens_per_s(self) -> float | None:
-        """Tokens after the first over the time after the first, as llama.cpp's server counts."""
+        """Tokens after the first over the time after the first (llama.cpp's server's predicted_per_second
+        counts the first token too: n / the same time)."""
         if self.generated < 2 or self.decode_s <= 0:
             return None
         return (self.generated - 1) / self.decode_s
