@@ -32,6 +32,7 @@ from engine.decoding.loader import DecoderSettings, load_draft, load_target, mak
 from engine.methods import DRAFT_METHODS
 from engine.decoding.proposers.base import NoProposer
 
+from app.models.model_names import model_label
 from app.answers import GenerationRequest, run_answer, run_answer_on_thread
 from app.engine_answers import LocalAnswers, ServedAnswers
 from app.remote_answer import RemoteAnswers
@@ -163,7 +164,8 @@ class EngineWorker(QObject):
             self.decoder.set_speculation(NoProposer(), settings.speculation())
             method, error = "none", f"Speculation is off: {exc}"
             self.notice.emit(error)
-        draft_name = self.draft_model.name if self.draft_model is not None and method in DRAFT_METHODS else None
+        draft_name = (model_label(str(settings.draft)) if self.draft_model is not None and method in DRAFT_METHODS
+                      else None)  # its file's name and quantization, not the GGUF's own name
         return {"method": method, "draft_name": draft_name, "speculation_error": error}
 
     def _calibrate(self) -> None:
