@@ -12,6 +12,11 @@ from engine.methods import DRAFT_METHODS, method_words
 METHOD_NAMES = method_words("name")
 FINISH_NAMES = {"stop": "", "length": "stopped at the length limit", "context": "context full",
                 "cancelled": "stopped by you"}
+NA_VS_PLAIN = " n/a where it could not be estimated (or the answer was saved before it was)."
+REMOTE_VS_PLAIN_TIP = ("Compared with plain decoding: n/a, the server's plain decoding speed is not measured here.")
+PROPOSER_NAMES = {"lookup": ("lookup", "prompt lookup"), "draft": ("draft", "the draft model")}  # short, in words
+BY_PROPOSER_TIP = ("Who did the work: tokens each proposer drafted and the target kept (accepted/drafted). "
+                   "\"proposed nothing\": it drafted no token in this answer.")
 
 
 def _text(stats: dict, key: str) -> str:
@@ -27,6 +32,39 @@ def _tip(key: str, remote: bool = False, **names) -> str:
 def _rate(stats: dict) -> str:
     """The acceptance rate as shown: "accepted 75%", "accepted n/a"."""
     return FIGURE["acceptance_rate"].text(stats.get("acceptance_rate"))
+
+
+def vs_plain_text(speedup) -> str:
+    """This answer against plain decoding, as the engine estimated it: "≈1.62× plain", "vs plain n/a"."""
+    return f"vs plain {NA}" if speedup is None else f"≈{speedup:.2f}× plain"
+
+
+def proposer_counts(stats: dict) -> dict:
+    """Drafted and accepted by proposer; under auto both proposers, one that never drafted with zeros (the
+    engine counts a proposer from its first verdict). {} for an answer saved before they were counted."""
+    by_proposer = stats.get("by_proposer") or {}
+    if "by_proposer" in stats and stats.get("method") == "auto":
+        return {name: {"drafted": 0, "accepted": 0} for name in PROPOSER_NAMES} | by_proposer
+    return by_proposer
+
+
+def _proposers(by_proposer: dict) -> list[tuple[str, dict]]:
+    """(name, counts), lookup first, then the draft model, then any other in name order."""
+    order = list(PROPOSER_NAMES) + sorted(set(by_proposer) - set(PROPOSER_NAMES))
+    return [(name, by_proposer[name]) for name in order if name in by_proposer]
+
+
+def by_proposer_text(by_proposer: dict) -> str:
+    """Who did the work: "lookup 69/90 · draft 0/0 (proposed nothing)"; "by proposer n/a" when not recorded."""
+    if not by_proposer:
+        return f"by proposer {NA}"
+    parts = []
+    for name, counts in _proposers(by_proposer):
+        drafted, accepted = counts.get("drafted") or 0, counts.get("accepted") or 0
+        short = PROPOSER_NAMES.get(name, (str(name),))[0]
+        note = " (proposed nothing)" if not drafted else " (none kept)" if not accepted else ""
+        parts.append(f"{short} {accepted}/{drafted}{note}")
+    return " · ".join(parts)
 
 
 def stat_items(stats: dict) -> list[tuple[str, str, str]]:
@@ -48,6 +86,7 @@ def remote_items(stats: dict) -> list[tuple[str, str, str]]:
     source = stats.get("acceptance_source") or "the server reports no speculation figures"
     items = [
         ("speed", f"{_text(stats, 'tokens_per_s')} incl. network", _tip("tokens_per_s", remote=True)),
+        ("vs_plain", vs_plain_text(None), REMOTE_VS_PLAIN_TIP),
         ("ttft", f"{_text(stats, 'ttft_s')} incl. network", _tip("ttft_s", remote=True)),
         ("acceptance", _rate(stats) + ("" if rate is None else f" ({accepted}/{drafted})"),
          _tip("acceptance_rate", remote=True, source=source)),
@@ -74,8 +113,14 @@ def local_items(stats: dict) -> list[tuple[str, str, str]]:
         memory = f"{kind} {NA}"
     items = [
         ("speed", _text(stats, "tokens_per_s"), _tip("tokens_per_s")),
+        ("vs_plain", vs_plain_text(stats.get("speedup_vs_plain")), _tip("speedup_vs_plain") + NA_VS_PLAIN),
         ("ttft", _text(stats, "ttft_s"), _tip("ttft_s")),
     ]
+    if stats.get("guard"):
+        items.append(("guard", str(stats["guard"]), _tip("guard")))
+    by_proposer = proposer_counts(stats)
+    if len(by_proposer) > 1 or method == "auto":
+        items.append(("by_proposer", by_proposer_text(by_proposer), BY_PROPOSER_TIP))
     if method != "none" or drafted:
         items += [
             ("acceptance", _rate(stats) + (f" ({accepted}/{drafted})" if drafted is not None else ""),
@@ -112,6 +157,12 @@ def detail_lines(stats: dict) -> list[str]:
     if per_position:
         shown = ", ".join(f"{p * 100:.0f}%" for p in per_position[:8]) + (" …" if len(per_position) > 8 else "")
         lines.append(f"Acceptance by draft position: {shown}.")
+    for name, counts in _proposers(proposer_counts(stats)):
+        words = PROPOSER_NAMES.get(name, (name, str(name)))[1]
+        drafted, accepted = counts.get("drafted") or 0, counts.get("accepted") or 0
+        lines.append(f"{words[0].upper() + words[1:]}: proposed nothing." if not drafted else
+                     f"{words[0].upper() + words[1:]}: drafted {drafted} tokens, {accepted} kept "
+                     f"({accepted / drafted * 100:.0f}%).")
     share = stats.get("draft_time_share")
     if share is not None and stats.get("method") not in (None, "none", "remote"):
         lines.append(f"Time spent drafting: {share * 100:.0f}% of decoding.")

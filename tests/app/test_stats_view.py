@@ -87,3 +87,36 @@ def test_every_figure_the_stats_line_reads_is_in_the_table():
                 and isinstance(node.slice, ast.Constant):
             read.add(node.slice.value)
     assert len(read) > 15 and read - set(FIGURE) == set()
+
+
+def test_each_answer_says_how_it_compares_with_plain_decoding_as_the_estimate_it_is():
+    items = {key: (text, tip) for key, text, tip in stat_items({"method": "lookup", "speedup_vs_plain": 1.6234})}
+    text, tip = items["vs_plain"]
+    assert text == "≈1.62× plain"
+    assert tip.startswith("An estimate") and "predicted from this machine's measured" in tip and "n/a where" in tip
+    assert texts({"method": "none", "speedup_vs_plain": 0.987})["vs_plain"] == "≈0.99× plain"
+    assert texts({"method": "lookup", "speedup_vs_plain": None})["vs_plain"] == "vs plain n/a"
+    assert texts({"method": "lookup"})["vs_plain"] == "vs plain n/a"  # an answer saved before it was estimated
+    assert texts({"remote": True})["vs_plain"] == "vs plain n/a"  # a server's plain speed is not measured here
+
+
+def test_the_guards_words_are_on_the_line_when_it_backed_off():
+    t = texts({"method": "lookup", "guard": "backed off: ran at 0.91× plain"})
+    assert t["guard"] == "backed off: ran at 0.91× plain"
+    assert "guard" not in texts({"method": "lookup", "guard": None})
+
+
+def test_auto_says_who_did_the_work_and_a_draft_that_proposed_nothing_says_so():
+    auto = {"method": "auto", "by_proposer": {"draft": {"drafted": 0, "accepted": 0},
+                                              "lookup": {"drafted": 90, "accepted": 69}}}
+    assert texts(auto)["by_proposer"] == "lookup 69/90 · draft 0/0 (proposed nothing)"
+    auto["by_proposer"]["draft"] = {"drafted": 26, "accepted": 0}
+    assert texts(auto)["by_proposer"] == "lookup 69/90 · draft 0/26 (none kept)"
+    assert "by_proposer" not in texts({"method": "lookup", "by_proposer": {"lookup": {"drafted": 9, "accepted": 3}}})
+    assert texts({"method": "auto"})["by_proposer"] == "by proposer n/a"  # saved before it was counted
+    assert texts({"method": "auto", "by_proposer": {}})["by_proposer"] == \
+        "lookup 0/0 (proposed nothing) · draft 0/0 (proposed nothing)"  # counted, and neither drafted
+    from app.chat.stats_view import detail_lines
+
+    assert detail_lines(auto)[-2:] == ["Prompt lookup: drafted 90 tokens, 69 kept (77%).",
+                                       "The draft model: drafted 26 tokens, 0 kept (0%)."]
