@@ -358,7 +358,8 @@ class Batch:
             and shared == len(job.prompt)
         reused = shared if again else min(shared, len(job.prompt) - 1)  # else a token is decoded, for fresh logits
         stats = GenerationStats(method=loop.method, backend=target.backend, prompt_tokens=len(job.prompt),
-                                reused_prompt_tokens=reused, draft_model_bytes=loop.draft_model_bytes)
+                                reused_prompt_tokens=reused, draft_model_bytes=loop.draft_model_bytes,
+                                by_proposer={name: {"drafted": 0, "accepted": 0} for name in loop.proposer_names})
         job.run = RequestRun(job.id, slot, [], stats, admitted_at=time.perf_counter())
         self.filling = _Filling(job, slot, reused)
         try:

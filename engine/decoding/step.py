@@ -131,6 +131,15 @@ class StepLoop:
         return self.proposer.name if self.speculating else NoProposer.name
 
     @property
+    def proposer_names(self) -> tuple[str, ...]:
+        """Who may propose this loop's drafts, as the stats count them (auto: both, from the first token on)."""
+        if not self.speculating:
+            return ()
+        if isinstance(self.proposer, AutoProposer):
+            return ("lookup", "draft")
+        return ("lookup",) if self.proposer.free else ("draft",)
+
+    @property
     def draft_model_bytes(self) -> int | None:
         """The draft model's weights in memory, where this loop runs one."""
         return None if self.proposer.free else self.proposer.model.size_bytes
