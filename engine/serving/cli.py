@@ -36,6 +36,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--threads", type=int)
     ap.add_argument("--ctx", type=int, default=8192, help="KV cells shared by all requests in flight")
     ap.add_argument("--max-draft", type=int, default=DEFAULT_MAX_DRAFT)
+    ap.add_argument("--exact", action="store_true",
+                    help="exact greedy: verify only as many rows at once as this build decodes bit for bit like one-row "
+                         "steps (measured at the first request), so a greedy answer alone in its batch is plain "
+                         "decoding's token for token")
     ap.add_argument("--no-remember", action="store_true",
                     help="lookup searches only the request itself, not earlier answers (benchmarks whose prompts repeat)")
     return ap.parse_args(argv)
@@ -52,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         options = ServeOptions(args.host, args.port, args.api_key, tuple(args.cors), args.parallel, args.max_queue,
                                int(args.max_body_mb * (1 << 20)), tuple(args.allow_host))
         settings = DecoderSettings(model=args.model, draft=args.draft, method=args.method, max_draft=args.max_draft,
-                                   n_ctx=args.ctx, threads=args.threads, remember_requests=not args.no_remember)
+                                   n_ctx=args.ctx, threads=args.threads, remember_requests=not args.no_remember,
+                                   exact=args.exact)
         target = load_target(settings, n_seq_max=args.parallel)
         draft = load_draft(settings, target, n_seq_max=args.parallel) if args.method in DRAFT_METHODS else None
         proposer = make_proposer(settings, target, draft)
