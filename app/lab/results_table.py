@@ -28,7 +28,8 @@ HEADER_TIPS = [
     "request's prefill to its last request's last token: prefills count, so even at concurrency 1 it is below the "
     "per-request speed, and a filler admitted just before the level ends pays its whole prefill for a few tokens.",
     "Per-request decode speed: one request's generated tokens after its first ÷ the time from its first token to "
-    "its last (as llama.cpp's server counts predicted_per_second), the mean over the level's requests. Prefill and "
+    "its last (the chat's tok/s; llama.cpp's predicted_per_second counts the first token too), the mean over the "
+    "level's requests. Prefill and "
     "waiting for a turn are left out.",
     "Inter-token latency in milliseconds: the time between a request's tokens after its first (a step that "
     "delivers m tokens counts as m gaps of 1/m of its time); median and 95th percentile over all tokens.",

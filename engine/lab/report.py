@@ -378,7 +378,8 @@ def summary_markdown(results: dict) -> str:
               "- aggregate tok/s: all generated tokens, the fillers' included, ÷ the level's wall time (prefills "
               "included).",
               "- per-request tok/s: each request's generated tokens after its first ÷ the time after its first token "
-              "(as llama.cpp's server counts predicted_per_second); the mean over the level's requests.",
+              "(the chat's tok/s; llama.cpp's predicted_per_second counts the first token too); the mean over the "
+              "level's requests.",
               "- ITL: time between a request's token deliveries, a step that delivers m tokens counting as m gaps "
               "of a 1/m share; p50 and p95 over all tokens of the level.",
               "- end-to-end: from a request's admission (its prefill) to its last token.",
