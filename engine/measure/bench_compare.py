@@ -61,11 +61,19 @@ def reference_run(llm: Llama, prompt: list[int], max_tokens: int, end_tokens: li
 
 def engine_rate(decoder, prompt: list[int], max_tokens: int, ignore_eos: bool,
                 sampling: SamplingParams = GREEDY) -> tuple[float, dict]:
-    for _ in decoder.generate(prompt, sampling, max_tokens=max_tokens, ignore_eos=ignore_eos):
-        pass
+    out = [tok for delta in decoder.generate(prompt, sampling, max_tokens=max_tokens, ignore_eos=ignore_eos)
+           for tok in delta.tokens]
     s = decoder.stats
     return s.decode_tokens_per_s or 0.0, {"generated": s.generated, "finish_reason": s.finish_reason,
-                                          "acceptance": s.acceptance_rate, "mean_len": s.mean_acceptance_length}
+                                          "acceptance": s.acceptance_rate, "mean_len": s.mean_acceptance_length,
+                                          "speedup_vs_plain": s.speedup_vs_plain, "guard": s.guard,
+                                          "tokens": out}
+
+
+def method_settings(method: str) -> tuple[str, bool]:
+    """'auto+exact' -> ('auto', True): a method, and whether it runs as exact greedy."""
+    base, _, exact = method.partition("+")
+    return base, exact == "exact"
 
 
 def rotated(methods: list[str], turn: int) -> list[str]:
@@ -165,16 +173,19 @@ def main(argv: list[str] | None = None) -> int:
     methods = ["none", "lookup"] + (["draft", "auto"] if args.draft else [])
     if args.methods:
         wanted = ["none", *(m for m in args.methods.split(",") if m != "none")]
-        unknown = [m for m in wanted if m not in methods]
+        unknown = [m for m in wanted if method_settings(m)[0] not in methods]
         if unknown:
             ap.error(f"--methods: {', '.join(unknown)} not available here (draft and auto need --draft)")
         methods = wanted
     # Lookup searches the prompt and the answer so far, not earlier answers: a repeat would copy its last run.
-    decoders = {m: build_decoder(DecoderSettings(model=args.model, draft=args.draft, method=m, threads=args.threads,
-                                                 max_draft=args.max_draft, remember_requests=False))
+    decoders = {m: build_decoder(DecoderSettings(model=args.model, draft=args.draft, method=method_settings(m)[0],
+                                                 threads=args.threads, max_draft=args.max_draft,
+                                                 remember_requests=False, exact=method_settings(m)[1]))
                 for m in methods}
     for decoder in decoders.values():  # as the chat does at load: no answer pays for timing the step sizes
         decoder.calibrate()
+        for _ in decoder.generate(decoder.target.tokenize("Warm-up."), GREEDY, max_tokens=8):
+            pass  # nor for the first decodes after a load, which run slow
     target = decoders["none"].target
     formatter = ChatFormatter(target) if args.chat else None
     end_tokens = [t for t in range(target.n_vocab) if target.is_end(t)] if args.ignore_eos else None
@@ -210,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
               + " plain decoding (geomean over prompts of each one's median)")
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"compared": compared, "rows": rows, "ratios": ratios, "by_kind": kind_ratios}, f, indent=1)
+            json.dump({"compared": compared, "rows": rows, "ratios": ratios, "by_kind": kind_ratios, "kinds": kinds}, f,
+                      indent=1)
     return 0
 
 
