@@ -191,7 +191,8 @@ def answer_file_dialog(seen: list, choose: Path | None) -> None:
         seen.append((dialog.directory().absolutePath(), Path(selected[0]).name if selected else ""))
         if choose is None:
             return dialog.reject()
-        dialog.selectFile(str(choose))
+        dialog.setDirectory(str(choose.parent))
+        dialog.findChild(QLineEdit, "fileNameEdit").setText(choose.name)  # typed into the name field
         dialog.accept()
     QTimer.singleShot(50, act)
 
@@ -239,7 +240,8 @@ def test_the_theme_is_chosen_in_the_view_menu_applied_at_once_and_at_start(make_
     assert action(window, "View → Theme → Like the system").isChecked()
 
     action(window, "View → Theme → Dark").trigger()
-    assert is_dark(window.palette()) and is_dark(window.input.palette()) and is_dark(QApplication.palette())
+    assert is_dark(QApplication.palette())
+    qtbot.waitUntil(lambda: is_dark(window.palette()) and is_dark(window.input.palette()), timeout=2000)  # next turn
     assert action(window, "View → Theme → Dark").isChecked()
     assert not action(window, "View → Theme → Like the system").isChecked()
     assert load_settings()[0].theme == "dark"
@@ -250,9 +252,11 @@ def test_the_theme_is_chosen_in_the_view_menu_applied_at_once_and_at_start(make_
     assert is_dark(again.palette()) and action(again, "View → Theme → Dark").isChecked()
 
     action(again, "View → Theme → Light").trigger()
-    assert not is_dark(again.palette()) and load_settings()[0].theme == "light"
+    qtbot.waitUntil(lambda: not is_dark(again.palette()), timeout=2000)
+    assert load_settings()[0].theme == "light"
     action(again, "View → Theme → Like the system").trigger()
-    assert is_dark(again.palette()) == system_dark and load_settings()[0].theme == "system"
+    qtbot.waitUntil(lambda: is_dark(again.palette()) == system_dark, timeout=2000)
+    assert load_settings()[0].theme == "system"
 
 
 # --- 6. a shortcut copies the last answer ----------------------------------------------------------
