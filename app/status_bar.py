@@ -7,7 +7,10 @@ widgets left it). A message replaces the model segment while it shows, as QStatu
 """
 from __future__ import annotations
 
+import math
+
 from PySide6.QtCore import QSize, Qt, QTimer
+from PySide6.QtGui import QFontMetricsF
 from PySide6.QtWidgets import QLabel, QProgressBar, QSizePolicy, QStatusBar
 
 MIN_CHARS = 6  # the narrowest a segment goes: a few characters and the ellipsis
@@ -31,6 +34,11 @@ def share(room: int, wanted: list[tuple[int, int]]) -> list[int]:
             room -= wanted[i][0]
             left.discard(i)
     return widths
+
+
+def _advance(label: QLabel, text: str) -> int:
+    """text's width in label's font, rounded up (the integer metrics round fractional widths down)."""
+    return math.ceil(QFontMetricsF(label.font()).horizontalAdvance(text))
 
 
 class ElidedLabel(QLabel):
@@ -78,11 +86,13 @@ class ElidedLabel(QLabel):
 
     def _width(self, text: str) -> int:
         margins = self.contentsMargins()
-        return self.fontMetrics().horizontalAdvance(text) + margins.left() + margins.right() + 2 * self.margin() + 2
+        return _advance(self, text) + margins.left() + margins.right() + 2 * self.margin() + 2
 
     def _fit(self) -> None:
         room = self.contentsRect().width() - 2 * self.margin() - 2
-        shown = self.fontMetrics().elidedText(self._full, self._elide, max(room, 0))
+        # elidedText cut a text whose fractional width rounded down to exactly the room: measured whole here
+        fits = _advance(self, self._full) <= room
+        shown = self._full if fits else self.fontMetrics().elidedText(self._full, self._elide, max(room, 0))
         super().setText(shown)
         cut = shown != self._full
         super().setToolTip("\n\n".join(t for t in (self._full if cut else "", self._tip) if t))

@@ -144,6 +144,13 @@ def test_the_status_bar_segments_never_overlap_at_800_by_600(make_window, qtbot,
     qtbot.wait(100)
     assert window.model_label in assert_segments_fit(window) and window.statusBar().currentMessage() == ""
 
+    window.resize(1500, 700)  # room for all: nothing is cut
+    qtbot.waitUntil(lambda: window.width() == 1500, timeout=5000)
+    qtbot.wait(100)
+    for label in assert_segments_fit(window):
+        if isinstance(label, QLabel):
+            assert QLabel.text(label) == label.text()
+
 
 # --- 3. the title follows a rename; an import is marked --------------------------------------------
 def test_the_window_title_follows_a_rename_in_the_sidebar(make_window, qtbot, wait_response, quick_settings):
