@@ -163,6 +163,14 @@ class StepCosts:
             return None
         return self._base_of(rows) * self._drift_now * (self.drafted_factor if drafted else 1.0)
 
+    def plain_seconds(self, rows: int) -> float | None:
+        """Predicted seconds of a plain step of `rows` rows from plain steps alone: the base times their recent
+        drift (1 before any). Not the planner's drift, which drafted steps move too: a verify dearer than its
+        base must not make plain decoding look dear as well."""
+        if not self._base:
+            return None
+        return self._base_of(rows) * (statistics.median(self._plain) if self._plain else 1.0)
+
     def _base_of(self, rows: int) -> float:
         """Seconds of a step of `rows` rows before drift: measured, interpolated, or extrapolated."""
         known = self._known.get(rows)

@@ -12,8 +12,10 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-PLAIN_MEMORY = 64  # recent plain steps that predict the next one
-MIN_PLAIN_SAMPLES = 3  # fewer: the calibrated step time stands in
+PLAIN_MEMORY = 64  # recent plain steps whose slope tells how a step grows with the context
+RECENT_PLAIN = 8  # the latest plain steps, which set the level: how fast this machine is now
+PLAIN_FRESH_S = 30.0  # older plain steps say nothing of now (another program may have started or stopped)
+MIN_PLAIN_SAMPLES = 3  # fewer fresh ones: the calibrated step time stands in
 MIN_SLOPE_SPAN = 32  # positions between the samples' halves before their slope is believed
 # The guard: over a sequence's last steps (at most GUARD_WINDOW, at least GUARD_MIN_STEPS holding GUARD_MIN_TOKENS
 # tokens, one of them drafting) the answer ran below GUARD_BELOW x plain: it decodes plainly for GUARD_BACKOFF_STEPS
@@ -27,41 +29,45 @@ GUARD_BACKOFF_STEPS = 16
 
 class PlainPace:
     """Seconds of a plain step by sequences in the step and context position, learned from the plain steps
-    decoded; forgotten when the thread count changes (a step on one thread takes about twice as long)."""
+    decoded: the latest fresh ones give the level, the longer memory the slope; forgotten when the thread count
+    changes (a step on one thread takes about twice as long)."""
 
     def __init__(self) -> None:
-        self._samples: dict[int, deque[tuple[float, float]]] = {}  # sequences -> (position, seconds)
+        self._samples: dict[int, deque[tuple[float, float, float]]] = {}  # sequences -> (position, seconds, when)
         self._threads: int | None = None
 
-    def record(self, sequences: int, threads: int, position: float, seconds: float) -> None:
+    def record(self, sequences: int, threads: int, position: float, seconds: float, now: float) -> None:
         if threads != self._threads:
             self._samples.clear()
             self._threads = threads
-        self._samples.setdefault(sequences, deque(maxlen=PLAIN_MEMORY)).append((position, seconds))
+        self._samples.setdefault(sequences, deque(maxlen=PLAIN_MEMORY)).append((position, seconds, now))
 
-    def predict(self, sequences: int, threads: int, position: float, fallback: float | None) -> float | None:
-        """A plain step's seconds here; `fallback` (the calibrated time) until enough plain steps were seen."""
+    def predict(self, sequences: int, threads: int, position: float, fallback: float | None,
+                now: float) -> float | None:
+        """A plain step's seconds here now; `fallback` (the calibrated time) without enough fresh plain steps."""
         samples = self._samples.get(sequences) if threads == self._threads else None
-        if not samples or len(samples) < MIN_PLAIN_SAMPLES:
+        fresh = [s for s in samples or () if now - s[2] <= PLAIN_FRESH_S][-RECENT_PLAIN:]
+        if len(fresh) < MIN_PLAIN_SAMPLES:
             return fallback
-        return _line_at(samples, position)
+        level_at = sum(x for x, _, _ in fresh) / len(fresh)
+        level = sum(y for _, y, _ in fresh) / len(fresh)  # a mean: a slow step now and then is part of the cost
+        positions = [x for x, _, _ in samples]
+        reach = max(positions) - min(positions)  # never read further from the samples than they span
+        return max(level + _slope(samples) * max(-reach, min(reach, position - level_at)), 1e-6)
 
 
-def _line_at(samples, position: float) -> float:
-    """Mean seconds, moved along the slope between the later and the earlier half of the samples (by position)
-    where they lie far enough apart to show one; never falling with position, never read further from the
-    samples than they span. Means, not medians: a slow step now and then is part of what plain decoding costs."""
-    ordered = sorted(samples)
+def _slope(samples) -> float:
+    """Seconds per position between the later and the earlier half of the samples (by position), where they lie
+    far enough apart to show one; never below 0."""
+    ordered = sorted((x, y) for x, y, _ in samples)
     half = len(ordered) // 2
     early, late = ordered[:half], ordered[half:]
-    mean = sum(y for _, y in ordered) / len(ordered)
-    centre = sum(x for x, _ in ordered) / len(ordered)
-    apart = sum(x for x, _ in late) / len(late) - sum(x for x, _ in early) / max(len(early), 1)
-    if not early or apart < MIN_SLOPE_SPAN:
-        return mean
-    slope = max(0.0, (sum(y for _, y in late) / len(late) - sum(y for _, y in early) / len(early)) / apart)
-    span = ordered[-1][0] - ordered[0][0]
-    return max(mean + slope * max(-span, min(span, position - centre)), 1e-6)
+    if not early:
+        return 0.0
+    apart = sum(x for x, _ in late) / len(late) - sum(x for x, _ in early) / len(early)
+    if apart < MIN_SLOPE_SPAN:
+        return 0.0
+    return max(0.0, (sum(y for _, y in late) / len(late) - sum(y for _, y in early) / len(early)) / apart)
 
 
 @dataclass

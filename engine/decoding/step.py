@@ -210,19 +210,23 @@ class StepLoop:
 
     def _record_pace(self, active: list[SequenceState], proposals: list[Proposal], outcomes: list[StepOutcome],
                      seconds: float) -> None:
-        """Each sequence's time against plain decoding's predicted time for the same tokens; a step that drafted
-        nothing teaches what a plain step costs. The guard acts on adaptive speculation only."""
-        n, threads = len(active), self.target.threads
+        """Each sequence's time against plain decoding's for the same tokens: a step that drafted nothing is plain
+        decoding, at its own cost, and teaches what a plain step costs; a drafting step's tokens are priced at
+        the predicted plain step. The guard acts on adaptive speculation only."""
+        n, threads, now = len(active), self.target.threads, self.clock()
         positions = [len(s.history) - 1 for s in active]
-        if not any(p.tokens for p in proposals):
-            self.plain_pace.record(n, threads, sum(positions) / n, seconds)
-        calibrated = self.planner.steps.seconds(n)
+        plain_step = not any(p.tokens for p in proposals)
+        if plain_step:
+            self.plain_pace.record(n, threads, sum(positions) / n, seconds, now)
+        calibrated = self.planner.steps.plain_seconds(n)
         for s, p, outcome, pos in zip(active, proposals, outcomes, positions):
             made = len(outcome.tokens)
-            plain = self.plain_pace.predict(n, threads, pos + (made - 1) / 2, calibrated)
+            plain = seconds if plain_step else \
+                self.plain_pace.predict(n, threads, pos + (made - 1) / 2, calibrated, now)
             if plain is None:
                 continue
-            s.pace.record(seconds, made * plain, bool(p.tokens) and self.speculation.adaptive, made)
+            s.pace.record(seconds, made * plain if not plain_step else plain, bool(p.tokens) and
+                          self.speculation.adaptive, made)
             s.stats.speedup_vs_plain = s.pace.speedup if self.speculating else None  # plain is plain
             s.stats.guard = s.pace.note
 

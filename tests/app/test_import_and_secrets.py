@@ -285,4 +285,4 @@ def test_a_titles_bidi_controls_reach_neither_the_window_title_nor_the_file_name
 
     monkeypatch.setattr(QFileDialog, "getSaveFileName", staticmethod(save))
     menu_action(window, "Export conversation…").trigger()
-    assert Path(asked[0]).name == "rf Invoice fdp.exe id id y 請求書 café.md"
+    assert Path(asked[0]).name == "rf-Invoice-fdp.exe-id-id-y-請求書-café.md"

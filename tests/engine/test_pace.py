@@ -15,17 +15,28 @@ COPY = ("Passage: The lighthouse at Point Arden was built in 1871 from granite q
         "The same passage, word for word:\nPassage: The lighthouse")
 
 
-def test_a_plain_step_is_predicted_from_plain_steps_and_grows_with_the_context():
+def test_a_plain_step_is_predicted_from_fresh_plain_steps_and_grows_with_the_context():
     pace = PlainPace()
-    assert pace.predict(1, 2, 100, fallback=0.005) == 0.005  # nothing seen yet: the calibrated time
-    for position in range(0, 400, 10):
-        pace.record(1, 2, position, 0.009 + 0.00002 * position)  # 9 ms at 0, 17 ms at 400
-    assert abs(pace.predict(1, 2, 200, None) - 0.013) < 0.001
-    assert pace.predict(1, 2, 390, None) > pace.predict(1, 2, 100, None)
-    assert pace.predict(1, 2, 10_000, None) < 0.009 + 0.00002 * 800  # never read far beyond what was seen
-    assert pace.predict(1, 1, 200, fallback=None) is None  # another thread count: not these steps
-    pace.record(1, 1, 0, 0.02)
-    assert pace.predict(1, 2, 200, fallback=0.004) == 0.004  # the count changed: forgotten
+    assert pace.predict(1, 2, 100, fallback=0.005, now=0) == 0.005  # nothing seen yet: the calibrated time
+    for i, position in enumerate(range(0, 400, 10)):
+        pace.record(1, 2, position, 0.009 + 0.00002 * position, now=i * 0.01)  # 9 ms at 0, 17 ms at 400
+    at_390 = pace.predict(1, 2, 390, None, now=1)
+    assert abs(at_390 - (0.009 + 0.00002 * 390)) < 0.001
+    assert pace.predict(1, 2, 200, None, now=1) < at_390  # earlier in the context: faster
+    assert pace.predict(1, 2, 10_000, None, now=1) < 0.009 + 0.00002 * 800  # never read far beyond the samples
+    assert pace.predict(1, 2, 200, fallback=0.004, now=100) == 0.004  # a minute later: stale, not now's pace
+    assert pace.predict(1, 1, 200, fallback=None, now=1) is None  # another thread count: not these steps
+    pace.record(1, 1, 0, 0.02, now=1)
+    assert pace.predict(1, 2, 200, fallback=0.004, now=1) == 0.004  # the count changed: forgotten
+
+
+def test_the_level_follows_the_machine_now():
+    pace = PlainPace()
+    for i in range(40):
+        pace.record(1, 2, 100, 0.030, now=i * 0.01)  # busy: 30 ms a step
+    for i in range(8):
+        pace.record(1, 2, 100, 0.010, now=1 + i * 0.01)  # quiet again: 10 ms
+    assert abs(pace.predict(1, 2, 100, None, now=2) - 0.010) < 1e-9
 
 
 def test_the_guard_holds_an_answer_that_runs_below_plain_and_says_so():
