@@ -104,11 +104,16 @@ def test_each_step_is_announced_n_of_m_with_the_time_left_estimated_from_the_run
 
 def test_the_method_asked_about_slower_than_plain_is_a_problem(report):
     lookup = report["bench"]["methods"]["lookup"]
-    assert report["bench"]["method"] == "lookup" and lookup["vs_plain"] < 1.0, lookup
-    found = [p for p in report["problems"] if p["problem"].startswith("lookup ran at")]
-    assert found and f"{lookup['vs_plain']:g}× plain decoding on this machine" in found[0]["problem"]
-    assert found[0]["fix"].endswith("Settings → Speculation: turn speculation off (plain decoding was the fastest here)")
     busy = report["bench"]["cpu"]["others_percent"] > doctor.BUSY_CPU_PERCENT  # then: measure again first
+    assert report["bench"]["method"] == "lookup"
+    found = [p for p in report["problems"] if p["problem"].startswith("lookup ran at")]
+    assert bool(found) == (lookup["vs_plain"] < 1.0)  # named exactly when measured slower
+    # slower on this CPU (0.21x measured here) unless other work spoilt the run, which the check then says itself
+    assert found or busy, lookup
+    if not found:
+        return
+    assert f"{lookup['vs_plain']:g}× plain decoding on this machine" in found[0]["problem"]
+    assert found[0]["fix"].endswith("Settings → Speculation: turn speculation off (plain decoding was the fastest here)")
     assert found[0]["fix"].startswith("measure again once the CPU is quiet") is busy
     text = doctor.describe(report)
     assert f"PROBLEM: lookup ran at {lookup['vs_plain']:g}×" in text and "No problems found." not in text
