@@ -38,6 +38,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                         "passage")
     parser.add_argument("--use-settings", action="store_true", help="with --smoke-test: the saved model and "
                         "settings instead of the embedded model's")
+    parser.add_argument("--exact", action="store_true", help="with --smoke-test: exact greedy (the answer is plain "
+                        "decoding's token for token; verifies kept as narrow as this build decodes like one row)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds the smoke test may take (600)")
     parser.add_argument("--engine-url", metavar="URL", help="with --smoke-test: ask this OpenAI-compatible server "
                         "(vLLM, llama-server, a SpecChat server) instead of this machine's engine")
@@ -65,6 +67,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         args.engine = None
     if args.prompt is not None and not args.smoke_test:
         parser.error("--prompt goes with --smoke-test; to open the window with a message, use --send")
+    if args.exact and not args.smoke_test:
+        parser.error("--exact goes with --smoke-test; in the window it is Settings → Exact greedy")
     if args.use_settings and not args.smoke_test:
         parser.error("--use-settings goes with --smoke-test (the window always uses them)")
     if args.prompt is not None and not args.prompt.strip():
@@ -145,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke_test and not args.use_settings:
         from app.smoke import smoke_settings
         settings = smoke_settings()
+    if args.smoke_test and args.exact:
+        settings = settings.merged({"exact_greedy": True})
     for text in notices + store_notices:
         logging.getLogger("specchat").warning("%s", text)  # shown in the window too; kept in the log
     window = MainWindow(settings, store, notices + store_notices)

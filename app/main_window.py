@@ -593,6 +593,13 @@ class MainWindow(QMainWindow):
             self.load_models()
         elif change == "speculation":
             self.engine.apply_speculation(new.decoder_settings())
+        self._tell_lab()
+
+    def _tell_lab(self) -> None:
+        """The lab measures, and offers to apply, for the chat's own models and speculation."""
+        if self._lab is not None:
+            s = self.settings
+            self._lab.set_chat_models(s.model, s.draft, s.effective_method, s.max_draft, s.adaptive)
 
     def _store_settings(self, new: AppSettings) -> None:
         self.settings = new
@@ -648,6 +655,7 @@ class MainWindow(QMainWindow):
             log.exception("lab window")
             QMessageBox.warning(self, "Speculation lab", f"The speculation lab could not be opened: {exc}")
             return
+        self._tell_lab()
         self._lab.show()
         self._lab.raise_()
 

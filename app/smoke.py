@@ -62,6 +62,7 @@ class SmokeTest(QObject):
             return self._fail(f"only {stats.get('generated')} token(s) generated: no speed can be measured")
         out = {k: stats.get(k) for k in KEYS}
         out.update(generated=stats.get("generated"), method=stats.get("method"),
+                   exact_greedy=self.window.settings.exact_greedy,
                    finish_reason=stats.get("finish_reason"), text=text,
                    model=items[-1].model if self.engine else self.window.session.model_name)
         print(json.dumps(out), flush=True)

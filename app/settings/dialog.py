@@ -131,6 +131,11 @@ class SettingsDialog(QDialog):
         # two decimals, so the largest below P_MIN_RANGE's open end is 0.99
         self.p_min = double_spin_box(P_MIN_RANGE[0], P_MIN_RANGE[1] - 0.01, 0.05, 2,
                                      "Draft model stops drafting when its top token's probability falls below this.")
+        self.exact_greedy = QCheckBox("Exact greedy (answers at temperature 0 identical to plain decoding's)")
+        self.exact_greedy.setToolTip("llama.cpp rounds a batch of rows differently from one row beyond some width, so "
+                                     "at a near-tie greedy speculation can pick another token. This verifies only as "
+                                     "many rows at once as this build computes bit for bit like one-row steps "
+                                     "(measured per model): identical answers, less speed.")
         self.adaptive = QCheckBox("Adaptive draft length")
         self.adaptive.setToolTip("The draft length follows what pays off (measured acceptance and step times), and "
                                  "speculation pauses while it would be slower than plain decoding.")
@@ -179,6 +184,7 @@ class SettingsDialog(QDialog):
         spec.addRow("Min draft tokens", self.min_draft)
         spec.addRow("Draft confidence cutoff", self.p_min)
         spec.addRow(self.adaptive)
+        spec.addRow(self.exact_greedy)
         sampling = form()
         sampling.addRow(hint("Temperature, the system prompt and the other sampling values are set per chat: "
                              "the Preset button under the conversation (File → Chat settings…) picks a preset "
@@ -222,14 +228,15 @@ class SettingsDialog(QDialog):
         self.method.currentIndexChanged.connect(self._enable)
         for changed in (self.target.edit.textChanged, self.draft.edit.textChanged, self.speculation.toggled,
                         self.method.currentIndexChanged, self.max_draft.valueChanged, self.min_draft.valueChanged,
-                        self.p_min.valueChanged, self.adaptive.toggled, self.n_ctx.valueChanged,
+                        self.p_min.valueChanged, self.adaptive.toggled, self.exact_greedy.toggled,
+                        self.n_ctx.valueChanged,
                         self.n_gpu_layers.valueChanged, self.threads.valueChanged,
                         self.flash_attention.currentIndexChanged):
             changed.connect(self._recheck)
 
     def _enable(self) -> None:
         on = self.speculation.isChecked()
-        for w in (self.method, self.max_draft, self.min_draft, self.adaptive):
+        for w in (self.method, self.max_draft, self.min_draft, self.adaptive, self.exact_greedy):
             w.setEnabled(on)
         self.p_min.setEnabled(on and self.method.currentData() in DRAFT_METHODS)
 
@@ -266,6 +273,7 @@ class SettingsDialog(QDialog):
         self.min_draft.setValue(s.min_draft)
         self.p_min.setValue(s.p_min)
         self.adaptive.setChecked(s.adaptive)
+        self.exact_greedy.setChecked(s.exact_greedy)
         self.n_ctx.setValue(s.n_ctx)
         self.n_gpu_layers.setValue(s.n_gpu_layers)
         self.threads.setValue(s.threads or 0)
@@ -284,7 +292,7 @@ class SettingsDialog(QDialog):
             self.original, model=self.target.value(), draft=self.draft.value(),
             speculation=self.speculation.isChecked(), method=self.method.currentData(),
             max_draft=self.max_draft.value(), min_draft=self.min_draft.value(), p_min=round(self.p_min.value(), 4),
-            adaptive=self.adaptive.isChecked(), n_ctx=self.n_ctx.value(), n_gpu_layers=self.n_gpu_layers.value(),
+            adaptive=self.adaptive.isChecked(), exact_greedy=self.exact_greedy.isChecked(), n_ctx=self.n_ctx.value(), n_gpu_layers=self.n_gpu_layers.value(),
             threads=self.threads.value() or None, flash_attention=FLASH_ATTENTION[self.flash_attention.currentText()],
         ).validated()
 

@@ -27,7 +27,7 @@ from engine.decoding.sampling import SamplingParams
 FILE_NAME = "settings.json"
 METHOD_LABELS = method_words("label")
 RELOAD_KEYS = ("model", "n_ctx", "n_gpu_layers", "threads", "flash_attention")  # a change reloads the target model
-SPECULATION_KEYS = ("speculation", "method", "draft", "max_draft", "min_draft", "p_min", "adaptive")
+SPECULATION_KEYS = ("speculation", "method", "draft", "max_draft", "min_draft", "p_min", "adaptive", "exact_greedy")
 THEMES = ("system", "light", "dark")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 SERVER_KEY_SERVICE = "SpecChat API server"  # keyring entries: one per settings file (its path)
@@ -52,6 +52,7 @@ class AppSettings:
     min_draft: int = DEFAULT_MIN_DRAFT
     p_min: float = DEFAULT_P_MIN  # draft confidence cutoff
     adaptive: bool = True
+    exact_greedy: bool = False  # greedy answers token for token plain decoding's (verifies kept narrow: slower)
     # sampling
     temperature: float = 0.8
     top_k: int = 40
@@ -92,7 +93,7 @@ class AppSettings:
         return DecoderSettings(model=self.model, draft=self.draft, method=self.effective_method,
                                max_draft=self.max_draft, min_draft=self.min_draft, adaptive=self.adaptive,
                                p_min=self.p_min, n_ctx=self.n_ctx, n_gpu_layers=self.n_gpu_layers,
-                               threads=self.threads, flash_attention=self.flash_attention)
+                               threads=self.threads, flash_attention=self.flash_attention, exact=self.exact_greedy)
 
     def serve_options(self):
         """engine.serving's ServeOptions (imported here: the HTTP stack loads only when it serves).
@@ -311,6 +312,7 @@ FIELDS = {
     "min_draft": (_int(*MIN_DRAFT_RANGE), "a whole number {}..{}".format(*MIN_DRAFT_RANGE)),
     "p_min": (_float(*P_MIN_RANGE, hi_open=True), "a number in [{:g}, {:g})".format(*P_MIN_RANGE)),
     "adaptive": (_is(bool), "on or off"),
+    "exact_greedy": (_is(bool), "on or off"),
     "temperature": (_float(0.0, 5.0), "a number 0..5"),
     "top_k": (_int(0), "a whole number ≥ 0 (0 turns it off)"),
     "top_p": (_float(0.0, 1.0, lo_open=True), "a number in (0, 1]"),
