@@ -35,14 +35,14 @@ if [ "$mode" = gpu ]; then
     log "built"
   fi
   shapes=qwen2-0.5b,qwen2-1.5b,qwen2-7b,llama3-8b
-  target=qwen2-1.5b draft=qwen2-0.5b max_rows=64 bench_s=10
+  target=qwen2-1.5b draft=qwen2-0.5b max_rows=64 bench_rounds=2
   predict_target=qwen2-1.5b predict_draft=qwen2-0.5b  # the pair's own shapes
   tests=(tests/engine/test_gpu_kit.py tests/engine/test_verifier.py)
   kit=${GPU_KIT_DIR:-/tmp/specchat-gpu-kit}
 else
   py=.venv/bin/python
   shapes=tiny-test,qwen2-0.5b
-  target=tiny-test draft=tiny-test max_rows=16 bench_s=0  # small and one round: the path, quickly
+  target=tiny-test draft=tiny-test max_rows=16 bench_rounds=1  # small and one round: the path, quickly
   predict_target=qwen2-0.5b predict_draft=tiny-test
   tests=(tests/engine/test_gpu_kit.py)  # the verifier's run in the suite already
   kit="$out/kit"
@@ -66,7 +66,7 @@ log "replay: the pair's recorded answers on $predict_target's curve, drafted on 
 doctor_draft=()
 [ "$mode" = gpu ] && doctor_draft=(--draft "$kit/$draft.gguf")
 log "doctor (random-weight $target${doctor_draft:+, draft $draft})"
-"$py" -m engine.doctor --json --model "$kit/$target.gguf" "${doctor_draft[@]}" --seconds "$bench_s" > "$out/doctor-model.json"
+"$py" -m engine.doctor --json --model "$kit/$target.gguf" "${doctor_draft[@]}" --rounds "$bench_rounds" > "$out/doctor-model.json"
 log "engine tests that need neither Qt nor the embedded models"
 set +e
 "$py" -m pytest -q -p no:cacheprovider "${tests[@]}" > "$out/tests.txt" 2>&1
