@@ -19,10 +19,12 @@ MIN_PLAIN_SAMPLES = 3  # fewer fresh ones: the calibrated step time stands in
 MIN_SLOPE_SPAN = 32  # positions between the samples' halves before their slope is believed
 # The guard: over a sequence's last steps (at most GUARD_WINDOW, at least GUARD_MIN_STEPS holding GUARD_MIN_TOKENS
 # tokens, one of them drafting) the answer ran below GUARD_BELOW x plain: it decodes plainly for GUARD_BACKOFF_STEPS
-# steps, twice as many each time it happens again. In tokens, not steps alone: a copy makes 8 tokens a step.
-GUARD_WINDOW = 8
-GUARD_MIN_STEPS = 3
-GUARD_MIN_TOKENS = 16
+# steps, twice as many each time it happens again. Steps, not tokens alone: where speculation loses, a step makes
+# little more than one token (the Qwen2.5-Coder pair on sql-rename: 1.03 a step at 0.89x plain), and a window
+# asking for 2 a step never judged it.
+GUARD_WINDOW = 16
+GUARD_MIN_STEPS = 6
+GUARD_MIN_TOKENS = 8
 GUARD_BELOW = 0.95
 GUARD_BACKOFF_STEPS = 16
 
