@@ -131,9 +131,9 @@ class SettingsDialog(QDialog):
         # two decimals, so the largest below P_MIN_RANGE's open end is 0.99
         self.p_min = double_spin_box(P_MIN_RANGE[0], P_MIN_RANGE[1] - 0.01, 0.05, 2,
                                      "Draft model stops drafting when its top token's probability falls below this.")
-        self.exact_greedy = QCheckBox("Exact greedy (answers at temperature 0 identical to plain decoding's)")
-        self.exact_greedy.setToolTip("llama.cpp rounds a batch of rows differently from one row beyond some width, so "
-                                     "at a near-tie greedy speculation can pick another token. This verifies only as "
+        self.exact_greedy = QCheckBox("Exact greedy")
+        self.exact_greedy.setToolTip("At temperature 0, answers identical to plain decoding's. llama.cpp rounds a "
+                                     "batch of rows differently from one row beyond some width, so at a near-tie greedy speculation can pick another token. This verifies only as "
                                      "many rows at once as this build computes bit for bit like one-row steps "
                                      "(measured per model): identical answers, less speed.")
         self.adaptive = QCheckBox("Adaptive draft length")
@@ -183,8 +183,11 @@ class SettingsDialog(QDialog):
         spec.addRow("Max draft tokens", self.max_draft)
         spec.addRow("Min draft tokens", self.min_draft)
         spec.addRow("Draft confidence cutoff", self.p_min)
-        spec.addRow(self.adaptive)
-        spec.addRow(self.exact_greedy)
+        checks = QHBoxLayout()  # one row for both: the dialog fits its default size without scrolling
+        checks.addWidget(self.adaptive)
+        checks.addWidget(self.exact_greedy)
+        checks.addStretch(1)
+        spec.addRow(checks)
         sampling = form()
         sampling.addRow(hint("Temperature, the system prompt and the other sampling values are set per chat: "
                              "the Preset button under the conversation (File → Chat settings…) picks a preset "

@@ -101,6 +101,9 @@ class FakeModelsDialog(QDialog):
 class FakeLab(QWidget):
     applySettings = Signal(dict)
 
+    def set_chat_models(self, *chat) -> None:  # the window tells the lab what the chat runs
+        self.chat = chat
+
 
 def test_models_and_lab_hooks(make_window, qtbot, monkeypatch, dirs, quick_settings):
     window = make_window(quick_settings)
