@@ -97,7 +97,10 @@ def test_speculation_backs_off_when_the_conversation_turns_open(adaptive_lookup)
     must turn speculation (mostly) off within the answer."""
     answer(adaptive_lookup, prompt("grounded", "copy-passage"))
     trace = answer(adaptive_lookup, prompt("open", "travel"))
-    later = trace[len(trace) // 3:]
-    assert sum(s.paused for s in later) >= 0.75 * len(later), compact(trace)
+    start = len(trace) // 3
+    later = trace[start:]
+    # Off: the planner paused it, or the step drafted nothing (the guard holds an answer that ran below plain)
+    off = [s.paused or s.speculative_steps == before.speculative_steps for before, s in zip(trace[start - 1:], later)]
+    assert sum(off) >= 0.75 * len(later), compact(trace)
     stats = adaptive_lookup.stats  # (its last steps may keep a drafted step's verdict: no room to choose)
     assert stats.speculative_steps <= 0.25 * stats.verify_steps, compact(trace)
