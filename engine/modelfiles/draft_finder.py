@@ -174,10 +174,12 @@ def _verdict(target_meta: dict, target_size: int, draft_meta: dict, offer: Draft
 
 
 def _rank(c: DraftCandidate, target_size: int) -> tuple:
-    """Usable first; then the size closest to a tenth of the target's; then the better quantization."""
+    """Usable first; then the size closest to a tenth of the target's; then the better quantization; then one on
+    this machine (nothing to download)."""
     order = {True: 0, None: 1, False: 2}[c.compatible]
     ratio = c.size / target_size if target_size and c.size else 1.0
-    return order, round(abs(math.log(max(ratio, 1e-6) / IDEAL_SIZE_RATIO)), 1), _quant_rank(c.quantization), c.name
+    return (order, round(abs(math.log(max(ratio, 1e-6) / IDEAL_SIZE_RATIO)), 1), _quant_rank(c.quantization),
+            c.path is None, c.name)
 
 
 def _quant_rank(quantization: str) -> int:

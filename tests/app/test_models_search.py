@@ -127,11 +127,15 @@ def test_downloading_target_and_draft_lets_the_chat_answer_with_auto(qtbot, hub,
         assert drafts[f"{QWEN_DRAFT} / {DRAFT.file_name}"][0] == "yes"
         assert drafts[f"{QWEN_DECOY} / {DRAFT.file_name}"][0] == "no"
         expected = (QWEN_TARGET, QWEN_DRAFT)
-    else:
-        search_and_pick(qtbot, tab, "smollm2 135m", SMOL_REPO, SMOL_FILE)
+        draft = tab.selected_draft()
+        assert draft is not None and draft.repo_id == QWEN_DRAFT, "the best fitting draft is preselected"
+    else:  # SmolLM2's only drafts are copies of itself: the built-in one comes first (nothing to download) ...
+        drafts = search_and_pick(qtbot, tab, "smollm2 135m", SMOL_REPO, SMOL_FILE)
+        assert tab.selected_draft() is not None and tab.selected_draft().path is not None
+        assert drafts[f"{SMOL_TWIN} / {SMOL_FILE}"][0] == "yes"
+        tab.drafts_table.selectRow(_row_of(tab.drafts_table, next(  # ... and a person picks the hub's copy
+            i for i, c in enumerate(tab.drafts.candidates) if c.repo_id == SMOL_TWIN)))
         expected = (SMOL_REPO, SMOL_TWIN)
-    draft = tab.selected_draft()
-    assert draft is not None and draft.repo_id == expected[1], "the best fitting draft is preselected"
     assert tab.download_button.text() == "Download target + draft"
     with qtbot.waitSignal(dialog.downloadFinished, timeout=300_000) as done:
         qtbot.mouseClick(tab.download_button, Qt.MouseButton.LeftButton)

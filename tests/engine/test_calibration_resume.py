@@ -16,7 +16,9 @@ MAX_DRAFT = 6  # sizes 1..7, each timed in two rounds: 14 timings
 
 @pytest.fixture
 def fresh(target, monkeypatch):
-    """The session's Gemma with nothing timed (nothing saved either), and every timing it makes, in order."""
+    """The session's Gemma with nothing timed (nothing saved either), and every timing it makes, in order. Its
+    cache is emptied first: the timings decode from position 0, where an earlier test's kept cache may sit."""
+    target.forget_all()
     monkeypatch.setattr(target, "step_timings", {})
     monkeypatch.setattr(step_timings, "save", lambda: None)
     timed: list[tuple[int, float]] = []
