@@ -53,6 +53,7 @@ class SearchTab(QWidget):
         self.repos: list[RepoResult] = []
         self.repo: RepoResult | None = None
         self.repo_meta: dict | None = None  # the header of one of the repo's files: sizes its KV cache
+        self.free_vram: int | None = None  # read with the repo's files, off the GUI thread (a GPU call)
         self.drafts: DraftSearch | None = None
         self._download: tuple[QThread, DownloadWorker] | None = None
         self._download_plan: tuple[int, str | None] = (1, None)  # target parts, installed draft path
@@ -159,8 +160,8 @@ class SearchTab(QWidget):
                          self._failed)
         self._update_buttons()
 
-    def _show_files(self, answer: tuple[RepoResult, dict | None, str]) -> None:
-        self.repo, self.repo_meta, note = answer
+    def _show_files(self, answer: tuple[RepoResult, dict | None, str, int | None]) -> None:
+        self.repo, self.repo_meta, note, self.free_vram = answer
         self.files_table.setRowCount(len(self.repo.files))
         for row, f in enumerate(self.repo.files):
             parts = f" ({len(f.parts)} parts)" if len(f.parts) > 1 else ""
@@ -178,12 +179,11 @@ class SearchTab(QWidget):
             return
         draft = self.selected_draft()
         draft_bytes = draft.size if draft is not None else 0
-        free_vram = free_gpu_memory()
         for row, f in enumerate(self.repo.files):
             text = "n/a (no header read)"
             if self.repo_meta is not None:
                 text = estimate_fit(self.repo_meta, f.size, self.context_spin.value(), draft_bytes=draft_bytes,
-                                    free_vram=free_vram).text
+                                    free_vram=self.free_vram).text
             item = self.files_table.item(row, 3)
             item.setText(text)
             item.setToolTip(text + ("\nThe draft's size is counted." if draft_bytes else ""))
@@ -336,18 +336,19 @@ class SearchTab(QWidget):
         self.status_label.setText(text)
 
 
-def _files_and_header(repo_id: str, cancelled) -> tuple[RepoResult, dict | None, str]:
-    """A repo's files, and the header of its smallest one: every quantization shares the layer and head
-    counts that size the KV cache."""
+def _files_and_header(repo_id: str, cancelled) -> tuple[RepoResult, dict | None, str, int | None]:
+    """A repo's files, the header of its smallest one (every quantization shares the layer and head counts
+    that size the KV cache), and the GPU's free memory now, which the fit estimates compare with."""
     repo = repo_files(repo_id, timeout_s=HUB_TIMEOUT_S)
     if not repo.files:
-        return repo, None, ""
+        return repo, None, "", None
+    free_vram = free_gpu_memory()
     smallest = min(repo.files, key=lambda f: f.size)
     try:
         header = read_remote_metadata(repo_id, smallest.filename, cancelled=cancelled)
     except EngineError as exc:
-        return repo, None, f"Memory estimates are not available: {exc}"
-    return repo, header.metadata, ""
+        return repo, None, f"Memory estimates are not available: {exc}", free_vram
+    return repo, header.metadata, "", free_vram
 
 
 def _installed_paths() -> list:
