@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Iterable
 
 # downloads first: it guards the hub client's import against a malformed HF_ENDPOINT.
-from .downloads import DownloadError, HubUnreachable, _hub_endpoint
+from .downloads import DownloadError, HubUnreachable, _http, _hub_endpoint
 
 from huggingface_hub import HfApi  # noqa: E402 - after the guard above
 from huggingface_hub.errors import (  # noqa: E402
@@ -31,11 +31,6 @@ from huggingface_hub.errors import (  # noqa: E402
 )
 from huggingface_hub.hf_api import ModelInfo  # noqa: E402
 from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status  # noqa: E402
-
-try:  # huggingface_hub 2.x ships its HTTP client as httpx2
-    import httpx2 as _http
-except ImportError:  # pragma: no cover - older huggingface_hub
-    import httpx as _http
 
 from ..errors import InvalidSettingError  # noqa: E402
 
