@@ -31,3 +31,18 @@ def pin_step_costs(monkeypatch, cost: dict[int, float] | None = None, one_row_s:
                         lambda self, rows, seconds, drafted=False: record(self, rows, pinned(rows), drafted))
     monkeypatch.setattr(StepCosts, "take_calibration",
                         lambda self, timings: take(self, {r: pinned(r) for r in timings}))
+
+
+def pin_draft_costs(monkeypatch, token_s: float, catch_up_row_s: float | None = None) -> None:
+    """Make the planner see a draft token cost token_s and a row of its catch-up catch_up_row_s (a third of a
+    token unless given: a batched row of a small model costs about that here) instead of timing them. Both, not
+    the token alone: a catch-up timed on a busy machine (up to 3 of the target's one-row steps a row in CI) made
+    the draft's catch-up look too dear to repay, and a draft pinned to pay never drafted."""
+    from engine.decoding.cost_model import DraftPlanner
+
+    record_draft, record_catch_up = DraftPlanner.record_draft, DraftPlanner.record_catch_up
+    row_s = token_s / 3 if catch_up_row_s is None else catch_up_row_s
+    monkeypatch.setattr(DraftPlanner, "record_draft",
+                        lambda self, tokens, seconds: record_draft(self, tokens, token_s * tokens))
+    monkeypatch.setattr(DraftPlanner, "record_catch_up",
+                        lambda self, rows, seconds: record_catch_up(self, rows, row_s * rows))

@@ -4,7 +4,7 @@ The real Gemma 3 270M is the target and a second copy of it the draft; step and 
 test_draft_path), so what is chosen follows the real acceptance and the pinned machine, not what else runs."""
 import pytest
 
-from engine.decoding.cost_model import DraftPlanner, SpeculationConfig
+from engine.decoding.cost_model import SpeculationConfig
 from engine.decoding.generate import SpeculativeDecoder
 from engine.decoding.loader import DecoderSettings, make_proposer
 from engine.decoding.proposers.auto import AutoProposer
@@ -16,7 +16,7 @@ from engine.decoding.drafting import DRAFT_FEATURE
 from engine.decoding.step import StepLoop
 from engine.errors import InvalidSettingError
 
-from step_costs import ONE_ROW_S, pin_step_costs
+from step_costs import ONE_ROW_S, pin_draft_costs, pin_step_costs
 
 GREEDY = SamplingParams(temperature=0.0)
 OPEN = "The best way to spend three days in Kyoto is"  # nothing to copy: the draft's to guess
@@ -37,9 +37,7 @@ def run_traced(target, draft, monkeypatch, draft_token_s: float):
     nearly free) and a draft token pinned at draft_token_s; returns the decoder, and for each answer its tokens
     and per step (lookup tokens verified, draft tokens verified, rows the draft model decoded proposing)."""
     pin_step_costs(monkeypatch, one_row_s=ONE_ROW_S, extra_row_s=0.02 * ONE_ROW_S)
-    record_draft = DraftPlanner.record_draft
-    monkeypatch.setattr(DraftPlanner, "record_draft",
-                        lambda self, tokens, seconds: record_draft(self, tokens, draft_token_s * tokens))
+    pin_draft_costs(monkeypatch, draft_token_s)
     decoder = SpeculativeDecoder(target, AutoProposer(LookupProposer(), DraftModelProposer(draft, target, p_min=0.0)),
                                  SpeculationConfig(max_draft=8))
     decoder.calibrate()

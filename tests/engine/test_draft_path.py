@@ -11,7 +11,7 @@ from engine.decoding.proposers.draft_model import DraftModelProposer
 from engine.decoding.runtime import LoadSettings, Model
 from engine.decoding.sampling import SamplingParams
 
-from step_costs import ONE_ROW_S, pin_step_costs
+from step_costs import ONE_ROW_S, pin_draft_costs, pin_step_costs
 
 GREEDY = SamplingParams(temperature=0.0)
 PROMPT = "The best way to spend three days in Kyoto is"
@@ -39,9 +39,7 @@ def test_a_draft_that_never_stops_is_switched_off_when_it_cannot_pay(target, dra
     runs: no probe, and no prompt processing that the answer's tokens/s would pay for (it did: 16% off
     the first answer of draft = target on SmolLM2)."""
     pin_step_costs(monkeypatch, STEP_COST)
-    record_draft = DraftPlanner.record_draft
-    monkeypatch.setattr(DraftPlanner, "record_draft",
-                        lambda self, tokens, seconds: record_draft(self, tokens, ONE_ROW_S * tokens))
+    pin_draft_costs(monkeypatch, ONE_ROW_S)
     decoder = SpeculativeDecoder(target, DraftModelProposer(draft, target, p_min=0.0),
                                  SpeculationConfig(max_draft=16, adaptive=True))
     decoder.calibrate()  # times the draft's token too: those decodes are not proposals
@@ -65,9 +63,7 @@ def test_a_draft_that_can_pay_is_used_from_the_start(target, draft, monkeypatch)
     rows cost 10% of a step (a GPU's figure): it drafts from the first steps (the planner knows its cost
     before any draft runs) and, being the target itself, is nearly always right."""
     pin_step_costs(monkeypatch, one_row_s=ONE_ROW_S, extra_row_s=ONE_ROW_S / 10)
-    record_draft = DraftPlanner.record_draft
-    monkeypatch.setattr(DraftPlanner, "record_draft",
-                        lambda self, tokens, seconds: record_draft(self, tokens, ONE_ROW_S / 20 * tokens))
+    pin_draft_costs(monkeypatch, ONE_ROW_S / 20)
     decoder = SpeculativeDecoder(target, DraftModelProposer(draft, target, p_min=0.0),
                                  SpeculationConfig(max_draft=16, adaptive=True))
     decoder.calibrate()
