@@ -26,6 +26,7 @@ from ..paths import cache_dir, write_text_atomic
 
 FILE_NAME = "step-timings.json"
 MAX_AGE_S = 24 * 3600
+PLAUSIBLE_LOW, PLAUSIBLE_HIGH = 0.7, 1.5  # a step's bounds, in one-row steps (plausible)
 log = logging.getLogger(__name__)
 
 _tables: dict[str, dict[tuple[int, int], float]] = {}
@@ -61,7 +62,7 @@ def save() -> None:
     with _lock:
         kept = {k: v for k, v in _read().items() if _saved_table(v)[1]}  # a day-old or damaged entry goes
         for key, table in _tables.items():
-            if table:
+            if table and plausible(table):
                 kept[key] = {"measured_at": _measured_at[key],
                              "seconds": {f"{t},{r}": s for (t, r), s in sorted(table.items())}}
         try:
@@ -78,11 +79,24 @@ def forget() -> None:
         (cache_dir() / FILE_NAME).unlink(missing_ok=True)
 
 
+def plausible(table: dict[tuple[int, int], float]) -> bool:
+    """Whether each step of r rows took between PLAUSIBLE_LOW of a one-row step and PLAUSIBLE_HIGH times r of them
+    (at its thread count; a count whose one-row step is not timed yet is not judged): a batch costs at least about one row's pass over the weights and no more than its rows
+    decoded one by one. A table outside that was timed in a busy spell (2 rows timed 12x one row here, during a
+    test run) and is not kept for a day of planning."""
+    ones = {threads: s for (threads, rows), s in table.items() if rows == 1}
+    return all(threads not in ones or PLAUSIBLE_LOW * ones[threads] <= s <= PLAUSIBLE_HIGH * rows * ones[threads]
+               for (threads, rows), s in table.items())
+
+
 def _saved_table(saved) -> tuple[float, dict[tuple[int, int], float]]:
-    """(when measured, table) of a saved entry from the last day; (now, {}) for none, an old or a damaged one."""
+    """(when measured, table) of a saved entry from the last day; (now, {}) for none, an old, a damaged or an
+    implausible one."""
     try:
         if time.time() - saved["measured_at"] < MAX_AGE_S:
-            return saved["measured_at"], {tuple(map(int, k.split(","))): float(v) for k, v in saved["seconds"].items()}
+            table = {tuple(map(int, k.split(","))): float(v) for k, v in saved["seconds"].items()}
+            if plausible(table):
+                return saved["measured_at"], table
     except (KeyError, TypeError, ValueError, AttributeError):
         pass
     return time.time(), {}

@@ -168,3 +168,20 @@ def test_a_bet_on_the_draft_must_repay_its_catch_up_within_the_answer():
     assert any(planner.plan([feature], [4], lags=[0], horizon=[32]).lengths)
     assert any(planner.plan([feature], [4], lags=[2000], horizon=[2000]).lengths)
     assert not any(planner.plan([feature], [4], lags=[2000], horizon=[32]).lengths)
+
+
+def test_a_catch_up_timed_dearer_than_a_draft_token_counts_as_one():
+    """A batched catch-up row costs no more than a one-row decode: one timed dearer (a busy spell: 3 of the
+    target's steps a row, in CI) is taken at the token's cost, or the draft's catch-up never looks repaid."""
+    from engine.decoding.drafting import ModelDrafting
+
+    class BusyTiming:
+        free = False
+
+        def time_draft(self, slot):
+            return 0.004, 0.03  # a token, and a catch-up row timed while something else ran
+
+    planner = DraftPlanner(SpeculationConfig(max_draft=4), costly_proposer=True)
+    planner.steps.take_calibration({1: 0.010, 2: 0.0157, 4: 0.0216})
+    ModelDrafting(BusyTiming(), planner, None, SpeculationConfig(max_draft=4), time.perf_counter).time_draft(0)
+    assert planner.catch_up_seconds(10) == pytest.approx(10 * 0.004)

@@ -266,6 +266,29 @@ def test_step_timings_are_kept_per_file_and_settings_for_a_day(tmp_path, monkeyp
     step_timings.forget()  # the made-up timings go; later loads read the real cache folder again
 
 
+def test_step_timings_timed_in_a_busy_spell_are_not_kept(tmp_path, monkeypatch):
+    """A table whose steps cannot be (2 rows dearer than two one-row steps by far, or far cheaper than one) was timed
+    while something else ran: it is neither saved nor taken from the cache folder, so the next start times again."""
+    import json
+
+    from engine.decoding import step_timings
+    from engine.modelfiles.embedded import embedded_model_path
+
+    monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path / "cache"))
+    step_timings.forget()
+    path = embedded_model_path()
+    table = step_timings.table_for(path, -1, 512, None)
+    table.update({(2, 1): 0.048, (2, 2): 0.588, (2, 3): 0.061, (1, 64): 0.4})  # the busy spell, as this VM's cache had it
+    step_timings.save()
+    assert not (tmp_path / "cache" / step_timings.FILE_NAME).exists() or \
+        json.loads((tmp_path / "cache" / step_timings.FILE_NAME).read_text()) == {}
+    assert step_timings.plausible({(2, 1): 0.048, (2, 2): 0.09, (2, 3): 0.061, (1, 64): 0.4})  # no 1-row at 1 thread yet
+    assert not step_timings.plausible({(2, 1): 0.048, (2, 2): 0.02})
+    saved = {"measured_at": __import__("time").time(), "seconds": {"2,1": 0.048, "2,2": 0.588}}
+    assert step_timings._saved_table(saved)[1] == {}
+    step_timings.forget()
+
+
 def test_step_timings_of_one_build_are_not_another_builds(tmp_path, monkeypatch):
     """A Vulkan build of the same llama-cpp-python version, sharing the cache folder, starts its own table rather than
     planning with the CPU build's step costs. The GPU device is a stand-in (none here)."""
