@@ -3,7 +3,8 @@
 python -m engine.measure.bench_compare --model embedded --prompts resources/prompts/grounded.jsonl --max-tokens 200 [--ignore-eos]
 
 Methods: llama-cpp-python's own create_completion (the reference, first; --no-reference leaves it out), and
-this engine's none / lookup (/ draft / auto with --draft), in an order rotated from one prompt run to the next,
+this engine's none / lookup (/ draft / auto with --draft), in an order rotated from one prompt run to the next
+with plain decoding (none) run before, after and between the others, each compared with the plain runs beside it,
 all greedy (or all sampled: --temperature; --seeds runs every prompt once per seed) on the same prompt tokens
 (--chat: each prompt as one user message through the model's chat template); --methods picks some of them. Both sides count sampled tokens (not stream chunks, which can merge tokens)
 and follow one end-token rule: both stop at the first end token, or with --ignore-eos both go on to
@@ -83,9 +84,30 @@ def rotated(methods: list[str], turn: int) -> list[str]:
     return methods[k:] + methods[:k]
 
 
+def bracketed(methods: list[str], turn: int) -> list[str]:
+    """One prompt run's order: plain decoding first, last and between every other method (theirs rotated by one
+    each run), so that each method is compared with the plain runs on either side of it. This VM's speed wanders
+    over seconds: plain decoding alone read 24.6 and 32.7 tok/s on one prompt in two rounds, and a method two runs
+    away from its plain run read 0.86-0.97x plain in three rounds of a prompt where it drafted almost nothing."""
+    order = ["none"]
+    for method in rotated([m for m in methods if m != "none"], turn):
+        order += [method, "none"]
+    return order
+
+
+def plain_beside(row: dict, method: str) -> float:
+    """The plain decoding rate measured beside `method` in this prompt run: the geometric mean of the plain runs
+    just before and after it (a row from before bracketing: its one plain run)."""
+    return row.get("plain_beside", {}).get(method) or row["none"]
+
+
 def median_ratio(rows: list[dict], method: str, baseline: str) -> float | None:
-    """Median of method / baseline over the prompt runs where the baseline decoded (≥ 2 tokens)."""
-    ratios = [r[method] / r[baseline] for r in rows if r[baseline] > 0]
+    """Median of method / baseline over the prompt runs where the baseline decoded (≥ 2 tokens); against plain
+    decoding, the plain runs beside the method's."""
+    def base(r: dict) -> float:
+        return plain_beside(r, method) if baseline == "none" else r[baseline]
+
+    ratios = [r[method] / base(r) for r in rows if r[baseline] > 0 and base(r) > 0]
     return statistics.median(ratios) if ratios else None
 
 
@@ -204,13 +226,18 @@ def main(argv: list[str] | None = None) -> int:
         if llm is not None:
             row[REFERENCE], row[REFERENCE + "_detail"] = reference_run(llm, tokens, args.max_tokens, end_tokens,
                                                                 sampling)
-        runs = {m: engine_rate(decoders[m], tokens, args.max_tokens, args.ignore_eos, sampling)
-                for m in rotated(methods, turn)}
-        for m in methods:  # kept in one order, whichever ran first
-            row[m], row[m + "_detail"] = runs[m]
+        order = bracketed(methods, turn)
+        runs = [engine_rate(decoders[m], tokens, args.max_tokens, args.ignore_eos, sampling) for m in order]
+        plains = [rate for m, (rate, _) in zip(order, runs) if m == "none"]
+        for i, m in enumerate(order):  # kept in one order, whichever ran first; plain: its first run
+            if m not in row:
+                row[m], row[m + "_detail"] = runs[i]
+            if m != "none":
+                row.setdefault("plain_beside", {})[m] = float(np.sqrt(runs[i - 1][0] * runs[i + 1][0]))
+        row["plain_runs"] = plains
         rows.append(row)
         print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()
-                          if not k.endswith("_detail")}), file=sys.stderr)
+                          if not k.endswith("_detail") and k != "plain_beside"}), file=sys.stderr)
     ratios = {**({f"none / {REFERENCE}": median_ratio(rows, "none", REFERENCE)} if llm is not None else {}),
               **{f"{m} / none": median_ratio(rows, m, "none") for m in methods[1:]}}
     for name, value in ratios.items():

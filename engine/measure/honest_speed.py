@@ -4,8 +4,8 @@ greedy's identical answers and speed.
 
     python -m engine.measure.honest_speed NAME=FILE.json [NAME=FILE.json ...]
 
-Measured ratio of a prompt: the median over its runs of method tok/s ÷ plain tok/s in the same round (the
-methods interleaved, their order rotated). Estimate of a prompt: the median of its runs' speedup_vs_plain.
+Measured ratio of a prompt: the median over its runs of method tok/s ÷ the plain tok/s measured beside it in the
+same round (bench_compare.plain_beside: the methods interleaved with plain runs, their order rotated). Estimate of a prompt: the median of its runs' speedup_vs_plain.
 Per kind: geometric means over the kind's prompts.
 """
 from __future__ import annotations
@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+
+from .bench_compare import plain_beside
 
 EXACT = "+exact"
 
@@ -25,7 +27,7 @@ def per_prompt(rows: list[dict], method: str) -> dict[str, dict]:
             continue
         detail, plain = row[method + "_detail"], row["none_detail"]
         p = out.setdefault(row["id"], {"ratios": [], "estimates": [], "guards": 0, "same": []})
-        p["ratios"].append(row[method] / row["none"])
+        p["ratios"].append(row[method] / plain_beside(row, method))
         if detail.get("speedup_vs_plain"):
             p["estimates"].append(detail["speedup_vs_plain"])
         p["guards"] += bool(detail.get("guard"))

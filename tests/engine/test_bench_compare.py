@@ -51,6 +51,17 @@ def test_every_method_takes_every_place_in_the_order_in_turn():
     assert [order.index("draft") for order in orders] == [2, 1, 0, 3]
 
 
+def test_plain_decoding_runs_beside_every_method_and_each_is_compared_with_its_neighbours():
+    """The machine's speed wanders over seconds: each method is compared with the plain runs either side of it."""
+    from engine.measure.bench_compare import bracketed, median_ratio
+
+    orders = [bracketed(["none", "lookup", "auto"], turn) for turn in range(2)]
+    assert orders == [["none", "lookup", "none", "auto", "none"], ["none", "auto", "none", "lookup", "none"]]
+    rows = [{"none": 20.0, "lookup": 30.0, "plain_beside": {"lookup": 30.0}},
+            {"none": 25.0, "lookup": 25.0}]  # a row from before bracketing: its one plain run
+    assert median_ratio(rows, "lookup", "none") == 1.0
+
+
 def test_seeds_run_every_prompt_once_each_and_the_kinds_get_a_geomean(tmp_path, capsys):
     """The multi-seed figure of the benchmarks: each prompt once per seed, only the methods asked for, and per kind
     the geomean over prompts of each prompt's median ratio to plain decoding."""
@@ -67,9 +78,11 @@ def test_seeds_run_every_prompt_once_each_and_the_kinds_get_a_geomean(tmp_path, 
     result = json.loads(out.read_text())
     assert [(r["id"], r["seed"]) for r in result["rows"]] == [("a", 1), ("a", 2), ("b", 1), ("b", 2), ("c", 1),
                                                                ("c", 2)]
-    assert all(set(r) - {"id", "seed"} == {"none", "none_detail", "lookup", "lookup_detail"} for r in result["rows"])
+    assert all(set(r) - {"id", "seed"} == {"none", "none_detail", "lookup", "lookup_detail", "plain_beside",
+                                            "plain_runs"} and len(r["plain_runs"]) == 2 for r in result["rows"])
     assert "seeds 1, 2" in result["compared"] and "create_completion" not in result["compared"]  # not run
-    medians = {i: statistics.median(r["lookup"] / r["none"] for r in result["rows"] if r["id"] == i) for i in "abc"}
+    medians = {i: statistics.median(r["lookup"] / statistics.geometric_mean(r["plain_runs"]) for r in result["rows"]
+                                    if r["id"] == i) for i in "abc"}
     assert result["by_kind"]["edits"]["lookup"] == pytest.approx(statistics.geometric_mean([medians["a"],
                                                                                              medians["b"]]))
     assert result["by_kind"]["open"]["lookup"] == pytest.approx(medians["c"])
