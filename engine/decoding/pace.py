@@ -18,10 +18,16 @@ PLAIN_FRESH_S = 30.0  # older plain steps say nothing of now (another program ma
 MIN_PLAIN_SAMPLES = 3  # fewer fresh ones: the calibrated step time stands in
 MIN_SLOPE_SPAN = 32  # positions between the samples' halves before their slope is believed
 # The guard: over a sequence's last steps (at most GUARD_WINDOW, at least GUARD_MIN_STEPS holding GUARD_MIN_TOKENS
-# tokens, one of them drafting) the answer ran below GUARD_BELOW x plain: it decodes plainly for GUARD_BACKOFF_STEPS
+# tokens, one of them drafting) the answer ran below GUARD_BELOW x plain, and so far no faster than plain in all: it
+# decodes plainly for GUARD_BACKOFF_STEPS
 # steps, twice as many each time it happens again. Steps, not tokens alone: where speculation loses, a step makes
 # little more than one token (the Qwen2.5-Coder pair on sql-rename: 1.03 a step at 0.89x plain), and a window
 # asking for 2 a step never judged it.
+# Only while the answer as a whole runs no faster than plain (GUARD_AHEAD): an answer well ahead loses a little
+# in a window where a copy ends and its long drafts fail, and the planner's own realism already answers that; held
+# 16 steps it lost the next copy too (Gemma 3's fix-json, lookup: 1.51x plain unguarded, 1.23x with a guard that
+# tripped in every run on the windows alone).
+GUARD_AHEAD = 1.0
 GUARD_WINDOW = 16
 GUARD_MIN_STEPS = 6
 GUARD_MIN_TOKENS = 8
@@ -97,7 +103,7 @@ class SequencePace:
         w = self.window
         if len(w) >= GUARD_MIN_STEPS and sum(t for *_, t in w) >= GUARD_MIN_TOKENS and any(d for _, _, d, _ in w):
             ratio = sum(p for _, p, _, _ in w) / sum(a for a, *_ in w)
-            if ratio < GUARD_BELOW:
+            if ratio < GUARD_BELOW and self.plain_s <= GUARD_AHEAD * self.actual_s:
                 self.plain_steps_left = GUARD_BACKOFF_STEPS * 2 ** self.backoffs
                 self.backoffs += 1
                 self.window.clear()

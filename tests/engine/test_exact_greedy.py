@@ -55,3 +55,19 @@ def test_bench_takes_exact_and_says_the_width(tmp_path, model_path):
     result = json.loads(out.read_text())
     assert result["settings"]["exact"] is True and result["settings"]["exact_rows"] >= 1
     assert result["runs"][0]["speedup_vs_plain"] is not None
+
+
+def test_exact_ceiling_reads_the_width_and_the_curve_and_bounds_exact_mode_by_them(capsys, tmp_path, monkeypatch):
+    """engine.measure.exact_ceiling: exact greedy's best case is the best rows-per-cost among widths it may verify,
+    never more than the best among all widths timed."""
+    import json
+
+    from engine.measure.exact_ceiling import ceiling, main
+
+    monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path / "cache"))
+    assert main(["--model", "embedded", "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    cost = {int(w): c for w, c in figures["cost"].items()}
+    assert cost[1] == 1.0 and figures["exact_rows"] >= 1
+    assert figures["exact_ceiling"] == ceiling(cost, figures["exact_rows"])[0] <= figures["ceiling"]
+    assert ceiling({1: 1.0, 2: 1.9, 3: 2.4, 8: 4.0}, 3) == (3 / 2.4, 3)

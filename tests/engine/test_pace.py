@@ -61,6 +61,20 @@ def test_the_guard_holds_an_answer_that_runs_below_plain_and_says_so():
     assert pace.plain_steps_left == 2 * GUARD_BACKOFF_STEPS and "(2 times)" in pace.note  # longer each time
 
 
+def test_an_answer_well_ahead_of_plain_is_not_held_for_one_slow_window():
+    """A copy ending costs a window below plain; an answer ahead overall keeps speculating (the planner answers
+    that), and is held once the answer as a whole has fallen to plain."""
+    pace = SequencePace()
+    for _ in range(40):
+        pace.record(actual=0.010, plain=0.020, drafted=True, tokens=4)  # a copy: 2x plain
+    for _ in range(GUARD_WINDOW):
+        pace.record(actual=0.020, plain=0.012, drafted=True, tokens=2)  # its end: a window at 0.6x
+    assert not pace.holding and pace.speedup > 1.0
+    while not pace.holding:
+        pace.record(actual=0.020, plain=0.012, drafted=True, tokens=2)
+    assert pace.speedup <= 1.0 and pace.note.startswith("backed off")
+
+
 def test_plain_steps_alone_never_trip_the_guard():
     pace = SequencePace()
     for _ in range(3 * GUARD_WINDOW):
