@@ -106,3 +106,34 @@ def test_on_the_real_model_a_verify_made_slow_trips_the_guard(target):
     assert len(out) == 64
     assert slowed.guard and slowed.guard.startswith("backed off") and "× plain" in slowed.guard
     assert slowed.speculative_steps < slowed.verify_steps / 2  # held plain for most of the answer
+
+
+def test_the_risk_budget_is_the_allowance_plus_a_share_plus_what_the_answer_gained():
+    from engine.decoding.pace import RISK_ALLOWANCE_STEPS, RISK_SHARE
+
+    pace = SequencePace()
+    assert pace.risk_budget(0.010) == RISK_ALLOWANCE_STEPS * 0.010  # a new answer: the allowance alone
+    pace.settle_bet(1, 0.010, 0.0)  # a plain step
+    pace.settle_bet(9, 0.010, 0.030)  # 8 drafts kept for 3 steps' extra cost: 0.05 s ahead
+    assert abs(pace.risk_budget(0.010) - (RISK_ALLOWANCE_STEPS * 0.010 + RISK_SHARE * 0.100 + 0.050)) < 1e-9
+    for _ in range(3):
+        pace.settle_bet(1, 0.010, 0.040)  # 47 drafts, none kept, three times: nothing left to bet
+    assert pace.risk_budget(0.010) < 0
+
+
+def test_on_the_real_model_a_copy_starts_with_drafts_it_can_afford_to_lose_and_earns_longer_ones(target):
+    """A new answer bets at first only drafts whose verify, were all of it rejected, would cost at most the allowance
+    more than a plain step; copying earns room, and its later drafts run longer than that first cap."""
+    from engine.decoding.pace import RISK_ALLOWANCE_STEPS
+
+    decoder = SpeculativeDecoder(target, LookupProposer(), SpeculationConfig(max_draft=32))
+    decoder.calibrate()
+    steps = decoder.loop.planner.steps
+    plain = steps.seconds(1)
+    first_cap = max(k for k in range(33) if k == 0 or steps.seconds(1 + k, drafted=True) - plain
+                    <= RISK_ALLOWANCE_STEPS * plain)
+    lengths = [decoder.stats.draft_length
+               for _ in decoder.generate(target.tokenize(COPY), GREEDY, max_tokens=96, ignore_eos=True)]
+    drafted = [k for k in lengths if k]
+    assert drafted and drafted[0] <= first_cap < 32, (first_cap, lengths)
+    assert max(drafted) > first_cap, (first_cap, lengths)
