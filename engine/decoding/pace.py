@@ -43,6 +43,7 @@ GUARD_BACKOFF_STEPS = 16
 # answer 0.13x plain on its own.
 RISK_ALLOWANCE_STEPS = 2.0
 RISK_SHARE = 0.03
+RISK_SPENT = "risk budget spent: drafts wait until the answer can afford to lose one"
 
 
 class PlainPace:

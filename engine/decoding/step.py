@@ -19,7 +19,7 @@ from .calibration import Progress, calibrate_steps
 from .cost_model import Acceptance, DraftPlanner, SpeculationConfig, StepCosts
 from .drafting import Drafting, FreeDrafting, ModelDrafting
 from .exactness import exact_verify_rows
-from .pace import PlainPace, SequencePace
+from .pace import RISK_SPENT, PlainPace, SequencePace
 from .proposers.auto import AutoDrafting, AutoProposer
 from .proposers.base import NoProposer, Proposal, Proposer
 from .runtime import Model
@@ -246,6 +246,7 @@ class StepLoop:
         for k in range(top, 0, -1):
             if steps.seconds(n + k, drafted=True) - plain <= budget:
                 return k
+        s.pace.note = s.pace.note or RISK_SPENT  # the stats say why this answer went plain
         return 0
 
     def _switch_threads(self, threads: int | None) -> None:

@@ -137,3 +137,19 @@ def test_on_the_real_model_a_copy_starts_with_drafts_it_can_afford_to_lose_and_e
     drafted = [k for k in lengths if k]
     assert drafted and drafted[0] <= first_cap < 32, (first_cap, lengths)
     assert max(drafted) > first_cap, (first_cap, lengths)
+
+
+def test_an_answer_that_has_lost_what_it_may_risk_drafts_nothing_and_the_stats_say_why(target):
+    import torch
+
+    from engine.decoding.pace import RISK_SPENT
+    from engine.decoding.stats import GenerationStats
+    from engine.decoding.step import SequenceState, StepLoop
+    from engine.decoding.verifier import Verifier
+
+    loop = StepLoop(target, LookupProposer(), SpeculationConfig(max_draft=16), torch.device("cpu"))
+    loop.calibrate()
+    seq = SequenceState(0, target.tokenize(COPY), Verifier(GREEDY, loop.device, 0), GenerationStats())
+    assert loop._affordable(seq, 1) > 0 and seq.pace.note is None  # a new answer: the allowance
+    seq.pace.settle_bet(1, loop.planner.steps.seconds(1), 10 * loop.planner.steps.seconds(1))  # a bet lost 10 steps
+    assert loop._affordable(seq, 1) == 0 and seq.pace.note == RISK_SPENT
