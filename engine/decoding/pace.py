@@ -19,8 +19,7 @@ MIN_PLAIN_SAMPLES = 3  # fewer fresh ones: the calibrated step time stands in
 MIN_SLOPE_SPAN = 32  # positions between the samples' halves before their slope is believed
 # The guard: over a sequence's last steps (at most GUARD_WINDOW, at least GUARD_MIN_STEPS holding GUARD_MIN_TOKENS
 # tokens, one of them drafting) the answer ran below GUARD_BELOW x plain, and so far no faster than plain in all: it
-# decodes plainly for GUARD_BACKOFF_STEPS
-# steps, twice as many each time it happens again. Steps, not tokens alone: where speculation loses, a step makes
+# decodes plainly for GUARD_BACKOFF_STEPS steps, twice as many each time it happens again. Steps, not tokens alone: where speculation loses, a step makes
 # little more than one token (the Qwen2.5-Coder pair on sql-rename: 1.03 a step at 0.89x plain), and a window
 # asking for 2 a step never judged it.
 # Only while the answer as a whole runs no faster than plain (GUARD_AHEAD): an answer well ahead loses a little
@@ -37,10 +36,10 @@ GUARD_BACKOFF_STEPS = 16
 # step's extra cost stays within what the answer has gained on plain decoding so far, plus RISK_ALLOWANCE_STEPS one-row
 # steps and RISK_SHARE of the answer's plain time, all on the step-cost model (calibrated curve, live drift): free of
 # timing noise, and in the units a bet is priced in (on wall time, where decodes cost next to nothing and a step is
-# mostly the loop's own time, the first steps, priced at the calibrated time, used up the budget at once). An answer then ends at most about that far below plain however its
-# bets go, and one that copies earns room for long drafts within a few steps. Without it one 47-token lookup draft on a
-# long match kept 2 tokens (Qwen2.5-Coder 1.5B, whose 48-row verify costs 19 one-row steps on this CPU) and cost that
-# answer 0.13x plain on its own.
+# mostly the loop's own time, the first steps, priced at the calibrated time, used up the budget at once). An answer
+# then ends at most about that far below plain however its bets go, and one that copies earns room for long drafts
+# within a few steps. Without it one 47-token lookup draft on a long match kept 2 tokens (Qwen2.5-Coder 1.5B, whose
+# 48-row verify costs 19 one-row steps on this CPU), and that one step left its answer at 0.87x plain.
 RISK_ALLOWANCE_STEPS = 2.0
 RISK_SHARE = 0.03
 RISK_SPENT = "risk budget spent: drafts wait until the answer can afford to lose one"
