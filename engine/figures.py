@@ -109,8 +109,7 @@ FIGURES: tuple[Figure, ...] = (
            meaning="an estimate of this answer's speed against plain decoding on this machine: plain decoding's "
                    "predicted time for its tokens (from measured plain steps at this context) over its time"),
     Figure("guard", TEXT, (LOCAL,), "guard",
-           tooltip="Speculation stops for a while within an answer that runs below plain decoding, or whose "
-                   "failed drafts have cost what it may risk against plain decoding."),
+           tooltip="Speculation stops for a while within an answer that runs below plain decoding."),
     Figure("by_proposer", COUNTS, (LOCAL,), "drafted and accepted by proposer",
            tooltip="Drafted and accepted tokens of each proposer (under auto: prompt lookup and the draft model)."),
     Figure("finish_reason", TEXT, BOTH, "end", tooltip="Why this response ended."),

@@ -19,9 +19,10 @@ MIN_PLAIN_SAMPLES = 3  # fewer fresh ones: the calibrated step time stands in
 MIN_SLOPE_SPAN = 32  # positions between the samples' halves before their slope is believed
 # The guard: over a sequence's last steps (at most GUARD_WINDOW, at least GUARD_MIN_STEPS holding GUARD_MIN_TOKENS
 # tokens, one of them drafting) the answer ran below GUARD_BELOW x plain, and so far no faster than plain in all: it
-# decodes plainly for GUARD_BACKOFF_STEPS steps, twice as many each time it happens again. Steps, not tokens alone:
-# where speculation loses, a step makes little more than one token (the Qwen2.5-Coder pair on sql-rename: 1.03 a
-# step at 0.89x plain), and a window asking for 2 a step never judged it.
+# decodes plainly for GUARD_BACKOFF_STEPS
+# steps, twice as many each time it happens again. Steps, not tokens alone: where speculation loses, a step makes
+# little more than one token (the Qwen2.5-Coder pair on sql-rename: 1.03 a step at 0.89x plain), and a window
+# asking for 2 a step never judged it.
 # Only while the answer as a whole runs no faster than plain (GUARD_AHEAD): an answer well ahead loses a little
 # in a window where a copy ends and its long drafts fail, and the planner's own realism already answers that; held
 # 16 steps it lost the next copy too (Gemma 3's fix-json, lookup: 1.51x plain unguarded, 1.23x with a guard that
@@ -32,17 +33,6 @@ GUARD_MIN_STEPS = 6
 GUARD_MIN_TOKENS = 8
 GUARD_BELOW = 0.95
 GUARD_BACKOFF_STEPS = 16
-# The risk budget (SequencePace.risk_budget): a sequence bets on a draft only as far as, were none of it kept, its
-# step's extra cost stays within what the answer has gained on plain decoding so far, plus RISK_ALLOWANCE_STEPS one-row
-# steps and RISK_SHARE of the answer's plain time, all on the step-cost model (calibrated curve, live drift): free of
-# timing noise, and in the units a bet is priced in (on wall time, where decodes cost next to nothing and a step is
-# mostly the loop's own time, the first steps, priced at the calibrated time, used up the budget at once). An answer
-# then ends at most about that far below plain however its bets go, and one that copies earns room for long drafts
-# within a few steps. Without it one 47-token lookup draft on a long match kept 2 tokens (Qwen2.5-Coder 1.5B, whose
-# 48-row verify costs 19 one-row steps on this CPU), and that one step left its answer at 0.87x plain.
-RISK_ALLOWANCE_STEPS = 2.0
-RISK_SHARE = 0.03
-RISK_SPENT = "risk budget spent: drafts wait until the answer can afford to lose one"
 
 
 class PlainPace:
@@ -98,8 +88,6 @@ class SequencePace:
     plain_steps_left: int = 0  # the guard holds speculation off for this many more steps
     backoffs: int = 0
     note: str | None = None  # what the guard did, for the stats
-    balance_s: float = 0.0  # what its drafts gained on plain decoding, on the step-cost model (risk_budget)
-    modelled_plain_s: float = 0.0  # plain decoding's time for its tokens, on that model
 
     @property
     def speedup(self) -> float | None:
@@ -121,16 +109,6 @@ class SequencePace:
                 self.window.clear()
                 times = f" ({self.backoffs} times)" if self.backoffs > 1 else ""
                 self.note = f"backed off{times}: ran at {ratio:.2f}× plain"
-
-    def settle_bet(self, made: int, plain_step_s: float, extra_s: float) -> None:
-        """A step on the step-cost model: `made` tokens, which plain decoding makes in as many steps, for one plain
-        step plus extra_s for the drafts it verified."""
-        self.modelled_plain_s += made * plain_step_s
-        self.balance_s += (made - 1) * plain_step_s - extra_s
-
-    def risk_budget(self, plain_step_s: float) -> float:
-        """Seconds of extra verify cost this answer may still risk on one draft (RISK_ALLOWANCE_STEPS)."""
-        return RISK_ALLOWANCE_STEPS * plain_step_s + RISK_SHARE * self.modelled_plain_s + self.balance_s
 
     @property
     def holding(self) -> bool:

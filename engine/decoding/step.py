@@ -19,7 +19,7 @@ from .calibration import Progress, calibrate_steps
 from .cost_model import Acceptance, DraftPlanner, SpeculationConfig, StepCosts
 from .drafting import Drafting, FreeDrafting, ModelDrafting
 from .exactness import exact_verify_rows
-from .pace import RISK_SPENT, PlainPace, SequencePace
+from .pace import PlainPace, SequencePace
 from .proposers.auto import AutoDrafting, AutoProposer
 from .proposers.base import NoProposer, Proposal, Proposer
 from .runtime import Model
@@ -161,10 +161,9 @@ class StepLoop:
             cell_budget = (self.free_cells(active) - n) // n  # ... and the shared cache
             if cfg.exact:  # the batch stays as narrow as decodes like plain steps (unmeasured yet: one row)
                 row_budget = min(row_budget, ((self.exact_rows or 1) - n) // n)
-            afford = [self._affordable(s, n) for s in active]
-            room = [0 if s.pace.holding else min(a, max(0, min(cfg.max_draft, row_budget, cell_budget, left - 1)))
-                    for s, a, left in zip(active, afford, tokens_left)]  # the guard holds one that ran below plain
-            proposals = self._propose(active, room, tokens_left, afford)
+            room = [0 if s.pace.holding else max(0, min(cfg.max_draft, row_budget, cell_budget, left - 1))
+                    for s, left in zip(active, tokens_left)]  # the guard holds a sequence that ran below plain
+            proposals = self._propose(active, room, tokens_left)
         self._switch_threads(self.threads.before_step(drafting=any(p.tokens for p in proposals)))
         totals = self.totals
         rows, positions, seq_ids = [], [], []
@@ -192,12 +191,8 @@ class StepLoop:
         per_row = self.planner.record_step(len(rows), len(rows) - n, seconds)
         self._switch_threads(self.threads.record(per_row, self.planner.steps.contended, drafted=len(rows) > n))
         outcomes = []
-        plain = self.planner.steps.seconds(n)
         for s, proposal, verdict in zip(active, proposals, verdicts):
             k = len(proposal.tokens)
-            if plain is not None:  # the bet settled on the step-cost model (pace.risk_budget)
-                s.pace.settle_bet(verdict.accepted + 1, plain,
-                                  self.planner.steps.seconds(n + k, drafted=True) - plain if k else 0.0)
             if verdict.accepted < k:  # rejected drafts' cells go (a plain step or a whole keep leaves none)
                 target.forget_from(len(s.history) + verdict.accepted, s.slot)
             s.stats.verify_steps += 1
@@ -235,20 +230,6 @@ class StepLoop:
             s.stats.speedup_vs_plain = s.pace.speedup if self.speculating else None  # plain is plain
             s.stats.guard = s.pace.note
 
-    def _affordable(self, s: SequenceState, n: int) -> int:
-        """The longest draft `s` may bet on (pace.risk_budget): all of max_draft with fixed lengths or before the
-        step costs are known."""
-        steps, top = self.planner.steps, self.speculation.max_draft
-        plain = steps.seconds(n)
-        if not self.speculation.adaptive or plain is None:
-            return top
-        budget = s.pace.risk_budget(plain)
-        for k in range(top, 0, -1):
-            if steps.seconds(n + k, drafted=True) - plain <= budget:
-                return k
-        s.pace.note = s.pace.note or RISK_SPENT  # the stats say why this answer went plain
-        return 0
-
     def _switch_threads(self, threads: int | None) -> None:
         if threads is not None:  # the scale measured at the old count no longer applies
             self.target.set_threads(threads)
@@ -270,17 +251,15 @@ class StepLoop:
         self.drafting.time_draft(slot)
 
     # --- proposing and planning -----------------------------------------------------------------
-    def _propose(self, active: list[SequenceState], room: list[int], tokens_left: list[int],
-                 afford: list[int]) -> list[Proposal]:
-        """This step's proposals, each as long as its drafting planned; the sequences' stats say so. afford: each
-        one's risk cap (_affordable), which bounds room as the policy's choice, not the token budget's."""
+    def _propose(self, active: list[SequenceState], room: list[int], tokens_left: list[int]) -> list[Proposal]:
+        """This step's proposals, each as long as its drafting planned; the sequences' stats say so."""
         cfg = self.speculation
         t = self.clock()
         chosen, plan, caps = self.drafting.draft(active, room, tokens_left)
         spent = self.clock() - t
         self.totals.draft_s += spent
         chosen = [p if len(p.tokens) >= cfg.min_draft else Proposal() for p in chosen]
-        for s, k, p, cap, r, a in zip(active, plan.lengths, chosen, caps, room, afford):
+        for s, k, p, cap, r in zip(active, plan.lengths, chosen, caps, room):
             s.stats.draft_s += spent / len(active)
             s.stats.policy_draft_length, s.stats.draft_length = k, len(p.tokens)
             # Paused only when the planner predicted plain decoding faster, never for a step taken to measure
@@ -290,7 +269,7 @@ class StepLoop:
                 s.stats.speculation_paused = False
             elif k:
                 s.stats.speculation_paused = False
-            elif cap >= cfg.min_draft and r >= min(cfg.max_draft, a):
+            elif cap >= cfg.min_draft and r >= cfg.max_draft:
                 s.stats.speculation_paused = True
         return chosen
 

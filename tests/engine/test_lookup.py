@@ -164,7 +164,7 @@ def test_drafts_stop_at_an_end_token_unless_end_tokens_are_ignored(target):
     def proposed(stops_at_end: bool) -> list[int]:
         seq = SequenceState(0, list(history), Verifier(SamplingParams(temperature=0), loop.device, 0),
                             GenerationStats(), stops_at_end=stops_at_end)
-        return loop._propose([seq], [8], [32], [8])[0].tokens
+        return loop._propose([seq], [8], [32])[0].tokens
 
     assert proposed(True) == [302, target.eos]
     assert proposed(False)[:5] == [302, target.eos, 303, 304, 305]
