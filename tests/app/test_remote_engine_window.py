@@ -207,7 +207,7 @@ def test_the_lab_window_runs_the_experiment_against_servers(qtbot, server, tmp_p
         lab.form.clients_edit.setText("1,2")
         lab.prompt_combo.setCurrentIndex(lab.prompt_combo.findData(CUSTOM))
         lab.prompt_file.setText(str(prompts))
-        lab.max_tokens.setValue(48)  # room for a copy to earn drafts (pace.risk_budget) on any curve
+        lab.max_tokens.setValue(48)  # room for the copy to draft whatever curve the planner has
         lab.show()
         assert lab.form.servers_edit.isVisible() and not lab.draft_edit.isVisible()
         with qtbot.waitSignal(lab.runFinished, timeout=180_000) as done:
