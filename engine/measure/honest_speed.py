@@ -5,7 +5,8 @@ greedy's identical answers and speed.
     python -m engine.measure.honest_speed NAME=FILE.json [NAME=FILE.json ...]
 
 Measured ratio of a prompt: the median over its runs of method tok/s ÷ the plain tok/s measured beside it in the
-same round (bench_compare.plain_beside: the methods interleaved with plain runs, their order rotated). Estimate of a prompt: the median of its runs' speedup_vs_plain.
+same round (bench_compare.plain_beside: the methods interleaved with plain runs, their order rotated). Estimate of
+a prompt: the median of its runs' speedup_vs_plain.
 Per kind: geometric means over the kind's prompts.
 """
 from __future__ import annotations
