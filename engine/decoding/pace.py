@@ -20,8 +20,8 @@ MIN_SLOPE_SPAN = 32  # positions between the samples' halves before their slope 
 # The guard: over a sequence's last steps (at most GUARD_WINDOW, at least GUARD_MIN_STEPS holding GUARD_MIN_TOKENS
 # tokens, one of them drafting) the answer ran below GUARD_BELOW x plain, and so far no faster than plain in all: it
 # decodes plainly for GUARD_BACKOFF_STEPS steps, twice as many each time it happens again. Steps, not tokens alone:
-# where speculation loses, a step makes little more than one token (the Qwen2.5-Coder pair on sql-rename: 1.03 a step at 0.89x plain), and a window
-# asking for 2 a step never judged it.
+# where speculation loses, a step makes little more than one token (the Qwen2.5-Coder pair on sql-rename: 1.03 a
+# step at 0.89x plain), and a window asking for 2 a step never judged it.
 # Only while the answer as a whole runs no faster than plain (GUARD_AHEAD): an answer well ahead loses a little
 # in a window where a copy ends and its long drafts fail, and the planner's own realism already answers that; held
 # 16 steps it lost the next copy too (Gemma 3's fix-json, lookup: 1.51x plain unguarded, 1.23x with a guard that
