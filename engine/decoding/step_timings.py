@@ -82,7 +82,8 @@ def forget() -> None:
 def plausible(table: dict[tuple[int, int], float]) -> bool:
     """Whether each step of r rows took between PLAUSIBLE_LOW of a one-row step and PLAUSIBLE_HIGH times r of them
     (at its thread count; a count whose one-row step is not timed yet is not judged): a batch costs at least about
-    one row's pass over the weights and no more than its rows decoded one by one. A table outside that was timed in a busy spell (2 rows timed 12x one row here, during a
+    one row's pass over the weights and no more than its rows decoded one by one. A table outside that was timed
+    in a busy spell (2 rows timed 12x one row here, during a
     test run) and is not kept for a day of planning."""
     ones = {threads: s for (threads, rows), s in table.items() if rows == 1}
     return all(threads not in ones or PLAUSIBLE_LOW * ones[threads] <= s <= PLAUSIBLE_HIGH * rows * ones[threads]
