@@ -108,8 +108,14 @@ class Drafting:
             k = len(proposal.tokens)
             if k:
                 f = feature(s, proposal)
+                # Every draft kept: the step's own token is what the proposal's next one would have been verified
+                # against. Without it a planner that drafts k never learns slot k+1 (stuck at one token after a
+                # miss there, since a miss lowers an estimate and nothing else reaches the slot).
+                beyond = proposal.beyond if verdict.accepted == k else None
                 for table in (self.planner_of(proposal).acceptance, self.own(s)):
                     table.record(f, k, verdict.accepted)
+                    if beyond is not None:
+                        table.record_slot(f, k, verdict.next_token == beyond)
                 s.continuing = verdict.accepted == k
 
     def score_shadow(self, s: SequenceState, new_tokens: list[int]) -> None:
@@ -139,8 +145,8 @@ class FreeDrafting(Drafting):
         features = [feature(s, p) for s, p in zip(active, offered)]
         caps = [min(r, len(p.tokens)) for r, p in zip(room, offered)]
         plan = planner.plan(features, caps, [self.own(s) for s in active])
-        chosen = [Proposal(p.tokens[:k], None, p.match_length) if k else Proposal()
-                  for p, k in zip(offered, plan.lengths)]
+        chosen = [Proposal(p.tokens[:k], None, p.match_length, beyond=p.tokens[k] if k < len(p.tokens) else None)
+                  if k else Proposal() for p, k in zip(offered, plan.lengths)]
         for s, p, f, k in zip(active, offered, features, plan.lengths):
             if not k and p.tokens and not s.shadow:  # not drafting: score what it would have said
                 s.shadow, s.shadow_feature, s.shadow_hits = p.tokens[:SHADOW_TOKENS], f, 0

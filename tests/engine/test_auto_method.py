@@ -74,7 +74,7 @@ def test_auto_copies_with_lookup_guesses_with_the_draft_and_never_runs_the_draft
     assert sum(s[0] for s in copied) >= 24, copy_steps  # the passage came from lookup's copies ...
     assert all(rows == 0 for _, _, rows in copied), copy_steps  # ... and the draft model did not decode for them
     assert decoder.loop.draft_planner is not decoder.loop.planner
-    assert decoder.loop.draft_planner.acceptance.slot_acceptance(DRAFT_FEATURE)[0] > 0.5  # draft = target
+    assert decoder.loop.draft_planner.acceptance.mean_acceptance(DRAFT_FEATURE)[0] > 0.5  # draft = target
 
 
 def test_auto_with_a_draft_that_cannot_pay_is_lookup_alone(target, draft, monkeypatch):
@@ -104,7 +104,7 @@ def test_with_fixed_lengths_auto_guesses_with_the_draft_where_lookup_has_no_copy
                                  SpeculationConfig(max_draft=4, adaptive=False))
     for _ in decoder.generate(target.tokenize(OPEN), GREEDY, max_tokens=24, ignore_eos=True):
         pass
-    assert decoder.loop.draft_planner.acceptance.slot_acceptance(DRAFT_FEATURE)[0] > 0.5
+    assert decoder.loop.draft_planner.acceptance.mean_acceptance(DRAFT_FEATURE)[0] > 0.5
     assert decoder.stats.accepted >= 8, decoder.stats.to_dict()
 
 

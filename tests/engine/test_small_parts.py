@@ -64,7 +64,10 @@ def _policy(accept_rate: float, row_cost: float, steps: int = 200) -> DraftPlann
         k = planner.plan([FEATURE], [16]).lengths[0]
         planner.record_step(k + 1, k, 0.010 * (1 + row_cost * k))
         if k:
-            planner.acceptance.record(FEATURE, k, _kept_run(rng, accept_rate, k))
+            kept = _kept_run(rng, accept_rate, k)
+            planner.acceptance.record(FEATURE, k, kept)
+            if kept == k:  # the step's own token against the proposal's next one (drafting.record_tables)
+                planner.acceptance.record_slot(FEATURE, k, rng.random() < accept_rate)
         else:  # what the loop's shadow scoring feeds it while speculation is off
             planner.acceptance.record(FEATURE, 16, _kept_run(rng, accept_rate, 16))
     return planner
@@ -336,9 +339,28 @@ def test_borrowed_evidence_only_lowers_a_features_prior():
         holds.record((16, True), 16, 16)
         fails.record((16, True), 16, 0)
     short = (2, True)
-    assert holds.slot_acceptance(short)[0] == pytest.approx(prior_acceptance(short))
-    assert fails.slot_acceptance(short)[0] < prior_acceptance(short) / 2
-    assert holds.slot_acceptance((16, True))[0] > 0.95  # its own evidence still counts in full
+    assert holds.mean_acceptance(short)[0] == pytest.approx(prior_acceptance(short))
+    assert fails.mean_acceptance(short)[0] < prior_acceptance(short) / 2
+    assert holds.mean_acceptance((16, True))[0] > 0.95  # its own evidence still counts in full
+
+
+def test_a_bet_counts_on_less_than_the_estimate_the_less_it_rests_on():
+    """The optimizer's curse: bets go where estimates run high, and an estimate of few observations runs high by
+    chance, so a bet counts on the estimate less its uncertainty. One miss in three and fifteen in forty-five
+    estimate alike; the bet on the first counts on much less than the one on the well-seen slot. An unseen feature's
+    prior is no one's luck: a bet counts on it whole (a fresh chat's first copy drafts)."""
+    few, many = Acceptance(4), Acceptance(4)
+    for table, n in ((few, 1), (many, 15)):
+        for _ in range(n):
+            for kept in (True, False, True):
+                table.record_slot((4, False), 0, kept)
+    mean_few, mean_many = few.mean_acceptance((4, False))[0], many.mean_acceptance((4, False))[0]
+    assert mean_few == pytest.approx(mean_many, abs=0.05)
+    bet_few, bet_many = few.slot_acceptance((4, False))[0], many.slot_acceptance((4, False))[0]
+    assert bet_few < mean_few - 0.15 and mean_many - 0.12 < bet_many < mean_many and bet_few < bet_many - 0.05
+    assert few.expected_tokens((4, False))[1] == pytest.approx(1 + bet_few)  # what the planner prices drafts with
+    unseen = few.slot_acceptance((8, False))[0]  # no observations: the prior, which no noise has raised
+    assert unseen == pytest.approx(few.mean_acceptance((8, False))[0]) == pytest.approx(prior_acceptance((8, False)))
 
 
 def test_a_low_realism_expires_so_drafting_can_resume():
@@ -463,3 +485,33 @@ def test_a_model_collected_while_another_thread_loads_is_freed_by_the_next_load(
     thread.join()
     Model(model_path, LoadSettings(n_gpu_layers=0), vocab_only=True).close()
     assert runtime._unfreed == []
+
+
+def test_a_draft_kept_whole_also_shows_the_slot_after_it():
+    """A lookup draft cut to the plan's k tokens and kept whole: the step's own token is what the proposal's next
+    token would have been verified against, so slot k is observed too (hit or miss). A draft not kept whole says
+    nothing of it."""
+    import torch
+
+    from engine.decoding.drafting import FreeDrafting, lookup_feature
+    from engine.decoding.proposers.base import Proposal
+    from engine.decoding.proposers.lookup import LookupProposer
+    from engine.decoding.sampling import SamplingParams
+    from engine.decoding.stats import GenerationStats
+    from engine.decoding.step import SequenceState
+    from engine.decoding.verifier import Verdict, Verifier
+
+    planner = DraftPlanner(SpeculationConfig(max_draft=8), costly_proposer=False)
+    drafting = FreeDrafting(LookupProposer(), planner, None, planner.config, lambda: 0.0)
+    seq = SequenceState(0, [1, 2, 3], Verifier(SamplingParams(temperature=0.0), torch.device("cpu"), 0),
+                        GenerationStats())
+    f = lookup_feature(6, False)
+    cut = Proposal([7, 8], None, 6, beyond=9)
+    for verdict in (Verdict(2, 9),  # kept whole, and the target wrote 9: slot 2 a hit
+                    Verdict(2, 5),  # kept whole, the target wrote 5: slot 2 a miss
+                    Verdict(1, 5)):  # not kept whole: slot 2 not reached
+        seq.continuing = False  # (one feature throughout)
+        drafting.record_tables([seq], [cut], [verdict])
+    for table in (planner.acceptance, seq.acceptance):
+        assert table._seen[f][:3] == [3.0, 3.0, 2.0]
+        assert table.mean_acceptance(f)[2] < table.mean_acceptance(f)[0]  # one hit and one miss, against 3 of 3

@@ -16,6 +16,9 @@ class Proposal:
     probs: Candidates | None = None  # q for each token; None means point-mass drafts (lookup)
     match_length: int = 0  # lookup: how many tokens of the history's end matched where the draft was found
     from_draft: bool = False  # made by a draft model (its acceptance and cost are kept apart from lookup's)
+    # lookup, cut to the plan's length: its next token, which the step's own token (after every draft is kept)
+    # shows right or wrong, so a slot the plan stopped short of is still observed
+    beyond: int | None = None
 
 
 # (sequence id, its history: prompt + everything generated, most tokens wanted)
