@@ -26,7 +26,10 @@ CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }
           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 # Each within the Jinja sandbox's own rules (range() under its 100,000 cap, no attribute escapes).
 SPINS = "{% for i in range(99999) %}{% for j in range(99999) %}{% set x = i * j %}{% endfor %}{% endfor %}"
-SPINS_WRITING = "{% for i in range(99999) %}{% for j in range(99999) %}x{% endfor %}{% endfor %}"
+# Writes a character every 100 turns: written every turn, its output filled the 512 MB before 3 s had passed on a
+# faster machine (the memory limit then refused it, rightly, but this one is the time limit's case).
+SPINS_WRITING = ("{% for i in range(99999) %}{% for j in range(99999) %}{% if j % 100 == 0 %}x{% endif %}{% endfor %}"
+                 "{% endfor %}")
 HOGS = "{{ 'x' * 8000000000 }}"
 CENTRES = "{{ 'x' | center(4000000000) }}"
 WRITES_MEGABYTES = "{{ 'x' * 50000000 }}"
