@@ -269,13 +269,13 @@ class Acceptance:
         """Per slot (the first `slots` of them): what a bet may count on. For a lookup match, the estimate less
         BET_CONFIDENCE_SDS of its uncertainty, which shrinks as the slot's observations grow (see there); for a
         draft model's guess, the estimate: it has one feature, so no choice among many to favour the lucky."""
+        mean = self.mean_acceptance(feature, own, slots)
         if not _is_match(feature):
-            return self.mean_acceptance(feature, own, slots)
-        seen = self._seen.get(feature, [0.0] * self.max_draft)
+            return mean
+        seen = self._seen.get(feature, [0.0] * self.max_draft)[:len(mean)]  # planned every step: only the slots asked
         if own is not None and feature in own._seen:  # the shared table holds the sequence's own as a rule
             seen = [max(a, b) for a, b in zip(seen, own._seen[feature])]
-        return [a - BET_CONFIDENCE_SDS * math.sqrt(n * a * (1.0 - a)) / (n + PRIOR_WEIGHT)
-                for a, n in zip(self.mean_acceptance(feature, own, slots), seen)]
+        return [a - BET_CONFIDENCE_SDS * math.sqrt(n * a * (1.0 - a)) / (n + PRIOR_WEIGHT) for a, n in zip(mean, seen)]
 
     def mean_acceptance(self, feature: Hashable, own: "Acceptance | None" = None,
                         slots: int | None = None) -> list[float]:
