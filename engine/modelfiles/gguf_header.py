@@ -297,6 +297,9 @@ def metadata_problem(meta: dict, name: str) -> str | None:
     if rope is not None and rope not in ROPE_SCALING_TYPES:
         return f"{name} asks for an unknown RoPE scaling type {rope!r} (known: {', '.join(ROPE_SCALING_TYPES)})."
     tokens = meta.get("tokenizer.ggml.tokens")
+    if isinstance(tokens, list) and not all(isinstance(token, bytes) for token in tokens):
+        # llama.cpp reads the vocabulary with gguf_get_arr_str, which asserts the array holds strings
+        return f"{name}'s vocabulary (tokenizer.ggml.tokens) is not a list of strings: the file is damaged."
     if isinstance(tokens, list):
         seen: dict[bytes, int] = {}
         for i, token in enumerate(tokens):
