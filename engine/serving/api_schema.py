@@ -1,9 +1,17 @@
 """OpenAI's request and response shapes: a request body checked field by field into what the engine
 needs, and the engine's figures written back as `usage` and a llama-server-style `timings` object.
-Unknown fields are ignored (as llama-server does); known ones of the wrong type or range are a 400."""
+Unknown fields are ignored (as llama-server does); known ones of the wrong type or range are a 400.
+
+Every field a client can size is bounded (issue 63: one 1 MB stop string stalled every request for 54 s): the
+stop strings by the constants below, messages by MAX_MESSAGES and their text by the context (openai_api refuses
+text whose byte length alone cannot fit), max_tokens by the context, n/best_of to 1, tools and logit_bias refused
+whole, and everything by the body's size limit. Text that is not valid Unicode (a lone surrogate such as
+"\\ud800", which JSON can spell but UTF-8 cannot encode) is a 400 naming its field: the tokenizer could not
+take it."""
 from __future__ import annotations
 
 import math
+import reprlib
 from dataclasses import dataclass
 
 from ..decoding.batch import Job
@@ -11,7 +19,11 @@ from ..decoding.sampling import SamplingParams
 from ..decoding.stats import GenerationStats
 from ..errors import InvalidSettingError
 
-MAX_STOPS = 4  # as OpenAI allows
+MAX_STOPS = 16  # OpenAI allows 4; llama-server and vLLM any number, and their clients may send more than 4
+MAX_STOP_CHARS = 1024  # per stop string: far beyond any template's or person's, short to match every token
+MAX_MESSAGES = 2048  # as OpenAI allows
+MAX_CONTENT_PARTS = 1024  # text parts of one message's content list
+MAX_TOP_K = 2**31 - 1  # llama.cpp's int32
 DEFAULT_MAX_TOKENS = 2048  # when a request names none (and the context has room)
 
 
@@ -25,21 +37,44 @@ class ApiError(Exception):
         self.headers = headers or {}
 
     def body(self) -> dict:
-        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
+        # A lone surrogate quoted from a request could not be written as UTF-8: escaped, the error still goes out.
+        message = self.message.encode("utf-8", "backslashreplace").decode("utf-8")
+        return {"error": {"message": message, "type": self.kind, "param": self.param, "code": self.code}}
 
 
 def _bad(param: str, message: str) -> ApiError:
     return ApiError(400, f"'{param}': {message}", param=param)
 
 
+_REPR = reprlib.Repr()  # a client's value, quoted back in a message: short however big or deep it is
+_REPR.maxstring = _REPR.maxother = 60
+_REPR.maxlevel = 3
+
+
+def shown(value) -> str:
+    return _REPR.repr(value)
+
+
+def checked_text(text: str, param: str, name: str | None = None) -> str:
+    """text, or a 400 for param when it holds a lone surrogate (JSON's "\\ud800"): not valid Unicode, so
+    neither the tokenizer nor a response could encode it. name: the part of param the message names."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise _bad(param, f"{name or param} has a lone surrogate ({text[exc.start]!r}) at character {exc.start}, "
+                          "which is not valid Unicode; send UTF-8 text") from None
+    return text
+
+
 def _number(body: dict, name: str, default: float, low: float, high: float, low_open: bool = False) -> float:
     value = body.get(name)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise _bad(name, f"expected a number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            isinstance(value, float) and not math.isfinite(value)):  # (isfinite overflows on a 400-digit int)
+        raise _bad(name, f"expected a number, got {shown(value)}")
     if value > high or value < low or (low_open and value == low):
-        raise _bad(name, f"must be {'above' if low_open else 'at least'} {low} and at most {high}, got {value!r}")
+        raise _bad(name, f"must be {'above' if low_open else 'at least'} {low} and at most {high}, got {shown(value)}")
     return float(value)
 
 
@@ -48,10 +83,10 @@ def _integer(body: dict, name: str, default: int | None, low: int, high: int | N
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _bad(name, f"expected a whole number, got {value!r}")
+        raise _bad(name, f"expected a whole number, got {shown(value)}")
     if value < low or (high is not None and value > high):
-        raise _bad(name, f"must be between {low} and {high}, got {value!r}" if high is not None
-                   else f"must be at least {low}, got {value!r}")
+        raise _bad(name, f"must be between {low} and {high}, got {shown(value)}" if high is not None
+                   else f"must be at least {low}, got {shown(value)}")
     return value
 
 
@@ -60,7 +95,7 @@ def _flag(body: dict, name: str) -> bool:
     if value is None:
         return False
     if not isinstance(value, bool):
-        raise _bad(name, f"expected true or false, got {value!r}")
+        raise _bad(name, f"expected true or false, got {shown(value)}")
     return value
 
 
@@ -96,13 +131,7 @@ def parse_generation(body: dict, n_ctx: int) -> Generation:
     max_tokens = _integer(body, "max_completion_tokens", None, 1, limit)
     if max_tokens is None:
         max_tokens = _integer(body, "max_tokens", None, 1, limit)
-    stop = body.get("stop")
-    if stop is None:
-        stop = []
-    elif isinstance(stop, str):
-        stop = [stop]
-    elif not (isinstance(stop, list) and all(isinstance(s, str) for s in stop)) or len(stop) > MAX_STOPS:
-        raise _bad("stop", f"expected a string or a list of up to {MAX_STOPS} strings")
+    stop = parse_stop(body)
     options = body.get("stream_options")
     if options is not None and not (isinstance(options, dict) and all(
             isinstance(options.get(k, False), bool) for k in ("include_usage", "continuous_usage_stats"))):
@@ -112,15 +141,34 @@ def parse_generation(body: dict, n_ctx: int) -> Generation:
         sampling = SamplingParams(
             temperature=_number(body, "temperature", defaults.temperature, 0.0, 2.0),
             top_p=_number(body, "top_p", defaults.top_p, 0.0, 1.0, low_open=True),
-            top_k=_integer(body, "top_k", defaults.top_k, 0),
+            top_k=_integer(body, "top_k", defaults.top_k, 0, MAX_TOP_K),
             min_p=_number(body, "min_p", defaults.min_p, 0.0, 0.999),
             seed=_integer(body, "seed", None, -2**63, 2**63 - 1),
         )
     except InvalidSettingError as exc:  # the ranges above are the same; this is a second net
         raise ApiError(400, str(exc)) from exc
-    return Generation(sampling, max_tokens, [s for s in stop if s], _flag(body, "stream"),
+    return Generation(sampling, max_tokens, stop, _flag(body, "stream"),
                       bool((options or {}).get("include_usage")), bool((options or {}).get("continuous_usage_stats")),
                       _flag(body, "ignore_eos"))
+
+
+def parse_stop(body: dict) -> list[str]:
+    """The stop strings, empty ones dropped: at most MAX_STOPS, each at most MAX_STOP_CHARS (the matcher runs
+    on the engine thread every request shares)."""
+    stop = body.get("stop")
+    if stop is None:
+        return []
+    stops = [stop] if isinstance(stop, str) else stop
+    if not isinstance(stops, list) or len(stops) > MAX_STOPS:
+        raise _bad("stop", f"expected a string or a list of up to {MAX_STOPS} strings, got {shown(stop)}")
+    for i, s in enumerate(stops):
+        name = "stop" if isinstance(stop, str) else f"stop[{i}]"
+        if not isinstance(s, str):
+            raise _bad("stop", f"{name} is {shown(s)}; expected a string")
+        if len(s) > MAX_STOP_CHARS:
+            raise _bad("stop", f"{name} is {len(s):,} characters; at most {MAX_STOP_CHARS:,}")
+        checked_text(s, "stop", name)
+    return [s for s in stops if s]
 
 
 def parse_messages(body: dict, answering: bool = True) -> list[dict]:
@@ -129,24 +177,35 @@ def parse_messages(body: dict, answering: bool = True) -> list[dict]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise _bad("messages", "expected a non-empty list of messages")
+    if len(messages) > MAX_MESSAGES:
+        raise _bad("messages", f"{len(messages):,} messages; at most {MAX_MESSAGES:,}")
     out = []
     for i, m in enumerate(messages):
-        if not isinstance(m, dict) or m.get("role") not in ("system", "developer", "user", "assistant"):
+        role = m.get("role") if isinstance(m, dict) else None
+        if not isinstance(role, str) or role not in ("system", "developer", "user", "assistant"):
             raise _bad(f"messages[{i}]", "expected {\"role\": system|developer|user|assistant, \"content\": ...}")
-        content = m.get("content")
-        if isinstance(content, list):  # content parts: text only
-            if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
-                       for p in content):
-                raise _bad(f"messages[{i}].content", "only text parts are supported")
-            content = "".join(p["text"] for p in content)
-        if content is None and m.get("role") == "assistant":
+        content = _content(m.get("content"), f"messages[{i}].content")
+        if content is None and role == "assistant":
             content = ""
         if not isinstance(content, str):
-            raise _bad(f"messages[{i}].content", f"expected text, got {content!r}"[:200])
-        out.append({"role": "system" if m["role"] == "developer" else m["role"], "content": content})
+            raise _bad(f"messages[{i}].content", f"expected text, got {shown(content)}")
+        out.append({"role": "system" if role == "developer" else role, "content": content})
     if answering and out[-1]["role"] != "user":
         raise _bad("messages", "the last message must be the user's")
     return out
+
+
+def _content(content, param: str):
+    """A message's content: its text parts joined, checked as text; anything else as it came."""
+    if isinstance(content, list):  # content parts: text only
+        if len(content) > MAX_CONTENT_PARTS:
+            raise _bad(param, f"{len(content):,} parts; at most {MAX_CONTENT_PARTS:,}")
+        for j, p in enumerate(content):
+            if not (isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)):
+                raise _bad(param, f"{param}[{j}]: only text parts are supported, got {shown(p)}")
+            checked_text(p["text"], f"{param}[{j}].text")
+        return "".join(p["text"] for p in content)
+    return checked_text(content, param) if isinstance(content, str) else content
 
 
 def parse_prompt(body: dict) -> str:
@@ -154,8 +213,8 @@ def parse_prompt(body: dict) -> str:
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
     if not isinstance(prompt, str) or not prompt:
-        raise _bad("prompt", "expected a non-empty string")
-    return prompt
+        raise _bad("prompt", f"expected a non-empty string, got {shown(prompt)}")
+    return checked_text(prompt, "prompt")
 
 
 def fit_prompt(tokens: list[int], max_tokens: int | None, n_ctx: int) -> int:

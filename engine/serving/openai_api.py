@@ -7,8 +7,10 @@ The event loop never does model work: parsing a body, templating and tokenizing 
 /health and every other request answer while a big one is prepared. A body over ApiConfig.max_body_bytes is
 refused (413) from its Content-Length, or as soon as that many bytes have come; a body still arriving after
 BODY_TIMEOUT_S is a 408; a prompt whose byte length alone is more than the context can hold is a 400 before it
-is templated or tokenized; a chat template the sandbox refused (engine/template_sandbox.py) makes chat requests
-fail with a clear 500 rather than guess another format for a client that cannot see a notice.
+is templated or tokenized; a body that is not a JSON object, or whose fields are not what api_schema.py takes,
+is a 4xx naming what is wrong (request_body.py), never a 500; a chat template the sandbox refused
+(engine/template_sandbox.py) makes chat requests fail with a clear 500 rather than guess another format for a
+client that cannot see a notice.
 
 Any web page can send requests to a loopback server: a "simple" cross-site POST (Content-Type text/plain, no
 preflight) runs the model, and a page whose DNS name is rebound to 127.0.0.1 reads the answers. So, before any
@@ -54,8 +56,9 @@ from ..decoding.answer import Delta
 from ..decoding.batch import Job
 from ..decoding.sampling import request_seed, stream_seeds
 from ..errors import EngineError
-from .api_schema import (ApiError, Generation, finish_reason, fit_prompt, parse_generation, parse_messages,
-                         parse_prompt, timings, usage)
+from .api_schema import (ApiError, Generation, checked_text, finish_reason, fit_prompt, parse_generation,
+                         parse_messages, parse_prompt, timings, usage)
+from .request_body import declared_length, parse_json as _parse_json, read_capped, too_large  # (fuzz: _parse_json)
 from .scheduler import SERVER_STOPPED, QueueFull, Scheduler, ServerStopping
 
 log = logging.getLogger(__name__)
@@ -151,31 +154,26 @@ class _Handlers:
             return
         given = request.headers.get("authorization", "")
         scheme, _, token = given.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip(), self.config.api_key):
+        # As bytes: compare_digest raises TypeError for a str with non-ASCII characters (a 500, before).
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode("latin-1"),
+                                                                  self.config.api_key.encode("utf-8")):
             raise ApiError(401, "Invalid or missing API key (send 'Authorization: Bearer <key>').",
                            kind="authentication_error", code="invalid_api_key")
 
     async def read_body(self, request: Request) -> dict:
-        declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > self.config.max_body_bytes:
-            raise self.too_large(int(declared))
+        """The body as a JSON object, or a 4xx ApiError (request_body.py): never an exception that becomes a 500."""
+        cap = self.config.max_body_bytes
+        declared = declared_length(request.headers.get("content-length"))
+        if declared is not None and declared > cap:
+            raise too_large(declared, cap)
         try:
-            raw = await asyncio.wait_for(_read_capped(request, self.config.max_body_bytes), BODY_TIMEOUT_S)
+            raw = await asyncio.wait_for(read_capped(request, cap), BODY_TIMEOUT_S)
         except asyncio.TimeoutError:
             raise ApiError(408, f"The request body did not arrive within {BODY_TIMEOUT_S:g} s.", code="request_timeout",
                            headers={"Connection": "close"}) from None
         if raw is None:
-            raise self.too_large(None)
-        body = await run_in_threadpool(_parse_json, raw)  # a few MB of JSON is tens of ms: not on the event loop
-        model = body.get("model")
-        if model is not None and not isinstance(model, str):
-            raise ApiError(400, "'model': expected a string", param="model")
-        return body
-
-    def too_large(self, size: int | None) -> ApiError:
-        said = f"{size:,} bytes" if size is not None else "over the limit"
-        return ApiError(413, f"The request body is {said}; this server takes at most {self.config.max_body_bytes:,}.",
-                        code="request_too_large", headers={"Connection": "close"})
+            raise too_large(None, cap)
+        return await run_in_threadpool(_parse_json, raw)  # a few MB of JSON is tens of ms: not on the event loop
 
     def chat_tokens(self, messages: list[dict], limit: bool = True,
                     continue_last: bool = False) -> tuple[list[int], tuple[str, ...]]:
@@ -374,9 +372,11 @@ class _Handlers:
             if "messages" in body:
                 tokens, _ = await run_in_threadpool(self.chat_tokens, parse_messages(body, answering=False), False)
             else:
-                text = body.get("prompt", body.get("content"))
+                name = "prompt" if "prompt" in body else "content"
+                text = body.get(name)
                 if not isinstance(text, str):
                     raise ApiError(400, "Send 'messages', or the text as 'prompt' or 'content'.", param="prompt")
+                checked_text(text, name)
                 tokens = await run_in_threadpool(self.target.tokenize, text, body.get("add_special") is True, False)
         except ApiError as exc:
             return _error_response(exc)
@@ -486,27 +486,6 @@ def _keep(config: ApiConfig, rec: RequestRecord) -> None:
     del config.records[:-1000]
     if config.on_record:
         config.on_record(rec)
-
-
-async def _read_capped(request: Request, cap: int) -> bytes | None:
-    """The body, or None as soon as it passes cap bytes (what came is dropped, the rest never read)."""
-    parts, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > cap:
-            return None
-        parts.append(chunk)
-    return b"".join(parts)
-
-
-def _parse_json(raw: bytes) -> dict:
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError(400, f"The request body is not valid JSON: {exc}") from exc
-    if not isinstance(body, dict):
-        raise ApiError(400, "The request body must be a JSON object.")
-    return body
 
 
 async def _collect(feed: _Feed, parts: list[str]) -> None:
