@@ -410,7 +410,8 @@ def append_code(doc: QTextDocument, code: str, start: int, spans: list[list[int]
     lo = start
     while lo > 0 and code[lo - 1].isspace():
         lo -= 1
-    runs = ((*trim_run(code, s[0], min(s[1], len(code))), span_color(s)) for s in spans or [] if s[1] > lo)
+    # A span may start before the code (on its opening fence: shifted by the fence, it is negative) or end past it.
+    runs = ((*trim_run(code, max(s[0], 0), min(s[1], len(code))), span_color(s)) for s in spans or [] if s[1] > lo)
     _merge_formats(cursor, [(max(a, lo), b, _shade(color)) for a, b, color in runs])
     cursor.endEditBlock()
 
