@@ -136,3 +136,9 @@ def test_hostile_markdown_renders_and_loads_nothing_it_names(qapp, widget, probe
     controlled = []
     check()
     assert controlled  # the control ran
+
+
+def test_a_draft_span_over_an_empty_code_blocks_fences_renders(qapp, widget):
+    """Found by this fuzzer: a span from the opening fence, shifted into the code, started at -4 (IndexError)."""
+    with bounded("the Markdown renderer"):
+        rendered(widget, "```\n```\n", [[0, 5]], True, False)
