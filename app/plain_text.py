@@ -7,28 +7,12 @@ from __future__ import annotations
 import re
 import unicodedata
 
-# Format (Cf: bidi controls U+202A-E, U+2066-9, U+200E/F, U+061C; zero-width U+200B-D, U+2060, U+FEFF; soft
-# hyphen, tags) and control (Cc) characters, and the line and paragraph separators.
-_INVISIBLE = ("Cf", "Cc", "Zl", "Zp")
+from engine.text_rules import plain_name, shown_plainly  # noqa: F401 - shown_plainly is used from here
+
 WINDOWS_RESERVED = {"CON", "PRN", "AUX", "NUL", *(f"COM{n}" for n in range(1, 10)), *(f"LPT{n}" for n in range(1, 10))}
 NAME_CHARS = 80
 
-
-def _invisible(c: str) -> bool:
-    return unicodedata.category(c) in _INVISIBLE
-
-
-def plain_line(text: str) -> str:
-    """text as one line with nothing invisible in it: controls and line breaks become spaces, format characters
-    go; runs of spaces become one."""
-    kept = "".join((" " if unicodedata.category(c) != "Cf" else "") if _invisible(c) else c for c in text)
-    return " ".join(kept.split())
-
-
-def shown_plainly(text: str) -> str:
-    """text as it is, with each invisible character (but line breaks and tabs) shown as ⟨U+XXXX⟩, so what is
-    read is what the text holds."""
-    return "".join(f"⟨U+{ord(c):04X}⟩" if _invisible(c) and c not in "\n\t" else c for c in text)
+plain_line = plain_name  # the window's name for it
 
 
 def safe_file_name(title: str, suffix: str) -> str:

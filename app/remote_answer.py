@@ -15,6 +15,7 @@ from typing import Callable
 from engine.errors import EngineError
 from engine.remote.client import RemoteEngine, RemoteFigures, interruptible
 from engine.remote.endpoint import Endpoint
+from engine.text_rules import plain_name
 from engine.remote.keys import saved_key
 
 from app.progress import rate_points
@@ -75,7 +76,8 @@ def model_label(model_id: str) -> str:
     """A server's model id as the window shows it: a file path (llama-server names its model so) by its name."""
     looks_like_path = model_id.startswith(("/", "~", "\\")) or model_id.lower().endswith(".gguf") \
         or re.match(r"^[A-Za-z]:[\\/]", model_id) is not None
-    return re.split(r"[\\/]", model_id)[-1] if looks_like_path else model_id
+    # A name a server chose: no bidi control may make it read as another (engine.text_rules).
+    return plain_name(re.split(r"[\\/]", model_id)[-1] if looks_like_path else model_id)
 
 
 def figures(stats: dict) -> dict:

@@ -6,11 +6,14 @@ everything about how the text itself is shown is here.
 """
 from __future__ import annotations
 
+from bisect import bisect_left
+
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QPalette
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QToolButton, QVBoxLayout, QWidget
 
 from engine.reasoning import find_thinking
+from engine.text_rules import BIDI_CONTROLS, SHOWN_WIDTH, bidi_shown
 
 from app.chat.attachments import AttachmentRow, split_attachments
 from app.chat.long_text import LongTextViewer, size_words
@@ -186,6 +189,7 @@ class MessageBody(QWidget):
     def set_content(self, source: str, spans, color_drafts: bool, markdown: bool = True, final: bool = True) -> None:
         """final: the text is complete (an unclosed code block is then coloured too). Text past the fold point is
         not rendered: "Show all" opens it."""
+        source, spans = shown_bidi(source, spans)
         self.source = source
         fold = fold_point(source)
         self.show_all.setVisible(fold is not None)
@@ -233,6 +237,17 @@ class MessageBody(QWidget):
 
     def toPlainText(self) -> str:
         return "\n".join(c.toPlainText() for c in self.chunks)
+
+
+def shown_bidi(source: str, spans):
+    """source with its bidi controls shown by their code, not obeyed (engine.text_rules.bidi_shown), and its
+    draft spans moved to the same characters."""
+    marks = [m.start() for m in BIDI_CONTROLS.finditer(source)]
+    if not marks:
+        return source, spans
+    def moved(i: int) -> int:
+        return i + (SHOWN_WIDTH - 1) * bisect_left(marks, i)
+    return bidi_shown(source), [[moved(s[0]), moved(s[1]), *s[2:]] for s in spans] if spans else spans
 
 
 def thought_label(closed: bool, streaming: bool, seconds: float | None) -> str:

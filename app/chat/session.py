@@ -25,6 +25,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from engine.reasoning import ThoughtClock, without_thinking
 from engine.remote.endpoint import Endpoint
+from engine.text_rules import plain_name, valid_text
 
 from app.chat.model import ChatModel, add_segments, continuable
 from app.remote_answer import model_label
@@ -44,10 +45,7 @@ STALL_AFTER_S = 20.0  # a long prompt on a slow CPU may take this long to read; 
 STOP_GRACE_S = 3.0  # the engine honours Stop within a step (or a template's 3 s limit); past this it is stuck
 
 
-def storable(text: str) -> str:
-    """Text as it can be saved and tokenized: a lone UTF-16 surrogate (pasted from a broken source)
-    becomes U+FFFD instead of failing every UTF-8 encode downstream; proper pairs are kept."""
-    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+storable = valid_text  # text as it can be saved and tokenized (engine.text_rules)
 
 
 def store_problem(exc: BaseException) -> tuple[str, str]:
@@ -60,7 +58,7 @@ def store_problem(exc: BaseException) -> tuple[str, str]:
 
 
 def title_from(text: str) -> str:
-    line = " ".join(text.split())
+    line = plain_name(text)
     return line if len(line) <= TITLE_CHARS else line[:TITLE_CHARS - 1].rstrip() + "…"
 
 
@@ -432,7 +430,7 @@ class ChatSession(QObject):
             self._saved_at = time.monotonic()
             try:
                 self.store.update_message(self.streaming)
-            except STORE_ERRORS as exc:
+            except Exception as exc:  # noqa: BLE001 - whatever the store raised, the answer is held, not lost
                 self._hold(self.streaming_conversation, self.streaming, exc)
             else:
                 self._saved(self.streaming.id)
@@ -468,7 +466,7 @@ class ChatSession(QObject):
         for mid, (cid, message) in list(self._unsaved.items()):
             try:
                 self.store.update_message(message)
-            except STORE_ERRORS as exc:
+            except Exception as exc:  # noqa: BLE001 - held until it can be saved (see _save)
                 log.info("an answer held is still not saved: %s", exc)
                 return False
             if cid is not None and message is not self.streaming:

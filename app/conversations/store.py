@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.paths import data_dir, unwritable_reason
+from engine.text_rules import plain_name, valid_json, valid_text
 
 log = logging.getLogger(__name__)
 
@@ -205,10 +206,10 @@ class ConversationStore:
     def create_conversation(self, title: str = "New chat") -> int:
         now = time.time()
         return self.db.execute("INSERT INTO conversations(title, created_at, updated_at) VALUES (?, ?, ?)",
-                               (title, now, now)).lastrowid
+                               (_title(title), now, now)).lastrowid
 
     def rename(self, conversation_id: int, title: str) -> None:
-        self.db.execute("UPDATE conversations SET title=? WHERE id=?", (title.strip() or "Untitled", conversation_id))
+        self.db.execute("UPDATE conversations SET title=? WHERE id=?", (_title(title), conversation_id))
 
     def conversation_settings(self, conversation_id: int) -> dict:
         """What this conversation overrides of the app's settings ({} = nothing)."""
@@ -258,8 +259,7 @@ class ConversationStore:
         message.id = self.db.execute(
             "INSERT INTO messages(conversation_id, role, content, status, model, stats, draft_spans, notice, "
             "created_at, parent_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (conversation_id, message.role, message.content, message.status, message.model,
-             _dump(message.stats), _dump(message.draft_spans), message.notice, time.time(), parent)).lastrowid
+            (conversation_id, message.role, *_texts(message), time.time(), parent)).lastrowid
         self._choose(conversation_id, parent, message.id)
         self.touch(conversation_id)
         return message.id
@@ -291,15 +291,26 @@ class ConversationStore:
     def update_message(self, message: Message) -> None:
         self.db.execute(
             "UPDATE messages SET content=?, status=?, model=?, stats=?, draft_spans=?, notice=? WHERE id=?",
-            (message.content, message.status, message.model, _dump(message.stats), _dump(message.draft_spans),
-             message.notice, message.id))
+            (*_texts(message), message.id))
 
     def close(self) -> None:
         self.db.close()
 
 
+def _title(title: str) -> str:
+    # A title names a conversation: one line, no bidi control or invisible character (engine.text_rules).
+    return plain_name(title) or "Untitled"
+
+
+def _texts(message: Message) -> tuple:
+    """The message's columns from content to notice, each valid text: a lone surrogate (a remote answer or an
+    imported chat can hold one) would make SQLite's UTF-8 encode raise, and the answer would be lost."""
+    return (valid_text(message.content), message.status, plain_name(message.model), _dump(message.stats),
+            _dump(message.draft_spans), valid_text(message.notice))
+
+
 def _dump(value) -> str | None:
-    return None if value is None else json.dumps(value, separators=(",", ":"))
+    return None if value is None else json.dumps(valid_json(value), separators=(",", ":"))
 
 
 def _load(text: str | None, default):

@@ -13,7 +13,6 @@ event for read_timeout_s is given up, however many bytes trickle in; the stream 
 """
 from __future__ import annotations
 
-import json
 import logging
 import queue
 import re
@@ -27,6 +26,7 @@ import httpx
 
 from ..decoding.sampling import SamplingParams
 from ..errors import EngineError
+from .. import text_rules
 from . import prometheus
 from .endpoint import Endpoint
 
@@ -195,8 +195,8 @@ class RemoteEngine:
         if status != 200:
             raise EngineError(status_error(self.endpoint.url + path, status, body.decode("utf-8", "replace")))
         try:
-            return json.loads(body)
-        except (ValueError, RecursionError):  # RecursionError: a body nested deeper than Python's stack
+            return text_rules.loads(body)  # every string valid text; nesting too deep is a ValueError
+        except ValueError:
             raise EngineError(f"{self.endpoint.url}{path} did not answer JSON.") from None
 
     def _fetch(self, method: str, path: str, limit: int, **kwargs) -> tuple[int, bytes]:
@@ -571,8 +571,8 @@ def _chunk(data: str):
     if data == DONE:
         return DONE
     try:
-        chunk = json.loads(data)
-    except (ValueError, RecursionError):
+        chunk = text_rules.loads(data)  # a lone surrogate in an answer becomes U+FFFD: it can be saved
+    except ValueError:
         return None
     return chunk if isinstance(chunk, dict) else None
 
@@ -675,10 +675,10 @@ def status_error(url: str, status: int, text: str) -> str:
     MAX_ERROR_BYTES, the words cut to MAX_SHOWN_CHARS)."""
     said = text.strip()
     try:
-        body = json.loads(said)
+        body = text_rules.loads(said)
         error = body.get("error", body) if isinstance(body, dict) else body
         said = error.get("message") or error.get("detail") or said if isinstance(error, dict) else str(error)
-    except (ValueError, RecursionError):
+    except ValueError:
         pass
     said = _cut(" ".join(str(said).split()), MAX_SHOWN_CHARS)
     if status == 401 or status == 403:
