@@ -752,7 +752,8 @@ class MainWindow(QMainWindow):
         return answer == QMessageBox.StandardButton.Yes
 
     def closeEvent(self, event) -> None:
-        asked = not self.session.save_unsaved()
+        # An answer the store still refuses is kept for the next start if it can be; only if not, closing asks.
+        asked = not self.session.save_unsaved() and self.session.keep_held() is None
         if asked and not self._close_unsaved():
             event.ignore()
             return

@@ -10,8 +10,8 @@ said so within STOP_GRACE_S (a stuck engine), the answer is ended here, kept as 
 
 A write the store refuses (a full disk) never stops an answer: it keeps streaming into the window, ends as
 usual, and is held in memory (shown from there) and saved again every RETRY_EVERY_S, at the next send and at
-close; one notice says so (saveNotice), and another once it is saved. A question that cannot be saved is
-not sent.
+close (still refused then, it is kept in a file of its own that the next start saves: held_answers.py); one
+notice says so (saveNotice), and another once it is saved. A question that cannot be saved is not sent.
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import errno
 import logging
 import sqlite3
 import time
+from pathlib import Path
 from typing import Callable
 
 from PySide6.QtCore import QObject, QTimer, Signal
@@ -32,13 +33,15 @@ from app.remote_answer import model_label
 from app.settings.presets import Preset, PresetBook
 from app.settings.values import AppSettings
 from app.answers import GenerationRequest
+from app.conversations import held_answers
 from app.conversations.store import ConversationStore, Message, MessageTree
 from app.worker import EngineClient
 
 log = logging.getLogger(__name__)
 
 SAVE_EVERY_S = 0.5
-RETRY_EVERY_S = 10.0  # an answer the store refused is saved again this often (and at the next send, and at close)
+RETRY_EVERY_S = 2.0  # an answer the store refused is saved again this often (and at the next send, and at close):
+# a refused UPDATE costs next to nothing, and a close or a crash soon after space comes back must find it saved
 STORE_ERRORS = (sqlite3.Error, OSError)  # what a full, read-only or vanished disk raises from the store
 TITLE_CHARS = 48
 STALL_AFTER_S = 20.0  # a long prompt on a slow CPU may take this long to read; beyond it, say so
@@ -485,14 +488,20 @@ class ChatSession(QObject):
 
     def close(self) -> bool:
         """The app is closing: whatever is still streaming is saved as stopped, and answers held are tried once
-        more. False if something could not be saved (it is dropped: the caller tells the user)."""
+        more, or else kept for the next start (keep_held). False if something could be neither (it is dropped: the
+        caller tells the user)."""
         self._stall_timer.stop()
         if self.streaming is not None:
             self.streaming.status = "stopped"
             self.streaming.notice = self.streaming.notice or "Stopped because the app was closed."
             self._save()
         self.streaming = self.streaming_conversation = self.request = None
-        saved = self.save_unsaved()
+        saved = self.save_unsaved() or self.keep_held() is not None
         self._retry_timer.stop()
         self._unsaved.clear()  # the store closes next: a later close has nothing to ask about
         return saved
+
+    def keep_held(self) -> Path | None:
+        """The answers the store still refuses, written where the next start saves them into the store
+        (held_answers.py): where, or None if nowhere took them."""
+        return held_answers.write(list(self._unsaved.values())) if self._unsaved else None

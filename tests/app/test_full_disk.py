@@ -6,6 +6,7 @@ The full disk is the store's own connection with a switch: while it is on, every
 SQLite raises on a full disk (SQLITE_FULL, made by SQLite itself), as every write did in the report."""
 from __future__ import annotations
 
+import json
 import sqlite3
 import sys
 from dataclasses import replace
@@ -13,7 +14,8 @@ from dataclasses import replace
 from PySide6.QtWidgets import QMessageBox
 
 import app.chat.session as session_module
-from app.conversations.store import default_path
+from app.conversations import held_answers
+from app.conversations.store import Message, default_path, open_store
 
 from conftest import PASSAGE  # tests/app/conftest.py
 
@@ -159,11 +161,19 @@ def test_an_answer_the_full_disk_refuses_is_kept_told_once_and_saved_when_there_
     assert unhandled == [] and asked == []
 
 
-def test_closing_with_an_answer_the_full_disk_refused_asks_and_keeps_what_was_saved(
-        make_window, quick_settings, qtbot, monkeypatch, wait_response):
+def nowhere_to_keep(monkeypatch, tmp_path) -> None:
+    """Every place held answers could be kept in is a folder under a file: none can be written."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setattr(held_answers, "places", lambda: [blocker / "held.json"])
+
+
+def test_closing_with_an_answer_nothing_can_keep_asks_and_keeps_what_was_saved(
+        make_window, quick_settings, qtbot, monkeypatch, wait_response, tmp_path):
     from app.__main__ import _install_excepthook
 
     monkeypatch.setattr(session_module, "SAVE_EVERY_S", 0.0)
+    nowhere_to_keep(monkeypatch, tmp_path)
     answer_close_questions(monkeypatch)
     unhandled = count_unhandled()
     window = make_window(quick_settings)
@@ -198,3 +208,53 @@ def test_closing_with_an_answer_the_full_disk_refused_asks_and_keeps_what_was_sa
     assert after[:len(before)] == before  # what was saved before is intact
     assert [r[1:3] for r in after[len(before):]][0] == ("user", PASSAGE)  # the question was saved
     assert answer.content.startswith(after[-1][2]) and len(after[-1][2]) < len(answer.content)
+
+
+def test_an_answer_still_refused_at_close_is_kept_and_saved_at_the_next_start(
+        make_window, quick_settings, qtbot, monkeypatch):
+    """Closing with the disk still full: the answer goes to a file of its own (held_answers.py), the window closes
+    without asking, and the next start puts the whole answer into its conversation, says so, and removes the file."""
+    monkeypatch.setattr(session_module, "SAVE_EVERY_S", 0.0)
+    asked = answer_close_questions(monkeypatch)
+    unhandled = count_unhandled()
+    window = make_window(replace(quick_settings, max_tokens=48))
+    disk = FullDisk.under(window.store)
+    answer, _ = answer_with_full_disk(window, qtbot, disk)
+    cid = window.session.conversation_id
+    assert answer.status == "done" and len(saved_rows(cid)[-1][2]) < len(answer.content)
+
+    assert window.close() and not window.isVisible()
+    assert asked == [] and unhandled == []
+    kept = [p for p in held_answers.places() if p.exists()]
+    assert len(kept) == 1 and kept[0].stat().st_mode & 0o077 == 0  # the user's alone
+
+    store, notices = open_store()  # the next start
+    try:
+        assert saved_rows(cid)[-1] == (answer.id, "assistant", answer.content, "done")
+        assert any("saved in its conversation now" in n for n in notices), notices
+        assert not kept[0].exists()
+    finally:
+        store.close()
+
+
+def test_held_answers_in_a_file_another_user_could_write_are_not_read(dirs, monkeypatch):
+    """The shared temporary folder is one of the places: a file there that others may write is left unread."""
+    store, _ = open_store()
+    cid = store.create_conversation("t")
+    mid = store.add_message(cid, Message(id=None, role="assistant", content="kept", status="done"))
+    store.close()
+    place = held_answers.places()[0]
+    place.write_text(json.dumps({"format": held_answers.FORMAT, "answers": [
+        {"conversation": cid, "id": mid, "content": "kept, and words put there by another user", "status": "done"}]}))
+    place.chmod(0o666)
+    store, notices = open_store()
+    try:
+        assert store.messages(cid)[-1].content == "kept" and place.exists()
+    finally:
+        store.close()
+    place.chmod(0o600)  # the same file, the user's alone: read, put in, removed
+    store, notices = open_store()
+    try:
+        assert store.messages(cid)[-1].content == "kept, and words put there by another user" and not place.exists()
+    finally:
+        store.close()
