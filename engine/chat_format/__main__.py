@@ -16,9 +16,12 @@ import sys
 from pathlib import Path
 
 from . import ChatFormatter, check_messages, is_special
+from .. import safe_files
 from ..errors import EngineError
 
 EXIT_BAD_INPUT = 2
+MAX_MESSAGES_BYTES = 64 << 20  # beyond any context a model here takes
+_MESSAGES = safe_files.Wording(unreadable="Cannot read {label}: {why}.")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,10 +49,10 @@ def load_vocab(spec: str):
 
 
 def read_messages(path: Path) -> list[dict]:
-    try:
-        messages = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise EngineError(f"Cannot read {path}: {exc.strerror or exc}") from exc
+    try:  # only a regular file, and not past the limit (engine.safe_files): a FIFO or /dev/zero is refused
+        messages = json.loads(safe_files.read_text(path, MAX_MESSAGES_BYTES, _MESSAGES))
+    except safe_files.FileRefused as exc:
+        raise EngineError(str(exc)) from exc
     except ValueError as exc:  # bad JSON, or bytes that are not UTF-8
         raise EngineError(f"{path} is not valid JSON: {exc}") from exc
     if not isinstance(messages, list):

@@ -23,6 +23,7 @@ from pathlib import Path
 import llama_cpp
 import torch
 
+from .. import safe_files
 from ..chat_format import ChatFormatter
 from ..errors import EngineError, InvalidSettingError
 from ..decoding.cost_model import DEFAULT_MAX_DRAFT
@@ -33,11 +34,16 @@ from ..decoding.sampling import SamplingParams
 GREEDY = SamplingParams(temperature=0.0)
 
 MAX_REPEATS = 20
+MAX_PROMPTS_BYTES = 64 << 20  # far beyond any prompt set the lab can run
 
 
 def read_prompts(path: str | Path) -> list[dict]:
+    try:  # only a regular file, and not past the limit (engine.safe_files): a FIFO or /dev/zero is refused
+        text = safe_files.read_text(path, MAX_PROMPTS_BYTES)
+    except safe_files.FileRefused as exc:
+        raise EngineError(str(exc)) from exc
     prompts = []
-    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(text.splitlines(), 1):
         if line.strip():
             item = json.loads(line)
             if "prompt" not in item:

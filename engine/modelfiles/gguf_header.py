@@ -7,17 +7,26 @@ metadata_problem) the header values llama.cpp asserts on instead of refusing.
 from __future__ import annotations
 
 import mmap
+import os
 import struct
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import BinaryIO, Iterator, Protocol
 
+from .. import safe_files
 from ..errors import ModelFileError
+from ..safe_files import FileRefused, Wording
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
 _HEADER = struct.Struct("<4sIQQ")  # magic, version, tensor count, metadata key/value count
 _MIN_MODEL_BYTES = 1024
+MODEL_FILE = Wording(  # a model path's refusals (engine.safe_files checks it)
+    folder="{label} is a folder, not a model file: choose the .gguf file in it.",
+    special=("{label} is {kind}, not a regular file, so it was not loaded (reading it could wait for ever or never "
+             "end). A model must be a .gguf file."),
+    unreadable="Cannot read model file {label}: {why}.")
 
 
 @dataclass(frozen=True)
@@ -29,19 +38,27 @@ class GGUFHeader:
 
 
 def read_gguf_header(path: str | Path) -> GGUFHeader:
-    """Return the header of a GGUF file or raise ModelFileError saying what is wrong with it."""
+    """Return the header of a GGUF file or raise ModelFileError saying what is wrong with it. Only a regular file
+    is opened (engine.safe_files): a FIFO, a device or a folder is refused before llama.cpp is handed it."""
     path = Path(path)
-    if not path.exists():
-        raise ModelFileError(f"Model file not found: {path}")
-    if not path.is_file():
-        raise ModelFileError(f"Not a file: {path}")
-    size = path.stat().st_size
-    try:
-        with path.open("rb") as f:
+    with open_model(path) as (f, size):
+        try:
             raw = f.read(_HEADER.size)
-    except OSError as exc:
-        raise ModelFileError(f"Cannot read model file {path}: {exc.strerror or exc}") from exc
+        except OSError as exc:
+            raise ModelFileError(f"Cannot read model file {path}: {exc.strerror or exc}") from exc
     return parse_gguf_header(raw, size, path.name)
+
+
+@contextmanager
+def open_model(path: Path) -> Iterator[tuple[BinaryIO, int]]:
+    """(the opened model file, its size), checked to be a regular file; ModelFileError saying why not."""
+    try:
+        with safe_files.open_regular(path, wording=MODEL_FILE) as (f, _):
+            yield f, os.fstat(f.fileno()).st_size
+    except FileRefused as exc:
+        if exc.reason == safe_files.MISSING:
+            raise ModelFileError(f"Model file not found: {path}") from exc
+        raise ModelFileError(str(exc)) from exc
 
 
 def parse_gguf_header(raw: bytes, size: int, name: str) -> GGUFHeader:
@@ -113,7 +130,7 @@ def parse_gguf(source: GGUFSource, name: str, tensors: bool = False) -> tuple[di
 def _read(path: str | Path, tensors: bool) -> tuple[dict, list[TensorInfo]]:
     path = Path(path)
     read_gguf_header(path)  # its own messages for a missing, short or foreign file
-    with path.open("rb") as f:
+    with open_model(path) as (f, _):
         source = _MappedFile(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
     try:
         return parse_gguf(source, path.name, tensors)

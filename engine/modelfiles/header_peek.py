@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 
 from ..errors import ModelFileError
-from .gguf_header import parse_gguf, read_gguf_header
+from .gguf_header import open_model, parse_gguf, read_gguf_header
 from .header_vocab import _MODELS  # llama.cpp's vocabulary type per tokenizer.ggml.model
 from .hub_search import quantization_of
 
@@ -53,7 +53,7 @@ def _meta(path: Path) -> dict:
             return _cache[key]
     try:
         read_gguf_header(path)  # its own checks of a short or foreign file first
-        with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        with open_model(path) as (f, _), mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
             meta = parse_gguf(_Mapped(data), path.name, tensors=True)[0]  # tensors=True: strings stepped over
     except (ModelFileError, OSError, ValueError):
         meta = {}  # unreadable: said as "n/a" where shown; the model check says why when it is used

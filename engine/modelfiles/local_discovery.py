@@ -32,6 +32,7 @@ from typing import Iterator
 
 import platformdirs
 
+from .. import safe_files
 from ..errors import ModelFileError
 from .gguf_header import read_gguf_header
 
@@ -41,6 +42,8 @@ MAX_DEPTH = 6  # Jan's deepest layout is models/huggingface.co/<owner>/<repo>/<f
 MAX_ENTRIES = 50_000  # directory entries looked at in one discovery, all sources together
 OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
 MAX_MANIFEST_BYTES = 1 << 20  # a manifest is a few hundred bytes; a huge file there is read no further
+_MANIFEST = safe_files.Wording(too_large="over {limit} bytes, too big for a manifest",
+                               grew="over {limit} bytes, too big for a manifest", unreadable="{why}")
 OLLAMA_REGISTRY, OLLAMA_LIBRARY = "registry.ollama.ai", "library"
 _SPLIT_PART = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)  # llama.cpp's gguf-split names
 _DIGEST = re.compile(r"sha256:([0-9a-f]{64})")  # anything else could point outside blobs/
@@ -307,10 +310,11 @@ def _scan_ollama(root: Path, search: _Search) -> None:
 
 
 def _read_small(path: Path) -> str:
-    with path.open("rb") as f:
-        data = f.read(MAX_MANIFEST_BYTES + 1)
-    if len(data) > MAX_MANIFEST_BYTES:
-        raise ValueError(f"over {MAX_MANIFEST_BYTES} bytes, too big for a manifest")
+    """A manifest's text; OSError if it is no regular file (a FIFO there would stall the search) or too big."""
+    try:
+        data = safe_files.read_bytes(path, MAX_MANIFEST_BYTES, _MANIFEST)
+    except safe_files.FileRefused as exc:
+        raise OSError(str(exc)) from exc
     return data.decode("utf-8")
 
 
