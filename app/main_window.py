@@ -29,6 +29,8 @@ from app.theme import LABELS as THEME_LABELS, apply_theme
 from app.settings.presets import load_presets
 from app.settings.values import METHOD_LABELS, AppSettings, save_settings, what_changed
 from app.conversations.store import ConversationStore
+from app.conversations.importing import ConversationImport
+from app.conversations.imported_settings import use_imported_settings
 from app.worker import EngineClient
 
 log = logging.getLogger(__name__)
@@ -67,6 +69,9 @@ class MainWindow(QMainWindow):
         self._server = None
         self._models_dialog = None
         self._changed_conversation: int | None = None
+        self._closed = False  # closeEvent accepted: an import that ends later shows nothing
+        self._imports = ConversationImport(store, lambda: self.presets.default,
+                                           lambda name, carried: use_imported_settings(self, name, carried), self)
         self._make_widgets(settings)
         self._lay_out()
         self._build_status_bar()
@@ -457,37 +462,32 @@ class MainWindow(QMainWindow):
         return True
 
     def import_conversation(self, path: str | Path | None = None) -> int | None:
-        """A JSON export as a new conversation, opened; its id, or None if refused. Without a path, asks. Settings
-        in it that would change where messages go or what goes with them are used only if the person says so."""
-        import sqlite3
-
-
-        from app.conversations.files import (ConversationFileError, add_conversation, read_conversation_file,
-                                             settings_to_confirm)
-        from app.conversations.imported_settings import use_imported_settings
-
+        """A JSON export as a new conversation, opened; its id, or None if refused. Without a path, asks. The file
+        is read, checked and stored on the import thread (app.conversations.importing); this returns when that is
+        done, the window live meanwhile. Settings in it that would change where messages go or what goes with
+        them are used only if the person says so."""
+        if self._imports.busy:
+            self.notices.show_notice(f"{Path(self._imports.path).name} is still being imported; import the next "
+                                     "file once it is done.", "info", key="import-busy")
+            return None
         if path is None:
             path, _ = QFileDialog.getOpenFileName(self, "Import conversation", str(self._file_folder()),
                                                   "SpecChat conversation (*.json);;All files (*)")
             if not path:
                 return None
             self._remember_folder(path)
-        try:
-            data = read_conversation_file(Path(path))
-            carried = settings_to_confirm(data["settings"], self.presets.default)
-            keep = bool(carried) and use_imported_settings(self, Path(path).name, carried)
-            cid = add_conversation(self.store, data, dropped=() if keep else tuple(carried))
-        except ConversationFileError as exc:
-            self.notices.show_notice(str(exc), "error", key="import")
+        self.statusBar().showMessage(f"Importing {Path(path).name}…")
+        result = self._imports.run(str(path))
+        if self._closed:
             return None
-        except sqlite3.Error as exc:
-            self.notices.show_notice(f"The conversation could not be saved ({exc}); nothing was imported.",
-                                     "error", key="import")
+        self.statusBar().clearMessage()
+        if isinstance(result, str):
+            self.notices.show_notice(result, "error", key="import")
             return None
         self.notices.clear("import")
-        self.panel.reload(cid)
-        self.open_conversation(cid)
-        return cid
+        self.panel.reload(result)
+        self.open_conversation(result)
+        return result
 
     # --- models and settings ------------------------------------------------------------------
     def _skip_model_that_crashed(self) -> bool:
@@ -762,9 +762,12 @@ class MainWindow(QMainWindow):
             if window is not None:
                 window.close()
         self.session.stop()
-        if not self.engine.shutdown():
-            log.warning("the engine thread did not stop in time")
-        self.counter.shutdown()
+        # Asked to stop, not waited for: the window closes at once, even while a model loads or a long chat is
+        # counted. Their threads are kept until they end, and the app's exit waits for them (app.models.threads).
+        self.engine.request_shutdown()
+        self.counter.request_shutdown()
+        self._closed = True
+        self._imports.abandon()  # an import under way is saved, but shown in no closed window
         QCoreApplication.sendPostedEvents()  # the last tokens and the final stats, if they arrived
         if not self.session.close() and not asked:  # refused only now, at its last save: say so, once
             log.error("an answer could not be saved as SpecChat closed")

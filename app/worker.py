@@ -33,6 +33,7 @@ from engine.methods import DRAFT_METHODS
 from engine.decoding.proposers.base import NoProposer
 
 from app.models.model_names import model_label
+from app.models.threads import keep_until_finished
 from app.answers import GenerationRequest, run_answer, run_answer_on_thread
 from app.engine_answers import LocalAnswers, ServedAnswers
 from app.remote_answer import RemoteAnswers
@@ -318,6 +319,7 @@ class EngineClient(QObject):
         self._close.connect(self.worker.close)
         self.thread.started.connect(self.worker.lower_priority)
         self.current: GenerationRequest | None = None
+        self._shutting_down = False
         self.worker.finished.connect(self._done)
         self.worker.failed.connect(self._done)
         w = self.worker  # queued to this GUI-thread object after _done, as the chat's own connections were
@@ -368,14 +370,21 @@ class EngineClient(QObject):
         if self.current is not None and self.current.id == rid:
             self.current = None
 
-    def shutdown(self, timeout_ms: int = 120_000) -> bool:
-        """Stop any response, free the models on the worker, end the thread. True if it ended.
-
-        A response stops within one step; a model load cannot be interrupted, so this may wait for it."""
+    def request_shutdown(self) -> None:
+        """Stop any response, and ask the worker to free the models and end its thread, without waiting: the window
+        closes at once. The thread is kept until it ends (app.models.threads), and the app's exit waits for it."""
         self.stop()
         self.stop_server("")
-        if not self.thread.isRunning():
-            return True
-        self.worker.closing.set()
+        if self._shutting_down or not self.thread.isRunning():
+            return
+        self._shutting_down = True
+        self.worker.closing.set()  # a step timing stops mid-way; a load cannot be stopped, and ends on its own
         self._close.emit()
+        keep_until_finished(self.thread, self.worker)
+
+    def shutdown(self, timeout_ms: int = 120_000) -> bool:
+        """request_shutdown, then wait for the thread to end (at the app's exit, the window gone). True if it ended.
+
+        A response stops within one step; a model load cannot be interrupted, so this may wait for it."""
+        self.request_shutdown()
         return self.thread.wait(timeout_ms)

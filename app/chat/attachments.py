@@ -17,35 +17,46 @@ refused with a message, and so are files too large for the model's context.
 Only regular files are read, and never on the GUI thread: a link is resolved first, then anything that is
 not a regular file (a FIFO would block the read until a writer came; /dev/zero never ends) is refused
 before it is opened, and a file is read to at most MAX_FILE_BYTES (plus one chunk) whatever its size says
-(it may grow; /proc files say 0). The read runs on a worker thread and the tray hears back through Qt.
+(it may grow; /proc files say 0): engine/safe_files.py does that, for every file the app is given. The read
+runs on a worker thread (app/background.py) and the tray hears back through Qt.
 """
 from __future__ import annotations
 
 import logging
-import os
 import re
-import stat
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from PySide6.QtCore import QEvent, QObject, QPointF, QRectF, Qt, Signal, Slot
+from PySide6.QtCore import QEvent, QObject, QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QFontDatabase, QIcon, QPainter, QPainterPath, QPen, QPixmap
 from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFrame, QGridLayout, QHBoxLayout, QPlainTextEdit, QStyle,
                                QToolButton, QVBoxLayout, QWidget)
 from shiboken6 import isValid
 
+from engine import safe_files
+from engine.safe_files import FileRefused, Wording, human_size
+
+from app.background import Lane
+
 log = logging.getLogger(__name__)
 
 MAX_FILE_BYTES = 8 << 20  # beyond any context SpecChat runs; a bigger file is not even read
-READ_CHUNK = 64 << 10  # a fixed read size: some kernel files (/proc/self/pagemap) refuse reads of odd lengths
 BYTES_PER_TOKEN_BOUND = 8  # no tokenizer packs text denser than this on average: the bound with no model loaded
 BINARY_SUFFIXES = frozenset(
     ".png .jpg .jpeg .gif .bmp .webp .ico .tif .tiff .heic .psd .pdf .zip .gz .tgz .bz2 .xz .zst .7z .rar .tar "
     ".exe .dll .so .dylib .o .a .lib .class .jar .pyc .whl .gguf .bin .safetensors .pt .pth .onnx .npy .npz "
     ".mp3 .mp4 .m4a .wav .flac .ogg .mov .avi .mkv .webm .doc .docx .xls .xlsx .ppt .pptx .odt .ods "
     ".sqlite .sqlite3 .db .woff .woff2 .ttf .otf .iso .dmg .wasm".split())
+# engine.safe_files checks and reads the file; these are its refusals in an attachment's words.
+ATTACHING = Wording(
+    folder="{label} is a folder. Attach the files in it one by one.",
+    special=("{label} is {kind}, not a regular file, so it was not read (it could wait for ever or never end). "
+             "Only regular files can be attached."),
+    too_large=("{label} is {size} ({bytes:,} bytes): too large to put into a message (at most {limit:,} "
+               "bytes)."),
+    grew=("{label} is over {limit:,} bytes (more than its size said): too large to put into a message (at most "
+          "{limit:,} bytes)."))
 _HEADER = re.compile(r"File: (?P<name>[^\n]+)\n(?P<fence>`{3,})[^\n`]*\n")
 _BLOCK_START = re.compile(r"(?:^|\n\n)(?=File: )")
 
@@ -73,14 +84,6 @@ class Attachment:
         return f"File: {self.name}\n{fence}{language}\n{self.text.removesuffix(chr(10))}\n{fence}"
 
 
-def human_size(n: int) -> str:
-    if n < 1000:
-        return f"{n} B"
-    if n < 1_000_000:
-        return f"{n / 1000:.1f} KB"
-    return f"{n / 1_000_000:.1f} MB"
-
-
 def read_attachment(path: str | Path) -> Attachment:
     """The file's text, or AttachmentRefused saying why it cannot be attached. It reads the disk (and may be
     slow): call it off the GUI thread, as AttachmentTray does."""
@@ -88,16 +91,12 @@ def read_attachment(path: str | Path) -> Attachment:
     name = path.name
     _refuse_binary_suffix(name, path.suffix)
     try:
-        real = path.resolve(strict=True)  # links first: what is checked and read is the file itself
-        label = f"{name} (a link to {real})" if path.is_symlink() else name
-        if real.name != name:
-            _refuse_binary_suffix(label, real.suffix)
-        _check_file(os.stat(real), label)  # before opening: opening a device or a FIFO can block or act
-        data = _read_bounded(real, label)
-    except OSError as exc:
-        raise AttachmentRefused(f"{name} could not be read: {exc.strerror or exc}.") from exc
-    except RuntimeError as exc:  # a link loop, on Python before 3.13
-        raise AttachmentRefused(f"{name} could not be read: {exc}.") from exc
+        target = safe_files.resolve(path, ATTACHING)  # links first: what is checked and read is the file itself
+        if target.real.name != name:
+            _refuse_binary_suffix(target.label, target.real.suffix)
+        data = safe_files.read_bytes(target, MAX_FILE_BYTES, ATTACHING)
+    except FileRefused as exc:
+        raise AttachmentRefused(str(exc)) from exc
     if b"\0" in data:
         raise AttachmentRefused(f"{name} is a binary file (it contains NUL bytes), not text. Only text files "
                                 "can be attached.")
@@ -115,44 +114,6 @@ def _refuse_binary_suffix(label: str, suffix: str) -> None:
                                 "Markdown, CSV, logs, …) can be attached.")
 
 
-_KINDS = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a disk device"),
-          (stat.S_ISSOCK, "a socket"))
-
-
-def _check_file(st: os.stat_result, label: str) -> None:
-    """Refuses what is not a regular file, or is over MAX_FILE_BYTES by its size."""
-    if stat.S_ISDIR(st.st_mode):
-        raise AttachmentRefused(f"{label} is a folder. Attach the files in it one by one.")
-    if not stat.S_ISREG(st.st_mode):
-        kind = next((what for test, what in _KINDS if test(st.st_mode)), "a special file")
-        raise AttachmentRefused(f"{label} is {kind}, not a regular file, so it was not read (it could wait for "
-                                "ever or never end). Only regular files can be attached.")
-    if st.st_size > MAX_FILE_BYTES:
-        raise AttachmentRefused(f"{label} is {human_size(st.st_size)} ({st.st_size:,} bytes): too large to put "
-                                f"into a message (at most {MAX_FILE_BYTES:,} bytes).")
-
-
-def _read_bounded(real: Path, label: str) -> bytes:
-    """The bytes of the regular file at real, read to at most MAX_FILE_BYTES + READ_CHUNK."""
-    # O_NONBLOCK: if real was swapped for a FIFO since the stat, the open does not wait for a writer; the
-    # fstat then checks the file actually opened. (It changes nothing for a regular file.)
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_BINARY", 0)
-    fd = os.open(real, flags)
-    try:
-        _check_file(os.fstat(fd), label)
-        chunks, total = [], 0
-        while total <= MAX_FILE_BYTES:  # its size may be wrong: a file can grow, and /proc files say 0
-            chunk = os.read(fd, READ_CHUNK)
-            if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
-            total += len(chunk)
-    finally:
-        os.close(fd)
-    raise AttachmentRefused(f"{label} is over {MAX_FILE_BYTES:,} bytes (more than its size said): too large to "
-                            f"put into a message (at most {MAX_FILE_BYTES:,} bytes).")
-
-
 def _read_or_refusal(path: str) -> Attachment | AttachmentRefused:
     """read_attachment on a worker thread: its answer, or why not (nothing raised goes unsaid)."""
     try:
@@ -164,38 +125,7 @@ def _read_or_refusal(path: str) -> Attachment | AttachmentRefused:
         return AttachmentRefused(f"{Path(path).name} could not be read: {str(exc) or type(exc).__name__}.")
 
 
-class _GuiCalls(QObject):
-    """Runs callables on the thread it lives in (the GUI thread): a worker emits `call`, Qt queues it there."""
-    call = Signal(object)
-
-    def __init__(self):
-        super().__init__()
-        # Always queued, even when emitted on the GUI thread (a read may end before its callback is added,
-        # which then runs at once): the tray's answer never arrives inside add_files.
-        self.call.connect(self._run, Qt.ConnectionType.QueuedConnection)
-
-    @Slot(object)
-    def _run(self, fn) -> None:
-        fn()
-
-
-_gui_calls: _GuiCalls | None = None
-_reader: ThreadPoolExecutor | None = None
-
-
-def _read_in_background(path: str, then: Callable[[Attachment | AttachmentRefused], None]) -> None:
-    """Reads path on the attachment reader's thread; then(result) runs on the GUI thread. Call on the GUI
-    thread. One reader thread: files arrive in the order they were given."""
-    global _gui_calls, _reader
-    if _gui_calls is None:
-        _gui_calls = _GuiCalls()  # made here, so it lives on the GUI thread
-        _reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attachment-reader")
-    calls = _gui_calls
-
-    def done(future: Future) -> None:
-        result = future.result()
-        calls.call.emit(lambda: then(result))
-    _reader.submit(_read_or_refusal, path).add_done_callback(done)
+_reader = Lane("attachment-reader")  # one thread: files arrive in the order they were given
 
 
 def compose(text: str, attachments: list[Attachment]) -> str:
@@ -401,7 +331,7 @@ class AttachmentTray(AttachmentRow):
         and until then counts as pending, so the message waits for it."""
         for path in paths:
             self.pending += 1
-            _read_in_background(str(path), self._read)
+            _reader.run(_read_or_refusal, str(path), then=self._read)
 
     def _read(self, result: Attachment | AttachmentRefused) -> None:
         if not isValid(self):  # the window closed while the file was read

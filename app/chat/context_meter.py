@@ -25,6 +25,7 @@ from engine.remote.client import PromptCount
 from engine.remote.endpoint import Endpoint
 from engine.decoding.runtime import LoadSettings, Model
 
+from app.models.threads import keep_until_finished
 from app.remote_answer import ask_server
 
 log = logging.getLogger(__name__)
@@ -140,6 +141,7 @@ class TokenCounter(QObject):
         self._generation = 0
         self._jobs = itertools.count(1)
         self._callbacks: dict[int, Callable] = {}
+        self._closing = False
         app = QCoreApplication.instance()
         if app is not None:
             app.aboutToQuit.connect(self.shutdown)
@@ -185,11 +187,20 @@ class TokenCounter(QObject):
         elif result is not None and callback is not None:
             callback(result)
 
-    def shutdown(self, timeout_ms: int = 10_000) -> bool:
+    def request_shutdown(self) -> None:
+        """Count nothing more and end the thread, without waiting (a count of a long chat may take seconds): the
+        window closes at once. The thread is kept until it ends (app.models.threads); the app's exit waits."""
         self.available = False  # nothing more is counted (the window is closing: its store is closed too)
-        if not self.thread.isRunning():
-            return True
+        self._callbacks.clear()  # a count still running answers no one
+        if self._closing or not self.thread.isRunning():
+            return
+        self._closing = True
         self._close.emit()
+        keep_until_finished(self.thread, self.worker)
+
+    def shutdown(self, timeout_ms: int = 10_000) -> bool:
+        """request_shutdown, then wait for the thread (at the app's exit). True if it ended."""
+        self.request_shutdown()
         return self.thread.wait(timeout_ms)
 
 

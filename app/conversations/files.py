@@ -19,9 +19,11 @@ import re
 import time
 from pathlib import Path
 
+from engine import safe_files
 from engine.figures import COUNTS, FLAG, NUMBER, NUMBER_LIST, PAIR_LIST, TEXT, keys_of
 from engine.paths import write_text_atomic
 from engine.remote.endpoint import without_credentials
+from engine.safe_files import FileRefused, Wording
 
 from app.plain_text import safe_file_name
 from app.settings.values import FIELDS, check_field, write_json_atomic
@@ -40,6 +42,16 @@ ROLE_HEADERS = {"user": "You", "assistant": "Assistant", "system": "System"}
 # Sampling values (temperature, top-k, top-p, min-p, seed, max tokens) change neither, and are kept.
 SENT_KEYS = ("engine_url", "engine_model", "system_prompt", "preset")
 IMPORTED_MARK = " (imported)"
+# A conversation file's refusals, in an import's words (engine.safe_files checks and reads it).
+IMPORTING = Wording(
+    folder="{label} is a folder, not a conversation file, so nothing was imported.",
+    special=("{label} is {kind}, not a regular file, so it was not read (it could wait for ever or never end) "
+             "and nothing was imported. Only a SpecChat conversation file (.json) can be imported."),
+    too_large=("{label} is {mb:.0f} MB; a conversation file can be at most {limit_mb} MB, so it was not "
+               "imported."),
+    grew=("{label} is over {limit_mb} MB (more than its size said); a conversation file can be at most "
+          "{limit_mb} MB, so it was not imported."),
+    unreadable="{label} could not be read: {why}.")
 _IMPORTED = re.compile(r" \(imported(?: \d+)?\)$")  # the mark an earlier import left on the title
 
 # The kinds of a response's figures (app.progress.snapshot), from engine.figures: what an import accepts.
@@ -180,16 +192,13 @@ def add_conversation(store: ConversationStore, data: dict, dropped=SENT_KEYS) ->
 
 
 def read_conversation_file(path: Path) -> dict:
-    """The checked contents of a JSON export (missing optional fields filled in)."""
+    """The checked contents of a JSON export (missing optional fields filled in). Reads only a regular file, and
+    never more than MAX_FILE_BYTES of it (engine.safe_files): a FIFO or /dev/zero is refused, not read."""
     name = path.name
     try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise ConversationFileError(f"{name} is {size / 2**20:.0f} MB; a conversation file can be at most "
-                                        f"{MAX_FILE_BYTES // 2**20} MB, so it was not imported.")
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ConversationFileError(f"{name} could not be read: {exc.strerror or exc}.") from exc
+        raw = safe_files.read_bytes(path, MAX_FILE_BYTES, IMPORTING)
+    except FileRefused as exc:
+        raise ConversationFileError(str(exc)) from exc
     try:
         data = json.loads(raw.decode("utf-8-sig"))
     except UnicodeDecodeError as exc:

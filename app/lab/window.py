@@ -15,6 +15,7 @@ from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import (QFileDialog, QGridLayout, QGroupBox, QHBoxLayout, QLabel, QMessageBox, QProgressBar,
                                QPushButton, QVBoxLayout, QWidget)
 
+from engine import safe_files
 from engine.methods import DRAFT_METHODS
 from engine.errors import EngineError
 from engine.lab.local import LabConfig
@@ -31,6 +32,7 @@ from app.lab.scope import ChatModels, apply_blocker, chat_changes, changes_words
 __all__ = ["CUSTOM", "LEVELS", "NA", "PROGRESS_EVERY_S", "PROMPT_SETS", "LabChart", "LabWindow", "LabWorker"]
 
 
+MAX_RESULTS_BYTES = 64 << 20  # a results file is a few KB; more is not a lab's
 RATE_TITLES = {True: "Decode throughput, every slot busy", False: "Aggregate throughput"}
 
 
@@ -314,11 +316,13 @@ class LabWindow(QWidget):
 
     def load_results(self, path: str | Path) -> None:
         """Show a results.json from this window or from python -m engine.lab; raises ValueError if unreadable."""
-        try:
-            results = json.loads(Path(path).read_text(encoding="utf-8"))
+        try:  # only a regular file, and not past the limit: a FIFO or /dev/zero is refused (engine.safe_files)
+            results = json.loads(safe_files.read_text(path, MAX_RESULTS_BYTES))
             if not isinstance(results, dict) or not results.get("cells"):
                 raise ValueError("it holds no lab results")
             self.show_results(results)
+        except safe_files.FileRefused as exc:
+            raise ValueError(str(exc)) from exc
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"{Path(path).name} could not be read: {exc}") from exc
         self.progress.setValue(100)

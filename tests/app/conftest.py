@@ -81,8 +81,11 @@ def make_window(qtbot, dirs, model_file):
         return window
 
     yield make
+    from app.models.threads import wait_for_stopping_threads
+
     for window in windows:
-        window.close()  # stops the worker thread; closing twice is harmless
+        window.close()  # asks the worker threads to stop; closing twice is harmless
+    wait_for_stopping_threads()  # closing does not wait for them: the next test starts once they have ended
     collect_garbage_now()
 
 
