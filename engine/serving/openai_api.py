@@ -58,7 +58,7 @@ from ..decoding.sampling import request_seed, stream_seeds
 from ..errors import EngineError
 from .api_schema import (ApiError, Generation, checked_text, finish_reason, fit_prompt, parse_generation,
                          parse_messages, parse_prompt, timings, usage)
-from .request_body import declared_length, parse_json as _parse_json, read_capped, too_large  # (fuzz: _parse_json)
+from .request_body import declared_length, parse_json, read_capped, too_large
 from .scheduler import SERVER_STOPPED, QueueFull, Scheduler, ServerStopping
 
 log = logging.getLogger(__name__)
@@ -173,7 +173,7 @@ class _Handlers:
                            headers={"Connection": "close"}) from None
         if raw is None:
             raise too_large(None, cap)
-        return await run_in_threadpool(_parse_json, raw)  # a few MB of JSON is tens of ms: not on the event loop
+        return await run_in_threadpool(parse_json, raw)  # a few MB of JSON is tens of ms: not on the event loop
 
     def chat_tokens(self, messages: list[dict], limit: bool = True,
                     continue_last: bool = False) -> tuple[list[int], tuple[str, ...]]:

@@ -12,10 +12,7 @@ from hypothesis import example, given, settings, strategies as st
 from engine.decoding.sampling import SamplingParams
 from engine.serving.api_schema import ApiError, Generation, parse_generation, parse_messages, parse_prompt
 
-try:  # the body's JSON, read as the server reads it (request_body's, or openai_api's where it lived before)
-    from engine.serving.request_body import parse_json as _parse_json
-except ImportError:
-    from engine.serving.openai_api import _parse_json
+from engine.serving.request_body import parse_json  # the body's JSON, read as the server reads it
 
 from fuzz_watchdog import bounded
 
@@ -87,7 +84,7 @@ def encoded(obj) -> bytes:
 
 def parse_request(raw: bytes, chat: bool):
     """What openai_api's handlers do with a body before any model work: read_body, then the fields."""
-    body = _parse_json(raw)
+    body = parse_json(raw)
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise ApiError(400, "'model': expected a string", param="model")
