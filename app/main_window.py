@@ -767,7 +767,7 @@ class MainWindow(QMainWindow):
         self.engine.request_shutdown()
         self.counter.request_shutdown()
         self._closed = True
-        self._imports.abandon()  # an import under way is saved, but shown in no closed window
+        self._imports.abandon()  # an import under way ends its wait (ConversationImport.abandon)
         QCoreApplication.sendPostedEvents()  # the last tokens and the final stats, if they arrived
         if not self.session.close() and not asked:  # refused only now, at its last save: say so, once
             log.error("an answer could not be saved as SpecChat closed")

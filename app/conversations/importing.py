@@ -106,7 +106,8 @@ class ConversationImport(QObject):
         return outcome[0] if outcome else "The window closed before the import was done."
 
     def abandon(self) -> None:
-        """The window is closing: a file still being imported is stored, but its result is shown nowhere."""
+        """The window is closing: its wait ends. A file still being read is not imported (no one is left to ask about
+        its settings); one being stored is, whole (one transaction), and shown at the next start."""
         self.path = None
         self._job += 1
         if self._loop is not None:

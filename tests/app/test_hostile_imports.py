@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,24 @@ def where_imports_run(monkeypatch) -> dict[str, list[str]]:
     return ran
 
 
+@contextmanager
+def memory_bound(extra: int = 1 << 30):
+    """The process may take at most `extra` more memory meanwhile, so a read to the end of /dev/zero fails at once
+    with MemoryError instead of eating the machine's (as test_attachment_reads.memory_bound; importing that module
+    picks tests/engine's conftest when both folders run together)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    data = next(int(line.split()[1]) * 1024 for line in Path("/proc/self/status").read_text().splitlines()
+                if line.startswith("VmData:"))
+    limit = data + extra
+    resource.setrlimit(resource.RLIMIT_DATA, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+
+
 def big_conversation(path: Path, messages: int, chars: int) -> Path:
     """A valid export of `messages` turns of `chars` characters each, as a crafted file would be."""
     turns = [{"id": n, "parent": n - 1 if n > 1 else None, "role": "user" if n % 2 else "assistant",
@@ -81,17 +100,14 @@ def test_a_fifo_is_refused_at_once_and_never_opened(make_window, qtbot, dirs, qu
 @linux_only
 @pytest.mark.parametrize("linked", [False, True], ids=["dev-zero", "a-link-to-dev-zero"])
 def test_dev_zero_is_refused_without_being_read(make_window, qtbot, dirs, quick_settings, monkeypatch, linked):
-    from test_attachment_reads import memory_bound
-
     path = Path("/dev/zero")
     if linked:
         path = dirs / "chat.json"
         path.symlink_to("/dev/zero")
     window = make_window(quick_settings)
     before = [c.id for c in window.store.conversations()]
-    with memory_bound() as grown:  # a read to the end of /dev/zero fails at once here, instead of eating memory
+    with memory_bound():  # a read to the end of /dev/zero fails at once here, instead of eating memory
         import_from_the_menu(window, monkeypatch, path)
-        assert grown() < 64 << 20
     label = "chat.json (a link to /dev/zero)" if linked else "zero"
     assert import_notice(window).startswith(f"{label} is a device, not a regular file")
     assert [c.id for c in window.store.conversations()] == before
@@ -144,6 +160,45 @@ def test_a_second_import_meanwhile_is_refused_with_a_word(make_window, qtbot, di
     assert results[0] == ("second", None)
     assert any("short.json is still being imported" in t for t in window.notices.texts())
     assert results[1] == ("first", window.session.conversation_id)
+
+
+def test_closing_during_an_import_ends_its_wait_and_imports_nothing(make_window, qtbot, dirs, quick_settings,
+                                                                     monkeypatch):
+    """Closed while the file is still read: the import's wait ends with the window, and nothing half-done is kept
+    (no one is left to ask about its settings); the import thread finishes its read on its own."""
+    from app.conversations.store import ConversationStore
+
+    path = big_conversation(dirs / "late.json", messages=4, chars=20)
+    window = make_window(quick_settings)
+    store_path, before = window.store.path, [c.id for c in window.store.conversations()]
+    entered, release, read = threading.Event(), threading.Event(), threading.Event()
+    real_read = importing.read_conversation_file
+
+    def held(p):
+        entered.set()
+        release.wait()
+        try:
+            return real_read(p)
+        finally:
+            read.set()
+    monkeypatch.setattr(importing, "read_conversation_file", held)
+
+    def close_meanwhile() -> None:
+        if not entered.is_set():
+            QTimer.singleShot(5, close_meanwhile)
+            return
+        window.close()
+        release.set()
+    QTimer.singleShot(0, close_meanwhile)
+    assert window.import_conversation(path) is None  # the window closed first: its wait ended with it
+    assert not window.isVisible()
+    qtbot.waitUntil(read.is_set, timeout=60_000)
+    qtbot.wait(50)  # its answer, queued to the GUI thread, is dropped there
+    again = ConversationStore(store_path)
+    try:
+        assert [c.id for c in again.conversations()] == before
+    finally:
+        again.close()
 
 
 def test_closing_does_not_wait_for_a_model_still_loading(make_window, qtbot, quick_settings, monkeypatch):
