@@ -142,10 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     # loading it here keeps that one-off cost out of the running GUI.
     from app.main_window import MainWindow
     from app.settings.values import load_settings
-    from app.conversations.store import open_store
+    from app.conversations.held_answers import open_store_with_held
 
     settings, notices = load_settings()
-    store, store_notices = open_store()
+    store, store_notices = open_store_with_held()
     if args.smoke_test and not args.use_settings:
         from app.smoke import smoke_settings
         settings = smoke_settings()

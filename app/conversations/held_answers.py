@@ -23,7 +23,7 @@ from pathlib import Path
 from engine import safe_files, text_rules
 from engine.paths import cache_dir, data_dir, write_text_atomic
 
-from app.conversations.store import STATUSES, ConversationStore, Message
+from app.conversations.store import STATUSES, ConversationStore, Message, open_store
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,18 @@ def write(held: list[tuple[int | None, Message]]) -> Path | None:
                     len(held), place)
         return place
     return None
+
+
+def open_store_with_held() -> tuple[ConversationStore, list[str]]:
+    """open_store(), with the answers held at the last close put in: what the app starts with."""
+    store, notices = open_store()
+    held = recover(store)
+    if held:
+        many = held != 1
+        notices.insert(0, f"{held} answer{'s' if many else ''} that could not be saved when SpecChat closed (the "
+                       f"disk was full) {'are' if many else 'is'} saved in {'their' if many else 'its'} conversation "
+                       "now.")
+    return store, notices
 
 
 def recover(store: ConversationStore) -> int:

@@ -350,12 +350,6 @@ def open_store(path: Path | None = None) -> tuple[ConversationStore, list[str]]:
         return store, [f"Conversations will not be saved: {path} cannot be written ({exc}). {shown}Nothing was "
                        "moved or changed."]
     notices = []
-    from app.conversations import held_answers  # it builds on this module: imported here, not at its top
-    held = held_answers.recover(store)
-    if held:
-        many = held != 1
-        notices.append(f"{held} answer{'s' if many else ''} that could not be saved when SpecChat closed (the disk "
-                       f"was full) {'are' if many else 'is'} saved in {'their' if many else 'its'} conversation now.")
     if store.recovered:
         notices.append(f"{store.recovered} response{'s were' if store.recovered != 1 else ' was'} cut off when "
                        "SpecChat last closed unexpectedly; the text saved up to then is kept, marked interrupted.")

@@ -228,7 +228,7 @@ def test_an_answer_still_refused_at_close_is_kept_and_saved_at_the_next_start(
     kept = [p for p in held_answers.places() if p.exists()]
     assert len(kept) == 1 and kept[0].stat().st_mode & 0o077 == 0  # the user's alone
 
-    store, notices = open_store()  # the next start
+    store, notices = held_answers.open_store_with_held()  # the next start, as app/__main__.py opens it
     try:
         assert saved_rows(cid)[-1] == (answer.id, "assistant", answer.content, "done")
         assert any("saved in its conversation now" in n for n in notices), notices
@@ -247,13 +247,13 @@ def test_held_answers_in_a_file_another_user_could_write_are_not_read(dirs, monk
     place.write_text(json.dumps({"format": held_answers.FORMAT, "answers": [
         {"conversation": cid, "id": mid, "content": "kept, and words put there by another user", "status": "done"}]}))
     place.chmod(0o666)
-    store, notices = open_store()
+    store, notices = held_answers.open_store_with_held()
     try:
         assert store.messages(cid)[-1].content == "kept" and place.exists()
     finally:
         store.close()
     place.chmod(0o600)  # the same file, the user's alone: read, put in, removed
-    store, notices = open_store()
+    store, notices = held_answers.open_store_with_held()
     try:
         assert store.messages(cid)[-1].content == "kept, and words put there by another user" and not place.exists()
     finally:

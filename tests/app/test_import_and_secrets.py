@@ -275,7 +275,8 @@ def test_a_titles_bidi_controls_reach_neither_the_window_title_nor_the_file_name
     title = "-rf \u202eInvoice fdp.exe `id` $(id) \"y\" 請求書 café\u200b\u2066"  # a pasted first message: the title
     window = make_window(quick_settings)
     ask(window, wait_response, title)
-    assert window.store.conversation(window.session.conversation_id).title == title
+    # Stored as it reads: a title names a conversation, so its controls are gone from the store too (text_rules).
+    assert window.store.conversation(window.session.conversation_id).title == "-rf Invoice fdp.exe `id` $(id) \"y\" 請求書 café"
     assert window.windowTitle() == "-rf Invoice fdp.exe `id` $(id) \"y\" 請求書 café — SpecChat"
     asked = []
 
