@@ -34,7 +34,7 @@ from app.settings.presets import Preset, PresetBook
 from app.settings.values import AppSettings
 from app.answers import GenerationRequest
 from app.conversations import held_answers
-from app.conversations.store import ConversationStore, Message, MessageTree
+from app.conversations.store import ConversationStore, Message, MessageTree, is_busy
 from app.worker import EngineClient
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,9 @@ storable = valid_text  # text as it can be saved and tokenized (engine.text_rule
 
 def store_problem(exc: BaseException) -> tuple[str, str]:
     """What kept the store from writing, and what to do about it, in words for a notice."""
+    if is_busy(exc):
+        return (f"the conversation file is busy ({exc}): an import is being stored, or another program holds it",
+                "wait a moment")
     full = (getattr(exc, "sqlite_errorname", "") == "SQLITE_FULL" or getattr(exc, "errno", None) == errno.ENOSPC
             or "full" in str(exc))
     if full:

@@ -29,6 +29,7 @@ FILE_NAME = "conversations.sqlite3"
 STATUSES = ("done", "streaming", "stopped", "error", "interrupted")
 MEMORY = ":memory:"
 BUSY_TIMEOUT_S = 5.0  # how long SQLite itself retries when another program holds the file
+WRITE_WAIT_S = 0.01  # how long a write of the open store waits for the file (see __init__)
 
 _SCHEMA_V1 = (
     """CREATE TABLE IF NOT EXISTS conversations (
@@ -166,6 +167,9 @@ class ConversationStore:
             self.db.execute("PRAGMA foreign_keys=ON")
             self._migrate(version)
             self.recovered = self.mark_interrupted()
+            # Opened, the store is the GUI thread's: a write that finds the file held (an import being stored
+            # holds it for seconds) fails at once instead of freezing the window; the session retries it.
+            self.db.execute(f"PRAGMA busy_timeout={int(WRITE_WAIT_S * 1000)}")
         except BaseException:
             self.db.close()
             raise
@@ -369,6 +373,11 @@ def _make_private_file(path: Path) -> None:
         pass  # there already, or not creatable: SQLite opens it or says why
     for suffix in ("", "-wal", "-shm"):
         make_private(Path(str(path) + suffix))
+
+
+def is_busy(exc: BaseException) -> bool:
+    """Whether exc says another connection holds the file (it is free again soon)."""
+    return isinstance(exc, sqlite3.Error) and _is_busy(exc)
 
 
 def _is_busy(exc: sqlite3.Error) -> bool:

@@ -258,3 +258,36 @@ def test_held_answers_in_a_file_another_user_could_write_are_not_read(dirs, monk
         assert store.messages(cid)[-1].content == "kept, and words put there by another user" and not place.exists()
     finally:
         store.close()
+
+
+def test_a_file_held_by_an_import_never_makes_the_window_wait_and_the_answer_is_saved_once_free(
+        make_window, quick_settings, qtbot, monkeypatch, stall_probe):
+    """An import stores on its own thread and holds the file's write lock for seconds (a 60 MB chat: ~2 s here).
+    The window's saves meanwhile fail at once (store.WRITE_WAIT_S) instead of waiting SQLite's 5 s: the answer
+    streams and ends, one notice says the file is busy, and the retry saves it once the file is free."""
+    monkeypatch.setattr(session_module, "SAVE_EVERY_S", 0.0)
+    monkeypatch.setattr(session_module, "RETRY_EVERY_S", 0.3, raising=False)
+    window = make_window(replace(quick_settings, max_tokens=32))
+    other = sqlite3.connect(default_path(), isolation_level=None)  # as importing.ThreadStore connects
+    started = []
+
+    def hold(*_):
+        if window.session.streaming is not None and window.session.streaming.content and not started:
+            started.append(other.execute("BEGIN IMMEDIATE"))  # the import's transaction, from the first text on
+            stall_probe.start()
+    window.session.model.dataChanged.connect(hold)
+    window.input.setPlainText(PASSAGE)
+    window.send_message()
+    qtbot.waitUntil(lambda: not window.session.busy, timeout=60_000)
+    worst = stall_probe.stop()
+    answer, cid = window.session.model.items[-1], window.session.conversation_id
+    assert started and answer.status == "done"
+    assert worst < stall_probe.LIMIT_S, f"the GUI thread was blocked for {worst * 1000:.0f} ms"
+    busy = unsaved_notices(window)
+    assert len(busy) == 1 and "the conversation file is busy" in busy[0].text, window.notices.texts()
+    assert saved_rows(cid)[-1][3] == "streaming"  # the file has what it took before it was held
+
+    other.execute("COMMIT")  # the import is stored: the file is free
+    qtbot.waitUntil(lambda: not unsaved_notices(window), timeout=10_000)
+    assert saved_rows(cid)[-1] == (answer.id, "assistant", answer.content, "done")
+    other.close()
