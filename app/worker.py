@@ -30,6 +30,7 @@ from engine.decoding.generate import SpeculativeDecoder
 from engine.modelfiles.load_marker import LoadMarker
 from engine.decoding.loader import DecoderSettings, load_draft, load_target, make_proposer
 from engine.methods import DRAFT_METHODS
+from engine.text_rules import plain_name
 from engine.decoding.proposers.base import NoProposer
 
 from app.models.model_names import model_label
@@ -199,6 +200,7 @@ class EngineWorker(QObject):
         t = self.decoder.target
         name = DISPLAY_NAMES.get(self.settings.model) if self.settings else None
         name = name or model_store.display_name(t.path) or t.name  # "qwen2.5-coder:0.5b", not the GGUF's own
+        name = plain_name(name)  # a file's or header's name: no bidi control may make it read as another
         return {"name": name, "path": str(t.path), "backend": t.backend, "n_ctx": t.n_ctx,
                 "chat_template": self.formatter.uses_template}
 

@@ -36,6 +36,7 @@ from shiboken6 import isValid
 
 from engine import safe_files
 from engine.safe_files import FileRefused, Wording, human_size
+from engine.text_rules import plain_name
 
 from app.background import Lane
 
@@ -231,8 +232,9 @@ class AttachmentChip(QFrame):
         self.view_button.setAutoRaise(True)
         self.view_button.setIcon(self.style().standardIcon(QStyle.StandardPixmap.SP_FileIcon))
         self.view_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
-        self.view_button.setText(f"{attachment.name}  ·  {human_size(attachment.size)}")
-        self.view_button.setToolTip(f"Show {attachment.name}")
+        name = plain_name(attachment.name)  # a file's name, as it reads: no bidi control obeyed
+        self.view_button.setText(f"{name}  ·  {human_size(attachment.size)}")
+        self.view_button.setToolTip(f"Show {name}")
         self.view_button.clicked.connect(self.show_file)
         row.addWidget(self.view_button)
         self.remove_button = None
@@ -240,7 +242,7 @@ class AttachmentChip(QFrame):
             self.remove_button = QToolButton()
             self.remove_button.setAutoRaise(True)
             self.remove_button.setText("✕")
-            self.remove_button.setToolTip(f"Remove {attachment.name} from this message")
+            self.remove_button.setToolTip(f"Remove {name} from this message")
             self.remove_button.clicked.connect(self.removeRequested)
             row.addWidget(self.remove_button)
         self.dialog: QDialog | None = None
@@ -249,7 +251,7 @@ class AttachmentChip(QFrame):
         """The file's text, read-only, in a window of its own."""
         if self.dialog is None:
             self.dialog = QDialog(self.window())
-            self.dialog.setWindowTitle(self.attachment.name)
+            self.dialog.setWindowTitle(plain_name(self.attachment.name))
             self.dialog.resize(760, 560)
             layout = QVBoxLayout(self.dialog)
             text = QPlainTextEdit()

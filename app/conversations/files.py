@@ -23,6 +23,7 @@ from engine import safe_files
 from engine.figures import COUNTS, FLAG, NUMBER, NUMBER_LIST, PAIR_LIST, TEXT, keys_of
 from engine.paths import write_text_atomic
 from engine.remote.endpoint import without_credentials
+from engine.text_rules import valid_json
 from engine.safe_files import FileRefused, Wording
 
 from app.plain_text import safe_file_name
@@ -200,7 +201,7 @@ def read_conversation_file(path: Path) -> dict:
     except FileRefused as exc:
         raise ConversationFileError(str(exc)) from exc
     try:
-        data = json.loads(raw.decode("utf-8-sig"))
+        data = valid_json(json.loads(raw.decode("utf-8-sig")))  # a lone surrogate's escape: U+FFFD (text_rules)
     except UnicodeDecodeError as exc:
         raise ConversationFileError(f"{name} is not a text file in UTF-8, so it is not a SpecChat conversation "
                                     "export.") from exc
@@ -331,4 +332,7 @@ def _is_int(value) -> bool:
 
 
 def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    # An int of 400 digits is no figure, and math.isfinite would raise OverflowError turning it into a float.
+    return abs(value) < 2**63 if isinstance(value, int) else math.isfinite(value)

@@ -9,6 +9,7 @@ from pathlib import Path
 from engine.modelfiles import model_store
 from engine.modelfiles.embedded import DISPLAY_NAMES
 from engine.modelfiles.header_peek import quantization
+from engine.text_rules import plain_name
 
 NO_QUANT = "quantization n/a"  # neither the file's name nor its header says
 
@@ -19,4 +20,4 @@ def model_label(spec: str, installed: list[model_store.InstalledModel] = ()) -> 
         return DISPLAY_NAMES[spec]
     model = next((m for m in installed if str(m.path) == spec), None)
     name = model.name if model is not None else (model_store.display_name(spec) or Path(spec).name)
-    return f"{name} · {quantization(spec) or NO_QUANT}"
+    return f"{plain_name(name)} · {quantization(spec) or NO_QUANT}"  # a file's name: no bidi control obeyed
