@@ -253,7 +253,12 @@ class ChatSession(QObject):
         sibling = self.model.sibling(row, step) if row >= 0 else None
         if sibling is None:
             return False
-        self.store.set_active(sibling)
+        try:
+            self.store.set_active(sibling)
+        except STORE_ERRORS as exc:  # the branch shown is the one the file says: it stays as it was
+            what, remedy = store_problem(exc)
+            self.noticeRaised.emit(f"The other answer is not shown: {what}; {remedy} and try again.", "error")
+            return False
         self._show_path()
         if message.parent_id is None and message.role == "user" and self.model.items:
             self._retitle(message.content, self.model.items[0].content)  # the title follows the question shown
@@ -289,7 +294,12 @@ class ChatSession(QObject):
         if self.conversation_id is None:
             self.new_chat_settings = dict(values)
         else:
-            self.store.set_conversation_settings(self.conversation_id, values)
+            try:
+                self.store.set_conversation_settings(self.conversation_id, values)
+            except STORE_ERRORS as exc:
+                what, remedy = store_problem(exc)
+                self.noticeRaised.emit(f"The chat's settings were not saved: {what}; {remedy} and set them again.",
+                                       "error")
 
     def chat_settings(self) -> Preset:
         """What the open chat's next response uses: its preset, with the chat's own values over it."""

@@ -1,6 +1,7 @@
 """The saved conversations beside the chat: new, search, rename (double-click or F2), delete."""
 from __future__ import annotations
 
+import sqlite3
 import time
 
 from PySide6.QtCore import QAbstractListModel, QModelIndex, Qt, QTimer, Signal
@@ -9,8 +10,15 @@ from PySide6.QtWidgets import (QAbstractItemView, QLineEdit, QListView, QMenu, Q
                                QVBoxLayout, QWidget)
 
 from app.conversations.store import Conversation, ConversationStore
+from app.safe_text import message
 
 ConversationIdRole = Qt.ItemDataRole.UserRole + 1
+
+
+def not_written(what: str, exc: sqlite3.Error) -> str:
+    """Why a conversation was not renamed or deleted, for a person."""
+    return (f"The conversation was not {what}: the conversation file cannot be written now ({exc}); it may be busy "
+            "with an import, or the disk may be full. Nothing was changed; try again in a moment.")
 
 
 class ConversationListModel(QAbstractListModel):
@@ -48,7 +56,11 @@ class ConversationListModel(QAbstractListModel):
         if role != Qt.ItemDataRole.EditRole or not index.isValid() or not str(value).strip():
             return False
         conv = self.rows[index.row()]
-        self.store.rename(conv.id, str(value))
+        try:
+            self.store.rename(conv.id, str(value))
+        except sqlite3.Error as exc:  # busy (an import being stored) or a full disk: said, nothing changed
+            message(None, QMessageBox.Icon.Warning, "Rename conversation", not_written("renamed", exc))
+            return False
         conv.title = str(value).strip()
         self.dataChanged.emit(index, index)
         return True
@@ -153,6 +165,10 @@ class ConversationPanel(QWidget):
                 self, "Delete conversation", f"Delete “{conv.title}” and all its messages? This cannot be undone."
         ) != QMessageBox.StandardButton.Yes:
             return
-        self.store.delete_conversation(conversation_id)
+        try:
+            self.store.delete_conversation(conversation_id)
+        except sqlite3.Error as exc:
+            message(self, QMessageBox.Icon.Warning, "Delete conversation", not_written("deleted", exc))
+            return
         self.reload()
         self.deleted.emit(conversation_id)

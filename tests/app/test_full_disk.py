@@ -291,3 +291,28 @@ def test_a_file_held_by_an_import_never_makes_the_window_wait_and_the_answer_is_
     qtbot.waitUntil(lambda: not unsaved_notices(window), timeout=10_000)
     assert saved_rows(cid)[-1] == (answer.id, "assistant", answer.content, "done")
     other.close()
+
+
+def test_renaming_or_deleting_while_the_file_is_held_says_so_and_changes_nothing(
+        make_window, quick_settings, qtbot, monkeypatch, wait_response):
+    import app.conversations.sidebar as sidebar_module
+
+    said = []
+    monkeypatch.setattr(sidebar_module, "message", lambda parent, icon, title, text: said.append(text))
+    monkeypatch.setattr(QMessageBox, "question", staticmethod(lambda *a, **k: QMessageBox.StandardButton.Yes))
+    unhandled = count_unhandled()
+    window = make_window(quick_settings)
+    window.input.setPlainText("Name three colours.")
+    window.send_message()
+    wait_response(window, timeout=60_000)
+    panel, cid = window.panel, window.session.conversation_id
+    other = sqlite3.connect(default_path(), isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # an import being stored
+    index = panel.model.index(0)
+    assert not panel.model.setData(index, "Colours")
+    panel.delete(cid)
+    assert len(said) == 2 and all("try again in a moment" in t for t in said) and unhandled == []
+    other.execute("COMMIT")
+    other.close()
+    assert window.store.conversation(cid).title == "Name three colours."
+    assert panel.model.setData(index, "Colours") and window.store.conversation(cid).title == "Colours"
