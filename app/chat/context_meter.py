@@ -327,9 +327,12 @@ class ContextMeter(QWidget):
         self.warning.hide()
 
     def _show(self, m: Measure) -> None:
+        if self.source is None or self.remote() is not None:
+            return  # counted here before the chat moved to a remote engine: the server's count is the one to show
         self.measure = m
         self.count.setText(f"{m.tokens:,} / {m.n_ctx:,} tokens")
-        self.count.setToolTip(f"The conversation{' and your message' if m.drafted else ''} take {m.tokens:,} tokens "
+        takes = "and your message take" if m.drafted else "takes"
+        self.count.setToolTip(f"The conversation {takes} {m.tokens:,} tokens "
                               f"of the model's {m.n_ctx:,}-token context; {m.n_ctx - m.budget:,} are kept for the "
                               "answer.")
         text, level = warning_text(m)

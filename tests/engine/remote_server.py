@@ -6,7 +6,10 @@ import socket
 import socketserver
 import threading
 import time
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+import pytest
 
 from engine.decoding.cost_model import SpeculationConfig
 from engine.decoding.proposers.base import NoProposer
@@ -15,6 +18,8 @@ from engine.decoding.runtime import LoadSettings, Model
 from engine.modelfiles.embedded import embedded_model_path
 from engine.serving.service import ServeOptions, Service
 
+from step_costs import ONE_ROW_S, pin_step_costs  # tests/engine/step_costs.py
+
 
 def specchat_server(api_key: str | None = None, n_ctx: int = 1024, plain: bool = False) -> tuple[Service, Model]:
     """(the running service, its model): stop the one, then close the other. plain: no speculation."""
@@ -22,6 +27,21 @@ def specchat_server(api_key: str | None = None, n_ctx: int = 1024, plain: bool =
     service = Service(model, NoProposer() if plain else LookupProposer(), SpeculationConfig(max_draft=8),
                       ServeOptions(port=0, parallel=2, api_key=api_key), model_id="smollm2").start()
     return service, model
+
+
+@contextmanager
+def drafting_specchat_server(api_key: str | None = None) -> Iterator[Service]:
+    """specchat_server whose planner sees step costs where a verified row costs a tenth of a step (a GPU's figure),
+    so its lookup drafts on a copy whatever this machine's live timings say: for tests of the figures drafts give
+    (on a 2-core CPU with a fresh cache the planner may bet on nothing, and the figures have no drafts to show)."""
+    with pytest.MonkeyPatch.context() as patch:
+        pin_step_costs(patch, one_row_s=ONE_ROW_S, extra_row_s=ONE_ROW_S / 10)
+        service, model = specchat_server(api_key=api_key)
+        try:
+            yield service
+        finally:
+            service.stop()
+            model.close()
 
 
 # --- a server that misbehaves ---------------------------------------------------------------------------------

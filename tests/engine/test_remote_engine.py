@@ -25,7 +25,7 @@ from engine.modelfiles.embedded import embedded_model_path
 from engine.remote import keys, prometheus
 from engine.remote.client import EventStream, RemoteEngine, RemoteModel
 from engine.remote.endpoint import Endpoint, normalised_url, url_warning
-from remote_server import DONE, MIB, HostileServer, event, specchat_server  # tests/engine/remote_server.py
+from remote_server import DONE, MIB, HostileServer, drafting_specchat_server, event, specchat_server  # noqa: E501
 
 GREEDY = SamplingParams(temperature=0.0)
 COPY = [{"role": "user", "content": "Passage: The lighthouse at Point Arden was built in 1871 from granite quarried "
@@ -35,10 +35,8 @@ COUNTING = [{"role": "user", "content": "Write the numbers from 1 to 40, separat
 
 @pytest.fixture(scope="module")
 def server():
-    service, model = specchat_server(api_key="right-key")
-    yield service
-    service.stop()
-    model.close()
+    with drafting_specchat_server(api_key="right-key") as service:
+        yield service
 
 
 @pytest.fixture
