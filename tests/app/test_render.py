@@ -135,6 +135,7 @@ def test_streaming_rerenders_only_the_last_chunk(qtbot):
 
 # --- code blocks and thoughts, in the real window -------------------------------------------------
 import re  # noqa: E402
+import threading  # noqa: E402
 import time  # noqa: E402
 from dataclasses import replace  # noqa: E402
 
@@ -283,7 +284,7 @@ def test_a_live_thought_shows_thinking_then_its_measured_time_which_is_saved(mak
 
 
 def test_streaming_a_long_code_block_never_stalls_the_window(make_window, qtbot, wait_response, quick_settings,
-                                                            stall_probe):
+                                                            stall_probe, monkeypatch):
     """The GUI thread's worst stall while a 400-line code block streams in and is then coloured."""
     from engine.decoding.answer import Delta
 
@@ -297,6 +298,9 @@ def test_streaming_a_long_code_block_never_stalls_the_window(make_window, qtbot,
             time.sleep(0.004)
             yield Delta(tokens=[], segments=[(text[i:i + 60], False)])
     window.engine.worker.decoder.generate = streams_code
+    import app.chat.render as render_module
+    lexed_on, lex = [], render_module.code_tokens
+    monkeypatch.setattr(render_module, "code_tokens", lambda *a: lexed_on.append(threading.current_thread()) or lex(*a))
     stall_probe.start()
     window.session.send("Write it out in full.")
     reply = wait_response(window)
@@ -305,4 +309,5 @@ def test_streaming_a_long_code_block_never_stalls_the_window(make_window, qtbot,
     qtbot.wait(100)
     worst = stall_probe.stop()
     assert reply.content == text and block.code.count("\n") == 402
+    assert lexed_on and threading.main_thread() not in lexed_on  # the dear part, wherever the stall limit sits
     assert worst < STALL_LIMIT_S, f"the GUI thread was blocked for {worst * 1000:.0f} ms"
