@@ -2,7 +2,9 @@
 controls that make one name read as another (issue 63, items 1 and 6): the answer is shown, saved and reloaded
 after a restart; the controls are shown by their code in the answer and gone from the model's name."""
 import json
+import os
 import sqlite3
+import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from app.chat.engine_picker import REMOTE  # noqa: E402
 from app.conversations.files import conversation_data  # noqa: E402
 from app.conversations.store import ConversationStore, default_path  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[2]
 RLO = "\u202e"
 # As servers write JSON with ensure_ascii: the surrogate is an escape, valid JSON, and no UTF-8 encoder takes it.
 CHUNKS = [r'{"model":"gnp\u202e.exe","choices":[{"index":0,"delta":{"role":"assistant","content":"half "}}]}',
@@ -107,3 +110,16 @@ def test_a_files_and_a_models_name_lose_their_bidi_controls_where_they_are_shown
     assert chip.view_button.text().startswith("notestxt.exe.md") and RLO not in chip.view_button.toolTip()
     assert window.tray.attachments[0].name == evil.name  # the file itself is named as it is, for the model
     assert RLO not in model_label(str(tmp_path / f"model{RLO}fgg.Q4_K_M.gguf"))
+
+
+def test_the_smoke_test_saves_and_prints_an_answer_holding_a_lone_surrogate(dirs):
+    """`specchat --smoke-test --engine-url` on that server: it exited 1 with the save's UnicodeEncodeError."""
+    env = {**os.environ, "SPECCHAT_CONFIG_DIR": str(dirs / "config"), "SPECCHAT_DATA_DIR": str(dirs / "data"),
+           "QT_QPA_PLATFORM": "offscreen"}
+    with HostileServer({"POST /v1/chat/completions": answers, "GET /v1/models": models}) as server:
+        result = subprocess.run([sys.executable, "-m", "app", "--smoke-test", "--engine-url", server.url,
+                                 "--timeout", "120"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    stats = json.loads(result.stdout.strip().splitlines()[-1])
+    assert stats["text"] == f"half \ufffd an emoji, file {RLO}gnp.exe, then \U0001F600"
+    assert stats["model"].startswith("gnp.exe @ ")
