@@ -11,6 +11,7 @@ from hypothesis import example, given, settings, strategies as st
 from app.conversations.files import ConversationFileError, conversation_data, import_json
 from app.conversations.store import MEMORY, ConversationStore, Message
 
+from fuzz_values import texts_in
 from fuzz_watchdog import bounded
 
 FUZZ = settings.get_profile("specchat-fuzz")
@@ -100,18 +101,6 @@ def write(tmp_path, name: str, raw: bytes):
 def encoded(doc, ascii_only: bool) -> bytes:
     text = json.dumps(doc, ensure_ascii=ascii_only)  # NaN and Infinity as Python writes them
     return text.encode("utf-8", "surrogatepass")  # a raw surrogate's bytes: not UTF-8, as a hostile file may be
-
-
-def texts_in(value):
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            yield from texts_in(k)
-            yield from texts_in(v)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from texts_in(v)
 
 
 def is_utf8(text: str) -> bool:

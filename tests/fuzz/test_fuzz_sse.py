@@ -16,6 +16,7 @@ from engine.remote import client
 from engine.remote.client import EventStream, RemoteEngine, RemoteModel
 from engine.remote.endpoint import Endpoint
 
+from fuzz_values import texts_in
 from fuzz_watchdog import bounded
 
 FUZZ = settings.get_profile("specchat-fuzz")
@@ -51,18 +52,6 @@ def run_answer(engine, items) -> tuple[list[str], client.RemoteFigures, EngineEr
         except EngineError as exc:
             error = exc
     return pieces, answer.figures, error
-
-
-def texts_in(value):
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            yield from texts_in(k)
-            yield from texts_in(v)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from texts_in(v)
 
 
 def check_utf8(pieces, figures, error) -> None:
