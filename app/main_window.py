@@ -22,7 +22,7 @@ from app.conversations.sidebar import ConversationPanel
 from app.chat.input_box import ChatInput
 from app.chat.message_view import ChatView
 from app.notices import NoticeArea
-from app.plain_text import plain_line
+from engine.text_rules import plain_name
 from app.safe_text import install_guards
 from app.status_bar import StatusBar
 from app.theme import LABELS as THEME_LABELS, apply_theme
@@ -387,7 +387,7 @@ class MainWindow(QMainWindow):
         cid = self.session.conversation_id
         conv = self.store.conversation(cid) if cid is not None else None
         # Plain: a bidi control or zero-width character in a title must not disguise what the title bar says.
-        self.setWindowTitle(f"{plain_line(conv.title)} — SpecChat" if conv else "SpecChat")
+        self.setWindowTitle(f"{plain_name(conv.title)} — SpecChat" if conv else "SpecChat")
 
     def _conversations_changed(self, conversation_id: int) -> None:
         self._changed_conversation = conversation_id

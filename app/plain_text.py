@@ -7,12 +7,10 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from engine.text_rules import plain_name, shown_plainly  # noqa: F401 - shown_plainly is used from here
+from engine.text_rules import plain_name
 
 WINDOWS_RESERVED = {"CON", "PRN", "AUX", "NUL", *(f"COM{n}" for n in range(1, 10)), *(f"LPT{n}" for n in range(1, 10))}
 NAME_CHARS = 80
-
-plain_line = plain_name  # the window's name for it
 
 
 def safe_file_name(title: str, suffix: str) -> str:
@@ -20,7 +18,7 @@ def safe_file_name(title: str, suffix: str) -> str:
     script (with their marks) and - _ . , + only, words joined by "-" (a space splits a shell word), each without
     a dash, dot or comma at its ends; no run of dots (an ellipsis typed as three); not a Windows device name; at
     most NAME_CHARS before suffix."""
-    text = plain_line(title).replace("…", " ")  # a title cut short ends in an ellipsis: not part of the name
+    text = plain_name(title).replace("…", " ")  # a title cut short ends in an ellipsis: not part of the name
     kept = "".join(c if c.isalnum() or unicodedata.category(c)[0] == "M" or c in "-_.,+" else " " for c in text)
     words = (w.strip("-.,") for w in re.sub(r"\.{2,}", " ", kept).split())  # "--onto" → onto, "me," → me
     name = "-".join(w for w in words if w)[:NAME_CHARS].strip("-.")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialog, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
 
-from app.plain_text import shown_plainly
+from engine.text_rules import shown_plainly
 
 WHAT = {"engine_url": "Engine: the server your messages, with the whole conversation, would be sent to",
         "engine_model": "The model on that server",

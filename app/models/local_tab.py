@@ -11,7 +11,7 @@ from engine.modelfiles.downloads import format_bytes
 from engine.modelfiles.local_discovery import Discovery, FoundModel, discover_models
 from engine.errors import EngineError
 
-from app.plain_text import plain_line
+from engine.text_rules import plain_name
 from app.models.tables import make_table, selected_key, set_row
 from app.models.task_worker import Tasks
 
@@ -71,7 +71,7 @@ class LocalTab(QWidget):
         self.table.setRowCount(len(self.found))
         for row, model in enumerate(self.found):
             source = SOURCE_NAMES.get(model.source, model.source)
-            set_row(self.table, row, [plain_line(model.name), source, format_bytes(model.size_bytes),
+            set_row(self.table, row, [plain_name(model.name), source, format_bytes(model.size_bytes),
                                       str(model.path.parent)], data=str(model.path), tooltip=str(model.path))
         sources = sorted({SOURCE_NAMES.get(m.source, m.source) for m in self.found})
         text = (f"Found {len(self.found)} models ({', '.join(sources)}). They are used where they are: nothing "

@@ -29,7 +29,7 @@ from engine.modelfiles.memory_fit import estimate_fit
 from engine.modelfiles.remote_gguf import read_remote_metadata
 from engine.errors import EngineError
 
-from app.plain_text import plain_line
+from engine.text_rules import plain_name
 from app.models.download_worker import DownloadWorker
 from app.models.pairs_tab import BAR_STEPS
 from app.models.tables import make_table, selected_key, set_row
@@ -143,7 +143,7 @@ class SearchTab(QWidget):
         self.repos_table.setRowCount(len(repos))
         for row, repo in enumerate(repos):
             gated = " (gated: needs HF_TOKEN)" if repo.gated else ""
-            set_row(self.repos_table, row, [plain_line(repo.repo_id) + gated, f"{repo.downloads:,}", f"{repo.likes:,}",
+            set_row(self.repos_table, row, [plain_name(repo.repo_id) + gated, f"{repo.downloads:,}", f"{repo.likes:,}",
                                             (repo.last_modified or "")[:10]], data=repo.repo_id, tooltip=repo.repo_id)
         self.show_status(f"{len(repos)} repositories with GGUF files." if repos else
                          "No GGUF repositories match. Try fewer or other words.")
@@ -165,7 +165,7 @@ class SearchTab(QWidget):
         self.files_table.setRowCount(len(self.repo.files))
         for row, f in enumerate(self.repo.files):
             parts = f" ({len(f.parts)} parts)" if len(f.parts) > 1 else ""
-            set_row(self.files_table, row, [plain_line(f.filename) + parts, f.quantization, format_bytes(f.size), ""],
+            set_row(self.files_table, row, [plain_name(f.filename) + parts, f.quantization, format_bytes(f.size), ""],
                     data=f.filename, tooltip="\n".join(f.parts))
         self._show_fits()
         if not self.repo.files:
@@ -214,8 +214,8 @@ class SearchTab(QWidget):
         self.drafts_table.setRowCount(len(rows))
         for row, c in enumerate(rows):
             fits = {True: "yes", False: "no", None: "unknown"}[c.compatible]
-            set_row(self.drafts_table, row, [plain_line(c.name), format_bytes(c.size) if c.size else "—", fits,
-                                            plain_line(c.reason) or "same vocabulary (llama.cpp's rules)"],
+            set_row(self.drafts_table, row, [plain_name(c.name), format_bytes(c.size) if c.size else "—", fits,
+                                            plain_name(c.reason) or "same vocabulary (llama.cpp's rules)"],
                     data=row, tooltip=c.reason or c.name)
         total = sum(c.size for c in rows if c.bytes_read) + search.target_size
         self.drafts_note.setText(
