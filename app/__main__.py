@@ -16,6 +16,7 @@
 One SpecChat runs per data folder: launched again, it brings the running window forward (handing it
 the --send message, if any) and exits 0.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,28 +30,51 @@ import traceback
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    parser = argparse.ArgumentParser(prog="specchat", description="Chat with local GGUF models, faster with "
-                                     "lossless speculative decoding.")
+    parser = argparse.ArgumentParser(
+        prog="specchat", description="Chat with local GGUF models, faster with lossless speculative decoding."
+    )
     parser.add_argument("--send", metavar="TEXT", help="send TEXT in a new conversation once the window opens")
-    parser.add_argument("--smoke-test", action="store_true",
-                        help="send one message to the embedded model offscreen, print its figures as JSON, exit")
-    parser.add_argument("--prompt", metavar="TEXT", help="with --smoke-test: send TEXT instead of the built-in "
-                        "passage")
-    parser.add_argument("--use-settings", action="store_true", help="with --smoke-test: the saved model and "
-                        "settings instead of the embedded model's")
-    parser.add_argument("--exact", action="store_true", help="with --smoke-test: exact greedy (the answer is plain "
-                        "decoding's token for token; verifies kept as narrow as this build decodes like one row)")
+    parser.add_argument(
+        "--smoke-test",
+        action="store_true",
+        help="send one message to the embedded model offscreen, print its figures as JSON, exit",
+    )
+    parser.add_argument("--prompt", metavar="TEXT", help="with --smoke-test: send TEXT instead of the built-in passage")
+    parser.add_argument(
+        "--use-settings",
+        action="store_true",
+        help="with --smoke-test: the saved model and settings instead of the embedded model's",
+    )
+    parser.add_argument(
+        "--exact",
+        action="store_true",
+        help="with --smoke-test: exact greedy (the answer is plain "
+        "decoding's token for token; verifies kept as narrow as this build decodes like one row)",
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds the smoke test may take (600)")
-    parser.add_argument("--engine-url", metavar="URL", help="with --smoke-test: ask this OpenAI-compatible server "
-                        "(vLLM, llama-server, a SpecChat server) instead of this machine's engine")
-    parser.add_argument("--engine-model", metavar="ID", default="", help="with --engine-url: the server's model "
-                        "(default: the first it lists)")
-    parser.add_argument("--api-key-env", metavar="NAME", help="with --engine-url: the environment variable that "
-                        "holds the server's API key")
+    parser.add_argument(
+        "--engine-url",
+        metavar="URL",
+        help="with --smoke-test: ask this OpenAI-compatible server "
+        "(vLLM, llama-server, a SpecChat server) instead of this machine's engine",
+    )
+    parser.add_argument(
+        "--engine-model",
+        metavar="ID",
+        default="",
+        help="with --engine-url: the server's model (default: the first it lists)",
+    )
+    parser.add_argument(
+        "--api-key-env",
+        metavar="NAME",
+        help="with --engine-url: the environment variable that holds the server's API key",
+    )
     args, qt_args = parser.parse_known_args(argv)
     if (args.engine_url or args.api_key_env or args.engine_model) and not args.smoke_test:
-        parser.error("--engine-url, --engine-model and --api-key-env go with --smoke-test; in the window, a chat's "
-                     "engine is set in its chat settings")
+        parser.error(
+            "--engine-url, --engine-model and --api-key-env go with --smoke-test; in the window, a chat's "
+            "engine is set in its chat settings"
+        )
     if (args.api_key_env or args.engine_model) and not args.engine_url:
         parser.error("--engine-model and --api-key-env go with --engine-url")
     if args.engine_url:
@@ -59,8 +83,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         from engine.remote.keys import key_from_env
 
         try:
-            args.engine = Endpoint(normalised_url(args.engine_url), args.engine_model.strip(),
-                                   key_from_env(args.api_key_env))
+            args.engine = Endpoint(
+                normalised_url(args.engine_url), args.engine_model.strip(), key_from_env(args.api_key_env)
+            )
         except EngineError as exc:
             parser.error(str(exc))
     else:
@@ -97,8 +122,7 @@ def _setup_logging() -> None:
         handlers.append(_PrivateLog(log_file, maxBytes=1 << 20, backupCount=2, encoding="utf-8"))
     except OSError:
         pass
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        handlers=handlers)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", handlers=handlers)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request to a remote engine is noise
 
 
@@ -124,15 +148,16 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtWidgets import QApplication
 
     from app.qt_compat import guard_none_refcount
+
     guard_none_refcount()  # also when `app` was imported as a namespace package (an editable install)
     app = QApplication.instance() or QApplication([sys.argv[0], *qt_args])
     app.setApplicationName("SpecChat")
     app.setApplicationDisplayName("SpecChat")
     app.setOrganizationName("SpecChat")
 
+    from app.single_instance import claim, instance_name
     from engine.paths import data_dir
 
-    from app.single_instance import claim, instance_name
     instance = claim(instance_name(data_dir()), {"send": args.send})
     if instance is None:  # before the store opens: the running one owns the conversation file
         logging.getLogger("specchat").info("SpecChat is already running; it was asked to come forward.")
@@ -140,14 +165,15 @@ def main(argv: list[str] | None = None) -> int:
 
     # Imported after the QApplication exists and before the window: the engine pulls in torch, and
     # loading it here keeps that one-off cost out of the running GUI.
+    from app.conversations.held_answers import open_store_with_held
     from app.main_window import MainWindow
     from app.settings.values import load_settings
-    from app.conversations.held_answers import open_store_with_held
 
     settings, notices = load_settings()
     store, store_notices = open_store_with_held()
     if args.smoke_test and not args.use_settings:
         from app.smoke import smoke_settings
+
         settings = smoke_settings()
     if args.smoke_test and args.exact:
         settings = settings.merged({"exact_greedy": True})
@@ -159,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     window.show()
     if args.smoke_test:
         from app.smoke import SmokeTest
+
         window.smoke_test = SmokeTest(window, args.timeout, args.prompt, args.engine)  # lives until exit
         code = app.exec()
         instance.close()
@@ -198,8 +225,10 @@ def crash_notice(window, kind, value) -> str:
     said = f"Something went wrong: {kind.__name__}: {value}."
     unsaved = getattr(window.session, "unsaved", 0)
     if unsaved:
-        return (f"{said} An answer is not saved yet (see the notice about it); everything saved before is kept. "
-                "Details are in the log.")
+        return (
+            f"{said} An answer is not saved yet (see the notice about it); everything saved before is kept. "
+            "Details are in the log."
+        )
     if issubclass(kind, (sqlite3.Error, OSError)):
         return f"{said} The last change may not be saved; everything saved before is kept. Details are in the log."
     return f"{said} Your conversations are saved; details are in the log."
@@ -213,6 +242,7 @@ def _install_excepthook(window, smoke: bool) -> None:
         log.error("unexpected error:\n%s", "".join(traceback.format_exception(kind, value, tb)))
         if smoke:
             from PySide6.QtWidgets import QApplication
+
             print(f"smoke test failed: {kind.__name__}: {value}", file=sys.stderr)
             QApplication.exit(1)
             return

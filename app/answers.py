@@ -7,20 +7,21 @@ of) through `out`, an Answer. run_answer drives them all: it is the one place th
 progress / finished / failed signals are emitted and an unexpected failure is put into words, so the chat,
 Stop, Regenerate, Compare and the figures see the same thing from every source.
 """
+
 from __future__ import annotations
 
 import itertools
 import logging
 import threading
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Protocol
 
+from app.progress import ProgressBatch
 from engine.decoding.sampling import SamplingParams
 from engine.errors import EngineError
 from engine.remote.endpoint import Endpoint
-
-from app.progress import ProgressBatch
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,7 @@ class GenerationRequest:
 
 class AnswerSignals(Protocol):
     """The engine worker's answer signals (anything with these attributes' emit, in tests)."""
+
     started: object  # (request id)
     progress: object  # (request id, [(text, from_draft)], figures)
     finished: object  # (request id, final figures)
@@ -50,7 +52,7 @@ class AnswerSource(Protocol):
     failure: str  # the words before an unexpected failure's type and text, e.g. "The engine failed"
     what: str  # what failed, for the log
 
-    def answer(self, request: GenerationRequest, out: "Answer") -> None:
+    def answer(self, request: GenerationRequest, out: Answer) -> None:
         """Answer request through out; raise (an EngineError's text is shown as it is) when it cannot."""
 
 
@@ -95,9 +97,9 @@ def run_answer(source: AnswerSource, request: GenerationRequest, signals: Answer
         out.fail(message, out.figures())
 
 
-def run_answer_on_thread(source: AnswerSource, request: GenerationRequest, signals: AnswerSignals,
-                         name: str) -> None:
+def run_answer_on_thread(source: AnswerSource, request: GenerationRequest, signals: AnswerSignals, name: str) -> None:
     """run_answer on a thread of its own, whose signals are queued to the GUI."""
+
     def run() -> None:
         try:
             run_answer(source, request, signals)

@@ -5,11 +5,12 @@ A Lane is one worker thread for one kind of work: jobs run in the order given, a
 callback on the GUI thread through a queued Qt signal, never inside the call that started the job. Python joins
 these threads at exit, so a job that writes (an import's transaction) ends before the process does.
 """
+
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Callable
 
 from PySide6.QtCore import QObject, Qt, Signal, Slot
 
@@ -18,6 +19,7 @@ log = logging.getLogger(__name__)
 
 class _GuiCalls(QObject):
     """Runs callables on the thread it lives in (the GUI thread): a worker emits `call`, Qt queues it there."""
+
     call = Signal(object)
 
     def __init__(self):
@@ -53,4 +55,5 @@ class Lane:
                 log.error("background job on %s", self.name, exc_info=exc)
             result = exc if exc is not None else future.result()
             calls.call.emit(lambda: then(result))
+
         self._executor.submit(job, *args).add_done_callback(done)

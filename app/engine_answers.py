@@ -1,16 +1,16 @@
 """This machine's engine as an answer source (app/answers.py), in its two ways: its own decode loop on the worker's
 thread, or, while the API server runs, one more job in the server's batch."""
+
 from __future__ import annotations
 
+from app.answers import Answer, GenerationRequest
+from app.progress import snapshot
 from engine.chat_format import answer_reserve
 from engine.decoding.batch import Job
 from engine.decoding.generate import SpeculativeDecoder
 from engine.decoding.proposers.base import NoProposer
 from engine.decoding.sampling import request_seed, stream_seeds
 from engine.errors import EngineError
-
-from app.answers import Answer, GenerationRequest
-from app.progress import snapshot
 
 NO_MODEL = "No model is loaded. Choose one in Settings or Models…."
 PLAIN_WHILE_SERVING = "Plain decoding for one answer (Compare) needs the engine to itself: stop the server first."
@@ -27,6 +27,7 @@ def _prompt(worker, request: GenerationRequest, out: Answer):
 
 class LocalAnswers:
     """The worker's decoder, on the worker's thread (app.worker.EngineWorker.generate)."""
+
     failure, what = "The engine failed", "generation"
 
     def __init__(self, worker):
@@ -50,8 +51,9 @@ def decode(decoder: SpeculativeDecoder, prompt, request: GenerationRequest):
     if request.plain:
         decoder.proposer = NoProposer()
     try:
-        yield from decoder.generate(prompt.tokens, request.sampling, max_tokens=request.max_tokens,
-                                    stop=prompt.stop, cancel=request.cancel)
+        yield from decoder.generate(
+            prompt.tokens, request.sampling, max_tokens=request.max_tokens, stop=prompt.stop, cancel=request.cancel
+        )
     finally:
         decoder.proposer = proposer
 
@@ -60,6 +62,7 @@ class ServedAnswers:
     """While serving (the worker's thread runs the server's engine loop): the chat's answer as one more job in the
     server's batch. Templating and tokenizing happen on the caller's thread (a thread of its own: a template may
     take its sandbox's 3 s); the job's callbacks run on the engine loop."""
+
     failure, what = "The engine failed", "a served answer"
 
     def __init__(self, worker):
@@ -80,7 +83,16 @@ class ServedAnswers:
             else:
                 out.finish(stats, trimmed_messages=prompt.trimmed)
 
-        self.worker.service.scheduler.submit(Job(
-            f"chat-{request.id}", prompt.tokens, request.sampling, request.max_tokens, stop=prompt.stop,
-            seeds=stream_seeds(request_seed(request.sampling)), cancel=request.cancel,
-            on_delta=on_delta, on_done=on_done))
+        self.worker.service.scheduler.submit(
+            Job(
+                f"chat-{request.id}",
+                prompt.tokens,
+                request.sampling,
+                request.max_tokens,
+                stop=prompt.stop,
+                seeds=stream_seeds(request_seed(request.sampling)),
+                cancel=request.cancel,
+                on_delta=on_delta,
+                on_done=on_done,
+            )
+        )

@@ -1,4 +1,5 @@
 """The main window: conversations on the left, the chat on the right, model state below."""
+
 from __future__ import annotations
 
 import logging
@@ -6,32 +7,44 @@ from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QCoreApplication, QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QActionGroup, QGuiApplication, QKeySequence, QPalette
-from PySide6.QtWidgets import (QCheckBox, QFileDialog, QHBoxLayout, QLabel, QMainWindow, QMessageBox,
-                               QPushButton, QSizePolicy, QSplitter, QToolButton, QVBoxLayout, QWidget)
-
-from engine.modelfiles.embedded import EMBEDDED
-from engine.methods import DRAFT_METHODS
-from engine.errors import InvalidSettingError
-from engine.reasoning import without_thinking
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QPushButton,
+    QSizePolicy,
+    QSplitter,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.chat.attachments import AttachmentTray, FileDrops, compose, paperclip_icon, split_attachments
-from app.chat.session import ChatSession, storable
-from app.chat.settings_panel import ChatSettingsButton
 from app.chat.context_meter import ContextMeter, TokenCounter
-from app.conversations.sidebar import ConversationPanel
 from app.chat.input_box import ChatInput
 from app.chat.message_view import ChatView
+from app.chat.session import ChatSession, storable
+from app.chat.settings_panel import ChatSettingsButton
+from app.conversations.imported_settings import use_imported_settings
+from app.conversations.importing import ConversationImport
+from app.conversations.sidebar import ConversationPanel
+from app.conversations.store import ConversationStore
 from app.notices import NoticeArea
-from engine.text_rules import plain_name
 from app.safe_text import install_guards
-from app.status_bar import StatusBar
-from app.theme import LABELS as THEME_LABELS, apply_theme
 from app.settings.presets import load_presets
 from app.settings.values import METHOD_LABELS, AppSettings, save_settings, what_changed
-from app.conversations.store import ConversationStore
-from app.conversations.importing import ConversationImport
-from app.conversations.imported_settings import use_imported_settings
+from app.status_bar import StatusBar
+from app.theme import LABELS as THEME_LABELS
+from app.theme import apply_theme
 from app.worker import EngineClient
+from engine.errors import InvalidSettingError
+from engine.methods import DRAFT_METHODS
+from engine.modelfiles.embedded import EMBEDDED
+from engine.reasoning import without_thinking
+from engine.text_rules import plain_name
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +83,9 @@ class MainWindow(QMainWindow):
         self._models_dialog = None
         self._changed_conversation: int | None = None
         self._closed = False  # closeEvent accepted: an import that ends later shows nothing
-        self._imports = ConversationImport(store, lambda: self.presets.default,
-                                           lambda name, carried: use_imported_settings(self, name, carried), self)
+        self._imports = ConversationImport(
+            store, lambda: self.presets.default, lambda name, carried: use_imported_settings(self, name, carried), self
+        )
         self._make_widgets(settings)
         self._lay_out()
         self._build_status_bar()
@@ -91,15 +105,19 @@ class MainWindow(QMainWindow):
         self.counter = TokenCounter(self)  # the loaded model's tokenizer, on a thread of its own
         self.meter = ContextMeter(self.counter, self._prompt_so_far, remote=self.session.remote_endpoint)
         self.tray = AttachmentTray(self.counter, self.meter.message_budget)  # files to go with the next message
-        self.attach_button = QToolButton(text="Attach", autoRaise=True,
-                                         icon=paperclip_icon(self.palette().color(QPalette.ColorRole.ButtonText)),
-                                         toolTip="Attach text files (code, Markdown, CSV, logs): their text goes into "
-                                                 "your message. You can also drop files on the window.")
+        self.attach_button = QToolButton(
+            text="Attach",
+            autoRaise=True,
+            icon=paperclip_icon(self.palette().color(QPalette.ColorRole.ButtonText)),
+            toolTip="Attach text files (code, Markdown, CSV, logs): their text goes into "
+            "your message. You can also drop files on the window.",
+        )
         self.send_button = QPushButton("Send")
         self.send_button.setDefault(True)
         self.send_button.setMinimumWidth(90)
-        self.edit_label = QLabel("Editing a message: Enter sends it as a new branch (the old one is kept), "
-                                 "Esc cancels.", wordWrap=True)
+        self.edit_label = QLabel(
+            "Editing a message: Enter sends it as a new branch (the old one is kept), Esc cancels.", wordWrap=True
+        )
         # Its own row, wrapped, free to shrink: beside the checkboxes it widened the chat, narrowing the sidebar.
         self.edit_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.input.setToolTip("Enter sends, Shift+Enter starts a new line, Esc stops a response being written.")
@@ -157,9 +175,14 @@ class MainWindow(QMainWindow):
         self.input.filesDropped.connect(self.tray.add_files)
         self._drops = FileDrops(self, self.tray.add_files)  # files dropped anywhere on the window
         self.tray.refused.connect(lambda text: self.notices.show_notice(text, "warning"))
-        for changed in (self.input.textChanged, self.tray.changed, self.session.model.modelReset,
-                        self.session.model.rowsInserted, self.session.model.rowsRemoved,
-                        self.session.responseFinished):
+        for changed in (
+            self.input.textChanged,
+            self.tray.changed,
+            self.session.model.modelReset,
+            self.session.model.rowsInserted,
+            self.session.model.rowsRemoved,
+            self.session.responseFinished,
+        ):
             changed.connect(lambda *_: self.meter.schedule())  # counted again a moment after the last change
         self.session.model.modelReset.connect(self.meter.restart)  # another chat: its count, never the last one's
         self.send_button.clicked.connect(self.send_or_stop)
@@ -311,17 +334,21 @@ class MainWindow(QMainWindow):
             self.cancel_edit()
 
     def choose_files(self) -> None:
-        paths, _ = QFileDialog.getOpenFileNames(self, "Attach text files", "",
-                                                "Text files (*.txt *.md *.csv *.log *.json *.py *.js *.ts *.c *.h "
-                                                "*.cpp *.rs *.go *.java *.html *.css *.yaml *.yml *.toml *.ini *.sh "
-                                                "*.sql *.xml);;All files (*)")
+        paths, _ = QFileDialog.getOpenFileNames(
+            self,
+            "Attach text files",
+            "",
+            "Text files (*.txt *.md *.csv *.log *.json *.py *.js *.ts *.c *.h "
+            "*.cpp *.rs *.go *.java *.html *.css *.yaml *.yml *.toml *.ini *.sh "
+            "*.sql *.xml);;All files (*)",
+        )
         self.tray.add_files(paths)
 
     def _prompt_so_far(self) -> tuple[list[dict], int]:
         """The messages the next send would give the model (for the context meter), and its max tokens."""
         items = self.session.model.items
         if self.editing and self.edited is not None and self.session.model.row_of(self.edited) >= 0:
-            items = items[:self.session.model.row_of(self.edited)]  # the edited message replaces what follows
+            items = items[: self.session.model.row_of(self.edited)]  # the edited message replaces what follows
         messages = self.session.prompt_history(items)
         draft = storable(compose(self.input.toPlainText(), self.tray.attachments)).strip()
         if draft:
@@ -378,8 +405,12 @@ class MainWindow(QMainWindow):
         """The status bar's model and speculation are this machine's; a chat on a server says so beside them."""
         remote = self.session.remote_endpoint()
         self.engine_label.setText(f"This chat: remote engine at {remote.host}" if remote else "")
-        self.engine_label.setToolTip(f"{remote.url} answers this chat (its chat settings); the model and "
-                                     "speculation on the left are this machine's." if remote else "")
+        self.engine_label.setToolTip(
+            f"{remote.url} answers this chat (its chat settings); the model and "
+            "speculation on the left are this machine's."
+            if remote
+            else ""
+        )
         self.engine_label.setVisible(remote is not None)
         self.notices.set_hidden("embedded", remote is not None)  # the demo model does not answer this chat
 
@@ -444,8 +475,7 @@ class MainWindow(QMainWindow):
         if path is None:
             markdown, everything = "Markdown, the branch shown (*.md)", "JSON, every branch (*.json)"
             start = str(self._file_folder() / suggested_file_name(self.store.conversation(cid).title, ".md"))
-            path, chosen = QFileDialog.getSaveFileName(self, "Export conversation", start,
-                                                       f"{markdown};;{everything}")
+            path, chosen = QFileDialog.getSaveFileName(self, "Export conversation", start, f"{markdown};;{everything}")
             if not path:
                 return False
             if not Path(path).suffix:
@@ -455,8 +485,9 @@ class MainWindow(QMainWindow):
         try:
             (export_json if path.suffix.lower() == ".json" else export_markdown)(self.store, cid, path)
         except OSError as exc:
-            self.notices.show_notice(f"The conversation could not be written to {path}: {exc.strerror or exc}.",
-                                     "error", key="export")
+            self.notices.show_notice(
+                f"The conversation could not be written to {path}: {exc.strerror or exc}.", "error", key="export"
+            )
             return False
         self.statusBar().showMessage(f"Exported to {path}", 6000)
         return True
@@ -467,12 +498,16 @@ class MainWindow(QMainWindow):
         done, the window live meanwhile. Settings in it that would change where messages go or what goes with
         them are used only if the person says so."""
         if self._imports.busy:
-            self.notices.show_notice(f"{Path(self._imports.path).name} is still being imported; import the next "
-                                     "file once it is done.", "info", key="import-busy")
+            self.notices.show_notice(
+                f"{Path(self._imports.path).name} is still being imported; import the next file once it is done.",
+                "info",
+                key="import-busy",
+            )
             return None
         if path is None:
-            path, _ = QFileDialog.getOpenFileName(self, "Import conversation", str(self._file_folder()),
-                                                  "SpecChat conversation (*.json);;All files (*)")
+            path, _ = QFileDialog.getOpenFileName(
+                self, "Import conversation", str(self._file_folder()), "SpecChat conversation (*.json);;All files (*)"
+            )
             if not path:
                 return None
             self._remember_folder(path)
@@ -497,25 +532,39 @@ class MainWindow(QMainWindow):
         if note is None:
             return True
         name = "the embedded demo model" if note["model"] == EMBEDDED else Path(note["model"]).name
-        advice = ("If it ran out of memory, lower the GPU layers or the context size in Model → Settings… "
-                  "before trying it again.")
+        advice = (
+            "If it ran out of memory, lower the GPU layers or the context size in Model → Settings… "
+            "before trying it again."
+        )
         log.warning("the last run ended while loading %s (%s); not loading it again", note["model"], note["role"])
         if note["role"] == "draft":
             self._store_settings(self.settings.merged({"method": "lookup"}))
-            self.notices.show_notice(f"SpecChat closed while loading the draft model {name} last time, so "
-                                     f"speculation uses prompt lookup for now. {advice}", "warning", key="crashed")
+            self.notices.show_notice(
+                f"SpecChat closed while loading the draft model {name} last time, so "
+                f"speculation uses prompt lookup for now. {advice}",
+                "warning",
+                key="crashed",
+            )
             return True
         if note["model"] == EMBEDDED:
-            self.notices.show_notice(f"SpecChat closed while loading {name} last time, so no model was loaded "
-                                     f"this time. {advice} Model → Reload model tries again.", "error", key="crashed")
+            self.notices.show_notice(
+                f"SpecChat closed while loading {name} last time, so no model was loaded "
+                f"this time. {advice} Model → Reload model tries again.",
+                "error",
+                key="crashed",
+            )
             return False
         changes = {"model": EMBEDDED}
         if self.settings.method in DRAFT_METHODS:
             changes["method"] = "lookup"  # its draft was chosen for the model that crashed
         self._store_settings(self.settings.merged(changes))
-        self.notices.show_notice(f"SpecChat closed while loading {name} last time, so it was not loaded again: "
-                                 f"the embedded demo model is loaded instead. {advice} Choose it again in "
-                                 "Model → Settings… to retry.", "warning", key="crashed")
+        self.notices.show_notice(
+            f"SpecChat closed while loading {name} last time, so it was not loaded again: "
+            f"the embedded demo model is loaded instead. {advice} Choose it again in "
+            "Model → Settings… to retry.",
+            "warning",
+            key="crashed",
+        )
         return True
 
     def load_models(self) -> None:
@@ -569,8 +618,12 @@ class MainWindow(QMainWindow):
         self.progress.hide()
         self.model_label.setText("No model loaded")
         self.spec_label.setText("")
-        self.notices.show_notice(f"**The model could not be loaded.** {message}  \nChoose another file in "
-                                 "Model → Settings… (empty target = the embedded demo model).", "error", key="load")
+        self.notices.show_notice(
+            f"**The model could not be loaded.** {message}  \nChoose another file in "
+            "Model → Settings… (empty target = the embedded demo model).",
+            "error",
+            key="load",
+        )
         self.modelFailed.emit(message)
 
     def _speculation_applied(self, info: dict) -> None:
@@ -606,8 +659,9 @@ class MainWindow(QMainWindow):
         try:
             save_settings(new)
         except OSError as exc:
-            self.notices.show_notice(f"Settings could not be saved ({exc}); they apply until you quit.",
-                                     "warning", key="save")
+            self.notices.show_notice(
+                f"Settings could not be saved ({exc}); they apply until you quit.", "warning", key="save"
+            )
 
     def open_settings(self) -> None:
         from app.settings.dialog import SettingsDialog
@@ -623,11 +677,16 @@ class MainWindow(QMainWindow):
             return
         try:
             from app.models.dialog import ModelsDialog
+
             dialog = ModelsDialog(self.settings.model, self.settings.draft, self)
         except Exception as exc:  # noqa: BLE001 - an optional part missing or broken must not end the app
             log.exception("models dialog")
-            QMessageBox.warning(self, "Models", f"The model manager could not be opened: {exc}\n\n"
-                                "You can still choose GGUF files in Model → Settings….")
+            QMessageBox.warning(
+                self,
+                "Models",
+                f"The model manager could not be opened: {exc}\n\n"
+                "You can still choose GGUF files in Model → Settings….",
+            )
             return
         dialog.modelsChosen.connect(self.use_models)
         self._models_dialog = dialog
@@ -648,6 +707,7 @@ class MainWindow(QMainWindow):
     def open_lab(self) -> None:
         try:
             from app.lab.window import LabWindow
+
             if self._lab is None:
                 self._lab = LabWindow()
                 self._lab.applySettings.connect(self.apply_recommendation)
@@ -662,6 +722,7 @@ class MainWindow(QMainWindow):
     def open_server(self) -> None:
         """The OpenAI-compatible server on this window's engine."""
         from app.server.panel import ServerPanel
+
         if self._server is None:
             self._server = ServerPanel(self.engine, self.settings, self)
             self._server.optionsChanged.connect(lambda values: self._store_settings(self.settings.merged(values)))
@@ -678,9 +739,11 @@ class MainWindow(QMainWindow):
     def open_compare(self) -> None:
         """The Compare view, on this window's engine; it starts with the text being typed, or the last question."""
         from app.compare.window import CompareWindow
+
         if self._compare is None:
-            self._compare = CompareWindow(self.engine, lambda: self.settings, self,
-                                          chat_settings=self.session.chat_settings)
+            self._compare = CompareWindow(
+                self.engine, lambda: self.settings, self, chat_settings=self.session.chat_settings
+            )
         if not self._compare.running:
             users = [m.content for m in self.session.model.items if m.role == "user"]
             self._compare.set_prompt(self.input.toPlainText() or (users[-1] if users else ""))
@@ -690,6 +753,7 @@ class MainWindow(QMainWindow):
     def open_system_check(self) -> None:
         """engine.doctor's report: the build, the devices, the VRAM reader, and a bench on this window's model."""
         from app.doctor.dialog import SystemCheckDialog
+
         if self._system_check is None:
             self._system_check = SystemCheckDialog(self._doctor_arguments, self)
         self._system_check.show()
@@ -712,25 +776,36 @@ class MainWindow(QMainWindow):
             return
         self.apply_settings(new)
         shown = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in changes.items())
-        self.notices.show_notice(f"Applied the lab's recommendation ({shown}); it takes effect from the next "
-                                 "response.", "info", key="lab")
+        self.notices.show_notice(
+            f"Applied the lab's recommendation ({shown}); it takes effect from the next response.", "info", key="lab"
+        )
 
     # --- help ---------------------------------------------------------------------------------
     def _explain_figures(self) -> None:
-        QMessageBox.information(self, "The figures under each response", (
-            "tok/s: decode speed, tokens after the first ÷ time after the first token.\n"
-            "TTFT: time to the first token (mostly prompt processing).\n"
-            "accepted %: drafted tokens the target kept ÷ drafted tokens it checked (drafted/accepted counts).\n"
-            "tok/step: tokens produced per target model step, the bonus token included; 1.00 means "
-            "speculation gained nothing.\n"
-            "RAM/VRAM: memory in use, labelled by kind; backend: where llama.cpp runs the model.\n\n"
-            "Every figure is measured while the response is written; n/a means it could not be measured.\n"
-            "Speculative decoding here is lossless: the text has the same distribution as without it."))
+        QMessageBox.information(
+            self,
+            "The figures under each response",
+            (
+                "tok/s: decode speed, tokens after the first ÷ time after the first token.\n"
+                "TTFT: time to the first token (mostly prompt processing).\n"
+                "accepted %: drafted tokens the target kept ÷ drafted tokens it checked (drafted/accepted counts).\n"
+                "tok/step: tokens produced per target model step, the bonus token included; 1.00 means "
+                "speculation gained nothing.\n"
+                "RAM/VRAM: memory in use, labelled by kind; backend: where llama.cpp runs the model.\n\n"
+                "Every figure is measured while the response is written; n/a means it could not be measured.\n"
+                "Speculative decoding here is lossless: the text has the same distribution as without it."
+            ),
+        )
 
     def _about(self) -> None:
-        QMessageBox.about(self, "About SpecChat", (
-            "SpecChat: chat with local GGUF models, faster with lossless speculative decoding, "
-            "with honest live figures for every response."))
+        QMessageBox.about(
+            self,
+            "About SpecChat",
+            (
+                "SpecChat: chat with local GGUF models, faster with lossless speculative decoding, "
+                "with honest live figures for every response."
+            ),
+        )
 
     # --- closing ------------------------------------------------------------------------------
     def _save_notice(self, text: str, level: str, key: str) -> None:
@@ -744,11 +819,14 @@ class MainWindow(QMainWindow):
         """An answer is still not saved (the disk is full): close anyway? Asked before anything stops, so No
         leaves the window as it was."""
         answer = QMessageBox.question(
-            self, "Close SpecChat",
+            self,
+            "Close SpecChat",
             "An answer is not saved: the conversation file cannot be written (the disk may be full). If you close "
             "now, that answer is lost; everything saved before is kept.\n\nClose anyway? (No: keep the window "
             "open, free some space, and it is saved within seconds.)",
-            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, QMessageBox.StandardButton.No)
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+            QMessageBox.StandardButton.No,
+        )
         return answer == QMessageBox.StandardButton.Yes
 
     def closeEvent(self, event) -> None:
@@ -771,13 +849,22 @@ class MainWindow(QMainWindow):
         QCoreApplication.sendPostedEvents()  # the last tokens and the final stats, if they arrived
         if not self.session.close() and not asked:  # refused only now, at its last save: say so, once
             log.error("an answer could not be saved as SpecChat closed")
-            QMessageBox.warning(self, "Close SpecChat", "The answer being written could not be saved: the "
-                                "conversation file cannot be written (the disk may be full). Everything saved "
-                                "before is kept.")
+            QMessageBox.warning(
+                self,
+                "Close SpecChat",
+                "The answer being written could not be saved: the "
+                "conversation file cannot be written (the disk may be full). Everything saved "
+                "before is kept.",
+            )
         try:
-            self._store_settings(self.settings.merged({
-                "window_geometry": bytes(self.saveGeometry().toBase64()).decode(),
-                "splitter_state": bytes(self.splitter.saveState().toBase64()).decode()}))
+            self._store_settings(
+                self.settings.merged(
+                    {
+                        "window_geometry": bytes(self.saveGeometry().toBase64()).decode(),
+                        "splitter_state": bytes(self.splitter.saveState().toBase64()).decode(),
+                    }
+                )
+            )
         except Exception:  # noqa: BLE001 - closing must never fail
             log.exception("saving the window layout")
         self._list_refresh.stop()

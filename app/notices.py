@@ -1,5 +1,6 @@
 """Banners at the top of the chat: information, warnings and errors the user should see, each
 with a close button. Nothing here is ever only printed to a console."""
+
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, QUrl, Signal

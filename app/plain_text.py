@@ -2,6 +2,7 @@
 settings shown before they are used. Bidi controls (U+202E turns "Invoice ‮fdp.exe" into what reads as
 "Invoice exe.pdf"), zero-width and other invisible characters are taken out there, or shown by their code.
 No Qt here."""
+
 from __future__ import annotations
 
 import re

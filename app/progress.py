@@ -1,10 +1,11 @@
 """An answer's progress as the window gets it: text batched to at most one signal per EMIT_EVERY_S (so a fast
 model cannot flood the event loop), with a snapshot of its figures as plain data. The local engine, the
 server's batch and a remote engine all feed it."""
+
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 EMIT_EVERY_S = 0.05  # ≤ 20 repaints a second, however fast the model
 RATE_POINTS = 60  # the sparkline keeps at most this many (seconds, tokens/s) points

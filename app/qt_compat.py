@@ -7,6 +7,7 @@ reference count by one, and after some tens of thousands of calls Python aborts 
 guard protects an installation that has it anyway: when the leak is measured, None is made
 effectively immortal, as Python 3.12 does for every interpreter.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -40,6 +41,10 @@ def guard_none_refcount() -> bool:
     ctypes.c_ssize_t.from_address(id(None)).value += 1 << 60  # never reaches 0; None is never freed anyway
     from PySide6 import __version__
 
-    log.warning("PySide6 %s leaks references to None on Python %s; guarded. Install PySide6 6.11 or a fixed "
-                "release to remove this warning.", __version__, sys.version.split()[0])
+    log.warning(
+        "PySide6 %s leaks references to None on Python %s; guarded. Install PySide6 6.11 or a fixed "
+        "release to remove this warning.",
+        __version__,
+        sys.version.split()[0],
+    )
     return True

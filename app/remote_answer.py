@@ -6,19 +6,19 @@ API keys, and asking a server something off the GUI thread (the engine picker's 
 API keys: the one given for this run (the chat settings when no keyring works, or --api-key-env) first, else
 the one saved in the system keyring for the server's URL. Looked up here, not on the GUI thread (a keyring
 may wait on D-Bus)."""
+
 from __future__ import annotations
 
 import re
 import threading
-from typing import Callable
+from collections.abc import Callable
 
+from app.progress import rate_points
 from engine.errors import EngineError
 from engine.remote.client import RemoteEngine, RemoteFigures, interruptible
 from engine.remote.endpoint import Endpoint
-from engine.text_rules import plain_name
 from engine.remote.keys import saved_key
-
-from app.progress import rate_points
+from engine.text_rules import plain_name
 
 _run_keys: dict[str, str] = {}  # url → key, for this run only
 _servers: dict[Endpoint, RemoteEngine] = {}  # server_for's
@@ -54,11 +54,13 @@ def server_for(endpoint: Endpoint) -> RemoteEngine:
         return _servers[endpoint]
 
 
-def ask_server(endpoint: Endpoint, question: Callable[[RemoteEngine], object], answer: Callable[[object], None],
-               name: str) -> None:
+def ask_server(
+    endpoint: Endpoint, question: Callable[[RemoteEngine], object], answer: Callable[[object], None], name: str
+) -> None:
     """question(server) on a thread of its own (a server far away must not freeze the window), then answer(its
     result), or answer(why it failed, as text), from that thread: answer should emit a signal. A window closed
     meanwhile is no error."""
+
     def run() -> None:
         try:
             result = question(server_for(endpoint))
@@ -74,8 +76,11 @@ def ask_server(endpoint: Endpoint, question: Callable[[RemoteEngine], object], a
 
 def model_label(model_id: str) -> str:
     """A server's model id as the window shows it: a file path (llama-server names its model so) by its name."""
-    looks_like_path = model_id.startswith(("/", "~", "\\")) or model_id.lower().endswith(".gguf") \
+    looks_like_path = (
+        model_id.startswith(("/", "~", "\\"))
+        or model_id.lower().endswith(".gguf")
         or re.match(r"^[A-Za-z]:[\\/]", model_id) is not None
+    )
     # A name a server chose: no bidi control may make it read as another (engine.text_rules).
     return plain_name(re.split(r"[\\/]", model_id)[-1] if looks_like_path else model_id)
 
@@ -86,6 +91,7 @@ def figures(stats: dict) -> dict:
 
 class RemoteAnswers:
     """An answer source (app/answers.py): the request's server answers, on a thread of its own."""
+
     failure, what = "The remote answer failed", "a remote answer"
 
     def answer(self, request, out) -> None:
@@ -95,8 +101,14 @@ class RemoteAnswers:
             stopped = RemoteFigures(backend=f"remote {engine.endpoint.host}", model="", finish_reason="cancelled")
             out.finish(figures(stopped.to_dict()))
             return
-        answer = engine.answer(request.messages, request.sampling, request.max_tokens, model,
-                               request.cancel, continue_last=request.continue_last)
+        answer = engine.answer(
+            request.messages,
+            request.sampling,
+            request.max_tokens,
+            model,
+            request.cancel,
+            continue_last=request.continue_last,
+        )
         out.figures = lambda: figures(answer.figures.to_dict())
         answer.on_wait = out.show_held  # the batch's text shown once the server goes quiet, not at its next piece
         for text in answer:

@@ -9,15 +9,15 @@ window for ever, /dev/zero eats memory), and QTextBrowser shows a clicked `file:
 - install_guards() makes labels plain text unless they say otherwise (Qt guesses "rich" from a leading tag, and
   an error message can start with one) and shows every tooltip as plain text.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
 
-from PySide6.QtCore import QEvent, QObject, Qt, QUrl
 from PySide6 import QtGui
+from PySide6.QtCore import QEvent, QObject, Qt, QUrl
 from PySide6.QtGui import QColor, QDesktopServices, QImage, QPainter, QTextDocument
-from PySide6.QtWidgets import (QAbstractItemView, QApplication, QLabel, QMessageBox, QTextBrowser, QToolTip,
-                               QWidget)
+from PySide6.QtWidgets import QAbstractItemView, QApplication, QLabel, QMessageBox, QTextBrowser, QToolTip, QWidget
 
 LINK_SCHEMES = ("http", "https", "mailto")
 RICH_TOOLTIP = "richToolTip"  # a widget property: its tooltip is SpecChat's own rich text
@@ -56,12 +56,14 @@ def open_link(url: QUrl, parent: QWidget | None) -> bool:
     the whole address and agreed. Returns whether it was opened."""
     address = url.toString(QUrl.ComponentFormattingOption.FullyEncoded)  # punycode: no look-alike host names
     if url.scheme().lower() not in LINK_SCHEMES or not url.isValid():
-        message(parent, QMessageBox.Icon.Information, "Link not opened",
-                f"SpecChat opens only web and e-mail links (http, https, mailto). This one was not opened:\n\n"
-                f"{address}")
+        message(
+            parent,
+            QMessageBox.Icon.Information,
+            "Link not opened",
+            f"SpecChat opens only web and e-mail links (http, https, mailto). This one was not opened:\n\n{address}",
+        )
         return False
-    box = _box(parent, QMessageBox.Icon.Question, "Open link",
-               f"Open this address in your browser?\n\n{address}")
+    box = _box(parent, QMessageBox.Icon.Question, "Open link", f"Open this address in your browser?\n\n{address}")
     box.setStandardButtons(QMessageBox.StandardButton.Open | QMessageBox.StandardButton.Cancel)
     box.setDefaultButton(QMessageBox.StandardButton.Cancel)
     if box.exec() != QMessageBox.StandardButton.Open:
@@ -86,8 +88,11 @@ class _PlainByDefault(QObject):
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
         kind = event.type()
-        if kind == QEvent.Type.Polish and isinstance(watched, QLabel) \
-                and watched.textFormat() == Qt.TextFormat.AutoText:
+        if (
+            kind == QEvent.Type.Polish
+            and isinstance(watched, QLabel)
+            and watched.textFormat() == Qt.TextFormat.AutoText
+        ):
             watched.setTextFormat(Qt.TextFormat.PlainText)
         elif kind == QEvent.Type.ToolTip and isinstance(watched, QWidget):
             text = _tooltip_at(watched, event.pos())

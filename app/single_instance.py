@@ -4,6 +4,7 @@ conversation file, and a live response is never taken for one cut off by a crash
 
 The name comes from the user and the data folder: a smoke test's scratch folder gets its own.
 """
+
 from __future__ import annotations
 
 import getpass
@@ -53,13 +54,15 @@ def claim(name: str, request: dict) -> InstanceServer | None:
         return None
     QLocalServer.removeServer(name)  # a socket left by a crash: the name is taken, nobody answers
     if not server.listen():
-        log.warning("cannot listen as %s (%s): a second SpecChat would not be noticed", name,
-                    server.server.errorString())
+        log.warning(
+            "cannot listen as %s (%s): a second SpecChat would not be noticed", name, server.server.errorString()
+        )
     return server
 
 
 class InstanceServer(QObject):
     """Listens for later launches; each request arrives as requested(dict)."""
+
     requested = Signal(dict)
 
     def __init__(self, name: str, parent=None):

@@ -5,6 +5,7 @@ the rest with the whole text in its tooltip, so at any window width the segments
 or runs past its edge (QStatusBar's own message was painted, unelided, under whatever space the permanent
 widgets left it). A message replaces the model segment while it shows, as QStatusBar's does.
 """
+
 from __future__ import annotations
 
 import math
@@ -73,8 +74,10 @@ class ElidedLabel(QLabel):
         return QSize(self._width(self._full), super().sizeHint().height())
 
     def minimumSizeHint(self) -> QSize:  # noqa: N802
-        return QSize(min(self._width(self._full), self.fontMetrics().averageCharWidth() * MIN_CHARS),
-                     super().minimumSizeHint().height())
+        return QSize(
+            min(self._width(self._full), self.fontMetrics().averageCharWidth() * MIN_CHARS),
+            super().minimumSizeHint().height(),
+        )
 
     def resizeEvent(self, event) -> None:  # noqa: N802
         super().resizeEvent(event)
@@ -147,8 +150,18 @@ class StatusBar(QStatusBar):
 
     def segments(self) -> list:
         """The segments showing now, left to right."""
-        return [w for w in (self.model_label, self.message_label, self.progress, self.spec_label, self.server_label,
-                            self.engine_label) if w.isVisible()]
+        return [
+            w
+            for w in (
+                self.model_label,
+                self.message_label,
+                self.progress,
+                self.spec_label,
+                self.server_label,
+                self.engine_label,
+            )
+            if w.isVisible()
+        ]
 
     def showMessage(self, text: str, timeout: int = 0) -> None:  # noqa: N802 - Qt's name
         if not text:

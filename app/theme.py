@@ -4,6 +4,7 @@ Qt 6.8's QStyleHints.setColorScheme asks the platform for a scheme, and the styl
 platform honours it. Where it does not (X11 without a desktop theme plugin, offscreen, older Qt), the colour
 scheme stays as it was, so the palette is set here instead: the style's own light one, or DARK below.
 """
+
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
@@ -14,13 +15,35 @@ from app.settings.values import THEMES
 
 LABELS = {"light": "&Light", "dark": "&Dark", "system": "Like the &system"}
 # Role → colour (active and inactive), then the disabled group's own.
-DARK = {"Window": "#2b2b2b", "WindowText": "#e6e6e6", "Base": "#1f1f1f", "AlternateBase": "#2f2f2f",
-        "ToolTipBase": "#3a3a3a", "ToolTipText": "#f0f0f0", "PlaceholderText": "#9a9a9a", "Text": "#e6e6e6",
-        "Button": "#353535", "ButtonText": "#e6e6e6", "BrightText": "#ff6b6b", "Light": "#4a4a4a",
-        "Midlight": "#3f3f3f", "Mid": "#2a2a2a", "Dark": "#1a1a1a", "Shadow": "#0d0d0d", "Highlight": "#3d7bd9",
-        "HighlightedText": "#ffffff", "Link": "#7fb2ff", "LinkVisited": "#c19cff"}
-DARK_DISABLED = {"WindowText": "#7a7a7a", "Text": "#7a7a7a", "ButtonText": "#7a7a7a", "Highlight": "#4a4a4a",
-                 "HighlightedText": "#9a9a9a"}
+DARK = {
+    "Window": "#2b2b2b",
+    "WindowText": "#e6e6e6",
+    "Base": "#1f1f1f",
+    "AlternateBase": "#2f2f2f",
+    "ToolTipBase": "#3a3a3a",
+    "ToolTipText": "#f0f0f0",
+    "PlaceholderText": "#9a9a9a",
+    "Text": "#e6e6e6",
+    "Button": "#353535",
+    "ButtonText": "#e6e6e6",
+    "BrightText": "#ff6b6b",
+    "Light": "#4a4a4a",
+    "Midlight": "#3f3f3f",
+    "Mid": "#2a2a2a",
+    "Dark": "#1a1a1a",
+    "Shadow": "#0d0d0d",
+    "Highlight": "#3d7bd9",
+    "HighlightedText": "#ffffff",
+    "Link": "#7fb2ff",
+    "LinkVisited": "#c19cff",
+}
+DARK_DISABLED = {
+    "WindowText": "#7a7a7a",
+    "Text": "#7a7a7a",
+    "ButtonText": "#7a7a7a",
+    "Highlight": "#4a4a4a",
+    "HighlightedText": "#9a9a9a",
+}
 _SCHEMES = {"light": Qt.ColorScheme.Light, "dark": Qt.ColorScheme.Dark}
 
 
@@ -50,4 +73,6 @@ def apply_theme(theme: str) -> None:
 
 def is_dark(palette: QPalette) -> bool:
     """Whether text is drawn light on dark in palette (what a person would call a dark theme)."""
-    return palette.color(QPalette.ColorRole.Window).lightness() < palette.color(QPalette.ColorRole.WindowText).lightness()
+    return (
+        palette.color(QPalette.ColorRole.Window).lightness() < palette.color(QPalette.ColorRole.WindowText).lightness()
+    )

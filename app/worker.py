@@ -10,6 +10,7 @@ it is honoured even while the worker is busy.
 Connect the worker's signals only to methods of QObjects that live on the GUI thread: a plain
 function or lambda has no thread of its own and would run on the worker thread.
 """
+
 from __future__ import annotations
 
 import logging
@@ -21,30 +22,31 @@ from contextlib import nullcontext
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, QTimer, Signal, Slot
 
-from engine.chat_format import ChatFormatter
-from engine.modelfiles import model_store
-from engine.modelfiles.embedded import DISPLAY_NAMES
-from engine.errors import EngineError, GenerationCancelled
-from engine.decoding.calibration import timing_deferred
-from engine.decoding.generate import SpeculativeDecoder
-from engine.modelfiles.load_marker import LoadMarker
-from engine.decoding.loader import DecoderSettings, load_draft, load_target, make_proposer
-from engine.methods import DRAFT_METHODS
-from engine.text_rules import plain_name
-from engine.decoding.proposers.base import NoProposer
-
-from app.models.model_names import model_label
-from app.models.threads import keep_until_finished
 from app.answers import GenerationRequest, run_answer, run_answer_on_thread
 from app.engine_answers import LocalAnswers, ServedAnswers
+from app.models.model_names import model_label
+from app.models.threads import keep_until_finished
 from app.remote_answer import RemoteAnswers
+from engine.chat_format import ChatFormatter
+from engine.decoding.calibration import timing_deferred
+from engine.decoding.generate import SpeculativeDecoder
+from engine.decoding.loader import DecoderSettings, load_draft, load_target, make_proposer
+from engine.decoding.proposers.base import NoProposer
+from engine.errors import EngineError, GenerationCancelled
+from engine.methods import DRAFT_METHODS
+from engine.modelfiles import model_store
+from engine.modelfiles.embedded import DISPLAY_NAMES
+from engine.modelfiles.load_marker import LoadMarker
+from engine.text_rules import plain_name
 
 log = logging.getLogger(__name__)
 
 SWITCH_INTERVAL_S = 0.001  # Python's default is 0.005
 # Opt-in: a positive value runs the engine's threads below the GUI on Linux. It helps the window on
 # an oversubscribed CPU, but then any other busy program slows generation down, so it is off by default.
-ENGINE_NICE = int(os.environ.get("SPECCHAT_ENGINE_NICE", "0")) if os.environ.get("SPECCHAT_ENGINE_NICE", "0").isdigit() else 0
+ENGINE_NICE = (
+    int(os.environ.get("SPECCHAT_ENGINE_NICE", "0")) if os.environ.get("SPECCHAT_ENGINE_NICE", "0").isdigit() else 0
+)
 
 
 TIMING = "Timing steps for speculation…"  # short: the status bar cuts what does not fit
@@ -130,7 +132,7 @@ class EngineWorker(QObject):
             self.notice.emit(self.formatter.template_error)
         info = self._apply(settings)
         self.loaded.emit({**self._model_info(), **info})  # the window is usable now; a message sent meanwhile
-        self._calibrate()                                  # is answered right after this
+        self._calibrate()  # is answered right after this
 
     @Slot(object)
     def apply_speculation(self, settings: DecoderSettings) -> None:
@@ -166,8 +168,9 @@ class EngineWorker(QObject):
             self.decoder.set_speculation(NoProposer(), settings.speculation())
             method, error = "none", f"Speculation is off: {exc}"
             self.notice.emit(error)
-        draft_name = (model_label(str(settings.draft)) if self.draft_model is not None and method in DRAFT_METHODS
-                      else None)  # its file's name and quantization, not the GGUF's own name
+        draft_name = (
+            model_label(str(settings.draft)) if self.draft_model is not None and method in DRAFT_METHODS else None
+        )  # its file's name and quantization, not the GGUF's own name
         return {"method": method, "draft_name": draft_name, "speculation_error": error}
 
     def _calibrate(self) -> None:
@@ -201,8 +204,13 @@ class EngineWorker(QObject):
         name = DISPLAY_NAMES.get(self.settings.model) if self.settings else None
         name = name or model_store.display_name(t.path) or t.name  # "qwen2.5-coder:0.5b", not the GGUF's own
         name = plain_name(name)  # a file's or header's name: no bidi control may make it read as another
-        return {"name": name, "path": str(t.path), "backend": t.backend, "n_ctx": t.n_ctx,
-                "chat_template": self.formatter.uses_template}
+        return {
+            "name": name,
+            "path": str(t.path),
+            "backend": t.backend,
+            "n_ctx": t.n_ctx,
+            "chat_template": self.formatter.uses_template,
+        }
 
     def _close_draft(self) -> None:
         if self.draft_model is not None:
@@ -237,16 +245,26 @@ class EngineWorker(QObject):
                 if model is not None:
                     model.reopen(options.parallel)
             proposer = make_proposer(self.settings, target, draft)
-            service = Service(target, proposer, self.settings.speculation(), options, model_id=target.path.stem,
-                              on_record=self.serverRequest.emit).start(engine_thread=False)
+            service = Service(
+                target,
+                proposer,
+                self.settings.speculation(),
+                options,
+                model_id=target.path.stem,
+                on_record=self.serverRequest.emit,
+            ).start(engine_thread=False)
         except Exception as exc:  # noqa: BLE001 - a port in use or no memory must not cost the chat
             log.warning("server not started: %s", exc)
             self._chat_again()
             self.serverFailed.emit(str(exc) if isinstance(exc, EngineError) else f"{type(exc).__name__}: {exc}")
             return
         self.service, self._stop_reason = service, ""
-        started = {"url": service.url, "method": service.scheduler.method, "parallel": options.parallel,
-                   "model": DISPLAY_NAMES.get(self.settings.model, target.path.stem)}
+        started = {
+            "url": service.url,
+            "method": service.scheduler.method,
+            "parallel": options.parallel,
+            "model": DISPLAY_NAMES.get(self.settings.model, target.path.stem),
+        }
         try:  # serves at once on the step costs the chat measured: nobody waits on timing the batch's sizes
             service.scheduler.serve(on_ready=lambda: self.serverStarted.emit(started), timed_only=True)
         except Exception:  # noqa: BLE001 - the chat must get its engine back whatever happened
@@ -325,8 +343,12 @@ class EngineClient(QObject):
         self.worker.finished.connect(self._done)
         self.worker.failed.connect(self._done)
         w = self.worker  # queued to this GUI-thread object after _done, as the chat's own connections were
-        for worker_signal, relay in ((w.started, self.started), (w.progress, self.progress),
-                                     (w.finished, self.finished), (w.failed, self.failed)):
+        for worker_signal, relay in (
+            (w.started, self.started),
+            (w.progress, self.progress),
+            (w.finished, self.finished),
+            (w.failed, self.failed),
+        ):
             worker_signal.connect(relay)
         app = QCoreApplication.instance()
         if app is not None:

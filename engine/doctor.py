@@ -1,4 +1,5 @@
 """`python -m engine.doctor`: a stable command; the code is in engine.lab.doctor."""
+
 from .lab.doctor import main
 
 if __name__ == "__main__":

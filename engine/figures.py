@@ -7,6 +7,7 @@ line, the server panel and the README's table take their words from here. Adding
 
 `python -m engine.figures --markdown` prints the README's table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,72 +50,152 @@ class Figure:
         return f"{self.value_text(value)} {self.unit}".strip()
 
 
-_MEMORY_TIP = ("Memory in use: VRAM (with the GPU's name) when a GPU runs the model and can be read, else this "
-               "process's RAM.")
+_MEMORY_TIP = (
+    "Memory in use: VRAM (with the GPU's name) when a GPU runs the model and can be read, else this process's RAM."
+)
 
 FIGURES: tuple[Figure, ...] = (
     # --- in the README's table, in its order ----------------------------------------------------------
-    Figure("tokens_per_s", NUMBER, BOTH, "tokens/s", unit="tok/s", fmt=".1f",
-           tooltip="Decode speed: tokens after the first ÷ time after the first token.",
-           remote_tooltip="Decode speed measured on this machine as the text arrived: tokens after the first ÷ "
-                          "time after the first token. The network's delays are included.",
-           meaning="decode speed: tokens after the first, over the time after the first (llama.cpp's server counts "
-                   "the first token too, so its predicted_per_second, which the server panel shows, reads a little "
-                   "higher on short answers)"),
-    Figure("ttft_s", NUMBER, BOTH, "TTFT", short="TTFT", unit="s", fmt=".2f",
-           tooltip="Time to first token: from the request to the first generated token (prompt processing).",
-           remote_tooltip="Time to first token, measured here: from sending the request to the first text "
-                          "arriving (the server's prompt processing and the network).",
-           meaning="time to first token: prompt processing plus the first sampled token"),
-    Figure("drafted", NUMBER, BOTH, "drafted",
-           meaning="tokens the proposer offered and the target verified"),
-    Figure("accepted", NUMBER, BOTH, "accepted",
-           meaning="of the drafted tokens, the ones the target kept"),
-    Figure("acceptance_rate", NUMBER, BOTH, "acceptance rate", short="accepted", fmt=".0%",
-           tooltip="Acceptance rate: drafted tokens the target model kept ÷ drafted tokens it verified.",
-           remote_tooltip="Acceptance rate: drafted tokens the server's target model kept ÷ drafted tokens it "
-                          "verified; {source}.",
-           meaning="accepted ÷ drafted. High means the proposer guesses well; it says nothing about speed by "
-                   "itself"),
-    Figure("mean_acceptance_length", NUMBER, BOTH, "mean accepted length", unit="tok/step", fmt=".2f",
-           tooltip="Mean accepted length: tokens produced per target step, the bonus token included "
-                   "(1.00 means no gain from speculation).",
-           remote_tooltip="Mean accepted length: tokens per target step, the bonus token included; {source}.",
-           meaning="tokens produced per target step, bonus token included: 1 + accepted ÷ target steps. 1.0 is "
-                   "plain decoding; 3.0 means each expensive step yielded three tokens"),
-    Figure("memory_label", TEXT, (SHOWN, REMOTE), "VRAM / RAM", tooltip=_MEMORY_TIP,
-           remote_tooltip="The server's memory cannot be read from here.",
-           meaning="memory in use: VRAM when a GPU runs the model and can be read, otherwise this process's RAM "
-                   "— labelled which"),
-    Figure("draft_time_share", NUMBER, (LOCAL,), "drafting", short="drafting", fmt=".0%",
-           tooltip="What the draft model costs: the share of this response's decoding time spent in it (its "
-                   "catch-up on the prompt included), and its weights in memory.",
-           meaning="with a draft model (draft, auto): the share of decoding time spent in it, its prompt catch-up "
-                   "included"),
-    Figure("draft_model_bytes", NUMBER, (LOCAL,), "draft", short="draft", unit="bytes",
-           meaning="with a draft model (draft, auto): its weights in memory"),
-    Figure("backend", TEXT, BOTH, "backend", tooltip="The llama.cpp backend running the model.",
-           remote_tooltip="The server that answered (and its backend, where it says).",
-           meaning="where llama.cpp runs the model: CPU, CUDA, Metal or Vulkan"),
+    Figure(
+        "tokens_per_s",
+        NUMBER,
+        BOTH,
+        "tokens/s",
+        unit="tok/s",
+        fmt=".1f",
+        tooltip="Decode speed: tokens after the first ÷ time after the first token.",
+        remote_tooltip="Decode speed measured on this machine as the text arrived: tokens after the first ÷ "
+        "time after the first token. The network's delays are included.",
+        meaning="decode speed: tokens after the first, over the time after the first (llama.cpp's server counts "
+        "the first token too, so its predicted_per_second, which the server panel shows, reads a little "
+        "higher on short answers)",
+    ),
+    Figure(
+        "ttft_s",
+        NUMBER,
+        BOTH,
+        "TTFT",
+        short="TTFT",
+        unit="s",
+        fmt=".2f",
+        tooltip="Time to first token: from the request to the first generated token (prompt processing).",
+        remote_tooltip="Time to first token, measured here: from sending the request to the first text "
+        "arriving (the server's prompt processing and the network).",
+        meaning="time to first token: prompt processing plus the first sampled token",
+    ),
+    Figure("drafted", NUMBER, BOTH, "drafted", meaning="tokens the proposer offered and the target verified"),
+    Figure("accepted", NUMBER, BOTH, "accepted", meaning="of the drafted tokens, the ones the target kept"),
+    Figure(
+        "acceptance_rate",
+        NUMBER,
+        BOTH,
+        "acceptance rate",
+        short="accepted",
+        fmt=".0%",
+        tooltip="Acceptance rate: drafted tokens the target model kept ÷ drafted tokens it verified.",
+        remote_tooltip="Acceptance rate: drafted tokens the server's target model kept ÷ drafted tokens it "
+        "verified; {source}.",
+        meaning="accepted ÷ drafted. High means the proposer guesses well; it says nothing about speed by itself",
+    ),
+    Figure(
+        "mean_acceptance_length",
+        NUMBER,
+        BOTH,
+        "mean accepted length",
+        unit="tok/step",
+        fmt=".2f",
+        tooltip="Mean accepted length: tokens produced per target step, the bonus token included "
+        "(1.00 means no gain from speculation).",
+        remote_tooltip="Mean accepted length: tokens per target step, the bonus token included; {source}.",
+        meaning="tokens produced per target step, bonus token included: 1 + accepted ÷ target steps. 1.0 is "
+        "plain decoding; 3.0 means each expensive step yielded three tokens",
+    ),
+    Figure(
+        "memory_label",
+        TEXT,
+        (SHOWN, REMOTE),
+        "VRAM / RAM",
+        tooltip=_MEMORY_TIP,
+        remote_tooltip="The server's memory cannot be read from here.",
+        meaning="memory in use: VRAM when a GPU runs the model and can be read, otherwise this process's RAM "
+        "— labelled which",
+    ),
+    Figure(
+        "draft_time_share",
+        NUMBER,
+        (LOCAL,),
+        "drafting",
+        short="drafting",
+        fmt=".0%",
+        tooltip="What the draft model costs: the share of this response's decoding time spent in it (its "
+        "catch-up on the prompt included), and its weights in memory.",
+        meaning="with a draft model (draft, auto): the share of decoding time spent in it, its prompt catch-up "
+        "included",
+    ),
+    Figure(
+        "draft_model_bytes",
+        NUMBER,
+        (LOCAL,),
+        "draft",
+        short="draft",
+        unit="bytes",
+        meaning="with a draft model (draft, auto): its weights in memory",
+    ),
+    Figure(
+        "backend",
+        TEXT,
+        BOTH,
+        "backend",
+        tooltip="The llama.cpp backend running the model.",
+        remote_tooltip="The server that answered (and its backend, where it says).",
+        meaning="where llama.cpp runs the model: CPU, CUDA, Metal or Vulkan",
+    ),
     # --- on the stats line, not in the README's table ---------------------------------------------------
-    Figure("method", TEXT, BOTH, "method",
-           tooltip="Speculation method for this response. Adaptive mode drafts only while that is predicted "
-                   "faster, predicted from the step times measured on this machine and the acceptance seen so far.",
-           remote_tooltip="A server elsewhere wrote this response; SpecChat's own speculation did not run here."),
+    Figure(
+        "method",
+        TEXT,
+        BOTH,
+        "method",
+        tooltip="Speculation method for this response. Adaptive mode drafts only while that is predicted "
+        "faster, predicted from the step times measured on this machine and the acceptance seen so far.",
+        remote_tooltip="A server elsewhere wrote this response; SpecChat's own speculation did not run here.",
+    ),
     Figure("speculation_paused", FLAG, (LOCAL,), "speculation paused"),
-    Figure("speedup_vs_plain", NUMBER, (LOCAL,), "speed vs plain (estimate)", unit="× plain", fmt=".2f",
-           tooltip="An estimate: plain decoding's time for this answer's tokens, predicted from this machine's "
-                   "measured plain steps at this context (or its calibrated step time before any), over the time "
-                   "the answer took.",
-           meaning="an estimate of this answer's speed against plain decoding on this machine: plain decoding's "
-                   "predicted time for its tokens (from measured plain steps at this context) over its time"),
-    Figure("guard", TEXT, (LOCAL,), "guard",
-           tooltip="Speculation stops for a while within an answer that runs below plain decoding."),
-    Figure("by_proposer", COUNTS, (LOCAL,), "drafted and accepted by proposer",
-           tooltip="Drafted and accepted tokens of each proposer (under auto: prompt lookup and the draft model)."),
+    Figure(
+        "speedup_vs_plain",
+        NUMBER,
+        (LOCAL,),
+        "speed vs plain (estimate)",
+        unit="× plain",
+        fmt=".2f",
+        tooltip="An estimate: plain decoding's time for this answer's tokens, predicted from this machine's "
+        "measured plain steps at this context (or its calibrated step time before any), over the time "
+        "the answer took.",
+        meaning="an estimate of this answer's speed against plain decoding on this machine: plain decoding's "
+        "predicted time for its tokens (from measured plain steps at this context) over its time",
+    ),
+    Figure(
+        "guard",
+        TEXT,
+        (LOCAL,),
+        "guard",
+        tooltip="Speculation stops for a while within an answer that runs below plain decoding.",
+    ),
+    Figure(
+        "by_proposer",
+        COUNTS,
+        (LOCAL,),
+        "drafted and accepted by proposer",
+        tooltip="Drafted and accepted tokens of each proposer (under auto: prompt lookup and the draft model).",
+    ),
     Figure("finish_reason", TEXT, BOTH, "end", tooltip="Why this response ended."),
-    Figure("trimmed_messages", NUMBER, (ANSWER,), "messages left out",
-           tooltip="The oldest messages did not fit the context, so the model did not see them."),
+    Figure(
+        "trimmed_messages",
+        NUMBER,
+        (ANSWER,),
+        "messages left out",
+        tooltip="The oldest messages did not fit the context, so the model did not see them.",
+    ),
     # --- in the tooltip's details and the exports --------------------------------------------------------
     Figure("prompt_tokens", NUMBER, BOTH, "prompt tokens"),
     Figure("reused_prompt_tokens", NUMBER, (LOCAL,), "prompt tokens reused"),
@@ -155,8 +236,12 @@ def unlisted(keys, source: str) -> set[str]:
 
 def markdown_table() -> str:
     """The README's table of figures."""
-    rows = ["<!-- written by `python -m engine.figures --markdown` from engine/figures.py; a test checks it -->", "",
-            "| figure | key | meaning |", "|---|---|---|"]
+    rows = [
+        "<!-- written by `python -m engine.figures --markdown` from engine/figures.py; a test checks it -->",
+        "",
+        "| figure | key | meaning |",
+        "|---|---|---|",
+    ]
     rows += [f"| {f.label} | `{f.key}` | {f.meaning} |" for f in FIGURES if f.meaning]
     return "\n".join(rows) + "\n"
 

@@ -2,6 +2,7 @@
 
 Every figure here is a reading. Where one cannot be read, the answer is None (shown as "n/a").
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -49,8 +50,11 @@ def ggml_library():
     lib.ggml_backend_dev_type.restype = ctypes.c_int
     lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
     lib.ggml_backend_dev_memory.restype = None
-    lib.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
-                                            ctypes.POINTER(ctypes.c_size_t)]
+    lib.ggml_backend_dev_memory.argtypes = [
+        ctypes.c_void_p,
+        ctypes.POINTER(ctypes.c_size_t),
+        ctypes.POINTER(ctypes.c_size_t),
+    ]
     lib.ggml_backend_dev_by_type.restype = ctypes.c_void_p
     lib.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
     lib.ggml_backend_dev_backend_reg.restype = ctypes.c_void_p
@@ -87,12 +91,14 @@ def devices() -> list[Device]:
         out = []
         for i in range(lib.ggml_backend_dev_count()):
             dev = lib.ggml_backend_dev_get(i)
-            out.append(Device(
-                name=(lib.ggml_backend_dev_name(dev) or b"?").decode(),
-                description=(lib.ggml_backend_dev_description(dev) or b"").decode(errors="replace"),
-                is_gpu=lib.ggml_backend_dev_type(dev) in _GPU_DEVICE_TYPES,
-                handle=dev,
-            ))
+            out.append(
+                Device(
+                    name=(lib.ggml_backend_dev_name(dev) or b"?").decode(),
+                    description=(lib.ggml_backend_dev_description(dev) or b"").decode(errors="replace"),
+                    is_gpu=lib.ggml_backend_dev_type(dev) in _GPU_DEVICE_TYPES,
+                    handle=dev,
+                )
+            )
         return out
     except (OSError, AttributeError, ImportError) as exc:  # an old or unusual build
         log.warning("cannot list llama.cpp devices: %s", exc)
@@ -127,7 +133,7 @@ def gpu_offload_supported() -> bool:
 
 
 def backend_name() -> str:
-    """"CUDA", "Metal", "Vulkan", ... for the first GPU device of the build, else "CPU"."""
+    """ "CUDA", "Metal", "Vulkan", ... for the first GPU device of the build, else "CPU"."""
     for dev in devices():
         if dev.is_gpu:
             return dev.name.rstrip("0123456789") or dev.name
@@ -148,8 +154,13 @@ class MemoryReading:
 
     def to_dict(self) -> dict:
         """As the system check, the lab and the backend check report it."""
-        return {"kind": self.kind, "bytes": self.bytes_used, "source": self.source, "device": self.device,
-                "label": self.label()}
+        return {
+            "kind": self.kind,
+            "bytes": self.bytes_used,
+            "source": self.source,
+            "device": self.device,
+            "label": self.label(),
+        }
 
 
 def _nvml_process_bytes() -> int | None:
@@ -266,8 +277,11 @@ def nvidia_gpus() -> tuple[list[str], str]:
         out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return [], f"{nvml}; nvidia-smi failed: {exc}"
-    names = [line.split(":", 1)[1].split("(UUID")[0].strip() for line in out.stdout.splitlines()
-             if line.startswith("GPU ") and ":" in line]
+    names = [
+        line.split(":", 1)[1].split("(UUID")[0].strip()
+        for line in out.stdout.splitlines()
+        if line.startswith("GPU ") and ":" in line
+    ]
     return names, "nvidia-smi" if names else f"{nvml}; nvidia-smi lists no GPU"
 
 
@@ -281,9 +295,9 @@ def _nvml_lists_gpus() -> bool:
 _READER_WHY = {
     NVML_SOURCE: "per-process VRAM from the NVIDIA driver",
     BUFFERS_SOURCE: "what llama.cpp allocated on the GPU for SpecChat's models (weights, KV cache, compute), "
-                    "from its load log",
+    "from its load log",
     WHOLE_GPU_SOURCE: "NVML gives no per-process figure here (install nvidia-ml-py on NVIDIA), so the whole GPU's "
-                      "use is shown",
+    "use is shown",
 }
 
 

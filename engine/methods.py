@@ -1,6 +1,7 @@
 """The decoding methods, their words, defaults and limits: one registry that the engine, the app and the tools
 read, so a label or a limit is said once. No imports from the rest of engine/: everything may import this.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,15 +19,38 @@ class Method:
     needs_draft: bool = False  # loads a draft model
 
 
-NONE = Method("none", label="Off", name="no speculation", prose="plain decoding", legend="plain", box="plain",
-              colour="#555555")
-LOOKUP = Method("lookup", label="Prompt lookup", name="prompt lookup", prose="prompt lookup", legend="lookup",
-                box="lookup", colour="#1f77b4")
-DRAFT = Method("draft", label="Draft model", name="draft model", prose="the draft model", legend="draft model",
-               box="draft model", colour="#d62728", needs_draft=True)
-AUTO = Method("auto", label="Lookup + draft model (auto)", name="lookup + draft model (auto)",
-              prose="lookup and the draft model, chosen per step", legend="auto", box="auto (both)",
-              colour="#2ca02c", needs_draft=True)
+NONE = Method(
+    "none", label="Off", name="no speculation", prose="plain decoding", legend="plain", box="plain", colour="#555555"
+)
+LOOKUP = Method(
+    "lookup",
+    label="Prompt lookup",
+    name="prompt lookup",
+    prose="prompt lookup",
+    legend="lookup",
+    box="lookup",
+    colour="#1f77b4",
+)
+DRAFT = Method(
+    "draft",
+    label="Draft model",
+    name="draft model",
+    prose="the draft model",
+    legend="draft model",
+    box="draft model",
+    colour="#d62728",
+    needs_draft=True,
+)
+AUTO = Method(
+    "auto",
+    label="Lookup + draft model (auto)",
+    name="lookup + draft model (auto)",
+    prose="lookup and the draft model, chosen per step",
+    legend="auto",
+    box="auto (both)",
+    colour="#2ca02c",
+    needs_draft=True,
+)
 
 REGISTRY = {m.key: m for m in (NONE, LOOKUP, DRAFT, AUTO)}
 METHODS = tuple(REGISTRY)  # ("none", "lookup", "draft", "auto")

@@ -1,10 +1,11 @@
 """Where SpecChat keeps things, by platform convention (platformdirs)."""
+
 from __future__ import annotations
 
 import os
 import sys
-import threading
 import tempfile
+import threading
 from pathlib import Path
 
 import platformdirs

@@ -7,6 +7,7 @@ so SpecChat does the same (the model was trained on histories without it), and s
 Some templates (newer R1 distills) write the opening <think> into the prompt themselves, so the answer
 starts inside the thought and only </think> appears: then everything before it is the thought.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ OPEN, CLOSE = "<think>", "</think>"
 class ThinkSpan:
     """Where the parts of a response lie: text[thought_start:thought_end] is the thought,
     text[answer_start:] the answer."""
+
     thought_start: int
     thought_end: int
     answer_start: int
@@ -50,7 +52,7 @@ def split_thinking(text: str) -> tuple[str | None, str, bool]:
     span = find_thinking(text)
     if span is None:
         return None, text, True
-    return text[span.thought_start:span.thought_end].strip(), text[span.answer_start:], span.closed
+    return text[span.thought_start : span.thought_end].strip(), text[span.answer_start :], span.closed
 
 
 def without_thinking(text: str) -> str:

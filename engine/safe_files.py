@@ -13,20 +13,26 @@ never ends (the process ate memory until the OOM killer came), a folder cannot b
 FileRefused says why, for a person; Wording lets each use end its sentences in its own words.
 No Qt here: app/ and engine/ both read through this module.
 """
+
 from __future__ import annotations
 
 import io
 import os
 import stat
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 READ_CHUNK = 64 << 10  # a fixed read size: some kernel files (/proc/self/pagemap) refuse reads of odd lengths
 _FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_BINARY", 0)
-_KINDS = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a disk device"),
-          (stat.S_ISSOCK, "a socket"))
+_KINDS = (
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISCHR, "a device"),
+    (stat.S_ISBLK, "a disk device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 # Why a file was refused (FileRefused.reason): callers that must say something of their own match on it.
 MISSING, UNREADABLE, FOLDER, SPECIAL, TOO_LARGE = "missing", "unreadable", "folder", "special", "too large"
@@ -44,12 +50,16 @@ class FileRefused(Exception):
 class Wording:
     """The sentences of a refusal, as str.format templates. Fields: label (the name, and where a link leads),
     kind (what a special file is), size (e.g. "8.4 MB"), bytes (its size), limit (bytes), limit_mb, mb."""
+
     folder: str = "{label} is a folder, not a file."
-    special: str = ("{label} is {kind}, not a regular file, so it was not read (it could wait for ever or never "
-                    "end). Only regular files can be read.")
+    special: str = (
+        "{label} is {kind}, not a regular file, so it was not read (it could wait for ever or never "
+        "end). Only regular files can be read."
+    )
     too_large: str = "{label} is {size} ({bytes:,} bytes): too large to read (at most {limit:,} bytes)."
-    grew: str = ("{label} is over {limit:,} bytes (more than its size said): too large to read (at most {limit:,} "
-                 "bytes).")
+    grew: str = (
+        "{label} is over {limit:,} bytes (more than its size said): too large to read (at most {limit:,} bytes)."
+    )
     unreadable: str = "{label} could not be read: {why}."
 
 
@@ -59,6 +69,7 @@ READING = Wording()
 @dataclass(frozen=True)
 class Target:
     """A path with its links resolved: real is what is checked and read, label what messages call it."""
+
     path: Path
     real: Path
     label: str
@@ -98,8 +109,9 @@ def check(st: os.stat_result, label: str, limit: int | None = None, wording: Wor
 
 
 @contextmanager
-def open_regular(path: str | os.PathLike | Target, limit: int | None = None,
-                 wording: Wording = READING) -> Iterator[tuple[BinaryIO, Target]]:
+def open_regular(
+    path: str | os.PathLike | Target, limit: int | None = None, wording: Wording = READING
+) -> Iterator[tuple[BinaryIO, Target]]:
     """(the opened file, its Target), checked as above; for readers that seek or map (the GGUF header)."""
     target = path if isinstance(path, Target) else resolve(path, wording)
     fd = _open_checked(target, limit, wording)
@@ -129,8 +141,9 @@ def read_text(path: str | os.PathLike | Target, limit: int, wording: Wording = R
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise _refused(wording.unreadable, UNREADABLE, target.label,
-                       why=f"it is not UTF-8 text (byte {exc.start} cannot be read)") from exc
+        raise _refused(
+            wording.unreadable, UNREADABLE, target.label, why=f"it is not UTF-8 text (byte {exc.start} cannot be read)"
+        ) from exc
 
 
 def _open_checked(target: Target, limit: int | None, wording: Wording) -> int:
@@ -164,7 +177,15 @@ def _read_to(fd: int, limit: int) -> bytes | None:
 def _refused(template: str, reason: str, label: str, **fields) -> FileRefused:
     size = fields.get("bytes")
     limit = fields.get("limit")
-    values = {"label": label, "kind": "", "why": "", "bytes": 0, "limit": 0, **fields,
-              "size": human_size(size) if size is not None else "",
-              "mb": (size or 0) / 2**20, "limit_mb": (limit or 0) // 2**20}
+    values = {
+        "label": label,
+        "kind": "",
+        "why": "",
+        "bytes": 0,
+        "limit": 0,
+        **fields,
+        "size": human_size(size) if size is not None else "",
+        "mb": (size or 0) / 2**20,
+        "limit_mb": (limit or 0) // 2**20,
+    }
     return FileRefused(template.format(**values), reason)

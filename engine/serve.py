@@ -1,4 +1,5 @@
 """`python -m engine.serve`: a stable command; the code is in engine.serving.cli."""
+
 from .serving.cli import main
 
 if __name__ == "__main__":

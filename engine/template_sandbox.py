@@ -14,6 +14,7 @@ between renders (it starts once, ~0.4 s of imports) and is started again after a
 
     python -m engine.template_sandbox      the child's side: one JSON request a line in, one reply a line out
 """
+
 from __future__ import annotations
 
 import atexit
@@ -57,8 +58,9 @@ class TemplateSandbox:
         self._compiled: set[str] = set()  # templates the child has already compiled
         self._baseline_rss = 0
 
-    def render(self, template: str, messages: list[dict], bos: str = "", eos: str = "",
-               add_generation_prompt: bool = True) -> str:
+    def render(
+        self, template: str, messages: list[dict], bos: str = "", eos: str = "", add_generation_prompt: bool = True
+    ) -> str:
         """The template's prompt for these messages. Raises TemplateRefused when it breaks a limit, and
         EngineError when the template itself rejects the conversation (raise_exception, a bad role)."""
         key = _key(template, bos, eos, add_generation_prompt)
@@ -86,12 +88,21 @@ class TemplateSandbox:
             return
         self._kill()
         env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
-        self._proc = subprocess.Popen(_child_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      stderr=subprocess.DEVNULL, env=env, text=True, encoding="utf-8",
-                                      errors="replace", bufsize=1 << 16)
+        self._proc = subprocess.Popen(
+            _child_command(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            bufsize=1 << 16,
+        )
         self._replies = queue.Queue()
-        threading.Thread(target=_read_lines, args=(self._proc.stdout, self._replies), daemon=True,
-                         name="template-sandbox-reader").start()
+        threading.Thread(
+            target=_read_lines, args=(self._proc.stdout, self._replies), daemon=True, name="template-sandbox-reader"
+        ).start()
         try:
             ready = self._replies.get(timeout=START_TIMEOUT_S)
         except queue.Empty:
@@ -123,8 +134,9 @@ class TemplateSandbox:
                 return _refusal(f"rendering took over {TIME_LIMIT_S:g} s (the limit); it was stopped")
             if _rss(proc.pid) - self._baseline_rss > MEMORY_LIMIT_BYTES:
                 self._kill()
-                return _refusal(f"rendering used over {MEMORY_LIMIT_BYTES >> 20} MB of memory (the limit); "
-                                "it was stopped")
+                return _refusal(
+                    f"rendering used over {MEMORY_LIMIT_BYTES >> 20} MB of memory (the limit); it was stopped"
+                )
 
     def _lost(self, how: str) -> dict:
         code = self._proc.poll() if self._proc else None
@@ -156,8 +168,9 @@ def _refusal(message: str) -> dict:
 def _key(template: str, bos: str, eos: str, add_generation_prompt: bool) -> str:
     import hashlib
 
-    return hashlib.sha256(json.dumps([template, bos, eos, add_generation_prompt]).encode("utf-8", "replace")
-                          ).hexdigest()
+    return hashlib.sha256(
+        json.dumps([template, bos, eos, add_generation_prompt]).encode("utf-8", "replace")
+    ).hexdigest()
 
 
 def _read_lines(stream, replies: queue.Queue) -> None:
@@ -246,9 +259,12 @@ def _render(formatters: dict, request: dict, formatter_class) -> dict:
         if "template" not in request:  # compiled by a child before this one: the parent sends it again
             return {"ok": False, "refused": False, "message": "The chat template sandbox restarted; try again."}
         try:
-            formatters[key] = formatter_class(template=request["template"], bos_token=request["bos"],
-                                              eos_token=request["eos"],
-                                              add_generation_prompt=request["add_generation_prompt"])
+            formatters[key] = formatter_class(
+                template=request["template"],
+                bos_token=request["bos"],
+                eos_token=request["eos"],
+                add_generation_prompt=request["add_generation_prompt"],
+            )
         except (TemplateSyntaxError, RecursionError) as exc:
             return _refusal(f"it could not be read ({exc})")
     try:
@@ -260,12 +276,18 @@ def _render(formatters: dict, request: dict, formatter_class) -> dict:
     except MemoryError:
         raise
     except Exception as exc:  # noqa: BLE001 - e.g. raise_exception('roles must alternate')
-        return {"ok": False, "refused": False, "message": f"The model's chat template rejected this conversation: {exc}"}
+        return {
+            "ok": False,
+            "refused": False,
+            "message": f"The model's chat template rejected this conversation: {exc}",
+        }
     if not isinstance(prompt, str):
         return _refusal("it wrote no text")
     if len(prompt) > request["cap"]:
-        return _refusal(f"it wrote {len(prompt):,} characters for {request['cap'] - OUTPUT_SLACK_CHARS:,} "
-                        f"of conversation (the limit is {OUTPUT_FACTOR}x the conversation + 1 MiB)")
+        return _refusal(
+            f"it wrote {len(prompt):,} characters for {request['cap'] - OUTPUT_SLACK_CHARS:,} "
+            f"of conversation (the limit is {OUTPUT_FACTOR}x the conversation + 1 MiB)"
+        )
     return {"ok": True, "prompt": prompt}
 
 

@@ -11,6 +11,7 @@ it is.
 - bidi_shown: an answer keeps its text, but its bidi overrides, embeddings and isolates are shown by their code
   instead of obeyed, so a model cannot make one string read as another.
 """
+
 from __future__ import annotations
 
 import json

@@ -1,5 +1,6 @@
 """Renders resources/icons/specchat.svg to the PNG sizes the desktop needs, with Qt's QSvgRenderer
 (offscreen, no display). Run after editing the SVG: .venv/bin/python packaging/render_icons.py"""
+
 from __future__ import annotations
 
 import os

@@ -4,6 +4,7 @@ A bundle has no `python -m`, so the child processes run as the bundle's own exec
 before Qt or torch is imported: the model-file check (engine/modelfiles/model_check.py) as
 `specchat --check-model-file FILE [--vocab-only]`, and the chat-template sandbox
 (engine/template_sandbox.py) as `specchat --template-sandbox`."""
+
 import sys
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ with older ones the instance is created without it (validation layers unused, as
 
 python packaging/vulkan_headers.py SDIST_FOLDER     (the unpacked llama-cpp-python sdist; run again: no change)
 """
+
 import sys
 from pathlib import Path
 

@@ -1,4 +1,5 @@
 """engine/ never imports Qt or app/: checked by import-linter's contract in pyproject.toml."""
+
 import subprocess
 import sys
 from pathlib import Path

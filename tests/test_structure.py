@@ -3,11 +3,12 @@
 Imports made only under `if TYPE_CHECKING:` never run, so they make no circle: grimp counts them, this test
 finds them with ast and leaves them out. Imports inside functions run, so they count.
 """
+
 from __future__ import annotations
 
 import ast
 import sys
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import grimp
@@ -33,8 +34,12 @@ def test_no_function_is_over_100_lines():
 
 
 def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING"
-            or isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    return (
+        isinstance(test, ast.Name)
+        and test.id == "TYPE_CHECKING"
+        or isinstance(test, ast.Attribute)
+        and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _guarded_import_lines(source: str) -> frozenset[int]:
@@ -49,7 +54,7 @@ def _guarded_import_lines(source: str) -> frozenset[int]:
     return frozenset(lines)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _type_checking_lines(module: str) -> frozenset[int]:
     path = ROOT / Path(*module.split("."))
     path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
@@ -123,8 +128,10 @@ def test_circles_are_found():
 
 
 def test_type_checking_imports_are_left_out():
-    source = ("import typing\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from a import b\n"
-              "    import c\nelse:\n    import d\nif typing.TYPE_CHECKING:\n    import e\nimport f\n")
+    source = (
+        "import typing\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from a import b\n"
+        "    import c\nelse:\n    import d\nif typing.TYPE_CHECKING:\n    import e\nimport f\n"
+    )
     assert _guarded_import_lines(source) == {4, 5, 9}
 
 

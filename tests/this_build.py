@@ -1,6 +1,7 @@
 """What this machine's llama.cpp build runs on, read from the build and the machine: tests that check a backend,
 a memory label or where layers went expect these, so the one suite passes on the CPU build here and on a GPU
 build (packaging/gpu_check.sh runs it there)."""
+
 from engine.hardware import backend_name, gpu_offload_supported, nvidia_gpus, vram_reader
 
 BACKEND = backend_name()  # "CPU" here

@@ -20,47 +20,127 @@ before it is opened, and a file is read to at most MAX_FILE_BYTES (plus one chun
 (it may grow; /proc files say 0): engine/safe_files.py does that, for every file the app is given. The read
 runs on a worker thread (app/background.py) and the tray hears back through Qt.
 """
+
 from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from PySide6.QtCore import QEvent, QObject, QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QFontDatabase, QIcon, QPainter, QPainterPath, QPen, QPixmap
-from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFrame, QGridLayout, QHBoxLayout, QPlainTextEdit, QStyle,
-                               QToolButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QFrame,
+    QGridLayout,
+    QHBoxLayout,
+    QPlainTextEdit,
+    QStyle,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
 from shiboken6 import isValid
 
+from app.background import Lane
 from engine import safe_files
 from engine.safe_files import FileRefused, Wording, human_size
 from engine.text_rules import plain_name
-
-from app.background import Lane
 
 log = logging.getLogger(__name__)
 
 MAX_FILE_BYTES = 8 << 20  # beyond any context SpecChat runs; a bigger file is not even read
 BYTES_PER_TOKEN_BOUND = 8  # no tokenizer packs text denser than this on average: the bound with no model loaded
 BINARY_SUFFIXES = frozenset(
-    ".png .jpg .jpeg .gif .bmp .webp .ico .tif .tiff .heic .psd .pdf .zip .gz .tgz .bz2 .xz .zst .7z .rar .tar "
-    ".exe .dll .so .dylib .o .a .lib .class .jar .pyc .whl .gguf .bin .safetensors .pt .pth .onnx .npy .npz "
-    ".mp3 .mp4 .m4a .wav .flac .ogg .mov .avi .mkv .webm .doc .docx .xls .xlsx .ppt .pptx .odt .ods "
-    ".sqlite .sqlite3 .db .woff .woff2 .ttf .otf .iso .dmg .wasm".split())
+    [
+        ".png",
+        ".jpg",
+        ".jpeg",
+        ".gif",
+        ".bmp",
+        ".webp",
+        ".ico",
+        ".tif",
+        ".tiff",
+        ".heic",
+        ".psd",
+        ".pdf",
+        ".zip",
+        ".gz",
+        ".tgz",
+        ".bz2",
+        ".xz",
+        ".zst",
+        ".7z",
+        ".rar",
+        ".tar",
+        ".exe",
+        ".dll",
+        ".so",
+        ".dylib",
+        ".o",
+        ".a",
+        ".lib",
+        ".class",
+        ".jar",
+        ".pyc",
+        ".whl",
+        ".gguf",
+        ".bin",
+        ".safetensors",
+        ".pt",
+        ".pth",
+        ".onnx",
+        ".npy",
+        ".npz",
+        ".mp3",
+        ".mp4",
+        ".m4a",
+        ".wav",
+        ".flac",
+        ".ogg",
+        ".mov",
+        ".avi",
+        ".mkv",
+        ".webm",
+        ".doc",
+        ".docx",
+        ".xls",
+        ".xlsx",
+        ".ppt",
+        ".pptx",
+        ".odt",
+        ".ods",
+        ".sqlite",
+        ".sqlite3",
+        ".db",
+        ".woff",
+        ".woff2",
+        ".ttf",
+        ".otf",
+        ".iso",
+        ".dmg",
+        ".wasm",
+    ]
+)
 # engine.safe_files checks and reads the file; these are its refusals in an attachment's words.
 ATTACHING = Wording(
     folder="{label} is a folder. Attach the files in it one by one.",
-    special=("{label} is {kind}, not a regular file, so it was not read (it could wait for ever or never end). "
-             "Only regular files can be attached."),
-    too_large=("{label} is {size} ({bytes:,} bytes): too large to put into a message (at most {limit:,} "
-               "bytes)."),
-    grew=("{label} is over {limit:,} bytes (more than its size said): too large to put into a message (at most "
-          "{limit:,} bytes)."))
+    special=(
+        "{label} is {kind}, not a regular file, so it was not read (it could wait for ever or never end). "
+        "Only regular files can be attached."
+    ),
+    too_large=("{label} is {size} ({bytes:,} bytes): too large to put into a message (at most {limit:,} bytes)."),
+    grew=(
+        "{label} is over {limit:,} bytes (more than its size said): too large to put into a message (at most "
+        "{limit:,} bytes)."
+    ),
+)
 _HEADER = re.compile(r"File: (?P<name>[^\n]+)\n(?P<fence>`{3,})[^\n`]*\n")
 _BLOCK_START = re.compile(r"(?:^|\n\n)(?=File: )")
-
 
 
 class AttachmentRefused(Exception):
@@ -99,20 +179,25 @@ def read_attachment(path: str | Path) -> Attachment:
     except FileRefused as exc:
         raise AttachmentRefused(str(exc)) from exc
     if b"\0" in data:
-        raise AttachmentRefused(f"{name} is a binary file (it contains NUL bytes), not text. Only text files "
-                                "can be attached.")
+        raise AttachmentRefused(
+            f"{name} is a binary file (it contains NUL bytes), not text. Only text files can be attached."
+        )
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise AttachmentRefused(f"{name} is not UTF-8 text (byte {exc.start} cannot be read). Only UTF-8 text "
-                                "files can be attached; convert it first.") from exc
+        raise AttachmentRefused(
+            f"{name} is not UTF-8 text (byte {exc.start} cannot be read). Only UTF-8 text "
+            "files can be attached; convert it first."
+        ) from exc
     return Attachment(name, text.replace("\r\n", "\n"))
 
 
 def _refuse_binary_suffix(label: str, suffix: str) -> None:
     if suffix.lower() in BINARY_SUFFIXES:
-        raise AttachmentRefused(f"{label} is a {suffix.lower()} file, not text. Only text files (code, "
-                                "Markdown, CSV, logs, …) can be attached.")
+        raise AttachmentRefused(
+            f"{label} is a {suffix.lower()} file, not text. Only text files (code, "
+            "Markdown, CSV, logs, …) can be attached."
+        )
 
 
 def _read_or_refusal(path: str) -> Attachment | AttachmentRefused:
@@ -140,7 +225,7 @@ def split_attachments(content: str) -> tuple[str, list[Attachment]]:
     for start in _BLOCK_START.finditer(content):
         files = _blocks(content, start.end())
         if files:
-            return content[:start.start()], files
+            return content[: start.start()], files
     return content, []
 
 
@@ -156,7 +241,7 @@ def _blocks(content: str, pos: int) -> list[Attachment] | None:
         end = close + 1 + len(fence)
         if close < 0 or (end < len(content) and not content.startswith("\n\n", end)):
             return None
-        files.append(Attachment(header["name"], content[header.end():max(close, header.end())]))
+        files.append(Attachment(header["name"], content[header.end() : max(close, header.end())]))
         pos = end + 2
     return files or None
 
@@ -219,6 +304,7 @@ def paperclip_icon(color: QColor) -> QIcon:
 # --- chips ----------------------------------------------------------------------------------------
 class AttachmentChip(QFrame):
     """A file as a small box: its name and size, to view it and (before sending) ✕ to remove it."""
+
     removeRequested = Signal()
 
     def __init__(self, attachment: Attachment, removable: bool, parent=None):
@@ -269,6 +355,7 @@ class AttachmentChip(QFrame):
 
 class AttachmentRow(QWidget):
     """Chips in rows of PER_ROW."""
+
     removed = Signal(int)  # index of the chip whose ✕ was clicked
 
     PER_ROW = 4
@@ -315,6 +402,7 @@ def _count(counter, text: str):
 class AttachmentTray(AttachmentRow):
     """The files to go with the message being written. add_files checks each one first: a refused file
     is reported through `refused`, with the reason, and nothing else changes."""
+
     changed = Signal()
     refused = Signal(str)
 
@@ -349,8 +437,10 @@ class AttachmentTray(AttachmentRow):
         elif self.counter is not None and self.counter.available:
             block = attachment.block()
             self.pending += 1
-            self.counter.submit(lambda f, block=block: _count(f, block),
-                                lambda tokens, a=attachment, b=budget: self._sized(a, tokens, b))
+            self.counter.submit(
+                lambda f, block=block: _count(f, block),
+                lambda tokens, a=attachment, b=budget: self._sized(a, tokens, b),
+            )
         elif attachment.size > budget * BYTES_PER_TOKEN_BOUND:
             self.refused.emit(self._too_large(attachment, f"{human_size(attachment.size)}", budget))
         else:
@@ -367,9 +457,11 @@ class AttachmentTray(AttachmentRow):
 
     @staticmethod
     def _too_large(attachment: Attachment, size: str, budget: int) -> str:
-        return (f"{attachment.name} is too large for the model's context: it is {size}, and a message can take "
-                f"at most {budget:,} tokens (the rest of the context is kept for the answer). Attach a smaller "
-                "file or part of it, or raise the context size in Settings.")
+        return (
+            f"{attachment.name} is too large for the model's context: it is {size}, and a message can take "
+            f"at most {budget:,} tokens (the rest of the context is kept for the answer). Attach a smaller "
+            "file or part of it, or raise the context size in Settings."
+        )
 
     def _add(self, attachment: Attachment) -> None:
         self.attachments.append(attachment)

@@ -8,25 +8,25 @@ The model itself lives on the engine thread, which is busy for as long as an ans
 vocabulary-only copy (no weights, a few MB) is loaded on a thread of its own, and the GUI thread only sends
 it work and gets results back as signals. Typing is debounced.
 """
+
 from __future__ import annotations
 
 import itertools
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, QTimer, Signal, Slot
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
 
+from app.models.threads import keep_until_finished
+from app.remote_answer import ask_server
 from engine.chat_format import ChatFormatter, answer_reserve
+from engine.decoding.runtime import LoadSettings, Model
 from engine.errors import ContextOverflowError
 from engine.remote.client import PromptCount
 from engine.remote.endpoint import Endpoint
-from engine.decoding.runtime import LoadSettings, Model
-
-from app.models.threads import keep_until_finished
-from app.remote_answer import ask_server
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +119,7 @@ class _CounterWorker(QObject):
 class TokenCounter(QObject):
     """GUI-side handle of the counting thread: submit(work, callback) runs work(tokenizer) there and
     calls callback(result) back on the GUI thread."""
+
     readyChanged = Signal()
     _load = Signal(int, str, int)
     _run = Signal(int, object, object)
@@ -162,8 +163,13 @@ class TokenCounter(QObject):
         self._load.emit(self._generation, "", 0)
         self.readyChanged.emit()
 
-    def submit(self, work: Callable[[Tokenizer], object], callback: Callable[[object], None],
-               key: str | None = None, failed: Callable[[Exception], None] | None = None) -> None:
+    def submit(
+        self,
+        work: Callable[[Tokenizer], object],
+        callback: Callable[[object], None],
+        key: str | None = None,
+        failed: Callable[[Exception], None] | None = None,
+    ) -> None:
         """Run work(tokenizer) on the counter's thread; callback(result) follows on this one, or failed(exception)
         if it failed, unless a newer job with the same key came first (then it is skipped: only the latest count
         matters)."""
@@ -205,16 +211,22 @@ class TokenCounter(QObject):
 
 
 class ContextMeter(QWidget):
-    """"1,234 / 4,096 tokens" for the conversation and the message being written, and a warning when
+    """ "1,234 / 4,096 tokens" for the conversation and the message being written, and a warning when
     sending it would leave the oldest messages out of what the model sees (they stay saved).
 
     source() gives the messages as they would be sent, the message being written last (if any), and the
     answer's max tokens; schedule() counts again a moment later (call it on every change)."""
+
     measured = Signal(object)  # Measure
     _counted_remotely = Signal(int, object, int)  # job, PromptCount or error text, max tokens (from a thread)
 
-    def __init__(self, counter: TokenCounter, source: Callable[[], tuple[list[dict], int]], parent=None,
-                 remote: Callable[[], Endpoint | None] = lambda: None):
+    def __init__(
+        self,
+        counter: TokenCounter,
+        source: Callable[[], tuple[list[dict], int]],
+        parent=None,
+        remote: Callable[[], Endpoint | None] = lambda: None,
+    ):
         super().__init__(parent)
         self.counter = counter
         self.source = source
@@ -280,8 +292,7 @@ class ContextMeter(QWidget):
         def count(remote) -> PromptCount:
             return remote.count_prompt(messages, remote.model()) if messages else PromptCount(0, None, True)
 
-        ask_server(endpoint, count, lambda result: self._counted_remotely.emit(job, result, max_tokens),
-                   "remote-count")
+        ask_server(endpoint, count, lambda result: self._counted_remotely.emit(job, result, max_tokens), "remote-count")
 
     def _show_remote(self, job: int, result, max_tokens: int) -> None:
         if job != self._remote_job or self.source is None:
@@ -293,23 +304,32 @@ class ContextMeter(QWidget):
             self.count.setToolTip(f"The server could not be asked how long this conversation is: {result}")
             return
         about = "" if result.exact else "≈"
-        how = "counted by the server's own tokenizer" if result.exact else "an estimate (4 characters a token): " \
-              "this server cannot count tokens"
+        how = (
+            "counted by the server's own tokenizer"
+            if result.exact
+            else "an estimate (4 characters a token): this server cannot count tokens"
+        )
         if result.n_ctx is None:
             self.measure = None
             self.count.setText(f"{about}{result.tokens:,} tokens")
-            self.count.setToolTip(f"The conversation takes {about}{result.tokens:,} tokens, {how}; the server does "
-                                  "not say how long its context is.")
+            self.count.setToolTip(
+                f"The conversation takes {about}{result.tokens:,} tokens, {how}; the server does "
+                "not say how long its context is."
+            )
             return
         reserve = answer_reserve(max_tokens, result.n_ctx)
         m = Measure(result.tokens, result.n_ctx, result.n_ctx - reserve, drafted=False)
         self.measure = m
         self.count.setText(f"{about}{m.tokens:,} / {m.n_ctx:,} tokens")
-        self.count.setToolTip(f"The conversation takes {about}{m.tokens:,} tokens of the server's {m.n_ctx:,}-token "
-                              f"context ({how}); {m.n_ctx - m.budget:,} are kept for the answer.")
+        self.count.setToolTip(
+            f"The conversation takes {about}{m.tokens:,} tokens of the server's {m.n_ctx:,}-token "
+            f"context ({how}); {m.n_ctx - m.budget:,} are kept for the answer."
+        )
         if m.tokens > m.budget:
-            self.warning.setText("This conversation is longer than the server's context allows with room for an "
-                                 "answer: it will refuse it. Start a new chat, or lower 'Max response tokens'.")
+            self.warning.setText(
+                "This conversation is longer than the server's context allows with room for an "
+                "answer: it will refuse it. Start a new chat, or lower 'Max response tokens'."
+            )
             self.warning.setStyleSheet("color: #c62828;")
             self.warning.show()
         self.measured.emit(m)
@@ -332,9 +352,11 @@ class ContextMeter(QWidget):
         self.measure = m
         self.count.setText(f"{m.tokens:,} / {m.n_ctx:,} tokens")
         takes = "and your message take" if m.drafted else "takes"
-        self.count.setToolTip(f"The conversation {takes} {m.tokens:,} tokens "
-                              f"of the model's {m.n_ctx:,}-token context; {m.n_ctx - m.budget:,} are kept for the "
-                              "answer.")
+        self.count.setToolTip(
+            f"The conversation {takes} {m.tokens:,} tokens "
+            f"of the model's {m.n_ctx:,}-token context; {m.n_ctx - m.budget:,} are kept for the "
+            "answer."
+        )
         text, level = warning_text(m)
         self.warning.setText(text)
         self.warning.setStyleSheet("color: #c62828;" if level == "warning" else "")
@@ -345,16 +367,22 @@ class ContextMeter(QWidget):
 def warning_text(m: Measure) -> tuple[str, str]:
     """(text, "warning" | "info") for a measure; ("", "") when there is room."""
     if m.overflow:
-        return ("This message does not fit the context even on its own: shorten it (or its files), lower "
-                "'Max response tokens', or raise the context size in Settings.", "warning")
+        return (
+            "This message does not fit the context even on its own: shorten it (or its files), lower "
+            "'Max response tokens', or raise the context size in Settings.",
+            "warning",
+        )
     if m.trimmed:
         s = "s" if m.trimmed != 1 else ""
-        return (f"Sending this leaves the {m.trimmed} oldest message{s} out of what the model sees (they stay "
-                "saved here).", "warning")
+        return (
+            f"Sending this leaves the {m.trimmed} oldest message{s} out of what the model sees (they stay saved here).",
+            "warning",
+        )
     if m.tokens > m.budget:
-        return ("The context is full: the next message will leave the oldest messages out of what the model "
-                "sees.", "warning")
+        return (
+            "The context is full: the next message will leave the oldest messages out of what the model sees.",
+            "warning",
+        )
     if m.tokens >= NEARLY_FULL * m.budget:
-        return (f"Nearly full: {m.budget - m.tokens:,} tokens left before the oldest messages are left out.",
-                "info")
+        return (f"Nearly full: {m.budget - m.tokens:,} tokens left before the oldest messages are left out.", "info")
     return "", ""

@@ -1,20 +1,20 @@
 """Which engine answers a chat, in its settings dialog: this machine's, or an OpenAI-compatible server (vLLM,
 llama-server, a SpecChat server elsewhere) with its URL, a model from its /v1/models (asked on a thread of its
 own) and an API key, which goes to the system keyring (engine/remote/keys.py), never into SpecChat's files."""
+
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QLineEdit, QPushButton, QWidget
 
+from app.remote_answer import ask_server, use_key_for_this_run
+from app.settings.dialog import hint
 from engine.errors import EngineError, InvalidSettingError
 from engine.remote.endpoint import Endpoint, normalised_url, url_warning
 from engine.remote.keys import save_key
-
-from app.remote_answer import ask_server, use_key_for_this_run
-from app.settings.dialog import hint
 
 THIS_MACHINE, REMOTE = "", "remote"
 WARNING_STYLE = "color: #c62828;"
@@ -29,8 +29,10 @@ class EnginePicker(QGroupBox):
         self.engine = QComboBox()
         self.engine.addItem("This machine", THIS_MACHINE)
         self.engine.addItem("A server (OpenAI-compatible: vLLM, llama-server, SpecChat)", REMOTE)
-        self.engine.setToolTip("Who writes this chat's answers. A server elsewhere keeps your conversations here, "
-                               "with its speed measured here and its speculation figures where it reports them.")
+        self.engine.setToolTip(
+            "Who writes this chat's answers. A server elsewhere keeps your conversations here, "
+            "with its speed measured here and its speculation figures where it reports them."
+        )
         self.url = QLineEdit()
         self.url.setPlaceholderText("e.g. http://127.0.0.1:8000 (vLLM), :8080 (llama-server)")
         self.model = QComboBox()
@@ -101,8 +103,12 @@ class EnginePicker(QGroupBox):
         key = self.api_key.text().strip() or None
         self.list_models.setEnabled(False)
         self._say(f"Asking {url} for its models…")
-        ask_server(Endpoint(url, "", key), lambda remote: [m.id for m in remote.models()],
-                   lambda listed: self.modelsListed.emit(url, listed), "list-models")
+        ask_server(
+            Endpoint(url, "", key),
+            lambda remote: [m.id for m in remote.models()],
+            lambda listed: self.modelsListed.emit(url, listed),
+            "list-models",
+        )
 
     def _models_listed(self, url: str, ids) -> None:
         self.list_models.setEnabled(True)

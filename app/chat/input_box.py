@@ -1,5 +1,6 @@
 """The message box: Enter sends, Shift+Enter starts a new line, Escape cancels an edit; files dropped
 on it are handed on to be attached (see attachments.py), not pasted in as their paths."""
+
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
@@ -59,5 +60,6 @@ class ChatInput(QPlainTextEdit):
         line = self.fontMetrics().lineSpacing()
         lines = min(max(int(self.document().size().height()), 1), 8)
         margins = self.contentsMargins()
-        self.setFixedHeight(lines * line + int(self.document().documentMargin() * 2)
-                            + margins.top() + margins.bottom() + 4)
+        self.setFixedHeight(
+            lines * line + int(self.document().documentMargin() * 2) + margins.top() + margins.bottom() + 4
+        )

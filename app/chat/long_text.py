@@ -3,6 +3,7 @@ a slice per turn of the event loop, so even 50 MB never holds the window more th
 
 Lines longer than LINE are shown broken (Qt's layout of one line grows with the square of its length); Copy all
 copies the text exactly as it is."""
+
 from __future__ import annotations
 
 from PySide6.QtCore import QTimer
@@ -14,7 +15,7 @@ LINE = 1_000  # characters per shown line
 
 
 def size_words(chars: int) -> str:
-    """"2,000,000 characters" for a fold button or a title."""
+    """ "2,000,000 characters" for a fold button or a title."""
     return f"{chars:,} characters"
 
 
@@ -22,7 +23,7 @@ def display_lines(text: str) -> str:
     """text with lines over LINE characters broken every LINE characters (for showing only)."""
     out = []
     for line in text.split("\n"):
-        out.extend(line[i:i + LINE] for i in range(0, max(len(line), 1), LINE))
+        out.extend(line[i : i + LINE] for i in range(0, max(len(line), 1), LINE))
     return "\n".join(out)
 
 
@@ -56,7 +57,7 @@ class LongTextViewer(QDialog):
         return self._at >= len(self.text)
 
     def _append_slice(self) -> None:
-        piece = self.text[self._at:self._at + SLICE]
+        piece = self.text[self._at : self._at + SLICE]
         self._at += len(piece)
         cursor = QTextCursor(self.view.document())
         cursor.movePosition(QTextCursor.MoveOperation.End)

@@ -4,6 +4,7 @@ button, a reasoning model's thought folded away, and a user message's attached f
 The message widget (message_view.py) holds one ResponseText or UserText and its own header and actions;
 everything about how the text itself is shown is here.
 """
+
 from __future__ import annotations
 
 from bisect import bisect_left
@@ -12,15 +13,25 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QPalette
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QToolButton, QVBoxLayout, QWidget
 
-from engine.reasoning import find_thinking
-from engine.text_rules import BIDI_CONTROLS, SHOWN_WIDTH, bidi_shown
-
 from app.chat.attachments import AttachmentRow, split_attachments
 from app.chat.long_text import LongTextViewer, size_words
-from app.chat.render import (CodeFence, append_code, apply_colours, code_fence, colour_ranges, fold_point,
-                             lex_in_background, render, render_code, spans_within, split_blocks)
+from app.chat.render import (
+    CodeFence,
+    append_code,
+    apply_colours,
+    code_fence,
+    colour_ranges,
+    fold_point,
+    lex_in_background,
+    render,
+    render_code,
+    spans_within,
+    split_blocks,
+)
 from app.conversations.store import Message
 from app.safe_text import SafeTextBrowser
+from engine.reasoning import find_thinking
+from engine.text_rules import BIDI_CONTROLS, SHOWN_WIDTH, bidi_shown
 
 
 class MessageText(SafeTextBrowser):
@@ -75,6 +86,7 @@ class CodeBlock(QFrame):
     Colours come once the block is complete (while it streams it is plain, which costs nothing): worked
     out on a background thread (render.lex_in_background), then put on COLOUR_SLICE runs per turn of the
     event loop, so the window never waits."""
+
     _lexed = Signal(object, object)  # (code, language), runs: from the highlighting thread
     # All at once, a 400-line block's 2,400 coloured runs held the GUI thread 30-90 ms on a 2-core CPU.
     COLOUR_SLICE = 300
@@ -123,8 +135,12 @@ class CodeBlock(QFrame):
         if key == self._key:
             return
         if key[:3] != (self._key or ())[:3] or not self.highlighted:
-            grown = self._key is not None and not self.highlighted and fence.code.startswith(self.code) and (
-                _clip(code_spans, len(self.code)) == _clip(self._spans, len(self.code)))
+            grown = (
+                self._key is not None
+                and not self.highlighted
+                and fence.code.startswith(self.code)
+                and (_clip(code_spans, len(self.code)) == _clip(self._spans, len(self.code)))
+            )
             self.highlighted, self._uncoloured = False, []  # colours still to come are for other code
             if grown:  # streaming: only the new text is laid out
                 append_code(self.text.document(), fence.code, len(self.code), code_spans)
@@ -134,8 +150,9 @@ class CodeBlock(QFrame):
         self._key, self.code, self._spans = key, fence.code, code_spans
         self.language.setText(fence.language or "code")
         if complete and not self.highlighted:
-            lex_in_background(fence.code, fence.language,
-                              lambda runs, k=(fence.code, fence.language): self._lexed.emit(k, runs))
+            lex_in_background(
+                fence.code, fence.language, lambda runs, k=(fence.code, fence.language): self._lexed.emit(k, runs)
+            )
 
     def _colour(self, what, runs) -> None:
         if runs is None or self._key is None or what != self._key[:2]:
@@ -146,7 +163,7 @@ class CodeBlock(QFrame):
     def _colour_slice(self) -> None:
         if not self._uncoloured:
             return  # the block changed meanwhile: it is plain again
-        now, self._uncoloured = self._uncoloured[:self.COLOUR_SLICE], self._uncoloured[self.COLOUR_SLICE:]
+        now, self._uncoloured = self._uncoloured[: self.COLOUR_SLICE], self._uncoloured[self.COLOUR_SLICE :]
         apply_colours(self.text.document(), now)
         if self._uncoloured:
             self._colouring.start()
@@ -227,10 +244,10 @@ class MessageBody(QWidget):
                     self.chunks[i].set_content(part, part_spans, color_drafts, markdown)
                 self.chunks[i].setVisible(bool(part.strip()) or len(pieces) == 1)
                 self.keys[i] = key
-        for extra in self.chunks[max(len(pieces), 1):]:
+        for extra in self.chunks[max(len(pieces), 1) :]:
             extra.deleteLater()
-        del self.chunks[max(len(pieces), 1):]
-        del self.keys[max(len(pieces), 1):]
+        del self.chunks[max(len(pieces), 1) :]
+        del self.keys[max(len(pieces), 1) :]
 
     def code_blocks(self) -> list[CodeBlock]:
         return [c for c in self.chunks if isinstance(c, CodeBlock)]
@@ -245,8 +262,10 @@ def shown_bidi(source: str, spans):
     marks = [m.start() for m in BIDI_CONTROLS.finditer(source)]
     if not marks:
         return source, spans
+
     def moved(i: int) -> int:
         return i + (SHOWN_WIDTH - 1) * bisect_left(marks, i)
+
     return bidi_shown(source), [[moved(s[0]), moved(s[1]), *s[2:]] for s in spans] if spans else spans
 
 
@@ -318,8 +337,11 @@ class ResponseText(QWidget):
         answer_start = 0
         if span is not None:
             seconds = (m.stats or {}).get("thought_s")
-            self.thought.set_thought(m.content[span.thought_start:span.thought_end].strip(),
-                                     thought_label(span.closed, streaming, seconds), not streaming)
+            self.thought.set_thought(
+                m.content[span.thought_start : span.thought_end].strip(),
+                thought_label(span.closed, streaming, seconds),
+                not streaming,
+            )
             answer_start = span.answer_start
         self.thought.setVisible(span is not None)
         answer = m.content[answer_start:]

@@ -5,27 +5,32 @@ Each message is a column of rendered chunks (see message_text.py), so streaming 
 the newest PAGE messages get widgets at first ("Show earlier messages" adds more), so a long
 conversation opens fast and scrolls smoothly.
 """
+
 from __future__ import annotations
 
 from PySide6.QtCore import QModelIndex, Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QPalette
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QScrollArea, QToolButton, QVBoxLayout, QWidget
 
-from engine.reasoning import without_thinking
-
-from app.chat.model import ChatModel, continuable, span_source
 from app.chat.message_text import ResponseText, UserText
+from app.chat.model import ChatModel, continuable, span_source
 from app.chat.render import DRAFT_COLOR, DRAFT_MODEL_COLOR
 from app.chat.stats_view import StatsBar
 from app.conversations.store import Message
+from engine.reasoning import without_thinking
 
 PAGE = 24
-STATUS_TEXT = {"streaming": "writing…", "stopped": "stopped", "error": "failed",
-               "interrupted": "interrupted: the app closed while this was being written"}
+STATUS_TEXT = {
+    "streaming": "writing…",
+    "stopped": "stopped",
+    "error": "failed",
+    "interrupted": "interrupted: the app closed while this was being written",
+}
 
 
 class BranchSwitcher(QWidget):
     """‹ 2 / 3 ›: which of a message's versions (regenerated answers, edited questions) is shown."""
+
     stepped = Signal(int)  # -1: the one before, +1: the one after
 
     def __init__(self, parent=None):
@@ -49,8 +54,11 @@ class BranchSwitcher(QWidget):
 
 
 # What each shade means, in the legend under an answer: (key, colour, words).
-LEGEND = (("lookup", DRAFT_COLOR, "from prompt lookup"), ("draft", DRAFT_MODEL_COLOR, "from the draft model"),
-          (None, DRAFT_COLOR, "from accepted drafts (proposer not recorded)"))
+LEGEND = (
+    ("lookup", DRAFT_COLOR, "from prompt lookup"),
+    ("draft", DRAFT_MODEL_COLOR, "from the draft model"),
+    (None, DRAFT_COLOR, "from accepted drafts (proposer not recorded)"),
+)
 
 
 class ShadingLegend(QWidget):
@@ -65,8 +73,10 @@ class ShadingLegend(QWidget):
         for key, color, words in LEGEND:
             swatch = QLabel()
             swatch.setFixedSize(12, 12)
-            swatch.setStyleSheet(f"background: rgba({color.red()}, {color.green()}, {color.blue()}, "
-                                 f"{color.alpha()}); border: 1px solid rgba(127, 127, 127, 120);")
+            swatch.setStyleSheet(
+                f"background: rgba({color.red()}, {color.green()}, {color.blue()}, "
+                f"{color.alpha()}); border: 1px solid rgba(127, 127, 127, 120);"
+            )
             label = QLabel(words)
             label.setForegroundRole(QPalette.ColorRole.PlaceholderText)
             font = label.font()
@@ -121,12 +131,15 @@ class MessageWidget(QFrame):
         self.branches.hide()
         header.addWidget(self.branches)
         self.copy_button = self._tool("Copy", "Copy this message as markdown", self._copy)
-        self.edit_button = self._tool("Edit", "Edit this message and send it again",
-                                      lambda: self.editRequested.emit(self.message))
-        self.regenerate_button = self._tool("Regenerate", "Write this response again",
-                                            lambda: self.regenerateRequested.emit(self.message))
-        self.continue_button = self._tool("Continue", "Write more of this answer",
-                                          lambda: self.continueRequested.emit(self.message))
+        self.edit_button = self._tool(
+            "Edit", "Edit this message and send it again", lambda: self.editRequested.emit(self.message)
+        )
+        self.regenerate_button = self._tool(
+            "Regenerate", "Write this response again", lambda: self.regenerateRequested.emit(self.message)
+        )
+        self.continue_button = self._tool(
+            "Continue", "Write more of this answer", lambda: self.continueRequested.emit(self.message)
+        )
         for b in (self.edit_button, self.regenerate_button, self.continue_button, self.copy_button):
             header.addWidget(b)
         layout.addLayout(header)

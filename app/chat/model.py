@@ -4,6 +4,7 @@ A conversation is a tree (edits and regenerations are siblings of what they repl
 the model holds the branch shown, and for each of its messages the ids of its siblings, so the view
 can show "2 / 3" and step to the others.
 """
+
 from __future__ import annotations
 
 from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, Qt
@@ -20,7 +21,8 @@ def continuable(message: Message) -> bool:
     if message.role != "assistant" or not message.content:
         return False
     return message.status in CONTINUABLE or (
-        message.status == "done" and (message.stats or {}).get("finish_reason") == "length")
+        message.status == "done" and (message.stats or {}).get("finish_reason") == "length"
+    )
 
 
 PROPOSERS = ("lookup", "draft")  # the proposers a span may name; a span of two numbers names none (older answers)
@@ -85,8 +87,11 @@ class ChatModel(QAbstractListModel):
         """Show another branch of the same conversation: rows it shares with the one shown stay (their
         widgets too), the rest are removed and inserted."""
         keep = 0
-        while (keep < min(len(self.items), len(messages)) and self.items[keep].id is not None
-               and self.items[keep].id == messages[keep].id):
+        while (
+            keep < min(len(self.items), len(messages))
+            and self.items[keep].id is not None
+            and self.items[keep].id == messages[keep].id
+        ):
             keep += 1
         self.remove_from(keep)
         for row in range(keep):

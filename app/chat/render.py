@@ -7,14 +7,15 @@ Markdown rendering drops syntax (`**`, list numbers, fences), so the rendered ch
 matched back to the source with `align`, a forward-only search that keeps highlighting right
 through any formatting.
 """
+
 from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable
 
 from PySide6.QtCore import QUrl
 from PySide6.QtGui import QColor, QFont, QFontDatabase, QTextCharFormat, QTextCursor, QTextDocument, QTextFormat
@@ -68,6 +69,7 @@ def span_at(spans: list[list]):
             return None
         k = bisect_right(starts, i) - 1
         return k if k >= 0 and i < spans[k][1] else None
+
     return find
 
 
@@ -129,8 +131,12 @@ def split_blocks(source: str) -> list[tuple[int, int]]:
         fence = stripped.startswith(("```", "~~~")) and len(line) - len(line.lstrip(" ")) < 4
         top = bool(stripped) and not line[0].isspace()
         # A top-level code block is a chunk of its own (it gets a copy button), even without blank lines.
-        if not in_fence and top and pos > cuts[-1] and (
-                (blank_before and not (item and in_list)) or (fence and not in_list) or after_fence):
+        if (
+            not in_fence
+            and top
+            and pos > cuts[-1]
+            and ((blank_before and not (item and in_list)) or (fence and not in_list) or after_fence)
+        ):
             cuts.append(pos)
         if stripped:
             after_fence = False
@@ -169,7 +175,7 @@ def fold_point(source: str) -> int | None:
         end = len(source) if end < 0 else end + 1
         if end - pos > LONG_LINE:
             return pos + LONG_LINE
-        start = source[pos:min(pos + 8, end)].lstrip()
+        start = source[pos : min(pos + 8, end)].lstrip()
         in_code ^= start.startswith(("```", "~~~"))
         if in_code:
             cost += (end - pos) * CODE_SHARE
@@ -202,13 +208,18 @@ def rendered_text(doc: QTextDocument) -> str:
     while block.isValid():
         text = block.text()
         pos = block.position()
-        chars[pos:pos + len(text)] = text
+        chars[pos : pos + len(text)] = text
         block = block.next()
     return "".join(chars)
 
 
-def render(doc: QTextDocument, source: str, spans: list[list[int]] | None = None, color_drafts: bool = False,
-           markdown: bool = True) -> None:
+def render(
+    doc: QTextDocument,
+    source: str,
+    spans: list[list[int]] | None = None,
+    color_drafts: bool = False,
+    markdown: bool = True,
+) -> None:
     """Fill doc with source rendered as markdown (or plain text), shading code and, when asked, drafts."""
     if markdown:
         doc.setMarkdown(source, QTextDocument.MarkdownFeature.MarkdownDialectGitHub)
@@ -217,8 +228,11 @@ def render(doc: QTextDocument, source: str, spans: list[list[int]] | None = None
         doc.setPlainText(source)
     code_blocks, code_runs = _code_ranges(doc) if markdown else ([], [])
     last = doc.characterCount() - 1  # the final paragraph separator cannot be formatted
-    runs = [(a, min(b, last), color) for a, b, color in shaded_runs(rendered_text(doc), source, spans)
-            if a < last] if color_drafts and spans else []
+    runs = (
+        [(a, min(b, last), color) for a, b, color in shaded_runs(rendered_text(doc), source, spans) if a < last]
+        if color_drafts and spans
+        else []
+    )
     if not (code_blocks or code_runs or runs):
         return
     # Read first, then change: a document must not be edited while its blocks are being walked.
@@ -229,8 +243,9 @@ def render(doc: QTextDocument, source: str, spans: list[list[int]] | None = None
         fmt = cursor.blockFormat()
         fmt.setBackground(CODE_COLOR)
         cursor.setBlockFormat(fmt)
-    _merge_formats(cursor, [(a, b, _shade(CODE_COLOR)) for a, b in code_runs]
-                   + [(a, b, _shade(color)) for a, b, color in runs])
+    _merge_formats(
+        cursor, [(a, b, _shade(CODE_COLOR)) for a, b in code_runs] + [(a, b, _shade(color)) for a, b, color in runs]
+    )
     cursor.endEditBlock()
 
 
@@ -257,8 +272,12 @@ def _fragments(block):
 def unlink_unopenable(doc: QTextDocument) -> None:
     """Links SpecChat would not open (file:, smb:, javascript:, ... : safe_text.LINK_SCHEMES) become plain text,
     so nothing invites a click that cannot go anywhere."""
-    runs = [(f.position(), f.position() + f.length()) for block in _blocks(doc) for f in _fragments(block)
-            if f.charFormat().isAnchor() and QUrl(f.charFormat().anchorHref()).scheme().lower() not in LINK_SCHEMES]
+    runs = [
+        (f.position(), f.position() + f.length())
+        for block in _blocks(doc)
+        for f in _fragments(block)
+        if f.charFormat().isAnchor() and QUrl(f.charFormat().anchorHref()).scheme().lower() not in LINK_SCHEMES
+    ]
     if not runs:
         return
     cursor = QTextCursor(doc)
@@ -283,8 +302,9 @@ def _code_ranges(doc: QTextDocument) -> tuple[list[int], list[tuple[int, int]]]:
         if fmt.hasProperty(QTextFormat.Property.BlockCodeFence) or fmt.nonBreakableLines():
             blocks.append(block.position())
         else:
-            runs += [(f.position(), f.position() + f.length()) for f in _fragments(block)
-                     if f.charFormat().fontFixedPitch()]
+            runs += [
+                (f.position(), f.position() + f.length()) for f in _fragments(block) if f.charFormat().fontFixedPitch()
+            ]
     return blocks, runs
 
 
@@ -311,9 +331,9 @@ def code_fence(chunk: str) -> CodeFence | None:
     close = re.compile(rf"^ {{0,3}}{re.escape(fence[0])}{{{len(fence)},}}[ \t]*$", re.M).search(chunk, start)
     if close is None:
         return CodeFence(language, chunk[start:], start, False)
-    if chunk[close.end():].strip():
+    if chunk[close.end() :].strip():
         return None  # text after the block: not a code chunk of its own
-    return CodeFence(language, chunk[start:close.start()].removesuffix("\n"), start, True)
+    return CodeFence(language, chunk[start : close.start()].removesuffix("\n"), start, True)
 
 
 # Signs of common languages, for fences that name none (Pygments' own guess mistakes most short code).
@@ -451,9 +471,11 @@ def lex_in_background(code: str, language: str, deliver: Callable[[object], None
     """Run code_tokens on a background thread and call deliver(runs) there. Pygments is pure Python and
     takes tens of ms on a long block: never on the GUI thread. Pass a signal's emit as deliver, so the
     runs arrive on the GUI thread (a queued connection)."""
+
     def done(future) -> None:
         try:
             deliver(future.result())
         except Exception:  # noqa: BLE001 - the widget went away, or the lexer failed: the code stays plain
             pass
+
     _lexing.submit(code_tokens, code, language).add_done_callback(done)

@@ -13,29 +13,29 @@ usual, and is held in memory (shown from there) and saved again every RETRY_EVER
 close (still refused then, it is kept in a file of its own that the next start saves: held_answers.py); one
 notice says so (saveNotice), and another once it is saved. A question that cannot be saved is not sent.
 """
+
 from __future__ import annotations
 
 import errno
 import logging
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from engine.reasoning import ThoughtClock, without_thinking
-from engine.remote.endpoint import Endpoint
-from engine.text_rules import plain_name, valid_text
-
+from app.answers import GenerationRequest
 from app.chat.model import ChatModel, add_segments, continuable
+from app.conversations import held_answers
+from app.conversations.store import ConversationStore, Message, MessageTree, is_busy
 from app.remote_answer import model_label
 from app.settings.presets import Preset, PresetBook
 from app.settings.values import AppSettings
-from app.answers import GenerationRequest
-from app.conversations import held_answers
-from app.conversations.store import ConversationStore, Message, MessageTree, is_busy
 from app.worker import EngineClient
+from engine.reasoning import ThoughtClock, without_thinking
+from engine.remote.endpoint import Endpoint
+from engine.text_rules import plain_name, valid_text
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +54,15 @@ storable = valid_text  # text as it can be saved and tokenized (engine.text_rule
 def store_problem(exc: BaseException) -> tuple[str, str]:
     """What kept the store from writing, and what to do about it, in words for a notice."""
     if is_busy(exc):
-        return (f"the conversation file is busy ({exc}): an import is being stored, or another program holds it",
-                "wait a moment")
-    full = (getattr(exc, "sqlite_errorname", "") == "SQLITE_FULL" or getattr(exc, "errno", None) == errno.ENOSPC
-            or "full" in str(exc))
+        return (
+            f"the conversation file is busy ({exc}): an import is being stored, or another program holds it",
+            "wait a moment",
+        )
+    full = (
+        getattr(exc, "sqlite_errorname", "") == "SQLITE_FULL"
+        or getattr(exc, "errno", None) == errno.ENOSPC
+        or "full" in str(exc)
+    )
     if full:
         return f"the disk is full ({exc})", "free some space"
     return f"the conversation file cannot be written ({exc})", "check the disk and the conversation file"
@@ -65,7 +70,7 @@ def store_problem(exc: BaseException) -> tuple[str, str]:
 
 def title_from(text: str) -> str:
     line = plain_name(text)
-    return line if len(line) <= TITLE_CHARS else line[:TITLE_CHARS - 1].rstrip() + "…"
+    return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
 
 
 class ChatSession(QObject):
@@ -78,8 +83,14 @@ class ChatSession(QObject):
     # last with its key; no text: nothing to say any more
     saveNotice = Signal(str, str, str)
 
-    def __init__(self, store: ConversationStore, engine: EngineClient, settings: Callable[[], AppSettings],
-                 parent=None, presets: Callable[[], PresetBook] | None = None):
+    def __init__(
+        self,
+        store: ConversationStore,
+        engine: EngineClient,
+        settings: Callable[[], AppSettings],
+        parent=None,
+        presets: Callable[[], PresetBook] | None = None,
+    ):
         super().__init__(parent)
         self.store = store
         self.engine = engine
@@ -159,9 +170,11 @@ class ChatSession(QObject):
         def write(settings: Preset) -> Message:
             if new:
                 self.conversation_id = self.store.create_conversation(title_from(text))
-                self.store.set_conversation_settings(self.conversation_id,
-                                                     {"preset": self.presets().default, **self.new_chat_settings})
+                self.store.set_conversation_settings(
+                    self.conversation_id, {"preset": self.presets().default, **self.new_chat_settings}
+                )
             return self._add_turn(text, parent, settings)
+
         turn = self._written(write)
         if turn is None and new:
             self.conversation_id = None  # its creation was undone with the rest
@@ -192,8 +205,9 @@ class ChatSession(QObject):
         except STORE_ERRORS as exc:
             what, remedy = store_problem(exc)
             log.warning("a message could not be saved, so it was not sent: %s", exc)
-            self.saveNotice.emit(f"Not sent: {what}. Your message stays in the box; {remedy} and send it again.",
-                                 "error", "unsent")
+            self.saveNotice.emit(
+                f"Not sent: {what}. Your message stays in the box; {remedy} and send it again.", "error", "unsent"
+            )
             return None
         self.saveNotice.emit("", "", "unsent")  # sent: a refusal told before is over
         return written
@@ -202,8 +216,13 @@ class ChatSession(QObject):
         """Write this response (by default the last) again, as a new branch beside it: it stays."""
         items = self.model.items
         message = message if message is not None else (items[-1] if items else None)
-        if (self.busy or message is None or message.role != "assistant" or message.parent_id is None
-                or self.model.row_of(message) < 0):
+        if (
+            self.busy
+            or message is None
+            or message.role != "assistant"
+            or message.parent_id is None
+            or self.model.row_of(message) < 0
+        ):
             return False
         turn = self._written(lambda settings: self._add_reply(message.parent_id, settings))
         return turn is not None and self._start(*turn)
@@ -221,6 +240,7 @@ class ChatSession(QObject):
             if message.parent_id is None:
                 self._retitle(message.content, text, notify=False)  # _start says the conversation changed
             return self._add_turn(text, message.parent_id, settings)
+
         turn = self._written(write)
         return turn is not None and self._start(*turn)
 
@@ -278,8 +298,10 @@ class ChatSession(QObject):
         stats = dict(self.streaming.stats or {}) if self.streaming is not None else {}
         if self.streaming is not None:
             self.streaming.status = "stopped"
-            self.streaming.notice = (f"Stopped. The engine did not stop within {STOP_GRACE_S:g} s; it finishes what "
-                                     "it was doing in the background, and the next message waits for it.")
+            self.streaming.notice = (
+                f"Stopped. The engine did not stop within {STOP_GRACE_S:g} s; it finishes what "
+                "it was doing in the background, and the next message waits for it."
+            )
         self._end()
         self.responseFinished.emit({**stats, "finish_reason": "cancelled"})
 
@@ -298,8 +320,9 @@ class ChatSession(QObject):
                 self.store.set_conversation_settings(self.conversation_id, values)
             except STORE_ERRORS as exc:
                 what, remedy = store_problem(exc)
-                self.noticeRaised.emit(f"The chat's settings were not saved: {what}; {remedy} and set them again.",
-                                       "error")
+                self.noticeRaised.emit(
+                    f"The chat's settings were not saved: {what}; {remedy} and set them again.", "error"
+                )
 
     def chat_settings(self) -> Preset:
         """What the open chat's next response uses: its preset, with the chat's own values over it."""
@@ -326,8 +349,9 @@ class ChatSession(QObject):
         self._generate(self.model.items[:-1], settings)
         return True
 
-    def prompt_history(self, messages: list[Message], continue_last: bool = False,
-                       settings: Preset | None = None) -> list[dict]:
+    def prompt_history(
+        self, messages: list[Message], continue_last: bool = False, settings: Preset | None = None
+    ) -> list[dict]:
         """What the model is sent for these messages: the chat's system prompt (from its settings, read here unless
         given), then each message; an earlier answer goes without its thought (<think>…</think>), as reasoning
         models' own templates send it."""
@@ -348,9 +372,15 @@ class ChatSession(QObject):
         self._thought = ThoughtClock((self.streaming.stats or {}).get("thought_s") if self.streaming else None)
         self._saved_at = time.monotonic()
         remote = self.remote_endpoint(settings)
-        self.request = self.engine.generate(GenerationRequest(messages=history, sampling=settings.sampling(),
-                                                              max_tokens=settings.max_tokens,
-                                                              continue_last=continue_last, remote=remote))
+        self.request = self.engine.generate(
+            GenerationRequest(
+                messages=history,
+                sampling=settings.sampling(),
+                max_tokens=settings.max_tokens,
+                continue_last=continue_last,
+                remote=remote,
+            )
+        )
         self._progress_at, self._stall_notice = time.monotonic(), ""
         self._stall_timer.start()
         self.busyChanged.emit(True)
@@ -467,8 +497,12 @@ class ChatSession(QObject):
         log.warning("an answer could not be saved; it is held to be saved later: %s", exc)
         n = len(self._unsaved)
         held = "This answer is" if n == 1 else f"{n} answers are"
-        self.saveNotice.emit(f"{held} not saved yet: {what}. It stays in the window and is saved when it can be "
-                             f"(every {RETRY_EVERY_S:g} s and when you send or close); {remedy}.", "error", "unsaved")
+        self.saveNotice.emit(
+            f"{held} not saved yet: {what}. It stays in the window and is saved when it can be "
+            f"(every {RETRY_EVERY_S:g} s and when you send or close); {remedy}.",
+            "error",
+            "unsaved",
+        )
 
     @property
     def unsaved(self) -> int:

@@ -4,23 +4,43 @@ opens, where the user picks a preset, changes its values for this chat only, and
 Preset changes (save, save as new, rename, delete, make default) are written to presets.json at once;
 the chat's own choice is kept when the dialog is accepted.
 """
+
 from __future__ import annotations
 
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QFont
-from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QGridLayout, QHBoxLayout, QInputDialog,
-                               QLabel, QLineEdit, QMessageBox, QPlainTextEdit, QPushButton, QVBoxLayout)
-
-from engine.errors import InvalidSettingError
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QGridLayout,
+    QHBoxLayout,
+    QInputDialog,
+    QLabel,
+    QLineEdit,
+    QMessageBox,
+    QPlainTextEdit,
+    QPushButton,
+    QVBoxLayout,
+)
 
 from app.chat.engine_picker import EnginePicker
 from app.chat.session import ChatSession
-from app.settings.presets import Preset, check_values
 from app.settings.dialog import double_spin_box, form, hint, spin_box
+from app.settings.presets import Preset, check_values
+from engine.errors import InvalidSettingError
 
-LABELS = {"system_prompt": "System prompt", "temperature": "Temperature", "top_k": "Top-k", "top_p": "Top-p",
-          "min_p": "Min-p", "seed": "Seed", "max_tokens": "Max response tokens", "engine_url": "Engine",
-          "engine_model": "Remote model"}
+LABELS = {
+    "system_prompt": "System prompt",
+    "temperature": "Temperature",
+    "top_k": "Top-k",
+    "top_p": "Top-p",
+    "min_p": "Min-p",
+    "seed": "Seed",
+    "max_tokens": "Max response tokens",
+    "engine_url": "Engine",
+    "engine_model": "Remote model",
+}
 
 
 def preset_summary(session: ChatSession) -> tuple[str, str]:
@@ -29,9 +49,12 @@ def preset_summary(session: ChatSession) -> tuple[str, str]:
     name, changed = book.base_of(conversation).name, book.overrides(conversation)
     remote = session.remote_endpoint()
     text = f"Preset: {name}" + (" (changed)" if changed else "") + (f" · {remote.host}" if remote else "")
-    tip = (f"This chat uses the preset “{name}”" + (f", with its own {', '.join(LABELS[k].lower() for k in changed)}"
-           if changed else "") + (f", answered by the server at {remote.url}" if remote else "")
-           + ". Click to pick another preset or change its values for this chat.")
+    tip = (
+        f"This chat uses the preset “{name}”"
+        + (f", with its own {', '.join(LABELS[k].lower() for k in changed)}" if changed else "")
+        + (f", answered by the server at {remote.url}" if remote else "")
+        + ". Click to pick another preset or change its values for this chat."
+    )
     return text, tip
 
 
@@ -54,7 +77,7 @@ class ChatSettingsButton(QPushButton):
         self.setToolTip(tip)
         self.refreshed.emit()
 
-    def open_dialog(self) -> "ChatSettingsDialog":
+    def open_dialog(self) -> ChatSettingsDialog:
         self.dialog = ChatSettingsDialog(self.session, self.window())
         self.dialog.finished.connect(self._closed)
         self.dialog.open()  # window-modal, and the event loop goes on (a response may be streaming)
@@ -98,12 +121,25 @@ class ChatSettingsDialog(QDialog):
         self.seed.setPlaceholderText("random")
         self.seed.setToolTip("A whole number makes sampling repeatable; empty picks a new seed each time.")
         self.max_tokens = spin_box(1, 131072, "The longest response, in tokens.")
-        self.fields = {"system_prompt": self.system_prompt, "temperature": self.temperature, "top_k": self.top_k,
-                       "top_p": self.top_p, "min_p": self.min_p, "seed": self.seed, "max_tokens": self.max_tokens}
+        self.fields = {
+            "system_prompt": self.system_prompt,
+            "temperature": self.temperature,
+            "top_k": self.top_k,
+            "top_p": self.top_p,
+            "min_p": self.min_p,
+            "seed": self.seed,
+            "max_tokens": self.max_tokens,
+        }
         self.engine_picker = picker = EnginePicker(self)
         # The picker's fields under the dialog's own names, as callers and tests use them.
-        self.engine, self.engine_url, self.engine_model, self.list_models, self.api_key, self.engine_note = \
-            picker.engine, picker.url, picker.model, picker.list_models, picker.api_key, picker.note
+        self.engine, self.engine_url, self.engine_model, self.list_models, self.api_key, self.engine_note = (
+            picker.engine,
+            picker.url,
+            picker.model,
+            picker.list_models,
+            picker.api_key,
+            picker.note,
+        )
 
         self.changes = hint("")
         self.reset = QPushButton("Use the preset's values")
@@ -184,10 +220,16 @@ class ChatSettingsDialog(QDialog):
             seed = int(seed_text) if seed_text else None
         except ValueError:
             raise InvalidSettingError(f"The seed must be a whole number or empty, not “{seed_text}”.") from None
-        values = {"system_prompt": self.system_prompt.toPlainText(), "temperature": round(self.temperature.value(), 4),
-                  "top_k": self.top_k.value(), "top_p": round(self.top_p.value(), 4),
-                  "min_p": round(self.min_p.value(), 4), "seed": seed, "max_tokens": self.max_tokens.value(),
-                  **self.engine_picker.values()}
+        values = {
+            "system_prompt": self.system_prompt.toPlainText(),
+            "temperature": round(self.temperature.value(), 4),
+            "top_k": self.top_k.value(),
+            "top_p": round(self.top_p.value(), 4),
+            "min_p": round(self.min_p.value(), 4),
+            "seed": seed,
+            "max_tokens": self.max_tokens.value(),
+            **self.engine_picker.values(),
+        }
         check_values(values)
         return values
 
@@ -209,8 +251,11 @@ class ChatSettingsDialog(QDialog):
             label = self.form.labelForField(widget)
             if label is not None:
                 label.setFont(bold if key in changed else self.font())
-        self.changes.setText(f"Changed for this chat: {', '.join(LABELS[k].lower() for k in changed)}."
-                             if changed else f"This chat uses “{self.current_preset().name}” as saved.")
+        self.changes.setText(
+            f"Changed for this chat: {', '.join(LABELS[k].lower() for k in changed)}."
+            if changed
+            else f"This chat uses “{self.current_preset().name}” as saved."
+        )
         self.reset.setEnabled(bool(changed))
 
     # --- presets ------------------------------------------------------------------------------
@@ -273,9 +318,15 @@ class ChatSettingsDialog(QDialog):
 
     def delete_preset(self, confirm: bool = True) -> None:
         name = self.current_preset().name
-        if confirm and QMessageBox.question(
-                self, "Delete preset", f"Delete the preset “{name}”? Chats that follow it will follow the default "
-                "preset instead.") != QMessageBox.StandardButton.Yes:
+        if (
+            confirm
+            and QMessageBox.question(
+                self,
+                "Delete preset",
+                f"Delete the preset “{name}”? Chats that follow it will follow the default preset instead.",
+            )
+            != QMessageBox.StandardButton.Yes
+        ):
             return
         try:
             self.book.delete(name)

@@ -1,5 +1,6 @@
 """The figures under each response, live while it streams and kept afterwards, and a sparkline of
 tokens/sec. Every figure is a measured one from the engine; "n/a" where it could not be read."""
+
 from __future__ import annotations
 
 from PySide6.QtCore import QPointF, QSize, Qt
@@ -10,13 +11,19 @@ from engine.figures import FIGURE, NA
 from engine.methods import DRAFT_METHODS, method_words
 
 METHOD_NAMES = method_words("name")
-FINISH_NAMES = {"stop": "", "length": "stopped at the length limit", "context": "context full",
-                "cancelled": "stopped by you"}
+FINISH_NAMES = {
+    "stop": "",
+    "length": "stopped at the length limit",
+    "context": "context full",
+    "cancelled": "stopped by you",
+}
 NA_VS_PLAIN = " n/a where it could not be estimated (or the answer was saved before it was)."
-REMOTE_VS_PLAIN_TIP = ("Compared with plain decoding: n/a, the server's plain decoding speed is not measured here.")
+REMOTE_VS_PLAIN_TIP = "Compared with plain decoding: n/a, the server's plain decoding speed is not measured here."
 PROPOSER_NAMES = {"lookup": ("lookup", "prompt lookup"), "draft": ("draft", "the draft model")}  # short, in words
-BY_PROPOSER_TIP = ("Who did the work: tokens each proposer drafted and the target kept (accepted/drafted). "
-                   "\"proposed nothing\": it drafted no token in this answer.")
+BY_PROPOSER_TIP = (
+    "Who did the work: tokens each proposer drafted and the target kept (accepted/drafted). "
+    '"proposed nothing": it drafted no token in this answer.'
+)
 
 
 def _text(stats: dict, key: str) -> str:
@@ -88,12 +95,20 @@ def remote_items(stats: dict) -> list[tuple[str, str, str]]:
         ("speed", f"{_text(stats, 'tokens_per_s')} incl. network", _tip("tokens_per_s", remote=True)),
         ("vs_plain", vs_plain_text(None), REMOTE_VS_PLAIN_TIP),
         ("ttft", f"{_text(stats, 'ttft_s')} incl. network", _tip("ttft_s", remote=True)),
-        ("acceptance", _rate(stats) + ("" if rate is None else f" ({accepted}/{drafted})"),
-         _tip("acceptance_rate", remote=True, source=source)),
+        (
+            "acceptance",
+            _rate(stats) + ("" if rate is None else f" ({accepted}/{drafted})"),
+            _tip("acceptance_rate", remote=True, source=source),
+        ),
     ]
     if stats.get("mean_acceptance_length") is not None:
-        items.append(("mean_length", _text(stats, "mean_acceptance_length"),
-                      _tip("mean_acceptance_length", remote=True, source=source)))
+        items.append(
+            (
+                "mean_length",
+                _text(stats, "mean_acceptance_length"),
+                _tip("mean_acceptance_length", remote=True, source=source),
+            )
+        )
     method = stats.get("method")
     reported = f": {METHOD_NAMES.get(method, method)}" if method not in (None, "remote") else ""
     items += [
@@ -123,15 +138,23 @@ def local_items(stats: dict) -> list[tuple[str, str, str]]:
         items.append(("by_proposer", by_proposer_text(by_proposer), BY_PROPOSER_TIP))
     if method != "none" or drafted:
         items += [
-            ("acceptance", _rate(stats) + (f" ({accepted}/{drafted})" if drafted is not None else ""),
-             _tip("acceptance_rate")),
+            (
+                "acceptance",
+                _rate(stats) + (f" ({accepted}/{drafted})" if drafted is not None else ""),
+                _tip("acceptance_rate"),
+            ),
             ("mean_length", _text(stats, "mean_acceptance_length"), _tip("mean_acceptance_length")),
         ]
     if method in DRAFT_METHODS:
         size = stats.get("draft_model_bytes")
-        items.append(("drafting", f"{_text(stats, 'draft_time_share')} · {FIGURE['draft_model_bytes'].short} "
-                                  + (NA if size is None else format(size / 2**20, ".0f") + " MiB"),
-                      _tip("draft_time_share")))
+        items.append(
+            (
+                "drafting",
+                f"{_text(stats, 'draft_time_share')} · {FIGURE['draft_model_bytes'].short} "
+                + (NA if size is None else format(size / 2**20, ".0f") + " MiB"),
+                _tip("draft_time_share"),
+            )
+        )
     paused = " (paused: plain decoding predicted faster)" if stats.get("speculation_paused") else ""
     items += [
         ("method", METHOD_NAMES.get(method, method) + paused, _tip("method")),
@@ -145,14 +168,18 @@ def detail_lines(stats: dict) -> list[str]:
     """The fuller picture, for the tooltip: counts, prompt reuse, per-position acceptance."""
     lines = []
     if stats.get("remote"):
-        lines.append(f"Generated {stats.get('generated') or 0} tokens"
-                     + (f" for a {stats['prompt_tokens']}-token prompt" if stats.get("prompt_tokens") else "")
-                     + f", by {stats.get('model') or 'the server'}.")
+        lines.append(
+            f"Generated {stats.get('generated') or 0} tokens"
+            + (f" for a {stats['prompt_tokens']}-token prompt" if stats.get("prompt_tokens") else "")
+            + f", by {stats.get('model') or 'the server'}."
+        )
     elif stats.get("generated") is not None:
         lines.append(f"Generated {stats['generated']} tokens in {stats.get('verify_steps') or 0} target steps.")
     if stats.get("prompt_tokens") and not stats.get("remote"):
-        lines.append(f"Prompt: {stats['prompt_tokens']} tokens, {stats.get('reused_prompt_tokens') or 0} of them "
-                     "reused from the previous turn's cache.")
+        lines.append(
+            f"Prompt: {stats['prompt_tokens']} tokens, {stats.get('reused_prompt_tokens') or 0} of them "
+            "reused from the previous turn's cache."
+        )
     per_position = stats.get("per_position_acceptance") or []
     if per_position:
         shown = ", ".join(f"{p * 100:.0f}%" for p in per_position[:8]) + (" …" if len(per_position) > 8 else "")
@@ -160,9 +187,12 @@ def detail_lines(stats: dict) -> list[str]:
     for name, counts in _proposers(proposer_counts(stats)):
         words = PROPOSER_NAMES.get(name, (name, str(name)))[1]
         drafted, accepted = counts.get("drafted") or 0, counts.get("accepted") or 0
-        lines.append(f"{words[0].upper() + words[1:]}: proposed nothing." if not drafted else
-                     f"{words[0].upper() + words[1:]}: drafted {drafted} tokens, {accepted} kept "
-                     f"({accepted / drafted * 100:.0f}%).")
+        lines.append(
+            f"{words[0].upper() + words[1:]}: proposed nothing."
+            if not drafted
+            else f"{words[0].upper() + words[1:]}: drafted {drafted} tokens, {accepted} kept "
+            f"({accepted / drafted * 100:.0f}%)."
+        )
     share = stats.get("draft_time_share")
     if share is not None and stats.get("method") not in (None, "none", "remote"):
         lines.append(f"Time spent drafting: {share * 100:.0f}% of decoding.")
@@ -223,8 +253,9 @@ class StatsBar(QWidget):
     def set_stats(self, stats: dict | None, show_sparkline: bool = True) -> None:
         self.items = stat_items(stats or {})
         self.label.setText(self.text())
-        self.label.setToolTip("\n".join([f"{text}: {tip}" for _, text, tip in self.items]
-                                         + [""] + detail_lines(stats or {})).strip())
+        self.label.setToolTip(
+            "\n".join([f"{text}: {tip}" for _, text, tip in self.items] + [""] + detail_lines(stats or {})).strip()
+        )
         self.sparkline.set_points((stats or {}).get("rate_history"))
         self.sparkline.setVisible(show_sparkline and len(self.sparkline.points) >= 2)
 

@@ -1,6 +1,7 @@
 """How much of the CPU other programs took while Compare measured: the machine's busy CPU time (psutil, all
 cores) less this process's own, read at each run's start and end. A speed ratio measured while something else
 ran is partly that program's doing, so the window says when this share was high."""
+
 from __future__ import annotations
 
 import time

@@ -1,12 +1,20 @@
 """The per-pair figures of a comparison, one row a pair, so that the median and range can be checked by eye."""
+
 from __future__ import annotations
 
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem
 
 from app.compare.series import PLAIN, SPECULATIVE, Pair
 
-COLUMNS = ("Pair", "Ran first", "Plain tok/s", "Speculative tok/s", "Speculative ÷ plain", "Texts",
-           "Other programs' CPU")
+COLUMNS = (
+    "Pair",
+    "Ran first",
+    "Plain tok/s",
+    "Speculative tok/s",
+    "Speculative ÷ plain",
+    "Texts",
+    "Other programs' CPU",
+)
 
 
 def _rate(pair: Pair, kind: str) -> str:
@@ -20,9 +28,15 @@ def _rate(pair: Pair, kind: str) -> str:
 def row_texts(index: int, pair: Pair) -> list[str]:
     ratio, parted, share = pair.ratio, pair.parted, pair.others_share
     texts = "…" if not pair.done else ("same" if parted is None else f"part at token {parted[0] + 1}")
-    return [str(index), "plain" if pair.first == PLAIN else "speculative", _rate(pair, PLAIN), _rate(pair, SPECULATIVE),
-            f"{ratio:.2f}×" if ratio else ("…" if not pair.done else "n/a"), texts,
-            f"{share:.0%}" if share is not None else ("…" if not pair.done else "n/a")]
+    return [
+        str(index),
+        "plain" if pair.first == PLAIN else "speculative",
+        _rate(pair, PLAIN),
+        _rate(pair, SPECULATIVE),
+        f"{ratio:.2f}×" if ratio else ("…" if not pair.done else "n/a"),
+        texts,
+        f"{share:.0%}" if share is not None else ("…" if not pair.done else "n/a"),
+    ]
 
 
 class PairsTable(QTableWidget):
@@ -35,8 +49,10 @@ class PairsTable(QTableWidget):
         header = self.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
-        tip = ("Other programs' share of all cores' CPU time during the pair's runs (this process's own left out), "
-               "the busier of its two runs")
+        tip = (
+            "Other programs' share of all cores' CPU time during the pair's runs (this process's own left out), "
+            "the busier of its two runs"
+        )
         self.horizontalHeaderItem(len(COLUMNS) - 1).setToolTip(tip)
         # MIN_PAIRS rows and a little more without scrolling
         self.setMinimumHeight(self.verticalHeader().defaultSectionSize() * 4 + header.sizeHint().height() + 4)

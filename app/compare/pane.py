@@ -1,4 +1,5 @@
 """One side of the Compare window: a run's streamed text, its tokens/s in large type, and its other figures."""
+
 from __future__ import annotations
 
 from PySide6.QtCore import Qt

@@ -2,6 +2,7 @@
 pair (plain first, then speculative first, …) so that neither side always gets the warmer machine. Each pair gives
 one ratio of speeds; the series reports their median and range, and runs more pairs while they disagree widely,
 within a pair cap and a time cap."""
+
 from __future__ import annotations
 
 import statistics

@@ -7,17 +7,24 @@ The runs are GenerationRequests sent one after the other to the engine's worker 
 has finished), so the window never waits and Cancel stops the run in progress within a step. A plain run swaps
 speculation off for itself alone (GenerationRequest.plain).
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
 
 from PySide6.QtCore import Qt, Signal, Slot
-from PySide6.QtWidgets import (QCheckBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QSpinBox, QVBoxLayout,
-                               QWidget)
-
-from engine.decoding.sampling import SamplingParams
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.chat.session import storable
 from app.compare.cpu_load import OthersMeter
@@ -28,6 +35,7 @@ from app.compare.words import MIN_SPEED_TOKENS, noise_reasons, verdict
 from app.settings.presets import Preset
 from app.settings.values import METHOD_LABELS, AppSettings
 from app.worker import EngineClient, GenerationRequest
+from engine.decoding.sampling import SamplingParams
 
 SAME_STYLE = "background: rgba(46, 125, 50, 40); border-radius: 4px; padding: 8px;"
 DIFFERENT_STYLE = "background: rgba(255, 160, 0, 50); border-radius: 4px; padding: 8px;"
@@ -44,8 +52,14 @@ class CompareWindow(QWidget):
     comparisonCancelled = Signal()
     comparisonFailed = Signal(str)
 
-    def __init__(self, engine: EngineClient, settings: Callable[[], AppSettings], parent=None, *,
-                 chat_settings: Callable[[], Preset] | None = None):
+    def __init__(
+        self,
+        engine: EngineClient,
+        settings: Callable[[], AppSettings],
+        parent=None,
+        *,
+        chat_settings: Callable[[], Preset] | None = None,
+    ):
         """settings: the app's (speculation); chat_settings: the open chat's system prompt and sampling
         (a Preset; the app's settings when not given)."""
         super().__init__(parent)
@@ -75,19 +89,27 @@ class CompareWindow(QWidget):
 
     def _build(self) -> None:
         self.prompt_edit = QPlainTextEdit()
-        self.prompt_edit.setPlaceholderText("A prompt to answer in pairs of runs. Prompt lookup pays where the answer "
-                                            "repeats given text: copying, quoting, editing code, reformatting.")
+        self.prompt_edit.setPlaceholderText(
+            "A prompt to answer in pairs of runs. Prompt lookup pays where the answer "
+            "repeats given text: copying, quoting, editing code, reformatting."
+        )
         self.prompt_edit.setMaximumHeight(110)
         self.max_tokens = QSpinBox(minimum=1, maximum=8192, value=DEFAULT_TOKENS)
-        self.max_tokens.setToolTip(f"The most tokens each run may write. Speeds are compared only when every run "
-                                   f"writes at least {MIN_SPEED_TOKENS}.")
+        self.max_tokens.setToolTip(
+            f"The most tokens each run may write. Speeds are compared only when every run "
+            f"writes at least {MIN_SPEED_TOKENS}."
+        )
         self.greedy = QCheckBox("Greedy (temperature 0), so the texts can be compared")
         self.greedy.setChecked(True)
-        self.greedy.setToolTip("Off: both sides sample as this chat's settings say; the texts then differ "
-                               "by chance, and only the speeds compare.")
+        self.greedy.setToolTip(
+            "Off: both sides sample as this chat's settings say; the texts then differ "
+            "by chance, and only the speeds compare."
+        )
         self.run_button = QPushButton("Run pairs")
-        self.run_button.setToolTip(f"At least {MIN_PAIRS} pairs of runs, plain and speculative, the order alternating; "
-                                   f"more (up to {MAX_PAIRS}, none begun after {TIME_CAP_S:g} s) while they disagree.")
+        self.run_button.setToolTip(
+            f"At least {MIN_PAIRS} pairs of runs, plain and speculative, the order alternating; "
+            f"more (up to {MAX_PAIRS}, none begun after {TIME_CAP_S:g} s) while they disagree."
+        )
         self.run_button.setDefault(True)
         self.run_button.clicked.connect(self.start)
         self.cancel_button = QPushButton("Cancel")
@@ -144,8 +166,10 @@ class CompareWindow(QWidget):
 
     @staticmethod
     def _plan_words() -> str:
-        return (f"Runs at least {MIN_PAIRS} pairs, plain and speculative, the order alternating from pair to pair; "
-                f"more while their ratios disagree (up to {MAX_PAIRS} pairs, none begun after {TIME_CAP_S:g} s).")
+        return (
+            f"Runs at least {MIN_PAIRS} pairs, plain and speculative, the order alternating from pair to pair; "
+            f"more while their ratios disagree (up to {MAX_PAIRS} pairs, none begun after {TIME_CAP_S:g} s)."
+        )
 
     def showEvent(self, event) -> None:
         if not self.running and self.comparisons == 0:
@@ -169,8 +193,10 @@ class CompareWindow(QWidget):
             self.status.setText("Write a prompt first: every run answers it.")
             return
         if self.settings().effective_method == "none":
-            self.status.setText("Speculation is off in Model → Settings…: both sides would be plain decoding. "
-                                "Turn it on (prompt lookup or a draft model) to compare.")
+            self.status.setText(
+                "Speculation is off in Model → Settings…: both sides would be plain decoding. "
+                "Turn it on (prompt lookup or a draft model) to compare."
+            )
             return
         chat = self.chat_settings()
         messages = [{"role": "user", "content": prompt}]
@@ -184,8 +210,14 @@ class CompareWindow(QWidget):
         self.series, self.meter = Series(), OthersMeter()
         self._cancelled = False
         # the chat's server cannot be told to skip its own speculation for one request
-        self._remote_note = (f" This chat is answered by {chat.engine_url}; Compare measures this machine's engine "
-                             "with the chat's prompt and sampling.") if chat.remote else ""
+        self._remote_note = (
+            (
+                f" This chat is answered by {chat.engine_url}; Compare measures this machine's engine "
+                "with the chat's prompt and sampling."
+            )
+            if chat.remote
+            else ""
+        )
         for pane in self.panes.values():
             pane.reset()
         self.pairs_table.show_pairs([])
@@ -207,9 +239,14 @@ class CompareWindow(QWidget):
         of = f"of at least {MIN_PAIRS}" if pair <= MIN_PAIRS else f"(more while the pairs disagree, up to {MAX_PAIRS})"
         self.status.setText(f"Pair {pair} {of}: {what}…{self._remote_note}")
         self.meter.start()
-        self._request = self.engine.generate(GenerationRequest(
-            messages=self._messages, sampling=self._sampling, max_tokens=self.max_tokens.value(),
-            plain=kind == PLAIN))
+        self._request = self.engine.generate(
+            GenerationRequest(
+                messages=self._messages,
+                sampling=self._sampling,
+                max_tokens=self.max_tokens.value(),
+                plain=kind == PLAIN,
+            )
+        )
 
     def cancel(self) -> None:
         if self._request is not None:
@@ -267,8 +304,10 @@ class CompareWindow(QWidget):
     def _end_cancelled(self) -> None:
         self._set_running(False)
         done = len(self.series.done_pairs)
-        self.status.setText(f"Cancelled after {done} complete pair{'s' * (done != 1)}: nothing was concluded. What "
-                            "each side wrote last is shown; Run pairs starts again.")
+        self.status.setText(
+            f"Cancelled after {done} complete pair{'s' * (done != 1)}: nothing was concluded. What "
+            "each side wrote last is shown; Run pairs starts again."
+        )
         self.comparisonCancelled.emit()
 
     def _conclude(self) -> None:
@@ -286,20 +325,36 @@ class CompareWindow(QWidget):
         self.verdict.setText(text)
         self.verdict.setStyleSheet({True: SAME_STYLE, False: DIFFERENT_STYLE}.get(same, SAMPLED_STYLE))
         self.verdict.show()
-        self.status.setText(f"Done: {len(series.done_pairs)} pairs, the order alternating (plain ran first in odd "
-                            f"pairs). Shown: pair {shown}. tokens/s counts only the time after the first token."
-                            f"{self._remote_note}")
+        self.status.setText(
+            f"Done: {len(series.done_pairs)} pairs, the order alternating (plain ran first in odd "
+            f"pairs). Shown: pair {shown}. tokens/s counts only the time after the first token."
+            f"{self._remote_note}"
+        )
         self.comparisonFinished.emit(self._result(text, same, pair))
 
     def _result(self, text: str, same: bool | None, shown) -> dict:
         series = self.series
-        return {"same": same, "verdict": text, "plain": shown.runs[PLAIN].stats,
-                "speculative": shown.runs[SPECULATIVE].stats,
-                "pairs": [{"first": p.first, "plain": p.runs[PLAIN].stats, "speculative": p.runs[SPECULATIVE].stats,
-                           "ratio": p.ratio, "others_share": p.others_share} for p in series.done_pairs],
-                "median": series.median, "low": series.low, "high": series.high,
-                "noisy": bool(noise_reasons(series, self.meter.share)),
-                "others_share": self.meter.share}
+        return {
+            "same": same,
+            "verdict": text,
+            "plain": shown.runs[PLAIN].stats,
+            "speculative": shown.runs[SPECULATIVE].stats,
+            "pairs": [
+                {
+                    "first": p.first,
+                    "plain": p.runs[PLAIN].stats,
+                    "speculative": p.runs[SPECULATIVE].stats,
+                    "ratio": p.ratio,
+                    "others_share": p.others_share,
+                }
+                for p in series.done_pairs
+            ],
+            "median": series.median,
+            "low": series.low,
+            "high": series.high,
+            "noisy": bool(noise_reasons(series, self.meter.share)),
+            "others_share": self.meter.share,
+        }
 
     def closeEvent(self, event) -> None:
         """Closing cancels a comparison in progress; the window can be opened and run again."""

@@ -1,6 +1,7 @@
 """What a finished comparison showed, in words: whether the texts were the same (greedy), the measured speed-up
 as a median with its range, the engine's own estimate beside it, and "noisy" instead of one figure when the pairs
 disagree widely or other programs loaded the CPU."""
+
 from __future__ import annotations
 
 import statistics
@@ -33,9 +34,11 @@ def speed_sentence(series: Series, fewest: int) -> str:
     if series.median is None:
         return f"Speculative: {measured}{estimated}."
     if fewest < MIN_SPEED_TOKENS:
-        return (f"Speculative: {measured} plain decoding's tokens/s, over only {fewest} tokens a run: too short a run "
-                f"to compare speed (that takes {MIN_SPEED_TOKENS} or more per run: raise “Tokens per run”, or ask for "
-                f"a longer answer){estimated}.")
+        return (
+            f"Speculative: {measured} plain decoding's tokens/s, over only {fewest} tokens a run: too short a run "
+            f"to compare speed (that takes {MIN_SPEED_TOKENS} or more per run: raise “Tokens per run”, or ask for "
+            f"a longer answer){estimated}."
+        )
     return f"Speculative was {speed_words(series.median)}: {measured}{estimated}."
 
 
@@ -49,8 +52,11 @@ def measured_words(series: Series) -> str:
 
 def estimate_words(series: Series) -> str:
     """The engine's own estimate of the speed-up against plain decoding (speedup_vs_plain), where it gave one."""
-    estimates = [r.stats["speedup_vs_plain"] for r in series.runs(SPECULATIVE)
-                 if isinstance(r.stats.get("speedup_vs_plain"), (int, float))]
+    estimates = [
+        r.stats["speedup_vs_plain"]
+        for r in series.runs(SPECULATIVE)
+        if isinstance(r.stats.get("speedup_vs_plain"), (int, float))
+    ]
     return f"≈{statistics.median(estimates):.2f}×" if estimates else ""
 
 
@@ -60,8 +66,10 @@ def noise_reasons(series: Series, others_share: float | None) -> list[str]:
     if series.wide:
         reasons.append(f"the pairs disagree widely (the fastest ratio is over {NOISY_SPREAD:g}× the slowest)")
     if others_share is not None and others_share > BUSY_SHARE:
-        reasons.append(f"the machine is busy (other programs used {others_share:.0%} of the CPU during the runs; "
-                       f"over {BUSY_SHARE:.0%} counts as busy)")
+        reasons.append(
+            f"the machine is busy (other programs used {others_share:.0%} of the CPU during the runs; "
+            f"over {BUSY_SHARE:.0%} counts as busy)"
+        )
     return reasons
 
 
@@ -72,23 +80,31 @@ def texts_words(series: Series) -> tuple[str, bool]:
     if not parted:
         return f"Same answer in {'all ' * (len(pairs) > 1)}{len(pairs)} pair{'s' * (len(pairs) != 1)}.", True
     index, (token, _) = parted[0]
-    return (f"The texts differ in {len(parted)} of {len(pairs)} pairs; in pair {index} from token {token + 1}: "
-            "near-ties in the model's arithmetic (verifying drafts in one batch rounds slightly differently from "
-            "decoding one token at a time), see README, “Compare plain vs speculation”."), False
+    return (
+        f"The texts differ in {len(parted)} of {len(pairs)} pairs; in pair {index} from token {token + 1}: "
+        "near-ties in the model's arithmetic (verifying drafts in one batch rounds slightly differently from "
+        "decoding one token at a time), see README, “Compare plain vs speculation”."
+    ), False
 
 
 def drafting_note(series: Series) -> str:
     runs = [r.stats for r in series.runs(SPECULATIVE)]
     if all(s.get("method", "none") == "none" for s in runs):
-        return " Speculation was not available for this model (see the notices in the chat window), so both runs " \
-               "decoded plainly."
+        return (
+            " Speculation was not available for this model (see the notices in the chat window), so both runs "
+            "decoded plainly."
+        )
     if not any(s.get("drafted") for s in runs):
-        return " Nothing was drafted (no text to copy, or the adaptive length measured plain decoding as faster), " \
-               "so both sides decoded plainly: the speeds differ by how busy the machine was."
+        return (
+            " Nothing was drafted (no text to copy, or the adaptive length measured plain decoding as faster), "
+            "so both sides decoded plainly: the speeds differ by how busy the machine was."
+        )
     lengths = [s["mean_acceptance_length"] for s in runs if s.get("mean_acceptance_length")]
     if lengths and statistics.median(lengths) < LITTLE_GAIN:
-        return (f" Speculation gained little here ({statistics.median(lengths):.2f} tokens per target step), so the "
-                "difference in speed is mostly not its doing.")
+        return (
+            f" Speculation gained little here ({statistics.median(lengths):.2f} tokens per target step), so the "
+            "difference in speed is mostly not its doing."
+        )
     return ""
 
 
@@ -97,8 +113,10 @@ def verdict(series: Series, greedy: bool, temperature: float, others_share: floa
     reasons = noise_reasons(series, others_share)
     if reasons and series.median is not None:
         capped = f" ({series.capped})" if series.capped else ""
-        speed = (f"Noisy: {series.low:.2f}–{series.high:.2f}× over {len(series.ratios)} pairs{capped}, median "
-                 f"{series.median:.2f}×: {' and '.join(reasons)}, so no one figure holds.")
+        speed = (
+            f"Noisy: {series.low:.2f}–{series.high:.2f}× over {len(series.ratios)} pairs{capped}, median "
+            f"{series.median:.2f}×: {' and '.join(reasons)}, so no one figure holds."
+        )
         estimate = estimate_words(series)
         speed += f" The engine estimated {estimate}." if estimate else ""
     else:
@@ -106,7 +124,9 @@ def verdict(series: Series, greedy: bool, temperature: float, others_share: floa
         speed = speed_sentence(series, fewest)
     note = drafting_note(series)
     if not greedy:
-        return (f"Sampled at temperature {temperature:g}: the two texts are separate samples, not expected to match "
-                f"(tick “Greedy” to compare texts). {speed}{note}"), None
+        return (
+            f"Sampled at temperature {temperature:g}: the two texts are separate samples, not expected to match "
+            f"(tick “Greedy” to compare texts). {speed}{note}"
+        ), None
     texts, same = texts_words(series)
     return f"{texts} {speed}{note}", same

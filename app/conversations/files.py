@@ -11,6 +11,7 @@ A conversation file is data, never settings: what it says about where messages g
 seen it and said so (the window asks); otherwise it is dropped. An imported chat's title says it was imported.
 Exports never hold a user name or password from a server's URL (older versions kept them in labels).
 """
+
 from __future__ import annotations
 
 import json
@@ -19,17 +20,16 @@ import re
 import time
 from pathlib import Path
 
+from app.chat.stats_view import stat_items
+from app.conversations.store import STATUSES, ConversationStore, Message
+from app.plain_text import safe_file_name
+from app.settings.values import FIELDS, check_field, write_json_atomic
 from engine import safe_files
 from engine.figures import COUNTS, FLAG, NUMBER, NUMBER_LIST, PAIR_LIST, TEXT, keys_of
 from engine.paths import write_text_atomic
 from engine.remote.endpoint import without_credentials
-from engine.text_rules import valid_json
 from engine.safe_files import FileRefused, Wording
-
-from app.plain_text import safe_file_name
-from app.settings.values import FIELDS, check_field, write_json_atomic
-from app.chat.stats_view import stat_items
-from app.conversations.store import STATUSES, ConversationStore, Message
+from engine.text_rules import valid_json
 
 FORMAT = "specchat-conversation"
 VERSION = 1
@@ -46,13 +46,17 @@ IMPORTED_MARK = " (imported)"
 # A conversation file's refusals, in an import's words (engine.safe_files checks and reads it).
 IMPORTING = Wording(
     folder="{label} is a folder, not a conversation file, so nothing was imported.",
-    special=("{label} is {kind}, not a regular file, so it was not read (it could wait for ever or never end) "
-             "and nothing was imported. Only a SpecChat conversation file (.json) can be imported."),
-    too_large=("{label} is {mb:.0f} MB; a conversation file can be at most {limit_mb} MB, so it was not "
-               "imported."),
-    grew=("{label} is over {limit_mb} MB (more than its size said); a conversation file can be at most "
-          "{limit_mb} MB, so it was not imported."),
-    unreadable="{label} could not be read: {why}.")
+    special=(
+        "{label} is {kind}, not a regular file, so it was not read (it could wait for ever or never end) "
+        "and nothing was imported. Only a SpecChat conversation file (.json) can be imported."
+    ),
+    too_large=("{label} is {mb:.0f} MB; a conversation file can be at most {limit_mb} MB, so it was not imported."),
+    grew=(
+        "{label} is over {limit_mb} MB (more than its size said); a conversation file can be at most "
+        "{limit_mb} MB, so it was not imported."
+    ),
+    unreadable="{label} could not be read: {why}.",
+)
 _IMPORTED = re.compile(r" \(imported(?: \d+)?\)$")  # the mark an earlier import left on the title
 
 # The kinds of a response's figures (app.progress.snapshot), from engine.figures: what an import accepts.
@@ -82,16 +86,30 @@ def conversation_data(store: ConversationStore, conversation_id: int) -> dict:
     for mid in sorted(tree.messages):
         m = tree.messages[mid]
         shown = tree.active_child(mid)
-        messages.append({"id": number[mid], "parent": number.get(m.parent_id), "role": m.role,
-                         "content": m.content, "status": m.status, "model": without_credentials(m.model),
-                         "stats": _without_credentials(m.stats), "draft_spans": m.draft_spans,
-                         "notice": without_credentials(m.notice),
-                         "active_child": number[shown] if shown is not None else None})
+        messages.append(
+            {
+                "id": number[mid],
+                "parent": number.get(m.parent_id),
+                "role": m.role,
+                "content": m.content,
+                "status": m.status,
+                "model": without_credentials(m.model),
+                "stats": _without_credentials(m.stats),
+                "draft_spans": m.draft_spans,
+                "notice": without_credentials(m.notice),
+                "active_child": number[shown] if shown is not None else None,
+            }
+        )
     root = tree.active_child(None)
-    return {"format": FORMAT, "version": VERSION, "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "title": conversation.title,
-            "settings": _without_credentials(store.conversation_settings(conversation_id)),
-            "active_root": number[root] if root is not None else None, "messages": messages}
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "title": conversation.title,
+        "settings": _without_credentials(store.conversation_settings(conversation_id)),
+        "active_root": number[root] if root is not None else None,
+        "messages": messages,
+    }
 
 
 def _without_credentials(values: dict | None) -> dict | None:
@@ -129,8 +147,7 @@ def markdown(store: ConversationStore, conversation_id: int) -> str:
         if m.notice:
             parts.append(f"*{without_credentials(m.notice)}*\n")
         if m.role == "assistant" and m.stats:
-            parts.append("*" + "  ·  ".join(text for _, text, _ in stat_items(_without_credentials(m.stats)))
-                         + "*\n")
+            parts.append("*" + "  ·  ".join(text for _, text, _ in stat_items(_without_credentials(m.stats))) + "*\n")
     return "\n".join(parts)
 
 
@@ -155,8 +172,14 @@ def import_json(store: ConversationStore, path: Path | str, keep_sent: bool = Fa
 def settings_to_confirm(settings: dict, default_preset: str) -> dict:
     """The settings of an imported conversation that would change where its next message goes or what goes
     with it, in SENT_KEYS order: those that say something (a preset other than this machine's default one)."""
-    return {k: settings[k] for k in SENT_KEYS if k in settings and isinstance(settings[k], str)
-            and settings[k].strip() and not (k == "preset" and settings[k] == default_preset)}
+    return {
+        k: settings[k]
+        for k in SENT_KEYS
+        if k in settings
+        and isinstance(settings[k], str)
+        and settings[k].strip()
+        and not (k == "preset" and settings[k] == default_preset)
+    }
 
 
 def imported_title(title: str, taken=()) -> str:
@@ -179,9 +202,16 @@ def add_conversation(store: ConversationStore, data: dict, dropped=SENT_KEYS) ->
         store.set_conversation_settings(cid, settings)
         new_id: dict[int, int] = {}
         for m in data["messages"]:
-            message = Message(id=None, role=m["role"], content=m["content"],
-                              status="interrupted" if m["status"] == "streaming" else m["status"],
-                              model=m["model"], stats=m["stats"], draft_spans=m["draft_spans"], notice=m["notice"])
+            message = Message(
+                id=None,
+                role=m["role"],
+                content=m["content"],
+                status="interrupted" if m["status"] == "streaming" else m["status"],
+                model=m["model"],
+                stats=m["stats"],
+                draft_spans=m["draft_spans"],
+                notice=m["notice"],
+            )
             parent = new_id[m["parent"]] if m["parent"] is not None else None
             new_id[m["id"]] = store.add_message(cid, message, parent=parent)
         for m in data["messages"]:
@@ -203,11 +233,13 @@ def read_conversation_file(path: Path) -> dict:
     try:
         data = valid_json(json.loads(raw.decode("utf-8-sig")))  # a lone surrogate's escape: U+FFFD (text_rules)
     except UnicodeDecodeError as exc:
-        raise ConversationFileError(f"{name} is not a text file in UTF-8, so it is not a SpecChat conversation "
-                                    "export.") from exc
+        raise ConversationFileError(
+            f"{name} is not a text file in UTF-8, so it is not a SpecChat conversation export."
+        ) from exc
     except json.JSONDecodeError as exc:
-        raise ConversationFileError(f"{name} is not valid JSON ({exc.msg} at line {exc.lineno}, column "
-                                    f"{exc.colno}), so it was not imported.") from exc
+        raise ConversationFileError(
+            f"{name} is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}), so it was not imported."
+        ) from exc
     except RecursionError as exc:
         raise ConversationFileError(f"{name} is nested too deeply to be a SpecChat conversation export.") from exc
     try:
@@ -218,17 +250,22 @@ def read_conversation_file(path: Path) -> dict:
 
 def check_conversation(data) -> dict:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ConversationFileError("it is not a SpecChat conversation export (a JSON file made by File → Export "
-                                    "conversation…).")
+        raise ConversationFileError(
+            "it is not a SpecChat conversation export (a JSON file made by File → Export conversation…)."
+        )
     version = data.get("version")
     if not _is_int(version) or version < 1:
         raise ConversationFileError(f"its format version {version!r} is not one SpecChat knows.")
     if version > VERSION:
-        raise ConversationFileError(f"it was exported by a newer SpecChat (format version {version}; this one "
-                                    f"reads version {VERSION}). Update SpecChat to import it.")
+        raise ConversationFileError(
+            f"it was exported by a newer SpecChat (format version {version}; this one "
+            f"reads version {VERSION}). Update SpecChat to import it."
+        )
     title = data.get("title", "")
-    _need(isinstance(title, str) and len(title) <= MAX_NAME_CHARS,
-          f"its title must be text of at most {MAX_NAME_CHARS} characters")
+    _need(
+        isinstance(title, str) and len(title) <= MAX_NAME_CHARS,
+        f"its title must be text of at most {MAX_NAME_CHARS} characters",
+    )
     settings = data.get("settings")
     settings = {} if settings is None else settings
     _need(isinstance(settings, dict), "its settings must be an object")
@@ -243,11 +280,15 @@ def check_conversation(data) -> dict:
         checked.append(_check_message(m, n, children))
     for m in checked:
         choice = m["active_child"]
-        _need(choice is None or choice in children[m["id"]],
-              f"message {m['id']} shows message {choice} below it, which does not answer it")
+        _need(
+            choice is None or choice in children[m["id"]],
+            f"message {m['id']} shows message {choice} below it, which does not answer it",
+        )
     root = data.get("active_root")
-    _need(root is None or (_is_int(root) and root in children[None]),
-          f"the first message shown ({root!r}) is not one of the first messages")
+    _need(
+        root is None or (_is_int(root) and root in children[None]),
+        f"the first message shown ({root!r}) is not one of the first messages",
+    )
     return {"title": title, "settings": settings, "messages": checked, "active_root": root}
 
 
@@ -257,12 +298,16 @@ def _check_message(m, n: int, children: dict[int | None, set[int]]) -> dict:
     where = f"message {n} (id {mid!r})"
     _need(_is_int(mid) and mid not in children, f"{where} needs an id (a whole number) no other message has")
     # A parent listed before its child: so the messages always form a tree, never a loop.
-    _need(parent is None or (_is_int(parent) and parent in children),
-          f"{where} answers message {parent!r}, which does not come before it")
+    _need(
+        parent is None or (_is_int(parent) and parent in children),
+        f"{where} answers message {parent!r}, which does not come before it",
+    )
     role, content = m.get("role"), m.get("content")
     _need(role in ROLES, f"{where} has the role {role!r}; it must be one of {', '.join(ROLES)}")
-    _need(isinstance(content, str) and len(content) <= MAX_TEXT_CHARS,
-          f"{where} needs its content as text of at most {MAX_TEXT_CHARS} characters")
+    _need(
+        isinstance(content, str) and len(content) <= MAX_TEXT_CHARS,
+        f"{where} needs its content as text of at most {MAX_TEXT_CHARS} characters",
+    )
     status = m.get("status", "done")
     _need(status in STATUSES, f"{where} has the status {status!r}; it must be one of {', '.join(STATUSES)}")
     model, notice = m.get("model", ""), m.get("notice", "")
@@ -273,17 +318,34 @@ def _check_message(m, n: int, children: dict[int | None, set[int]]) -> dict:
     if stats:
         _check_stats(stats, where)
     spans = m.get("draft_spans") or []
-    _need(isinstance(spans, list) and all(
-        isinstance(s, list) and len(s) in (2, 3) and all(_is_int(x) for x in s[:2]) and 0 <= s[0] < s[1] <= len(content)
-        and (len(s) == 2 or s[2] in SPAN_SOURCES) for s in spans),
-        f"{where}: its draft spans must be [start, end] or [start, end, proposer] within its text")
+    _need(
+        isinstance(spans, list)
+        and all(
+            isinstance(s, list)
+            and len(s) in (2, 3)
+            and all(_is_int(x) for x in s[:2])
+            and 0 <= s[0] < s[1] <= len(content)
+            and (len(s) == 2 or s[2] in SPAN_SOURCES)
+            for s in spans
+        ),
+        f"{where}: its draft spans must be [start, end] or [start, end, proposer] within its text",
+    )
     choice = m.get("active_child")
     _need(choice is None or _is_int(choice), f"{where}: the message shown below it must be an id")
     children[mid] = set()
     children[parent].add(mid)
-    return {"id": mid, "parent": parent, "role": role, "content": content, "status": status,
-            "model": without_credentials(model), "stats": _without_credentials(stats),
-            "draft_spans": [list(s) for s in spans], "notice": without_credentials(notice), "active_child": choice}
+    return {
+        "id": mid,
+        "parent": parent,
+        "role": role,
+        "content": content,
+        "status": status,
+        "model": without_credentials(model),
+        "stats": _without_credentials(stats),
+        "draft_spans": [list(s) for s in spans],
+        "notice": without_credentials(notice),
+        "active_child": choice,
+    }
 
 
 def _check_stats(stats: dict, where: str) -> None:
@@ -297,16 +359,23 @@ def _check_stats(stats: dict, where: str) -> None:
         elif key in STATS_NUMBER_LISTS:
             ok = isinstance(value, list) and all(_is_number(x) for x in value)
         elif key in STATS_PAIR_LISTS:
-            ok = isinstance(value, list) and all(isinstance(p, list) and len(p) == 2 and all(map(_is_number, p))
-                                                 for p in value)
+            ok = isinstance(value, list) and all(
+                isinstance(p, list) and len(p) == 2 and all(map(_is_number, p)) for p in value
+            )
         elif key in STATS_COUNTS:
             ok = isinstance(value, dict) and all(
-                isinstance(name, str) and isinstance(counts, dict)
-                and all(isinstance(k, str) and _is_int(n) for k, n in counts.items()) for name, counts in value.items())
+                isinstance(name, str)
+                and isinstance(counts, dict)
+                and all(isinstance(k, str) and _is_int(n) for k, n in counts.items())
+                for name, counts in value.items()
+            )
         else:  # a figure this version does not show: kept as it is, if it is plain
             ok = value is None or isinstance(value, (str, bool)) or _is_number(value)
-        _need(ok, f"{where}: its stats figure {key!r} has the value {str(value)[:60]!r}, which is not "
-                  "one of that figure's kind")
+        _need(
+            ok,
+            f"{where}: its stats figure {key!r} has the value {str(value)[:60]!r}, which is not "
+            "one of that figure's kind",
+        )
 
 
 def _check_settings(settings) -> None:
@@ -318,8 +387,10 @@ def _check_settings(settings) -> None:
             except ValueError as exc:
                 raise ConversationFileError(f"its setting {exc}") from None
         else:
-            _need(value is None or isinstance(value, (str, bool)) or _is_number(value),
-                  f"its setting {key!r} must be plain text, a number or on/off")
+            _need(
+                value is None or isinstance(value, (str, bool)) or _is_number(value),
+                f"its setting {key!r} must be plain text, a number or on/off",
+            )
 
 
 def _need(ok: bool, problem: str) -> None:

@@ -10,6 +10,7 @@ The file is the user's alone (PRIVATE_FILE). One found in the shared temporary f
 owns it and nobody else may write it: anybody can write there, and what it says would go into the user's chats.
 No Qt here.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -20,10 +21,9 @@ import stat
 import tempfile
 from pathlib import Path
 
+from app.conversations.store import STATUSES, ConversationStore, Message, open_store
 from engine import safe_files, text_rules
 from engine.paths import cache_dir, data_dir, write_text_atomic
-
-from app.conversations.store import STATUSES, ConversationStore, Message, open_store
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +40,19 @@ def places() -> list[Path]:
 
 def write(held: list[tuple[int | None, Message]]) -> Path | None:
     """The held (conversation, message) pairs in the first place that takes them: where, or None if none did."""
-    answers = [{"conversation": cid, "id": m.id, "content": m.content, "status": m.status, "model": m.model,
-                "stats": m.stats, "draft_spans": m.draft_spans, "notice": m.notice} for cid, m in held]
+    answers = [
+        {
+            "conversation": cid,
+            "id": m.id,
+            "content": m.content,
+            "status": m.status,
+            "model": m.model,
+            "stats": m.stats,
+            "draft_spans": m.draft_spans,
+            "notice": m.notice,
+        }
+        for cid, m in held
+    ]
     text = json.dumps({"format": FORMAT, "answers": answers})
     for place in places():
         try:
@@ -50,8 +61,7 @@ def write(held: list[tuple[int | None, Message]]) -> Path | None:
         except OSError as exc:
             log.warning("held answers could not be kept in %s: %s", place, exc)
             continue
-        log.warning("%d answer(s) the conversation file refused are kept in %s until the next start",
-                    len(held), place)
+        log.warning("%d answer(s) the conversation file refused are kept in %s until the next start", len(held), place)
         return place
     return None
 
@@ -62,9 +72,12 @@ def open_store_with_held() -> tuple[ConversationStore, list[str]]:
     held = recover(store)
     if held:
         many = held != 1
-        notices.insert(0, f"{held} answer{'s' if many else ''} that could not be saved when SpecChat closed (the "
-                       f"disk was full) {'are' if many else 'is'} saved in {'their' if many else 'its'} conversation "
-                       "now.")
+        notices.insert(
+            0,
+            f"{held} answer{'s' if many else ''} that could not be saved when SpecChat closed (the "
+            f"disk was full) {'are' if many else 'is'} saved in {'their' if many else 'its'} conversation "
+            "now.",
+        )
     return store, notices
 
 
@@ -113,19 +126,33 @@ def _trusted(st: os.stat_result) -> bool:
 def _put(store: ConversationStore, answer) -> bool:
     """The held answer over its row, if that row is still the answer it was (same conversation, an assistant's, and
     what was saved of it is where the held text starts)."""
-    if not (isinstance(answer, dict) and isinstance(answer.get("id"), int) and isinstance(answer.get("content"), str)
-            and answer.get("status") in STATUSES):
+    if not (
+        isinstance(answer, dict)
+        and isinstance(answer.get("id"), int)
+        and isinstance(answer.get("content"), str)
+        and answer.get("status") in STATUSES
+    ):
         return False
-    row = store.db.execute("SELECT conversation_id, role, content FROM messages WHERE id=?",
-                           (answer["id"],)).fetchone()
-    if row is None or row[0] != answer.get("conversation") or row[1] != "assistant" \
-            or not answer["content"].startswith(row[2]):
+    row = store.db.execute("SELECT conversation_id, role, content FROM messages WHERE id=?", (answer["id"],)).fetchone()
+    if (
+        row is None
+        or row[0] != answer.get("conversation")
+        or row[1] != "assistant"
+        or not answer["content"].startswith(row[2])
+    ):
         return False
     stats, spans = answer.get("stats"), answer.get("draft_spans")
-    store.update_message(Message(
-        id=answer["id"], role="assistant", content=answer["content"], status=answer["status"],
-        model=answer.get("model") if isinstance(answer.get("model"), str) else "",
-        stats=stats if isinstance(stats, dict) else None, draft_spans=spans if isinstance(spans, list) else [],
-        notice=answer.get("notice") if isinstance(answer.get("notice"), str) else ""))
+    store.update_message(
+        Message(
+            id=answer["id"],
+            role="assistant",
+            content=answer["content"],
+            status=answer["status"],
+            model=answer.get("model") if isinstance(answer.get("model"), str) else "",
+            stats=stats if isinstance(stats, dict) else None,
+            draft_spans=spans if isinstance(spans, list) else [],
+            notice=answer.get("notice") if isinstance(answer.get("notice"), str) else "",
+        )
+    )
     store.touch(row[0])
     return True

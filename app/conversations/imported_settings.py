@@ -1,6 +1,7 @@
 """Before an imported conversation's settings are used: what it says about where its messages would go and what
 would be sent with them, shown in full as the file gives it, with "Import without them" as the default.
 (A conversation file is data, never settings: app/conversations/files.py drops them unless the person says so.)"""
+
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
@@ -8,10 +9,12 @@ from PySide6.QtWidgets import QDialog, QHBoxLayout, QLabel, QPlainTextEdit, QPus
 
 from engine.text_rules import shown_plainly
 
-WHAT = {"engine_url": "Engine: the server your messages, with the whole conversation, would be sent to",
-        "engine_model": "The model on that server",
-        "system_prompt": "System prompt: sent before every message, not shown in the chat",
-        "preset": "Preset: one of this machine's presets, by name, with its engine and system prompt"}
+WHAT = {
+    "engine_url": "Engine: the server your messages, with the whole conversation, would be sent to",
+    "engine_model": "The model on that server",
+    "system_prompt": "System prompt: sent before every message, not shown in the chat",
+    "preset": "Preset: one of this machine's presets, by name, with its engine and system prompt",
+}
 
 
 def settings_text(carried: dict) -> str:
@@ -25,12 +28,15 @@ class ImportedSettingsDialog(QDialog):
     def __init__(self, file_name: str, carried: dict, parent: QWidget | None = None):
         super().__init__(parent)
         self.setWindowTitle("Settings in the imported conversation")
-        key_note = (" If you saved an API key for that server, it would be sent to it." if "engine_url" in carried
-                    else "")
-        intro = QLabel(f"{file_name} holds settings that decide where this chat's next messages go and what is "
-                       f"sent with them.{key_note} Use them only if you know where the file came from. Without "
-                       "them the chat is answered as a new chat is (this machine's default preset); its sampling "
-                       "values (temperature and the like) are kept either way.")
+        key_note = (
+            " If you saved an API key for that server, it would be sent to it." if "engine_url" in carried else ""
+        )
+        intro = QLabel(
+            f"{file_name} holds settings that decide where this chat's next messages go and what is "
+            f"sent with them.{key_note} Use them only if you know where the file came from. Without "
+            "them the chat is answered as a new chat is (this machine's default preset); its sampling "
+            "values (temperature and the like) are kept either way."
+        )
         intro.setTextFormat(Qt.TextFormat.PlainText)  # the file name is the file's, not markup
         intro.setWordWrap(True)
         self.details = QPlainTextEdit(settings_text(carried))  # scrolls: a long system prompt is shown in full

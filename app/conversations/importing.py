@@ -5,19 +5,19 @@ it, and storing what it holds, all run on the import thread (app.background). Th
 about the file's settings (app.conversations.imported_settings) and shows the result. Storing uses a connection
 made on the import thread (sqlite3 connections stay on the thread that made them), to the window's file.
 """
+
 from __future__ import annotations
 
 import logging
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from PySide6.QtCore import QEventLoop, QObject, Signal
 from shiboken6 import isValid
 
 from app.background import Lane
-from app.conversations.files import (ConversationFileError, add_conversation, read_conversation_file,
-                                     settings_to_confirm)
+from app.conversations.files import ConversationFileError, add_conversation, read_conversation_file, settings_to_confirm
 from app.conversations.store import BUSY_TIMEOUT_S, MEMORY, ConversationStore
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,7 @@ class ThreadStore(ConversationStore):
     ConversationStore.__init__ is skipped on purpose: the window's store has checked and migrated the file
     already, and marking answers "streaming" as interrupted would mark the one the window is writing now."""
 
-    def __init__(self, path: Path):  # noqa: super-init-not-called - see above
+    def __init__(self, path: Path):  # noqa: B026 - super().__init__ skipped, see above
         self.path = path
         self.db = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_S)  # autocommit, as the store
         self.db.execute("PRAGMA synchronous=NORMAL")
@@ -66,10 +66,16 @@ def refusal(name: str, result: BaseException) -> str:
 
 class ConversationImport(QObject):
     """Imports one file at a time. finished carries the new conversation's id, or a str saying why not."""
+
     finished = Signal(object)
 
-    def __init__(self, store: ConversationStore, default_preset: Callable[[], str],
-                 ask: Callable[[str, dict], bool], parent: QObject | None = None):
+    def __init__(
+        self,
+        store: ConversationStore,
+        default_preset: Callable[[], str],
+        ask: Callable[[str, dict], bool],
+        parent: QObject | None = None,
+    ):
         """ask(file name, settings) -> use them? It runs on the GUI thread, between the read and the store."""
         super().__init__(parent)
         self.store, self.default_preset, self.ask = store, default_preset, ask
@@ -94,6 +100,7 @@ class ConversationImport(QObject):
 
         def keep(result) -> None:
             outcome.append(result)
+
         self.finished.connect(keep)
         try:
             self.start(path)
@@ -133,8 +140,7 @@ class ConversationImport(QObject):
         if self.store.path == MEMORY:  # no other connection can reach a store in memory: added here
             self._stored(job, self._add_here(result, dropped))
             return
-        _lane.run(store_conversation, self.store.path, result, dropped,
-                  then=lambda outcome: self._stored(job, outcome))
+        _lane.run(store_conversation, self.store.path, result, dropped, then=lambda outcome: self._stored(job, outcome))
 
     def _add_here(self, data: dict, dropped: tuple) -> int | BaseException:
         try:

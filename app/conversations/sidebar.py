@@ -1,4 +1,5 @@
 """The saved conversations beside the chat: new, search, rename (double-click or F2), delete."""
+
 from __future__ import annotations
 
 import sqlite3
@@ -6,8 +7,16 @@ import time
 
 from PySide6.QtCore import QAbstractListModel, QModelIndex, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import (QAbstractItemView, QLineEdit, QListView, QMenu, QMessageBox, QPushButton,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QLineEdit,
+    QListView,
+    QMenu,
+    QMessageBox,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.conversations.store import Conversation, ConversationStore
 from app.safe_text import message
@@ -17,8 +26,10 @@ ConversationIdRole = Qt.ItemDataRole.UserRole + 1
 
 def not_written(what: str, exc: sqlite3.Error) -> str:
     """Why a conversation was not renamed or deleted, for a person."""
-    return (f"The conversation was not {what}: the conversation file cannot be written now ({exc}); it may be busy "
-            "with an import, or the disk may be full. Nothing was changed; try again in a moment.")
+    return (
+        f"The conversation was not {what}: the conversation file cannot be written now ({exc}); it may be busy "
+        "with an import, or the disk may be full. Nothing was changed; try again in a moment."
+    )
 
 
 class ConversationListModel(QAbstractListModel):
@@ -97,8 +108,9 @@ class ConversationPanel(QWidget):
         self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.list.setUniformItemSizes(True)
         self.list.setSpacing(2)
-        self.list.setEditTriggers(QAbstractItemView.EditTrigger.DoubleClicked
-                                  | QAbstractItemView.EditTrigger.EditKeyPressed)
+        self.list.setEditTriggers(
+            QAbstractItemView.EditTrigger.DoubleClicked | QAbstractItemView.EditTrigger.EditKeyPressed
+        )
         self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.list.customContextMenuRequested.connect(self._menu)
         self.list.selectionModel().currentChanged.connect(self._current_changed)
@@ -161,9 +173,13 @@ class ConversationPanel(QWidget):
         conv = self.store.conversation(conversation_id)
         if conv is None:
             return
-        if confirm and QMessageBox.question(
+        if (
+            confirm
+            and QMessageBox.question(
                 self, "Delete conversation", f"Delete “{conv.title}” and all its messages? This cannot be undone."
-        ) != QMessageBox.StandardButton.Yes:
+            )
+            != QMessageBox.StandardButton.Yes
+        ):
             return
         try:
             self.store.delete_conversation(conversation_id)

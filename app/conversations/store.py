@@ -10,6 +10,7 @@ open_store never loses a saved conversation: a damaged file is kept aside and wh
 copied into a new one; a file another program holds, a file from a newer SpecChat and a folder that
 cannot be written are all left as they are, and the conversations of this session stay in memory.
 """
+
 from __future__ import annotations
 
 import json
@@ -53,9 +54,21 @@ _SCHEMA_V1 = (
     "CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id)",
 )
 _TREE_COLUMNS = {"conversations": ("active_root",), "messages": ("parent_id", "active_child")}  # version 3
-_COLUMNS = {"conversations": ("id", "title", "created_at", "updated_at"),
-            "messages": ("id", "conversation_id", "role", "content", "status", "model", "stats", "draft_spans",
-                         "notice", "created_at")}
+_COLUMNS = {
+    "conversations": ("id", "title", "created_at", "updated_at"),
+    "messages": (
+        "id",
+        "conversation_id",
+        "role",
+        "content",
+        "status",
+        "model",
+        "stats",
+        "draft_spans",
+        "notice",
+        "created_at",
+    ),
+}
 
 
 def _v1_first_schema(db: sqlite3.Connection) -> None:
@@ -75,8 +88,10 @@ def _v3_message_tree(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE messages ADD COLUMN parent_id INTEGER REFERENCES messages(id) ON DELETE CASCADE")
     db.execute("ALTER TABLE messages ADD COLUMN active_child INTEGER")
     db.execute("ALTER TABLE conversations ADD COLUMN active_root INTEGER")
-    db.execute("UPDATE messages SET parent_id = (SELECT MAX(p.id) FROM messages p "
-               "WHERE p.conversation_id = messages.conversation_id AND p.id < messages.id)")
+    db.execute(
+        "UPDATE messages SET parent_id = (SELECT MAX(p.id) FROM messages p "
+        "WHERE p.conversation_id = messages.conversation_id AND p.id < messages.id)"
+    )
     db.execute("CREATE INDEX messages_by_parent ON messages(parent_id)")
 
 
@@ -117,6 +132,7 @@ class Message:
 @dataclass
 class MessageTree:
     """Every message of one conversation, every branch, and which branch is shown under each message."""
+
     messages: dict[int, Message]
     children: dict[int | None, list[int]]  # parent id (None: the first messages) -> child ids, oldest first
     chosen: dict[int | None, int]  # the child chosen under a parent, where one was
@@ -197,20 +213,24 @@ class ConversationStore:
             rows = self.db.execute(
                 "SELECT id, title, updated_at FROM conversations c WHERE title LIKE ?1 ESCAPE '\\' OR EXISTS "
                 "(SELECT 1 FROM messages m WHERE m.conversation_id = c.id AND m.content LIKE ?1 ESCAPE '\\') "
-                "ORDER BY updated_at DESC, id DESC", (pattern,))
+                "ORDER BY updated_at DESC, id DESC",
+                (pattern,),
+            )
         else:
             rows = self.db.execute("SELECT id, title, updated_at FROM conversations ORDER BY updated_at DESC, id DESC")
         return [Conversation(*r) for r in rows]
 
     def conversation(self, conversation_id: int) -> Conversation | None:
-        row = self.db.execute("SELECT id, title, updated_at FROM conversations WHERE id=?",
-                              (conversation_id,)).fetchone()
+        row = self.db.execute(
+            "SELECT id, title, updated_at FROM conversations WHERE id=?", (conversation_id,)
+        ).fetchone()
         return Conversation(*row) if row else None
 
     def create_conversation(self, title: str = "New chat") -> int:
         now = time.time()
-        return self.db.execute("INSERT INTO conversations(title, created_at, updated_at) VALUES (?, ?, ?)",
-                               (_title(title), now, now)).lastrowid
+        return self.db.execute(
+            "INSERT INTO conversations(title, created_at, updated_at) VALUES (?, ?, ?)", (_title(title), now, now)
+        ).lastrowid
 
     def rename(self, conversation_id: int, title: str) -> None:
         self.db.execute("UPDATE conversations SET title=? WHERE id=?", (_title(title), conversation_id))
@@ -222,8 +242,9 @@ class ConversationStore:
         return value if isinstance(value, dict) else {}
 
     def set_conversation_settings(self, conversation_id: int, settings: dict) -> None:
-        self.db.execute("UPDATE conversations SET settings=? WHERE id=?",
-                        (_dump(settings) if settings else None, conversation_id))
+        self.db.execute(
+            "UPDATE conversations SET settings=? WHERE id=?", (_dump(settings) if settings else None, conversation_id)
+        )
 
     def delete_conversation(self, conversation_id: int) -> None:
         self.db.execute("DELETE FROM conversations WHERE id=?", (conversation_id,))
@@ -239,12 +260,22 @@ class ConversationStore:
     def tree(self, conversation_id: int) -> MessageTree:
         rows = self.db.execute(
             "SELECT id, role, content, status, model, stats, draft_spans, notice, parent_id, active_child "
-            "FROM messages WHERE conversation_id=? ORDER BY id", (conversation_id,))
+            "FROM messages WHERE conversation_id=? ORDER BY id",
+            (conversation_id,),
+        )
         tree = MessageTree({}, {}, {})
         for r in rows:
-            tree.messages[r[0]] = Message(id=r[0], role=r[1], content=r[2], status=r[3], model=r[4],
-                                          stats=_load(r[5], None), draft_spans=_load(r[6], []), notice=r[7],
-                                          parent_id=r[8])
+            tree.messages[r[0]] = Message(
+                id=r[0],
+                role=r[1],
+                content=r[2],
+                status=r[3],
+                model=r[4],
+                stats=_load(r[5], None),
+                draft_spans=_load(r[6], []),
+                notice=r[7],
+                parent_id=r[8],
+            )
             tree.children.setdefault(r[8], []).append(r[0])
             if r[9] is not None:
                 tree.chosen[r[0]] = r[9]
@@ -263,7 +294,8 @@ class ConversationStore:
         message.id = self.db.execute(
             "INSERT INTO messages(conversation_id, role, content, status, model, stats, draft_spans, notice, "
             "created_at, parent_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (conversation_id, message.role, *_texts(message), time.time(), parent)).lastrowid
+            (conversation_id, message.role, *_texts(message), time.time(), parent),
+        ).lastrowid
         self._choose(conversation_id, parent, message.id)
         self.touch(conversation_id)
         return message.id
@@ -295,7 +327,8 @@ class ConversationStore:
     def update_message(self, message: Message) -> None:
         self.db.execute(
             "UPDATE messages SET content=?, status=?, model=?, stats=?, draft_spans=?, notice=? WHERE id=?",
-            (*_texts(message), message.id))
+            (*_texts(message), message.id),
+        )
 
     def close(self) -> None:
         self.db.close()
@@ -309,8 +342,14 @@ def _title(title: str) -> str:
 def _texts(message: Message) -> tuple:
     """The message's columns from content to notice, each valid text: a lone surrogate (a remote answer or an
     imported chat can hold one) would make SQLite's UTF-8 encode raise, and the answer would be lost."""
-    return (valid_text(message.content), message.status, plain_name(message.model), _dump(message.stats),
-            _dump(message.draft_spans), valid_text(message.notice))
+    return (
+        valid_text(message.content),
+        message.status,
+        plain_name(message.model),
+        _dump(message.stats),
+        _dump(message.draft_spans),
+        valid_text(message.notice),
+    )
 
 
 def _dump(value) -> str | None:
@@ -333,30 +372,38 @@ def open_store(path: Path | None = None) -> tuple[ConversationStore, list[str]]:
     reason = unwritable_reason(path.parent)
     if reason:
         store, shown = _copy_in_memory(path)
-        return store, [f"Conversations will not be saved: {path.parent} is not writable ({reason}). {shown}What "
-                       "you write now lasts until you quit; make that folder writable (or set SPECCHAT_DATA_DIR "
-                       "to one that is) and restart SpecChat."]
+        return store, [
+            f"Conversations will not be saved: {path.parent} is not writable ({reason}). {shown}What "
+            "you write now lasts until you quit; make that folder writable (or set SPECCHAT_DATA_DIR "
+            "to one that is) and restart SpecChat."
+        ]
     try:
         store = ConversationStore(path)
     except NewerSchemaError as exc:
         return ConversationStore(MEMORY), [
             f"The conversation file {path} was written by a newer version of SpecChat ({exc}), so it was left "
             "untouched and its conversations are not shown. Conversations will not be saved; that newer "
-            "version still has them all."]
+            "version still has them all."
+        ]
     except sqlite3.DatabaseError as exc:
         if _is_damaged(exc):
             return _start_over(path, exc)
         store, shown = _copy_in_memory(path)
         if _is_busy(exc):
-            return store, [f"The conversation file {path} is in use by another program, so SpecChat cannot save "
-                           f"to it. {shown}Conversations will not be saved until you close that program and "
-                           "restart SpecChat. Nothing was moved or changed."]
-        return store, [f"Conversations will not be saved: {path} cannot be written ({exc}). {shown}Nothing was "
-                       "moved or changed."]
+            return store, [
+                f"The conversation file {path} is in use by another program, so SpecChat cannot save "
+                f"to it. {shown}Conversations will not be saved until you close that program and "
+                "restart SpecChat. Nothing was moved or changed."
+            ]
+        return store, [
+            f"Conversations will not be saved: {path} cannot be written ({exc}). {shown}Nothing was moved or changed."
+        ]
     notices = []
     if store.recovered:
-        notices.append(f"{store.recovered} response{'s were' if store.recovered != 1 else ' was'} cut off when "
-                       "SpecChat last closed unexpectedly; the text saved up to then is kept, marked interrupted.")
+        notices.append(
+            f"{store.recovered} response{'s were' if store.recovered != 1 else ' was'} cut off when "
+            "SpecChat last closed unexpectedly; the text saved up to then is kept, marked interrupted."
+        )
     return store, notices
 
 
@@ -381,14 +428,14 @@ def is_busy(exc: BaseException) -> bool:
 
 
 def _is_busy(exc: sqlite3.Error) -> bool:
-    return getattr(exc, "sqlite_errorname", "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or \
-        "locked" in str(exc)
+    return getattr(exc, "sqlite_errorname", "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in str(exc)
 
 
 def _is_damaged(exc: sqlite3.Error) -> bool:
     """A file SQLite cannot read as a database, as opposed to one it cannot reach (locked, read-only, full)."""
-    return getattr(exc, "sqlite_errorname", "").startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or \
-        any(words in str(exc) for words in ("malformed", "not a database"))
+    return getattr(exc, "sqlite_errorname", "").startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or any(
+        words in str(exc) for words in ("malformed", "not a database")
+    )
 
 
 def _copy_in_memory(path: Path) -> tuple[ConversationStore, str]:
@@ -424,13 +471,19 @@ def _start_over(path: Path, exc: sqlite3.DatabaseError) -> tuple[ConversationSto
     except (OSError, sqlite3.Error) as error:
         return ConversationStore(MEMORY), [
             f"The conversation file {path} could not be read ({exc}), and a new one could not be started "
-            f"({error}). Conversations will not be saved; the files were left where they are."]
+            f"({error}). Conversations will not be saved; the files were left where they are."
+        ]
     saved, found = _salvage(kept, store)
     store.mark_interrupted()
-    what = (f"{saved} of {found} messages were recovered into a new file" if found else
-            "nothing in it could be read, so a new one was started")
-    return store, [f"The conversation file could not be read ({exc}); {what}. The old file is kept, unchanged, "
-                   f"as {kept.name} in {kept.parent}."]
+    what = (
+        f"{saved} of {found} messages were recovered into a new file"
+        if found
+        else "nothing in it could be read, so a new one was started"
+    )
+    return store, [
+        f"The conversation file could not be read ({exc}); {what}. The old file is kept, unchanged, "
+        f"as {kept.name} in {kept.parent}."
+    ]
 
 
 def _salvage(source_path: Path, store: ConversationStore) -> tuple[int, int]:
@@ -457,12 +510,14 @@ def _salvage(source_path: Path, store: ConversationStore) -> tuple[int, int]:
                     if row is None:
                         continue
                     if table == "messages":  # a message whose conversation was lost gets one of its own
-                        store.db.execute("INSERT OR IGNORE INTO conversations (id, title, created_at, updated_at) "
-                                         "VALUES (?, 'Recovered chat', ?, ?)",
-                                         (row[1], now, now))
-                    store.db.execute(insert, row[:len(columns)])
+                        store.db.execute(
+                            "INSERT OR IGNORE INTO conversations (id, title, created_at, updated_at) "
+                            "VALUES (?, 'Recovered chat', ?, ?)",
+                            (row[1], now, now),
+                        )
+                    store.db.execute(insert, row[: len(columns)])
                     copied += 1
-                    tree = dict(zip(tree_columns, row[len(columns):]))
+                    tree = dict(zip(tree_columns, row[len(columns) :]))
                     if table == "messages":
                         parents[row_id] = tree.get("parent_id", _END)
                     if tree_columns and row[-1] is not None:  # the branch chosen (one that is gone is ignored)

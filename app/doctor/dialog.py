@@ -6,18 +6,27 @@ speed", the current model (and draft) loaded a second time and plain decoding ti
 number of runs each. How long that takes depends on the machine and the model, so nothing promises a time: each
 step the child announces is shown as "n of m" with the time left it estimates from the runs already timed.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from PySide6.QtCore import QProcess, Qt, QTimer
 from PySide6.QtGui import QFontDatabase, QGuiApplication
-from PySide6.QtWidgets import (QDialog, QHBoxLayout, QLabel, QPlainTextEdit, QProgressBar, QPushButton,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QDialog,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QProgressBar,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from engine.lab.doctor import DEFAULT_ROUNDS, describe
 from engine.methods import DEFAULT_METHOD
@@ -33,8 +42,12 @@ def doctor_command(*args: str) -> tuple[str, list[str]]:
 
 
 class SystemCheckDialog(QDialog):
-    def __init__(self, current_models: Callable[[], list[str]], parent: QWidget | None = None,
-                 current_method: Callable[[], str] | None = None):
+    def __init__(
+        self,
+        current_models: Callable[[], list[str]],
+        parent: QWidget | None = None,
+        current_method: Callable[[], str] | None = None,
+    ):
         """current_models() -> the doctor's arguments for the window's model: --model, --draft, --gpu-layers, ...;
         current_method() -> the method the chat uses (by default the parent window's settings, else the app's
         default), which the bench reports when it is slower than plain decoding here."""
@@ -67,10 +80,12 @@ class SystemCheckDialog(QDialog):
         self.text.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         self.text.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
         self.bench_button = QPushButton("Measure speed")
-        self.bench_button.setToolTip("Loads the current model a second time and times plain decoding against "
-                                     "prompt lookup (and the draft model and auto, if a draft is set) on a code edit, "
-                                     f"{DEFAULT_ROUNDS} runs of each. The time it takes depends on this machine and "
-                                     "the model: the steps and an estimate of the time left show as it goes.")
+        self.bench_button.setToolTip(
+            "Loads the current model a second time and times plain decoding against "
+            "prompt lookup (and the draft model and auto, if a draft is set) on a code edit, "
+            f"{DEFAULT_ROUNDS} runs of each. The time it takes depends on this machine and "
+            "the model: the steps and an estimate of the time left show as it goes."
+        )
         self.bench_button.clicked.connect(self.measure)
         self.copy_button = QPushButton("Copy report")
         self.copy_button.clicked.connect(self.copy_report)
@@ -103,12 +118,25 @@ class SystemCheckDialog(QDialog):
         s = getattr(self.parent(), "settings", None)
         if s is None:
             return []
-        return ["--max-draft", str(s.max_draft), "--min-draft", str(min(s.min_draft, max(s.max_draft, 1))),
-                "--p-min", f"{s.p_min:g}", *([] if s.adaptive else ["--fixed-draft"])]
+        return [
+            "--max-draft",
+            str(s.max_draft),
+            "--min-draft",
+            str(min(s.min_draft, max(s.max_draft, 1))),
+            "--p-min",
+            f"{s.p_min:g}",
+            *([] if s.adaptive else ["--fixed-draft"]),
+        ]
 
     def measure(self) -> None:
-        self.run(*self._current_models(), "--method", self._current_method(), *self._window_speculation(),
-                 "--rounds", str(self.bench_rounds))
+        self.run(
+            *self._current_models(),
+            "--method",
+            self._current_method(),
+            *self._window_speculation(),
+            "--rounds",
+            str(self.bench_rounds),
+        )
 
     def run(self, *args: str) -> None:
         if self.running:
@@ -120,8 +148,9 @@ class SystemCheckDialog(QDialog):
         process.errorOccurred.connect(lambda error: self._failed_to_start(process, error))
         measuring = "--no-model" not in args
         self.progress, self._out, self._lines, self._started = None, b"", [], time.monotonic()
-        self.status.setText("Measuring: starting the check…" if measuring else
-                            "Reading this machine and its llama.cpp build…")
+        self.status.setText(
+            "Measuring: starting the check…" if measuring else "Reading this machine and its llama.cpp build…"
+        )
         self.busy.setRange(0, 0)  # no step count until the child announces one
         self.busy.setTextVisible(False)
         self.busy.show()
@@ -162,11 +191,15 @@ class SystemCheckDialog(QDialog):
         if p["left_s"] is None:
             left = "time left: estimated once the first run is timed"
         elif p["left_s"] - (now - self._progress_at) >= 0:
-            left = f"about {p['left_s'] - (now - self._progress_at):.0f} s left (an estimate from the runs timed so far)"
+            left = (
+                f"about {p['left_s'] - (now - self._progress_at):.0f} s left (an estimate from the runs timed so far)"
+            )
         else:
             left = "taking longer than the estimate from the runs timed so far"
-        self.status.setText(f"Measuring {p['doing']}: step {p['step']} of {p['steps']}, "
-                            f"{p['step'] - 1} done; {now - self._started:.0f} s so far, {left}.")
+        self.status.setText(
+            f"Measuring {p['doing']}: step {p['step']} of {p['steps']}, "
+            f"{p['step'] - 1} done; {now - self._started:.0f} s so far, {left}."
+        )
 
     def _failed_to_start(self, process: QProcess, error) -> None:
         if error == QProcess.ProcessError.FailedToStart:
@@ -192,8 +225,11 @@ class SystemCheckDialog(QDialog):
         self.problems.setText("\n\n".join(f"{p['problem']}\nFix: {p['fix']}" for p in found))
         self.problems.setVisible(bool(found))
         took = time.monotonic() - self._started
-        self._done(f"Measured just now on this machine; the check took {took:.0f} s." if "bench" in report else
-                   "This machine, read just now. Measure speed to time the current model.")
+        self._done(
+            f"Measured just now on this machine; the check took {took:.0f} s."
+            if "bench" in report
+            else "This machine, read just now. Measure speed to time the current model."
+        )
 
     def _done(self, status: str) -> None:
         self.process = None

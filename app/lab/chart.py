@@ -1,7 +1,8 @@
 """One lab measure against concurrency (a log2 axis), a line per method, points added as cells finish."""
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from PySide6.QtCharts import QChart, QChartView, QLineSeries, QLogValueAxis, QValueAxis
 from PySide6.QtCore import Qt
@@ -9,7 +10,6 @@ from PySide6.QtGui import QColor, QPainter, QPen
 
 from engine.lab.report import METHOD_COLOURS
 from engine.methods import method_words
-
 
 SERVER_COLOURS = ("#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")  # servers named otherwise (remote labs)
 # The legend's words: short, as two charts side by side leave each ~300 px (the long ones were cut to "plain deco…");

@@ -1,11 +1,23 @@
 """The lab's "Experiment" form: models, methods, concurrency levels, prompts and run options, and
 the LabConfig they make; or, with Engine set to servers, their URLs and client counts (a RemoteLabConfig)."""
+
 from __future__ import annotations
 
 from argparse import ArgumentTypeError
 
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLineEdit,
-                               QPushButton, QSpinBox, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
 
 from engine.errors import InvalidSettingError
 from engine.lab.cli import _int_list
@@ -31,13 +43,17 @@ class LabForm(QGroupBox):
         self.engine = QComboBox()
         self.engine.addItem("This machine", THIS_MACHINE)
         self.engine.addItem("Servers (OpenAI-compatible)", SERVERS)
-        self.engine.setToolTip("Measure this machine's models, or servers that are already running (vLLM, "
-                               "llama-server, SpecChat elsewhere), each server being one method.")
+        self.engine.setToolTip(
+            "Measure this machine's models, or servers that are already running (vLLM, "
+            "llama-server, SpecChat elsewhere), each server being one method."
+        )
         form.addRow("Engine", self.engine)
         self.servers_edit = QLineEdit()
         self.servers_edit.setPlaceholderText("none=http://gpu:8000, ngram=http://gpu:8001")
-        self.servers_edit.setToolTip("NAME=URL for each server, separated by commas. Name the plain one none= to get "
-                                     "speed-ups and the crossover. Their API keys are the ones saved for chats.")
+        self.servers_edit.setToolTip(
+            "NAME=URL for each server, separated by commas. Name the plain one none= to get "
+            "speed-ups and the crossover. Their API keys are the ones saved for chats."
+        )
         form.addRow("Servers", self.servers_edit)
         self.clients_edit = QLineEdit("1,2,4,8,16,32,64,128,256")
         self.clients_edit.setToolTip("Concurrent clients per level, up to 1024.")
@@ -84,10 +100,11 @@ class LabForm(QGroupBox):
             self.prompt_combo.addItem(label, key)
         self.prompt_combo.addItem("Custom file…", CUSTOM)
         self.prompt_file = QLineEdit()
-        self.prompt_file.setPlaceholderText("JSON lines of {\"id\", \"prompt\"}")
+        self.prompt_file.setPlaceholderText('JSON lines of {"id", "prompt"}')
         self.prompt_file.setVisible(False)
         self.prompt_combo.currentIndexChanged.connect(
-            lambda: self.prompt_file.setVisible(self.prompt_combo.currentData() == CUSTOM))
+            lambda: self.prompt_file.setVisible(self.prompt_combo.currentData() == CUSTOM)
+        )
         prompts = QVBoxLayout()
         prompts.addWidget(self.prompt_combo)
         prompts.addWidget(self.prompt_file)
@@ -97,13 +114,17 @@ class LabForm(QGroupBox):
         self.max_draft = QSpinBox(minimum=1, maximum=MAX_DRAFT_LIMIT, value=DEFAULT_MAX_DRAFT)  # the chat's default
         self.adaptive = QCheckBox("adaptive (as in the chat)")
         self.adaptive.setChecked(True)
-        self.adaptive.setToolTip("On: measured acceptance and step times pick each step's draft lengths.\n"
-                                 "Off: every sequence always drafts up to the maximum — speculation itself.")
+        self.adaptive.setToolTip(
+            "On: measured acceptance and step times pick each step's draft lengths.\n"
+            "Off: every sequence always drafts up to the maximum — speculation itself."
+        )
         self.threads = QSpinBox(minimum=0, maximum=256, value=0)
         self.threads.setSpecialValueText("auto")
         self.repeats = QSpinBox(minimum=1, maximum=20, value=1)
-        self.repeats.setToolTip("Runs per cell, methods alternating; the fastest is kept.\n"
-                                "Raise it when other programs keep the machine busy.")
+        self.repeats.setToolTip(
+            "Runs per cell, methods alternating; the fastest is kept.\n"
+            "Raise it when other programs keep the machine busy."
+        )
         form.addRow("Tokens per request", self.max_tokens)
         drafting = QHBoxLayout()
         drafting.addWidget(self.max_draft)
@@ -184,21 +205,35 @@ class LabForm(QGroupBox):
     def config(self) -> LabConfig | RemoteLabConfig:
         """The experiment as chosen; raises InvalidSettingError (an EngineError) when it cannot run."""
         key = self.prompt_combo.currentData()
-        prompts = self.prompt_file.text().strip() if key == CUSTOM else str(resources_dir() / "prompts" / f"{key}.jsonl")
+        prompts = (
+            self.prompt_file.text().strip() if key == CUSTOM else str(resources_dir() / "prompts" / f"{key}.jsonl")
+        )
         if not prompts:
             raise InvalidSettingError("Choose a prompts file.")
         if self.remote:
             try:
                 clients = _int_list(self.clients_edit.text())
             except ArgumentTypeError:
-                raise InvalidSettingError(f"Clients: numbers separated by commas, not “{self.clients_edit.text()}”.")
+                raise InvalidSettingError(
+                    f"Clients: numbers separated by commas, not “{self.clients_edit.text()}”."
+                ) from None
             specs = [spec.strip() for spec in self.servers_edit.text().split(",") if spec.strip()]
-            return RemoteLabConfig(prompts=prompts, servers=parse_servers(specs), concurrency=clients,
-                                   max_tokens=self.max_tokens.value(), repeats=self.repeats.value())
+            return RemoteLabConfig(
+                prompts=prompts,
+                servers=parse_servers(specs),
+                concurrency=clients,
+                max_tokens=self.max_tokens.value(),
+                repeats=self.repeats.value(),
+            )
         return LabConfig(
-            prompts=prompts, model=self.model(),
+            prompts=prompts,
+            model=self.model(),
             draft=self.draft_edit.text().strip() or None,
             methods=tuple(m for m, box in self.method_boxes.items() if box.isChecked()),
             concurrency=tuple(level for level, box in self.level_boxes.items() if box.isChecked()),
-            max_tokens=self.max_tokens.value(), max_draft=self.max_draft.value(), adaptive=self.adaptive.isChecked(),
-            threads=self.threads.value() or None, repeats=self.repeats.value())
+            max_tokens=self.max_tokens.value(),
+            max_draft=self.max_draft.value(),
+            adaptive=self.adaptive.isChecked(),
+            threads=self.threads.value() or None,
+            repeats=self.repeats.value(),
+        )

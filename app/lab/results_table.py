@@ -3,6 +3,7 @@
 Each header says what its figure counts, its tooltip how it is measured (engine/lab/metrics.py), and LEGEND,
 shown under the table, how full-load, aggregate and per-request tokens/s differ. Under a method's figures, its
 ratio to plain decoding's comes from engine/lab/compare.py, as the verdict's do."""
+
 from __future__ import annotations
 
 from PySide6.QtWidgets import QHeaderView, QTableWidget, QTableWidgetItem
@@ -14,9 +15,17 @@ from engine.lab.report import memory_text, method_words, utilisation_text
 _SPEED, _RATE, _LENGTH = FIGURE["tokens_per_s"], FIGURE["acceptance_rate"], FIGURE["mean_acceptance_length"]
 # Two-line headers and two-line cells where they are wide: at the window's default size every column
 # fits beside the charts, so no header is cut and no column hides behind a scroll bar.
-HEADERS = ["method", "concur-\nrency", f"all requests'\n{_SPEED.unit}: full\n· aggregate",
-           f"per-request\n{_SPEED.unit} after\n1st token", "ITL ms\np50 / p95", "end-to-end s\np50 / p95",
-           "acceptance ·\nmean accepted\nlength", "drafting\n· model", "utilisation\n· memory"]
+HEADERS = [
+    "method",
+    "concur-\nrency",
+    f"all requests'\n{_SPEED.unit}: full\n· aggregate",
+    f"per-request\n{_SPEED.unit} after\n1st token",
+    "ITL ms\np50 / p95",
+    "end-to-end s\np50 / p95",
+    "acceptance ·\nmean accepted\nlength",
+    "drafting\n· model",
+    "utilisation\n· memory",
+]
 HEADER_TIPS = [
     "The decoding method: plain decoding is the baseline every speed-up is measured against.",
     "How many requests were decoded at once, in one batch. Each level decodes every prompt at least once; until "
@@ -43,12 +52,14 @@ HEADER_TIPS = [
     "Utilisation: the GPU's (NVML) where it can be read, else this process's CPU time ÷ wall time as a share "
     "of all cores. Memory: VRAM where it can be read, else the process's resident RAM, after the level (MiB).",
 ]
-LEGEND = ("Full load: all requests' decode tokens ÷ the time every slot of the level was busy (servers: while as many "
-          "answers streamed at once as ever did), the figure speed-ups are judged by. "
-          "Aggregate: all requests' tokens ÷ the level's whole wall time, prefills included. Per-request: one request's "
-          "decode speed, its generated tokens after the first ÷ the time after its first token. "
-          "“× plain”: the method's figure ÷ plain decoding's at the same concurrency, above 1 better (ITL: plain's "
-          "ms ÷ the method's). Hover a header for how each figure is measured.")
+LEGEND = (
+    "Full load: all requests' decode tokens ÷ the time every slot of the level was busy (servers: while as many "
+    "answers streamed at once as ever did), the figure speed-ups are judged by. "
+    "Aggregate: all requests' tokens ÷ the level's whole wall time, prefills included. Per-request: one request's "
+    "decode speed, its generated tokens after the first ÷ the time after its first token. "
+    "“× plain”: the method's figure ÷ plain decoding's at the same concurrency, above 1 better (ITL: plain's "
+    "ms ÷ the method's). Hover a header for how each figure is measured."
+)
 
 
 def _fmt(value, fmt: str) -> str:
@@ -65,14 +76,18 @@ def cell_texts(c: dict, found: dict[str, Comparison] | None = None) -> list[str]
     found = found or {}
     acc = c.get("acceptance_rate")
     in_flight = c.get("mean_in_flight")
-    return [method_words(c["method"]), str(c["concurrency"]) + ("" if in_flight is None else f"\n{in_flight:.1f} avg"),
-            f'{_SPEED.value_text(c.get("full_tokens_per_s"))}\n{_SPEED.value_text(c.get("aggregate_tokens_per_s"))}'
-            + _vs(found, "throughput"),
-            _SPEED.value_text(c.get("per_request_tokens_per_s")) + _vs(found, "per_request"),
-            f"{_fmt(c.get('itl_p50_ms'), '.1f')} / {_fmt(c.get('itl_p95_ms'), '.1f')}" + _vs(found, "latency"),
-            f"{_fmt(c.get('e2e_p50_s'), '.2f')} / {_fmt(c.get('e2e_p95_s'), '.2f')}",
-            NA if acc is None else f"{_RATE.value_text(acc)} · {_LENGTH.value_text(c.get('mean_acceptance_length'))}",
-            drafting_text(c), f"{utilisation_text(c)}\n{memory_text(c)}"]
+    return [
+        method_words(c["method"]),
+        str(c["concurrency"]) + ("" if in_flight is None else f"\n{in_flight:.1f} avg"),
+        f"{_SPEED.value_text(c.get('full_tokens_per_s'))}\n{_SPEED.value_text(c.get('aggregate_tokens_per_s'))}"
+        + _vs(found, "throughput"),
+        _SPEED.value_text(c.get("per_request_tokens_per_s")) + _vs(found, "per_request"),
+        f"{_fmt(c.get('itl_p50_ms'), '.1f')} / {_fmt(c.get('itl_p95_ms'), '.1f')}" + _vs(found, "latency"),
+        f"{_fmt(c.get('e2e_p50_s'), '.2f')} / {_fmt(c.get('e2e_p95_s'), '.2f')}",
+        NA if acc is None else f"{_RATE.value_text(acc)} · {_LENGTH.value_text(c.get('mean_acceptance_length'))}",
+        drafting_text(c),
+        f"{utilisation_text(c)}\n{memory_text(c)}",
+    ]
 
 
 def drafting_text(c: dict) -> str:

@@ -2,6 +2,7 @@
 against servers), the same code as the CLI.
 The window only starts, cancels and listens: every signal carries plain data. Cancel is a
 threading.Event the engine checks every step."""
+
 from __future__ import annotations
 
 import logging
@@ -10,13 +11,12 @@ import time
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
+from app.remote_answer import api_key
 from engine.errors import EngineError, GenerationCancelled
 from engine.lab.local import LabConfig, run_lab
 from engine.lab.remote import RemoteLabConfig, run_remote_lab
 from engine.lab.report import with_analysis
 from engine.lab.schema import LabProgress
-
-from app.remote_answer import api_key
 
 log = logging.getLogger(__name__)
 

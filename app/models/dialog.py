@@ -12,15 +12,11 @@ Downloads and compatibility checks run on QThreads (app/models/threads.py keeps 
 the GUI thread only receives their signals. A download stops (keeping what arrived) when the window
 closes; Resume continues it later.
 """
+
 from __future__ import annotations
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QDialog, QTabWidget, QVBoxLayout
-
-from engine.modelfiles import model_store
-from engine.modelfiles.catalog import CatalogPair, load_catalog
-from engine.modelfiles.embedded import EMBEDDED
-from engine.errors import EngineError
 
 from app.models.builtin_models import BuiltinModel, builtin_models
 from app.models.download_worker import DownloadWorker
@@ -30,6 +26,10 @@ from app.models.model_picker import CompatibilityWorker, ModelPicker
 from app.models.pairs_tab import BAR_STEPS, PairsTab
 from app.models.search_tab import SearchTab
 from app.models.threads import STOP_WAIT_MS
+from engine.errors import EngineError
+from engine.modelfiles import model_store
+from engine.modelfiles.catalog import CatalogPair, load_catalog
+from engine.modelfiles.embedded import EMBEDDED
 
 __all__ = ["BAR_STEPS", "GGUF_FILTER", "STOP_WAIT_MS", "CompatibilityWorker", "DownloadWorker", "ModelsDialog"]
 
@@ -40,8 +40,9 @@ class ModelsDialog(QDialog):
     downloadStopped = Signal(str)  # cancelled or failed, with the message shown
     compatibilityChecked = Signal()
 
-    def __init__(self, current_target: str, current_draft: str | None, parent=None, *,
-                 catalog: list[CatalogPair] | None = None):
+    def __init__(
+        self, current_target: str, current_draft: str | None, parent=None, *, catalog: list[CatalogPair] | None = None
+    ):
         super().__init__(parent)
         self.setWindowTitle("Models")
         self.resize(980, 720)

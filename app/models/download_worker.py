@@ -1,12 +1,13 @@
 """The download job runner: one engine.modelfiles.downloads.DownloadJob on a worker thread, reporting by signals."""
+
 from __future__ import annotations
 
 import logging
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from engine.modelfiles.downloads import DownloadCancelled, DownloadJob, FileRequest
 from engine.errors import EngineError
+from engine.modelfiles.downloads import DownloadCancelled, DownloadJob, FileRequest
 
 log = logging.getLogger(__name__)
 

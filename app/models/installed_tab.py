@@ -1,5 +1,6 @@
 """The "Installed" tab: the built-in models, the models on disk (downloaded, or added from where they are),
 adding GGUF files and deleting (or, for added files, forgetting) one. Built-in models cannot be deleted."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,13 +8,12 @@ from pathlib import Path
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QMessageBox, QPushButton, QVBoxLayout, QWidget
 
-from engine.modelfiles import model_store
-from engine.modelfiles.downloads import format_bytes
-from engine.errors import EngineError
-
 from app.models.builtin_models import CANNOT_DELETE, BuiltinModel
 from app.models.model_names import model_label
 from app.models.tables import make_table, selected_key, set_row
+from engine.errors import EngineError
+from engine.modelfiles import model_store
+from engine.modelfiles.downloads import format_bytes
 
 GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
 
@@ -44,13 +44,22 @@ class InstalledTab(QWidget):
         self.table.setRowCount(len(builtins) + len(installed))
         for row, builtin in enumerate(builtins):
             size = format_bytes(builtin.size_bytes) if builtin.size_bytes is not None else "—"
-            set_row(self.table, row, [builtin.name, size, builtin.location, "built in"],
-                    data=builtin.spec, tooltip=builtin.about)
+            set_row(
+                self.table,
+                row,
+                [builtin.name, size, builtin.location, "built in"],
+                data=builtin.spec,
+                tooltip=builtin.about,
+            )
         for row, model in enumerate(installed, start=len(builtins)):
             source = model.repo_id if model.origin == model_store.DOWNLOADED else "added from disk"
-            set_row(self.table, row, [model_label(str(model.path), installed), format_bytes(model.size_bytes),
-                                      str(model.location), source],
-                    data=str(model.path), tooltip=str(model.path))
+            set_row(
+                self.table,
+                row,
+                [model_label(str(model.path), installed), format_bytes(model.size_bytes), str(model.location), source],
+                data=str(model.path),
+                tooltip=str(model.path),
+            )
         self._selected()
 
     def selected_model(self) -> model_store.InstalledModel | None:

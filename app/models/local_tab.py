@@ -1,22 +1,27 @@
 """The "On this machine" tab: GGUF models other apps already keep (the Hugging Face cache, LM Studio, Ollama, Jan,
 GPT4All), found by reading headers only (engine.modelfiles.local_discovery, on a worker thread). Adding one
 remembers it where it is, checked like any added file: nothing is copied."""
+
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QHeaderView, QLabel, QPushButton, QVBoxLayout, QWidget
 
+from app.models.tables import make_table, selected_key, set_row
+from app.models.task_worker import Tasks
+from engine.errors import EngineError
 from engine.modelfiles import model_store
 from engine.modelfiles.downloads import format_bytes
 from engine.modelfiles.local_discovery import Discovery, FoundModel, discover_models
-from engine.errors import EngineError
-
 from engine.text_rules import plain_name
-from app.models.tables import make_table, selected_key, set_row
-from app.models.task_worker import Tasks
 
-SOURCE_NAMES = {"huggingface": "Hugging Face cache", "lmstudio": "LM Studio", "ollama": "Ollama", "jan": "Jan",
-                "gpt4all": "GPT4All"}
+SOURCE_NAMES = {
+    "huggingface": "Hugging Face cache",
+    "lmstudio": "LM Studio",
+    "ollama": "Ollama",
+    "jan": "Jan",
+    "gpt4all": "GPT4All",
+}
 
 
 class LocalTab(QWidget):
@@ -71,12 +76,19 @@ class LocalTab(QWidget):
         self.table.setRowCount(len(self.found))
         for row, model in enumerate(self.found):
             source = SOURCE_NAMES.get(model.source, model.source)
-            set_row(self.table, row, [plain_name(model.name), source, format_bytes(model.size_bytes),
-                                      str(model.path.parent)], data=str(model.path), tooltip=str(model.path))
+            set_row(
+                self.table,
+                row,
+                [plain_name(model.name), source, format_bytes(model.size_bytes), str(model.path.parent)],
+                data=str(model.path),
+                tooltip=str(model.path),
+            )
         sources = sorted({SOURCE_NAMES.get(m.source, m.source) for m in self.found})
-        text = (f"Found {len(self.found)} models ({', '.join(sources)}). They are used where they are: nothing "
-                "is copied." if self.found else
-                "No models found in the Hugging Face cache, LM Studio, Ollama, Jan or GPT4All folders.")
+        text = (
+            f"Found {len(self.found)} models ({', '.join(sources)}). They are used where they are: nothing is copied."
+            if self.found
+            else "No models found in the Hugging Face cache, LM Studio, Ollama, Jan or GPT4All folders."
+        )
         if discovery.problems:
             text += "\n\nSkipped:\n" + "\n".join(discovery.problems)
         self.status_label.setText(text)
@@ -100,8 +112,10 @@ class LocalTab(QWidget):
         except EngineError as exc:
             self.status_label.setText(f"{model.name} was not added: {exc}")
             return
-        self.status_label.setText(f"{model.name} is in your models, used from {model.path}. It is selected "
-                                  "below: press “Use these models” to chat with it.")
+        self.status_label.setText(
+            f"{model.name} is in your models, used from {model.path}. It is selected "
+            "below: press “Use these models” to chat with it."
+        )
         self.added.emit(str(added.path))
 
     def _update_buttons(self) -> None:

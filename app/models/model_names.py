@@ -2,6 +2,7 @@
 with (an Ollama model's name:tag) or else its file's name, with its quantization (from the file name, else the
 header's general.file_type). Never the GGUF's internal general.name: a q4_k_m file can call itself
 "Qwen2.5 Coder 0.5B Instruct AWQ"."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,6 +1,7 @@
 """The "Use these models" box: a target and a draft for it. The draft picker offers only drafts that
 pass llama.cpp's vocabulary check against the chosen target (run on a worker thread); the others are
 listed greyed out, with the reason."""
+
 from __future__ import annotations
 
 import logging
@@ -11,15 +12,14 @@ from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 from PySide6.QtGui import QStandardItem, QStandardItemModel
 from PySide6.QtWidgets import QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QPushButton, QVBoxLayout
 
+from app.models.builtin_models import BuiltinModel, gemma_assembled
+from app.models.model_names import model_label
+from app.models.threads import start_worker, stop_and_wait
 from engine.modelfiles import model_store
 from engine.modelfiles.downloads import format_bytes
 from engine.modelfiles.embedded import EMBEDDED, EMBEDDED_GEMMA, resolve_model
 from engine.modelfiles.header_peek import vocab_type
 from engine.modelfiles.vocab_check import Compatibility
-
-from app.models.builtin_models import BuiltinModel, gemma_assembled
-from app.models.model_names import model_label
-from app.models.threads import start_worker, stop_and_wait
 
 log = logging.getLogger(__name__)
 TYPES_DIFFER = "different vocabulary types (e.g. SentencePiece vs BPE)"  # vocab_check's words for the same rule
@@ -43,8 +43,9 @@ class CompatibilityWorker(QObject):
             paths = {spec: resolve_model(spec) for spec in self.drafts}
             # Vocabulary types from the headers first (0.1 s): llama.cpp's check refuses those pairs anyway, and
             # loading a 262k-token vocabulary (the built-in Gemma's) to be told so took 1.5 s per target.
-            results = {spec: Compatibility(False, TYPES_DIFFER) for spec, path in paths.items()
-                       if _types_differ(target, path)}
+            results = {
+                spec: Compatibility(False, TYPES_DIFFER) for spec, path in paths.items() if _types_differ(target, path)
+            }
             loaded = {spec: path for spec, path in paths.items() if spec not in results}
             found = model_store.check_drafts(target, loaded.values(), self._stop.is_set)
             results.update({spec: found[path] for spec, path in loaded.items() if path in found})
@@ -105,8 +106,9 @@ class ModelPicker(QGroupBox):
         """Preselect this draft once its compatibility is confirmed (a pair just downloaded)."""
         self._current_draft = spec
 
-    def show_models(self, installed: list[model_store.InstalledModel], builtins: list[BuiltinModel],
-                    select: str | None = None) -> None:
+    def show_models(
+        self, installed: list[model_store.InstalledModel], builtins: list[BuiltinModel], select: str | None = None
+    ) -> None:
         """Offer the built-in and installed models as targets; keep the target unless told another."""
         self.installed = installed
         keep = select or self.target_combo.currentData() or self._current_target
@@ -116,8 +118,9 @@ class ModelPicker(QGroupBox):
             self.target_combo.addItem(builtin.name, builtin.spec)
             self.target_combo.setItemData(self.target_combo.count() - 1, builtin.about, Qt.ToolTipRole)
         for model in installed:
-            self.target_combo.addItem(f"{model_label(str(model.path), installed)} ({format_bytes(model.size_bytes)})",
-                                      str(model.path))
+            self.target_combo.addItem(
+                f"{model_label(str(model.path), installed)} ({format_bytes(model.size_bytes)})", str(model.path)
+            )
         if self.target_combo.findData(keep) < 0:
             self.target_combo.addItem(f"{model_label(keep)} (current)", keep)  # e.g. chosen in Settings
         self.target_combo.setCurrentIndex(max(self.target_combo.findData(keep), 0))
@@ -128,7 +131,9 @@ class ModelPicker(QGroupBox):
         # The built-in Gemma base model only once its file is there (or as the current draft): listing it must not
         # assemble its 250 MB file; its 262k-token vocabulary is loaded only for a target of the same vocabulary
         # type (CompatibilityWorker reads the types from the headers first).
-        candidates = [EMBEDDED] + ([EMBEDDED_GEMMA] if gemma_assembled() else []) + [str(m.path) for m in self.installed]
+        candidates = (
+            [EMBEDDED] + ([EMBEDDED_GEMMA] if gemma_assembled() else []) + [str(m.path) for m in self.installed]
+        )
         if self._current_draft and self._current_draft not in candidates:
             candidates.append(self._current_draft)
         return [c for c in candidates if c != target]
@@ -172,8 +177,9 @@ class ModelPicker(QGroupBox):
         if checking:
             self.draft_note.setText("Checking which drafts can serve this target…")
         elif unusable:
-            self.draft_note.setText("Not usable with this target (llama.cpp's vocabulary rules):\n"
-                                    + "\n".join(unusable))
+            self.draft_note.setText(
+                "Not usable with this target (llama.cpp's vocabulary rules):\n" + "\n".join(unusable)
+            )
         else:
             self.draft_note.setText("")
 

@@ -1,5 +1,6 @@
 """The "Get a pair" tab: the catalog's model pairs, what each holds, and downloading one (target and
 draft as one job) with a progress bar per file, shown only while a download runs, cancel and resume."""
+
 from __future__ import annotations
 
 import html
@@ -8,13 +9,12 @@ import re
 from PySide6.QtCore import Qt, QThread, Signal, Slot
 from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
-from engine.modelfiles import model_store
-from engine.modelfiles.catalog import CatalogPair
-from engine.modelfiles.downloads import Progress, format_bytes, partial_bytes
-
 from app.models.download_worker import DownloadWorker
 from app.models.tables import make_table, selected_key, set_row
 from app.models.threads import start_worker, stop_and_wait
+from engine.modelfiles import model_store
+from engine.modelfiles.catalog import CatalogPair
+from engine.modelfiles.downloads import Progress, format_bytes, partial_bytes
 
 BAR_STEPS = 1000
 WORD_JOINER = "\u2060"  # invisible; forbids a line break on either side
@@ -48,8 +48,9 @@ class PairsTab(QWidget):
         self.details.setWordWrap(True)
         self.details.setTextInteractionFlags(Qt.TextSelectableByMouse)
         self.download_button = QPushButton("Download pair")
-        self.download_button.setToolTip("Downloads the target and its draft. Closing this window stops the "
-                                        "download; it resumes where it stopped.")
+        self.download_button.setToolTip(
+            "Downloads the target and its draft. Closing this window stops the download; it resumes where it stopped."
+        )
         self.download_button.clicked.connect(self.start_download)
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.clicked.connect(self.cancel_download)
@@ -86,8 +87,13 @@ class PairsTab(QWidget):
         self.table.setRowCount(len(self.catalog))
         for row, pair in enumerate(self.catalog):
             name = pair.name if pair.verified else f"{pair.name} (file names not verified)"
-            set_row(self.table, row, [name, f"about {format_bytes(pair.size_bytes)}", self._pair_status(pair)],
-                    data=pair.id, tooltip=pair.note)
+            set_row(
+                self.table,
+                row,
+                [name, f"about {format_bytes(pair.size_bytes)}", self._pair_status(pair)],
+                data=pair.id,
+                tooltip=pair.note,
+            )
             if selected is not None and pair.id == selected.id:
                 self.table.selectRow(row)
         self._update_buttons()
@@ -109,12 +115,15 @@ class PairsTab(QWidget):
         pair = self.selected_pair()
         if pair is not None:
             e = escape_keeping_tokens_whole
-            files = "<br>".join(f"{role}: {e(f.repo_id)} / {e(f.filename)} ({e(f.quantization)}, about "
-                                f"{format_bytes(f.size_bytes)})" for role, f in (("Target", pair.target),
-                                                                               ("Draft", pair.draft)))
+            files = "<br>".join(
+                f"{role}: {e(f.repo_id)} / {e(f.filename)} ({e(f.quantization)}, about {format_bytes(f.size_bytes)})"
+                for role, f in (("Target", pair.target), ("Draft", pair.draft))
+            )
             verified = "" if pair.verified else "<br><i>These file names were not verified.</i>"
-            self.details.setText(f"<b>{e(pair.name)}</b> — {e(pair.family)}, chat format: "
-                                 f"{e(pair.chat_template)}<br>{e(pair.note)}<br>{files}{verified}")
+            self.details.setText(
+                f"<b>{e(pair.name)}</b> — {e(pair.family)}, chat format: "
+                f"{e(pair.chat_template)}<br>{e(pair.note)}<br>{files}{verified}"
+            )
             self.target_bar_label.setText(f"Target: {pair.target.filename}")
             self.draft_bar_label.setText(f"Draft: {pair.draft.filename}")
         self._update_buttons()
@@ -152,7 +161,7 @@ class PairsTab(QWidget):
     def _download_progress(self, p: Progress) -> None:
         bars = (self.target_bar, self.draft_bar)
         if p.phase != "checking":  # files arrive in order once the hub has been asked about all of them
-            for bar in bars[:p.file_index]:
+            for bar in bars[: p.file_index]:
                 bar.setValue(BAR_STEPS)
             if p.file_total:
                 bars[min(p.file_index, 1)].setValue(int(BAR_STEPS * p.file_done / p.file_total))
@@ -176,8 +185,9 @@ class PairsTab(QWidget):
         self._end_download()
         for bar in (self.target_bar, self.draft_bar):
             bar.setValue(BAR_STEPS)
-        self.show_status(f"Installed {self._download_pair.name}. It is selected below: press "
-                         "“Use these models” to chat with it.")
+        self.show_status(
+            f"Installed {self._download_pair.name}. It is selected below: press “Use these models” to chat with it."
+        )
         self.downloadFinished.emit(paths)
 
     @Slot(str)
@@ -205,8 +215,9 @@ class PairsTab(QWidget):
         self.download_button.setEnabled(pair is not None and not downloading)
         if pair is not None and not downloading:
             state = model_store.pair_state(pair)
-            self.download_button.setText({"installed": "Check for updates", "partial": "Resume"}.get(
-                state, "Download pair"))
+            self.download_button.setText(
+                {"installed": "Check for updates", "partial": "Resume"}.get(state, "Download pair")
+            )
         self.cancel_button.setEnabled(downloading)
 
     def show_status(self, text: str, error: bool = False) -> None:

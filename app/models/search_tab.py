@@ -3,6 +3,7 @@ fits this machine (an estimate from its header), pick one, get the drafts that f
 headers before anything is downloaded) and download target and draft as one job.
 
 Every hub call runs on a worker thread (app/models/task_worker.py); the window only draws answers."""
+
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, QThread, Signal, Slot
@@ -19,6 +20,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.models.download_worker import DownloadWorker
+from app.models.pairs_tab import BAR_STEPS
+from app.models.tables import make_table, selected_key, set_row
+from app.models.task_worker import Tasks
+from app.models.threads import start_worker, stop_and_wait
+from engine.errors import EngineError
 from engine.hardware import free_gpu_memory
 from engine.modelfiles import model_store
 from engine.modelfiles.downloads import FileRequest, Progress, format_bytes
@@ -27,14 +34,7 @@ from engine.modelfiles.embedded import embedded_model_path
 from engine.modelfiles.hub_search import GGUFFile, RepoResult, repo_files, search_repos
 from engine.modelfiles.memory_fit import estimate_fit
 from engine.modelfiles.remote_gguf import read_remote_metadata
-from engine.errors import EngineError
-
 from engine.text_rules import plain_name
-from app.models.download_worker import DownloadWorker
-from app.models.pairs_tab import BAR_STEPS
-from app.models.tables import make_table, selected_key, set_row
-from app.models.task_worker import Tasks
-from app.models.threads import start_worker, stop_and_wait
 
 SORTS = (("Most downloaded", "downloads"), ("Most liked", "likes"), ("Recently updated", "recent"))
 DEFAULT_CONTEXT = 4096
@@ -135,18 +135,35 @@ class SearchTab(QWidget):
             return
         sort = self.sort_combo.currentData()
         self.show_status(f"Searching the hub for “{query}”…")
-        self.tasks.start("search", lambda cancelled: search_repos(query, sort=sort, timeout_s=HUB_TIMEOUT_S), self._show_repos,
-                         self._failed)
+        self.tasks.start(
+            "search",
+            lambda cancelled: search_repos(query, sort=sort, timeout_s=HUB_TIMEOUT_S),
+            self._show_repos,
+            self._failed,
+        )
 
     def _show_repos(self, repos: list[RepoResult]) -> None:
         self.repos = repos
         self.repos_table.setRowCount(len(repos))
         for row, repo in enumerate(repos):
             gated = " (gated: needs HF_TOKEN)" if repo.gated else ""
-            set_row(self.repos_table, row, [plain_name(repo.repo_id) + gated, f"{repo.downloads:,}", f"{repo.likes:,}",
-                                            (repo.last_modified or "")[:10]], data=repo.repo_id, tooltip=repo.repo_id)
-        self.show_status(f"{len(repos)} repositories with GGUF files." if repos else
-                         "No GGUF repositories match. Try fewer or other words.")
+            set_row(
+                self.repos_table,
+                row,
+                [
+                    plain_name(repo.repo_id) + gated,
+                    f"{repo.downloads:,}",
+                    f"{repo.likes:,}",
+                    (repo.last_modified or "")[:10],
+                ],
+                data=repo.repo_id,
+                tooltip=repo.repo_id,
+            )
+        self.show_status(
+            f"{len(repos)} repositories with GGUF files."
+            if repos
+            else "No GGUF repositories match. Try fewer or other words."
+        )
 
     def _repo_selected(self) -> None:
         repo_id = selected_key(self.repos_table)
@@ -156,8 +173,9 @@ class SearchTab(QWidget):
         self.files_table.setRowCount(0)
         self.drafts_table.setRowCount(0)
         self.show_status(f"Reading {repo_id}'s files and one header…")
-        self.tasks.start("files", lambda cancelled: _files_and_header(repo_id, cancelled), self._show_files,
-                         self._failed)
+        self.tasks.start(
+            "files", lambda cancelled: _files_and_header(repo_id, cancelled), self._show_files, self._failed
+        )
         self._update_buttons()
 
     def _show_files(self, answer: tuple[RepoResult, dict | None, str, int | None]) -> None:
@@ -165,12 +183,16 @@ class SearchTab(QWidget):
         self.files_table.setRowCount(len(self.repo.files))
         for row, f in enumerate(self.repo.files):
             parts = f" ({len(f.parts)} parts)" if len(f.parts) > 1 else ""
-            set_row(self.files_table, row, [plain_name(f.filename) + parts, f.quantization, format_bytes(f.size), ""],
-                    data=f.filename, tooltip="\n".join(f.parts))
+            set_row(
+                self.files_table,
+                row,
+                [plain_name(f.filename) + parts, f.quantization, format_bytes(f.size), ""],
+                data=f.filename,
+                tooltip="\n".join(f.parts),
+            )
         self._show_fits()
         if not self.repo.files:
-            self.show_status(f"{self.repo.repo_id} holds no GGUF files: SpecChat runs GGUF models only.",
-                             error=True)
+            self.show_status(f"{self.repo.repo_id} holds no GGUF files: SpecChat runs GGUF models only.", error=True)
         else:
             self.show_status(note or "Choose a file: its drafts are checked from their headers.")
 
@@ -182,8 +204,9 @@ class SearchTab(QWidget):
         for row, f in enumerate(self.repo.files):
             text = "n/a (no header read)"
             if self.repo_meta is not None:
-                text = estimate_fit(self.repo_meta, f.size, self.context_spin.value(), draft_bytes=draft_bytes,
-                                    free_vram=self.free_vram).text
+                text = estimate_fit(
+                    self.repo_meta, f.size, self.context_spin.value(), draft_bytes=draft_bytes, free_vram=self.free_vram
+                ).text
             item = self.files_table.item(row, 3)
             item.setText(text)
             item.setToolTip(text + ("\nThe draft's size is counted." if draft_bytes else ""))
@@ -203,9 +226,12 @@ class SearchTab(QWidget):
         installed = _installed_paths()
         self.drafts_note.setText("")
         self.show_status(f"Looking for drafts for {f.filename}: reading headers only…")
-        self.tasks.start("drafts", lambda cancelled: find_drafts(repo_id, f.filename, installed=installed,
-                                                                 cancelled=cancelled),
-                         self._show_drafts, self._failed)
+        self.tasks.start(
+            "drafts",
+            lambda cancelled: find_drafts(repo_id, f.filename, installed=installed, cancelled=cancelled),
+            self._show_drafts,
+            self._failed,
+        )
         self._update_buttons()
 
     def _show_drafts(self, search: DraftSearch) -> None:
@@ -214,19 +240,32 @@ class SearchTab(QWidget):
         self.drafts_table.setRowCount(len(rows))
         for row, c in enumerate(rows):
             fits = {True: "yes", False: "no", None: "unknown"}[c.compatible]
-            set_row(self.drafts_table, row, [plain_name(c.name), format_bytes(c.size) if c.size else "—", fits,
-                                            plain_name(c.reason) or "same vocabulary (llama.cpp's rules)"],
-                    data=row, tooltip=c.reason or c.name)
+            set_row(
+                self.drafts_table,
+                row,
+                [
+                    plain_name(c.name),
+                    format_bytes(c.size) if c.size else "—",
+                    fits,
+                    plain_name(c.reason) or "same vocabulary (llama.cpp's rules)",
+                ],
+                data=row,
+                tooltip=c.reason or c.name,
+            )
         total = sum(c.size for c in rows if c.bytes_read) + search.target_size
         self.drafts_note.setText(
             f"Checked from GGUF headers only: {format_bytes(search.bytes_read)} read of {format_bytes(total)} "
             f"in those files; nothing downloaded. Family searched: “{search.family}”."
-            + ("\n" + "\n".join(search.problems) if search.problems else ""))
+            + ("\n" + "\n".join(search.problems) if search.problems else "")
+        )
         usable = next((row for row, c in enumerate(rows) if c.compatible), None)
         if usable is not None:
             self.drafts_table.selectRow(usable)
-        self.show_status(f"{len(search.compatible)} of {len(rows)} drafts can draft for this target."
-                         if rows else "No drafts found for this family; the target alone still works.")
+        self.show_status(
+            f"{len(search.compatible)} of {len(rows)} drafts can draft for this target."
+            if rows
+            else "No drafts found for this family; the target alone still works."
+        )
         self._update_buttons()
         self.draftsFound.emit()
 
@@ -282,8 +321,11 @@ class SearchTab(QWidget):
             if p.eta_s is not None:
                 text += f" · {p.eta_text} left"
         else:
-            text = {"checking": f"Asking the hub about {p.filename}…", "verifying":
-                    f"Checking the sha256 of {p.filename}…", "done": "Done."}.get(p.phase, p.phase)
+            text = {
+                "checking": f"Asking the hub about {p.filename}…",
+                "verifying": f"Checking the sha256 of {p.filename}…",
+                "done": "Done.",
+            }.get(p.phase, p.phase)
         self.show_status(text)
 
     @Slot(list)
@@ -327,8 +369,9 @@ class SearchTab(QWidget):
         target, draft = self.selected_file(), self.selected_draft()
         downloading = self._download is not None
         self.download_button.setEnabled(target is not None and not downloading)
-        self.download_button.setText("Download target + draft" if draft is not None and draft.repo_id
-                                     else "Download target")
+        self.download_button.setText(
+            "Download target + draft" if draft is not None and draft.repo_id else "Download target"
+        )
         self.cancel_button.setEnabled(downloading)
 
     def show_status(self, text: str, error: bool = False) -> None:

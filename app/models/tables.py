@@ -1,4 +1,5 @@
 """The read-only, one-row-at-a-time tables of the Models dialog: each row carries its key in column 0."""
+
 from __future__ import annotations
 
 from PySide6.QtCore import Qt

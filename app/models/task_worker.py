@@ -1,16 +1,16 @@
 """One engine call on a worker thread (a hub search, a header read, a look through the disk): the window
 gets its result or its message by signal, and a newer call of the same kind makes an older answer stale."""
+
 from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from engine.errors import EngineError
-
 from app.models.threads import start_worker, stop_and_wait
+from engine.errors import EngineError
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,7 @@
 """Worker threads that outlive their window: a QThread destroyed while it runs aborts the process, so
 the threads of the Models dialog's downloads and checks are kept here until they have finished, and so are the
 main window's engine and token counter threads once it closes (it asks them to stop and does not wait)."""
+
 from __future__ import annotations
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, Slot
@@ -43,7 +44,7 @@ class ThreadKeeper(QObject):
 
     @Slot()
     def stop_all(self) -> None:
-        for thread, worker in self._running:
+        for _thread, worker in self._running:
             worker.stop()
         for thread, _ in self._running:
             thread.wait(STOP_WAIT_MS)

@@ -1,5 +1,6 @@
 """Model → Server…: serve the loaded model to editors and scripts through the OpenAI-compatible API, on
 the window's own engine (its chat joins the same batch), with a live log of every request."""
+
 from __future__ import annotations
 
 import secrets
@@ -7,17 +8,28 @@ import time
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt, Signal
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import (QCheckBox, QFormLayout, QHBoxLayout, QLabel, QLineEdit, QPushButton,
-                               QSpinBox, QTableView, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
 
 from engine.errors import InvalidSettingError
 from engine.figures import FIGURE, NA
 
-
-RATE_MEANING = ("tok/s (API): the response's timings.predicted_per_second, counted as llama.cpp's server counts "
-                "it: every answer token, the first included, ÷ the time from the first token to the last. The chat's "
-                "stats line leaves the first token out (tokens after the first ÷ the same time), so it reads lower, "
-                "most on short answers.")
+RATE_MEANING = (
+    "tok/s (API): the response's timings.predicted_per_second, counted as llama.cpp's server counts "
+    "it: every answer token, the first included, ÷ the time from the first token to the last. The chat's "
+    "stats line leaves the first token out (tokens after the first ÷ the same time), so it reads lower, "
+    "most on short answers."
+)
 
 
 class RequestLogModel(QAbstractTableModel):
@@ -25,9 +37,18 @@ class RequestLogModel(QAbstractTableModel):
 
     # The figures' columns are named as the stats line names them (engine.figures); tok/s is the API's own figure,
     # which counts the first token too, so it is labelled as that one (RATE_MEANING), not as the stats line's.
-    COLUMNS = ("Time", "Client", "Endpoint", "Prompt", "Answer", f"{FIGURE['tokens_per_s'].unit} (API)",
-               FIGURE["acceptance_rate"].short.capitalize(), FIGURE["ttft_s"].short,
-               FIGURE["method"].label.capitalize(), FIGURE["finish_reason"].label.capitalize())
+    COLUMNS = (
+        "Time",
+        "Client",
+        "Endpoint",
+        "Prompt",
+        "Answer",
+        f"{FIGURE['tokens_per_s'].unit} (API)",
+        FIGURE["acceptance_rate"].short.capitalize(),
+        FIGURE["ttft_s"].short,
+        FIGURE["method"].label.capitalize(),
+        FIGURE["finish_reason"].label.capitalize(),
+    )
     RATE_COLUMN = 5
     KEEP = 500
 
@@ -60,9 +81,18 @@ class RequestLogModel(QAbstractTableModel):
         if r.status != 200:
             end = f"{r.status} {end}" if r.finish else str(r.status)
         ttft = NA if r.ttft_s is None else f"{1000 * r.ttft_s:.0f} ms"  # ms: a server's TTFT is short
-        return (time.strftime("%H:%M:%S", time.localtime(r.started)), r.client, r.endpoint, str(r.prompt_tokens),
-                str(r.completion_tokens), FIGURE["tokens_per_s"].value_text(r.tokens_per_s),
-                FIGURE["acceptance_rate"].value_text(r.acceptance_rate), ttft, r.method, end)[index.column()]
+        return (
+            time.strftime("%H:%M:%S", time.localtime(r.started)),
+            r.client,
+            r.endpoint,
+            str(r.prompt_tokens),
+            str(r.completion_tokens),
+            FIGURE["tokens_per_s"].value_text(r.tokens_per_s),
+            FIGURE["acceptance_rate"].value_text(r.acceptance_rate),
+            ttft,
+            r.method,
+            end,
+        )[index.column()]
 
     def add(self, record) -> None:
         if len(self.records) >= self.KEEP:
@@ -110,10 +140,14 @@ class ServerPanel(QWidget):
         key_row.addWidget(self.show_key)
         key_row.addWidget(generate)
         self.cors = QLineEdit(s.server_cors, placeholderText="e.g. http://localhost:3000 (comma-separated; * for any)")
-        self.hosts = QLineEdit(s.server_hosts, placeholderText="e.g. mybox.local (comma-separated; this machine's "
-                                                              "own addresses always work)")
-        self.hosts.setToolTip("Host names clients may use to reach the server. Requests addressed to any other name "
-                              "are refused, so a web page cannot reach it through a name it controls (DNS rebinding).")
+        self.hosts = QLineEdit(
+            s.server_hosts,
+            placeholderText="e.g. mybox.local (comma-separated; this machine's own addresses always work)",
+        )
+        self.hosts.setToolTip(
+            "Host names clients may use to reach the server. Requests addressed to any other name "
+            "are refused, so a web page cannot reach it through a name it controls (DNS rebinding)."
+        )
         self.parallel = QSpinBox(minimum=1, maximum=16, value=s.server_parallel)
         self.parallel.setToolTip("Requests decoded together in one batch (the chat counts as one); more wait in line.")
         form = QFormLayout()
@@ -146,9 +180,11 @@ class ServerPanel(QWidget):
         layout.addLayout(form)
         layout.addLayout(buttons)
         layout.addWidget(self.status)
-        caption = QLabel("Requests, each as measured: tok/s (API) is the figure the API's response gives "
-                         "(every answer token ÷ the time from the first token to the last, as llama.cpp's server "
-                         "counts; the chat's stats line leaves the first token out); n/a where none was read.")
+        caption = QLabel(
+            "Requests, each as measured: tok/s (API) is the figure the API's response gives "
+            "(every answer token ÷ the time from the first token to the last, as llama.cpp's server "
+            "counts; the chat's stats line leaves the first token out); n/a where none was read."
+        )
         caption.setWordWrap(True)
         caption.setToolTip(RATE_MEANING)
         layout.addWidget(caption)
@@ -161,9 +197,14 @@ class ServerPanel(QWidget):
         self.show_key.setText("Hide" if shown else "Show")
 
     def values(self) -> dict:
-        return {"server_port": self.port.value(), "server_lan": self.lan.isChecked(),
-                "server_api_key": self.api_key.text().strip(), "server_cors": self.cors.text().strip(),
-                "server_hosts": self.hosts.text().strip(), "server_parallel": self.parallel.value()}
+        return {
+            "server_port": self.port.value(),
+            "server_lan": self.lan.isChecked(),
+            "server_api_key": self.api_key.text().strip(),
+            "server_cors": self.cors.text().strip(),
+            "server_hosts": self.hosts.text().strip(),
+            "server_parallel": self.parallel.value(),
+        }
 
     def toggle(self) -> None:
         if self.running is not None:
@@ -209,7 +250,8 @@ class ServerPanel(QWidget):
             self.status.setText(
                 f"Serving {info['model']} at {info['url']}/v1 ({info['method']}, {info['parallel']} in parallel). "
                 "OpenAI clients: base_url = that address; the chat in this window joins the same batch."
-                + (f"\n{self.warning}" if self.warning else ""))
+                + (f"\n{self.warning}" if self.warning else "")
+            )
 
     def _row_added(self, *_args) -> None:
         self.table.resizeColumnsToContents()

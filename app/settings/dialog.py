@@ -4,22 +4,37 @@ Sampling and the system prompt are per chat (app/chat/settings_panel.py); the ap
 only seed the built-in Default preset. Every long explanation is a word-wrapped hint or a tooltip,
 so the dialog fits its default width without scrolling sideways.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtGui import QPalette
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFileDialog,
-                               QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QPushButton, QScrollArea,
-                               QSpinBox, QVBoxLayout, QWidget)
-
-from engine.modelfiles.embedded import DESCRIPTION, EMBEDDED, EMBEDDED_GEMMA
-from engine.errors import InvalidSettingError
-from engine.methods import DRAFT_METHODS, MAX_DRAFT_RANGE, MIN_DRAFT_RANGE, P_MIN_RANGE
-from engine.hardware import gpu_offload_supported
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QScrollArea,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.settings.values import METHOD_LABELS, AppSettings
+from engine.errors import InvalidSettingError
+from engine.hardware import gpu_offload_supported
+from engine.methods import DRAFT_METHODS, MAX_DRAFT_RANGE, MIN_DRAFT_RANGE, P_MIN_RANGE
+from engine.modelfiles.embedded import DESCRIPTION, EMBEDDED, EMBEDDED_GEMMA
 
 GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
 DEFAULT_SIZE = (560, 720)
@@ -118,8 +133,9 @@ class SettingsDialog(QDialog):
         self.target = ModelPicker(True)
         self.target.setToolTip(f"Empty means the embedded model: {DESCRIPTION}")
         self.draft = ModelPicker(False)
-        self.draft.setToolTip("A small model with the same vocabulary as the target, used by the draft-model and "
-                              "auto methods.")
+        self.draft.setToolTip(
+            "A small model with the same vocabulary as the target, used by the draft-model and auto methods."
+        )
 
     def _make_speculation_fields(self) -> None:
         self.speculation = QCheckBox("Speed up responses with speculative decoding")
@@ -129,21 +145,34 @@ class SettingsDialog(QDialog):
         self.max_draft = spin_box(*MAX_DRAFT_RANGE, "The most tokens drafted before the target model checks them.")
         self.min_draft = spin_box(*MIN_DRAFT_RANGE, "Shorter drafts are not worth checking: decode normally instead.")
         # two decimals, so the largest below P_MIN_RANGE's open end is 0.99
-        self.p_min = double_spin_box(P_MIN_RANGE[0], P_MIN_RANGE[1] - 0.01, 0.05, 2,
-                                     "Draft model stops drafting when its top token's probability falls below this.")
+        self.p_min = double_spin_box(
+            P_MIN_RANGE[0],
+            P_MIN_RANGE[1] - 0.01,
+            0.05,
+            2,
+            "Draft model stops drafting when its top token's probability falls below this.",
+        )
         self.exact_greedy = QCheckBox("Exact greedy")
-        self.exact_greedy.setToolTip("At temperature 0, answers identical to plain decoding's. llama.cpp rounds a "
-                                     "batch of rows differently from one row beyond some width, so at a near-tie greedy speculation can pick another token. This verifies only as "
-                                     "many rows at once as this build computes bit for bit like one-row steps "
-                                     "(measured per model): identical answers, less speed.")
+        self.exact_greedy.setToolTip(
+            "At temperature 0, answers identical to plain decoding's. llama.cpp rounds a "
+            "batch of rows differently from one row beyond some width, so at a near-tie greedy speculation can pick another token. This verifies only as "
+            "many rows at once as this build computes bit for bit like one-row steps "
+            "(measured per model): identical answers, less speed."
+        )
         self.adaptive = QCheckBox("Adaptive draft length")
-        self.adaptive.setToolTip("The draft length follows what pays off (measured acceptance and step times), and "
-                                 "speculation pauses while it would be slower than plain decoding.")
+        self.adaptive.setToolTip(
+            "The draft length follows what pays off (measured acceptance and step times), and "
+            "speculation pauses while it would be slower than plain decoding."
+        )
 
     def _make_runtime_fields(self) -> QWidget:
         """The runtime fields; returns the GPU layers row (the spin box, or why there is none)."""
-        self.n_ctx = spin_box(0, 1 << 20, "Tokens the model can see at once (prompt + answer). "
-                                          "0 uses the model's own. Changing it reloads the model.")
+        self.n_ctx = spin_box(
+            0,
+            1 << 20,
+            "Tokens the model can see at once (prompt + answer). "
+            "0 uses the model's own. Changing it reloads the model.",
+        )
         self.n_ctx.setSingleStep(1024)
         self.n_gpu_layers = spin_box(-1, 1000, "-1 offloads every layer the GPU build can; 0 runs on the CPU.")
         self.threads = spin_box(0, 512, "0 uses the physical cores.")
@@ -151,8 +180,10 @@ class SettingsDialog(QDialog):
         self.n_gpu_layers.setSpecialValueText("all")
         # A CPU-only build ignores GPU layers: say so, and keep the saved value (hidden) for a GPU build.
         self.no_gpu_backend = hint(NO_GPU_BACKEND)
-        self.no_gpu_backend.setToolTip("Models run on the CPU. A llama.cpp build with CUDA, Metal or Vulkan can "
-                                       "offload layers to a GPU; the saved GPU layers value is kept for it.")
+        self.no_gpu_backend.setToolTip(
+            "Models run on the CPU. A llama.cpp build with CUDA, Metal or Vulkan can "
+            "offload layers to a GPU; the saved GPU layers value is kept for it."
+        )
         gpu_layers = QWidget()
         gpu_row = QHBoxLayout(gpu_layers)
         gpu_row.setContentsMargins(0, 0, 0, 0)
@@ -165,9 +196,11 @@ class SettingsDialog(QDialog):
         self.flash_attention = QComboBox()
         for label in FLASH_ATTENTION:
             self.flash_attention.addItem(label)
-        self.flash_attention.setToolTip("Automatic: llama.cpp's choice. Off can be much faster on a CPU as the context "
-                                        "grows, but greedy answers with speculation then part from plain decoding's "
-                                        "at near-ties more often.")
+        self.flash_attention.setToolTip(
+            "Automatic: llama.cpp's choice. Off can be much faster on a CPU as the context "
+            "grows, but greedy answers with speculation then part from plain decoding's "
+            "at near-ties more often."
+        )
         return gpu_layers
 
     def _groups(self, gpu_layers: QWidget) -> list[tuple[str, QFormLayout]]:
@@ -177,8 +210,12 @@ class SettingsDialog(QDialog):
         models.addRow(hint("Draft and target must share a vocabulary: Model → Models… offers pairs."))
         spec = form()
         spec.addRow(self.speculation)
-        spec.addRow(hint("The target model checks every drafted token, so answers follow it as without speculation "
-                         "(a greedy answer may part where two tokens nearly tie)."))
+        spec.addRow(
+            hint(
+                "The target model checks every drafted token, so answers follow it as without speculation "
+                "(a greedy answer may part where two tokens nearly tie)."
+            )
+        )
         spec.addRow("Method", self.method)
         spec.addRow("Max draft tokens", self.max_draft)
         spec.addRow("Min draft tokens", self.min_draft)
@@ -189,16 +226,24 @@ class SettingsDialog(QDialog):
         checks.addStretch(1)
         spec.addRow(checks)
         sampling = form()
-        sampling.addRow(hint("Temperature, the system prompt and the other sampling values are set per chat: "
-                             "the Preset button under the conversation (File → Chat settings…) picks a preset "
-                             "and changes it for that chat. New chats start from the default preset."))
+        sampling.addRow(
+            hint(
+                "Temperature, the system prompt and the other sampling values are set per chat: "
+                "the Preset button under the conversation (File → Chat settings…) picks a preset "
+                "and changes it for that chat. New chats start from the default preset."
+            )
+        )
         runtime = form()
         runtime.addRow("Context size", self.n_ctx)
         runtime.addRow("GPU layers", gpu_layers)
         runtime.addRow("Threads", self.threads)
         runtime.addRow("Flash attention", self.flash_attention)
-        return [("Models", models), ("Speculative decoding", spec), ("Sampling", sampling),
-                ("Runtime (changes reload the model)", runtime)]
+        return [
+            ("Models", models),
+            ("Speculative decoding", spec),
+            ("Sampling", sampling),
+            ("Runtime (changes reload the model)", runtime),
+        ]
 
     def _lay_out(self, groups: list[tuple[str, QFormLayout]]) -> None:
         body = QWidget()
@@ -215,12 +260,16 @@ class SettingsDialog(QDialog):
         self.error.setWordWrap(True)
         self.error.setStyleSheet("color: #c62828;")
         self.error.hide()
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
-                                   | QDialogButtonBox.StandardButton.RestoreDefaults)
+        buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Ok
+            | QDialogButtonBox.StandardButton.Cancel
+            | QDialogButtonBox.StandardButton.RestoreDefaults
+        )
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         buttons.button(QDialogButtonBox.StandardButton.RestoreDefaults).clicked.connect(
-            lambda: self.load(replace(AppSettings(), **{k: getattr(self.original, k) for k in NOT_SHOWN})))
+            lambda: self.load(replace(AppSettings(), **{k: getattr(self.original, k) for k in NOT_SHOWN}))
+        )
         layout = QVBoxLayout(self)
         layout.addWidget(self.scroll, 1)
         layout.addWidget(self.error)
@@ -229,12 +278,21 @@ class SettingsDialog(QDialog):
     def _connect(self) -> None:
         self.speculation.toggled.connect(self._enable)
         self.method.currentIndexChanged.connect(self._enable)
-        for changed in (self.target.edit.textChanged, self.draft.edit.textChanged, self.speculation.toggled,
-                        self.method.currentIndexChanged, self.max_draft.valueChanged, self.min_draft.valueChanged,
-                        self.p_min.valueChanged, self.adaptive.toggled, self.exact_greedy.toggled,
-                        self.n_ctx.valueChanged,
-                        self.n_gpu_layers.valueChanged, self.threads.valueChanged,
-                        self.flash_attention.currentIndexChanged):
+        for changed in (
+            self.target.edit.textChanged,
+            self.draft.edit.textChanged,
+            self.speculation.toggled,
+            self.method.currentIndexChanged,
+            self.max_draft.valueChanged,
+            self.min_draft.valueChanged,
+            self.p_min.valueChanged,
+            self.adaptive.toggled,
+            self.exact_greedy.toggled,
+            self.n_ctx.valueChanged,
+            self.n_gpu_layers.valueChanged,
+            self.threads.valueChanged,
+            self.flash_attention.currentIndexChanged,
+        ):
             changed.connect(self._recheck)
 
     def _enable(self) -> None:
@@ -292,11 +350,20 @@ class SettingsDialog(QDialog):
             if path not in (None, EMBEDDED, EMBEDDED_GEMMA) and not Path(path).expanduser().is_file():
                 raise InvalidSettingError(f"The {label} model file does not exist: {path}")
         return replace(
-            self.original, model=self.target.value(), draft=self.draft.value(),
-            speculation=self.speculation.isChecked(), method=self.method.currentData(),
-            max_draft=self.max_draft.value(), min_draft=self.min_draft.value(), p_min=round(self.p_min.value(), 4),
-            adaptive=self.adaptive.isChecked(), exact_greedy=self.exact_greedy.isChecked(), n_ctx=self.n_ctx.value(), n_gpu_layers=self.n_gpu_layers.value(),
-            threads=self.threads.value() or None, flash_attention=FLASH_ATTENTION[self.flash_attention.currentText()],
+            self.original,
+            model=self.target.value(),
+            draft=self.draft.value(),
+            speculation=self.speculation.isChecked(),
+            method=self.method.currentData(),
+            max_draft=self.max_draft.value(),
+            min_draft=self.min_draft.value(),
+            p_min=round(self.p_min.value(), 4),
+            adaptive=self.adaptive.isChecked(),
+            exact_greedy=self.exact_greedy.isChecked(),
+            n_ctx=self.n_ctx.value(),
+            n_gpu_layers=self.n_gpu_layers.value(),
+            threads=self.threads.value() or None,
+            flash_attention=FLASH_ATTENTION[self.flash_attention.currentText()],
         ).validated()
 
     def accept(self) -> None:

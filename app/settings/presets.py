@@ -4,22 +4,31 @@ A conversation keeps the name of its preset and the values it overrides, e.g. {"
 "temperature": 0.2}; PresetBook.effective() combines the two into what its next response uses. Without
 a presets file there is one preset, "Default", made from the app settings' values. No Qt here.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from app.settings.values import AppSettings, check_field, read_json_object, set_aside, write_json_atomic
+from engine.decoding.sampling import SamplingParams
 from engine.errors import InvalidSettingError
 from engine.paths import config_dir, make_private
-from engine.decoding.sampling import SamplingParams
-
-from app.settings.values import AppSettings, check_field, read_json_object, set_aside, write_json_atomic
 
 FILE_NAME = "presets.json"
 DEFAULT_NAME = "Default"
 NAME_CHARS = 60
-PRESET_KEYS = ("system_prompt", "temperature", "top_k", "top_p", "min_p", "seed", "max_tokens", "engine_url",
-               "engine_model")
+PRESET_KEYS = (
+    "system_prompt",
+    "temperature",
+    "top_k",
+    "top_p",
+    "min_p",
+    "seed",
+    "max_tokens",
+    "engine_url",
+    "engine_model",
+)
 
 
 @dataclass(frozen=True)
@@ -36,13 +45,13 @@ class Preset:
     engine_model: str = AppSettings.engine_model
 
     @classmethod
-    def from_settings(cls, name: str, settings: AppSettings) -> "Preset":
+    def from_settings(cls, name: str, settings: AppSettings) -> Preset:
         return cls(name, **{k: getattr(settings, k) for k in PRESET_KEYS})
 
     def values(self) -> dict:
         return {k: getattr(self, k) for k in PRESET_KEYS}
 
-    def with_values(self, values: dict) -> "Preset":
+    def with_values(self, values: dict) -> Preset:
         return replace(self, **{k: v for k, v in values.items() if k in PRESET_KEYS})
 
     @property
@@ -50,8 +59,9 @@ class Preset:
         return bool(self.engine_url)
 
     def sampling(self) -> SamplingParams:
-        return SamplingParams(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
-                              min_p=self.min_p, seed=self.seed)
+        return SamplingParams(
+            temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p, seed=self.seed
+        )
 
 
 def valid_values(values: dict) -> dict:
@@ -83,7 +93,7 @@ class PresetBook:
         self.path = path or presets_path()
 
     @classmethod
-    def built_in(cls, settings: AppSettings, path: Path | None = None) -> "PresetBook":
+    def built_in(cls, settings: AppSettings, path: Path | None = None) -> PresetBook:
         return cls([Preset.from_settings(DEFAULT_NAME, settings)], DEFAULT_NAME, path)
 
     def names(self) -> list[str]:
@@ -123,8 +133,9 @@ class PresetBook:
         if new == old:
             return
         check_name(new, [n for n in self.names() if n != old])
-        self.presets = {(new if n == old else n): (replace(p, name=new) if n == old else p)
-                        for n, p in self.presets.items()}
+        self.presets = {
+            (new if n == old else n): (replace(p, name=new) if n == old else p) for n, p in self.presets.items()
+        }
         if self.default == old:
             self.default = new
 
@@ -142,8 +153,9 @@ class PresetBook:
 
     def save(self) -> None:
         """Write the file atomically, readable by the user alone (system prompts, servers). Raises only OSError."""
-        write_json_atomic(self.path, {"default": self.default, "presets": [asdict(p) for p in self.presets.values()]},
-                          private=True)
+        write_json_atomic(
+            self.path, {"default": self.default, "presets": [asdict(p) for p in self.presets.values()]}, private=True
+        )
 
 
 def check_name(name: str, taken: list[str]) -> None:
@@ -173,8 +185,9 @@ def load_presets(settings: AppSettings, path: Path | None = None) -> tuple[Prese
     if not isinstance(items, list) or not items:
         kept = set_aside(path)
         notice = f"Your presets file holds no list of presets, so {fallback}."
-        return PresetBook.built_in(settings, path), [f"{notice} The old file was kept as {kept.name}." if kept
-                                                     else notice]
+        return PresetBook.built_in(settings, path), [
+            f"{notice} The old file was kept as {kept.name}." if kept else notice
+        ]
     presets, skipped, reset = [], 0, []
     for item in items:
         name = item.get("name") if isinstance(item, dict) else None
@@ -197,5 +210,3 @@ def load_presets(settings: AppSettings, path: Path | None = None) -> tuple[Prese
     if not presets:
         return PresetBook.built_in(settings, path), notices
     return PresetBook(presets, raw.get("default"), path), notices
-
-

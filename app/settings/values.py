@@ -5,6 +5,7 @@ system keyring where one works (the file then says so, and holds no key), else i
 
 No Qt here: the dialog edits an AppSettings, this module validates, loads and saves it.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,14 +16,24 @@ import time
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
-from engine.errors import EngineError, InvalidSettingError
-from engine.remote.endpoint import normalised_url
 from engine.decoding.loader import DecoderSettings
-from engine.methods import (DEFAULT_MAX_DRAFT, DEFAULT_METHOD, DEFAULT_MIN_DRAFT, DEFAULT_P_MIN, DRAFT_METHODS,
-                            MAX_DRAFT_RANGE, METHODS, MIN_DRAFT_RANGE, P_MIN_RANGE, method_words)
-from engine.paths import config_dir, make_private, write_text_atomic, unwritable_reason
-from engine.remote.keys import save_key, saved_key
 from engine.decoding.sampling import SamplingParams
+from engine.errors import EngineError, InvalidSettingError
+from engine.methods import (
+    DEFAULT_MAX_DRAFT,
+    DEFAULT_METHOD,
+    DEFAULT_MIN_DRAFT,
+    DEFAULT_P_MIN,
+    DRAFT_METHODS,
+    MAX_DRAFT_RANGE,
+    METHODS,
+    MIN_DRAFT_RANGE,
+    P_MIN_RANGE,
+    method_words,
+)
+from engine.paths import config_dir, make_private, unwritable_reason, write_text_atomic
+from engine.remote.endpoint import normalised_url
+from engine.remote.keys import save_key, saved_key
 
 FILE_NAME = "settings.json"
 METHOD_LABELS = method_words("label")
@@ -90,39 +101,58 @@ class AppSettings:
         return self.method if self.speculation else "none"
 
     def decoder_settings(self) -> DecoderSettings:
-        return DecoderSettings(model=self.model, draft=self.draft, method=self.effective_method,
-                               max_draft=self.max_draft, min_draft=self.min_draft, adaptive=self.adaptive,
-                               p_min=self.p_min, n_ctx=self.n_ctx, n_gpu_layers=self.n_gpu_layers,
-                               threads=self.threads, flash_attention=self.flash_attention, exact=self.exact_greedy)
+        return DecoderSettings(
+            model=self.model,
+            draft=self.draft,
+            method=self.effective_method,
+            max_draft=self.max_draft,
+            min_draft=self.min_draft,
+            adaptive=self.adaptive,
+            p_min=self.p_min,
+            n_ctx=self.n_ctx,
+            n_gpu_layers=self.n_gpu_layers,
+            threads=self.threads,
+            flash_attention=self.flash_attention,
+            exact=self.exact_greedy,
+        )
 
     def serve_options(self):
         """engine.serving's ServeOptions (imported here: the HTTP stack loads only when it serves).
         Raises InvalidSettingError for options that cannot serve (the network without a key)."""
         from engine.serving.service import ServeOptions
 
-        return ServeOptions(host="0.0.0.0" if self.server_lan else "127.0.0.1", port=self.server_port,
-                            api_key=self.server_api_key.strip() or None, parallel=self.server_parallel,
-                            cors_origins=_listed(self.server_cors), allowed_hosts=_listed(self.server_hosts))
+        return ServeOptions(
+            host="0.0.0.0" if self.server_lan else "127.0.0.1",
+            port=self.server_port,
+            api_key=self.server_api_key.strip() or None,
+            parallel=self.server_parallel,
+            cors_origins=_listed(self.server_cors),
+            allowed_hosts=_listed(self.server_hosts),
+        )
 
     def sampling(self) -> SamplingParams:
-        return SamplingParams(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
-                              min_p=self.min_p, seed=self.seed)
+        return SamplingParams(
+            temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p, seed=self.seed
+        )
 
-    def validated(self) -> "AppSettings":
+    def validated(self) -> AppSettings:
         """Self, if every value is usable; raises InvalidSettingError with a message for a person."""
         for key, value in asdict(self).items():
             check_field(key, value)
         self.sampling()  # the engine's own checks, so the two never disagree
         DecoderSettings(method="none", max_draft=self.max_draft, min_draft=self.min_draft).speculation()
         if self.min_draft > max(self.max_draft, 1):
-            raise InvalidSettingError(f"min draft tokens ({self.min_draft}) must not exceed max draft tokens "
-                                      f"({self.max_draft}).")
+            raise InvalidSettingError(
+                f"min draft tokens ({self.min_draft}) must not exceed max draft tokens ({self.max_draft})."
+            )
         if self.speculation and self.method in DRAFT_METHODS and not self.draft:
-            raise InvalidSettingError(f"The {METHOD_LABELS[self.method].lower()} method needs a draft model: choose "
-                                      "one, or use prompt lookup.")
+            raise InvalidSettingError(
+                f"The {METHOD_LABELS[self.method].lower()} method needs a draft model: choose "
+                "one, or use prompt lookup."
+            )
         return self
 
-    def merged(self, changes: dict) -> "AppSettings":
+    def merged(self, changes: dict) -> AppSettings:
         """A copy with these keys changed; unknown keys raise InvalidSettingError."""
         unknown = set(changes) - {f.name for f in fields(self)}
         if unknown:
@@ -131,12 +161,13 @@ class AppSettings:
 
 
 def what_changed(old: AppSettings, new: AppSettings) -> str:
-    """"reload" (the target must be loaded again), "speculation" (applies to the next response),
+    """ "reload" (the target must be loaded again), "speculation" (applies to the next response),
     or "" (sampling and view settings are read per response)."""
     if any(getattr(old, k) != getattr(new, k) for k in RELOAD_KEYS):
         return "reload"
-    if old.effective_method != new.effective_method or any(getattr(old, k) != getattr(new, k)
-                                                           for k in SPECULATION_KEYS):
+    if old.effective_method != new.effective_method or any(
+        getattr(old, k) != getattr(new, k) for k in SPECULATION_KEYS
+    ):
         return "speculation"
     return ""
 
@@ -154,8 +185,9 @@ def load_settings(path: Path | None = None) -> tuple[AppSettings, list[str]]:
     make_private(path)  # an older version's file, readable by others: no longer
     settings, notices = _read(path)
     if reason:  # what the file holds is still used: only saving is impossible
-        notices.append(f"Settings will not be saved: {path.parent} is not writable ({reason}). Changes apply "
-                       "until you quit.")
+        notices.append(
+            f"Settings will not be saved: {path.parent} is not writable ({reason}). Changes apply until you quit."
+        )
     return settings, notices
 
 
@@ -216,8 +248,10 @@ def _with_server_key(settings: AppSettings, raw: dict, path: Path, notices: list
         return settings
     key = saved_key(str(path), SERVER_KEY_SERVICE)
     if not key:
-        notices.append("The API server's key could not be read from the system keyring; set it again in "
-                       "Model → Server… before serving on the network.")
+        notices.append(
+            "The API server's key could not be read from the system keyring; set it again in "
+            "Model → Server… before serving on the network."
+        )
         return settings
     _kept_keys[str(path)] = key
     return replace(settings, server_api_key=key)
@@ -278,6 +312,7 @@ def _int(lo: int, hi: int | None = None, none_ok: bool = False):
         if v is None:
             return none_ok
         return isinstance(v, int) and not isinstance(v, bool) and v >= lo and (hi is None or v <= hi)
+
     return ok
 
 
@@ -286,6 +321,7 @@ def _float(lo: float, hi: float, lo_open: bool = False, hi_open: bool = False):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
             return False
         return (v > lo if lo_open else v >= lo) and (v < hi if hi_open else v <= hi)
+
     return ok
 
 

@@ -25,14 +25,16 @@ ContextOverflowError with a message for a person.
 
 `python -m engine.chat_format` runs __main__.py here, which imports this module (never the reverse).
 """
+
 from __future__ import annotations
 
 import logging
 import re
 import secrets
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Protocol, Sequence
+from typing import Protocol
 
 from ..errors import ContextOverflowError, EngineError
 from ..template_sandbox import TemplateRefused, TemplateSandbox, shared_sandbox
@@ -129,10 +131,14 @@ class ChatFormatter:
     def _refuse(self, reason: str) -> None:
         """The model's template is not used again: a built-in format that its control tokens match writes the
         prompts instead, else the plain transcript."""
-        self._family = next((name for name, tokens in FAMILY_FORMATS.items()
-                             if all(self._is_control_text(t) for t in tokens)), None)
-        instead = (f"SpecChat uses the standard {self._family} format instead, which this model's control tokens "
-                   "match" if self._family else "SpecChat uses a plain transcript instead")
+        self._family = next(
+            (name for name, tokens in FAMILY_FORMATS.items() if all(self._is_control_text(t) for t in tokens)), None
+        )
+        instead = (
+            f"SpecChat uses the standard {self._family} format instead, which this model's control tokens match"
+            if self._family
+            else "SpecChat uses a plain transcript instead"
+        )
         name = Path(str(getattr(self.model, "path", "") or "the model")).name
         self.refusal = f"The chat template in {name} was refused: {reason}."  # what, without what instead
         self.template_error = self._unsaid = f"{self.refusal} {instead}."
@@ -179,16 +185,18 @@ class ChatFormatter:
             tokens.insert(0, self.model.bos)
         return hidden.restore(rendered), tokens, stops
 
-    def _hide_all(self, messages: Sequence[dict], hidden: "_Hidden") -> list[dict]:
-        return [{"role": m["role"], "content": hidden.hide(m["content"], self._control_texts(m["content"]))}
-                for m in messages]
+    def _hide_all(self, messages: Sequence[dict], hidden: _Hidden) -> list[dict]:
+        return [
+            {"role": m["role"], "content": hidden.hide(m["content"], self._control_texts(m["content"]))}
+            for m in messages
+        ]
 
     def _sandboxed(self, messages: list[dict]) -> str:
         """The model's template rendered where a hang or a memory blow-up cannot reach (template_sandbox.py)."""
         sandbox = self._sandbox or shared_sandbox()
         return sandbox.render(self.template, messages, bos=self._bos_text, eos=self._eos_text)
 
-    def _tokenize(self, rendered: str, hidden: "_Hidden") -> list[int]:
+    def _tokenize(self, rendered: str, hidden: _Hidden) -> list[int]:
         """Tokens of rendered template text: its control-token text as control tokens, the rest, with the
         hidden message text put back, as plain text (special=False).
 
@@ -227,7 +235,7 @@ class ChatFormatter:
         continue_last: the last message is an answer to continue (see render)."""
         messages = list(messages)
         system = [m for m in messages[:1] if m["role"] == "system"]
-        turns = messages[len(system):]
+        turns = messages[len(system) :]
         if continue_last and (not turns or turns[-1]["role"] != "assistant"):
             raise EngineError("There is no answer to continue.")
         if not turns or (turns[-1]["role"] != "user" and not continue_last):
@@ -250,14 +258,15 @@ class ChatFormatter:
                 f"{'Your message and the answer so far are' if continue_last else 'Your message is'} "
                 f"{size / 1024:,.0f} KB of text with the system prompt, far more than the {self.model.n_ctx}-token "
                 f"context can hold while keeping {reserve} tokens for the answer. Shorten the message, or attach "
-                "less of the file.")
+                "less of the file."
+            )
         if len(fits) < len(starts):
             log.info("%d oldest turns left out unrendered: too long for the context", len(starts) - len(fits))
         starts = fits
         lo, hi, best = 0, len(starts) - 1, None
         while lo <= hi:
             mid = (lo + hi) // 2
-            rendered = self.render(system + turns[starts[mid]:], continue_last)
+            rendered = self.render(system + turns[starts[mid] :], continue_last)
             if len(rendered[1]) <= budget:
                 best, hi = (starts[mid], rendered), mid - 1
             else:
@@ -315,8 +324,9 @@ def provably_too_long(model, size: int, tokens: int) -> bool:
 def check_messages(messages: Sequence[dict]) -> None:
     for m in messages:
         if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
-            raise EngineError(f'Malformed chat message (expected {{"role": {"|".join(ROLES)}, "content": text}}): '
-                              + repr(m)[:200])
+            raise EngineError(
+                f'Malformed chat message (expected {{"role": {"|".join(ROLES)}, "content": text}}): ' + repr(m)[:200]
+            )
 
 
 def token_attr(model, token: int) -> int:
@@ -382,4 +392,3 @@ def _text(model: _Tokenizer, token: int) -> str:
     if token is None or token < 0:
         return ""
     return model.token_text(token).decode("utf-8", "replace")
-

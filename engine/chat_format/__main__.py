@@ -8,6 +8,7 @@ prompt `text`, `uses_template`, the `stop` strings and the `tokens`, one per lin
 stderr and exit code 2. So is a chat template that breaks a limit (time, memory, output: see
 engine/template_sandbox.py); the line says what SpecChat's chat uses for that model instead.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,9 +16,9 @@ import json
 import sys
 from pathlib import Path
 
-from . import ChatFormatter, check_messages, is_special
 from .. import safe_files
 from ..errors import EngineError
+from . import ChatFormatter, check_messages, is_special
 
 EXIT_BAD_INPUT = 2
 MAX_MESSAGES_BYTES = 64 << 20  # beyond any context a model here takes
@@ -25,8 +26,9 @@ _MESSAGES = safe_files.Wording(unreadable="Cannot read {label}: {why}.")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m engine.chat_format",
-                                     description="Print the prompt a model reads for a conversation.")
+    parser = argparse.ArgumentParser(
+        prog="python -m engine.chat_format", description="Print the prompt a model reads for a conversation."
+    )
     parser.add_argument("--model", required=True, help="a GGUF file, or 'embedded'")
     parser.add_argument("--messages", required=True, help='a JSON file: a list of {"role", "content"}')
     args = parser.parse_args(argv)
@@ -42,8 +44,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def load_vocab(spec: str):
     """The model's vocabulary and template only (no weights). The one place the CLI loads a file."""
-    from ..modelfiles.embedded import resolve_model
     from ..decoding.runtime import LoadSettings, Model
+    from ..modelfiles.embedded import resolve_model
 
     return Model(resolve_model(spec), LoadSettings(n_gpu_layers=0), vocab_only=True)
 

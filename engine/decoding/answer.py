@@ -1,9 +1,10 @@
 """One answer's tokens become text here: cut before an end token, at the token budget, or exactly at a
 stop string, streamed without splitting a character. The chat, the batch and the server share it."""
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from .runtime import Model
 from .stop_strings import StopMatcher
@@ -57,8 +58,9 @@ class AnswerStream:
         keep, self.finish = tokens_to_keep(tokens, self.target, self.ignore_eos, self.tokens_left)
         kept, shown = [], []
         for i, tok in enumerate(tokens[:keep]):  # token by token, to stop exactly
-            released, hit_stop = self._stopper.push([(self._text.push(self.target.piece(tok)),
-                                                       source if i < accepted else None)])
+            released, hit_stop = self._stopper.push(
+                [(self._text.push(self.target.piece(tok)), source if i < accepted else None)]
+            )
             shown += released
             kept.append(tok)
             if hit_stop:  # tokens accepted past a stop string are neither shown nor kept

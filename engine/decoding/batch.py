@@ -9,13 +9,14 @@ With keep_caches, a finished job's cache stays in its sequence id, and a later p
 same way (the next turn of a conversation) is given that id and prefills only what is new; one that shares
 only a shorter start with it (a system prompt) gets a fresh id with that start shared into it.
 """
+
 from __future__ import annotations
 
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -104,8 +105,8 @@ class Job:
     stop: Sequence[str] = ()
     seeds: tuple[int, int] = (0, 0)  # the verifier's and the draft's random streams
     cancel: threading.Event = field(default_factory=threading.Event)
-    on_delta: Callable[["Job", Delta], None] | None = None
-    on_done: Callable[["Job"], None] | None = None
+    on_delta: Callable[[Job, Delta], None] | None = None
+    on_done: Callable[[Job], None] | None = None
     run: RequestRun | None = None  # set when admitted
     error: str | None = None  # set when it could not be served
 
@@ -151,12 +152,19 @@ class Batch:
     its clients (serving/scheduler.py), the lab a fixed list (batch_decode.py). Not thread-safe: one thread
     pumps it."""
 
-    def __init__(self, loop: StepLoop, slots: int, keep_caches: bool = False, prefill_chunk: int = PREFILL_CHUNK,
-                 reuse_prompt_logits: bool = False):
+    def __init__(
+        self,
+        loop: StepLoop,
+        slots: int,
+        keep_caches: bool = False,
+        prefill_chunk: int = PREFILL_CHUNK,
+        reuse_prompt_logits: bool = False,
+    ):
         target = loop.target
         if not 1 <= slots <= target.settings.n_seq_max:
-            raise InvalidSettingError(f"slots must be 1..{target.settings.n_seq_max} (the context's sequences), "
-                                      f"got {slots!r}")
+            raise InvalidSettingError(
+                f"slots must be 1..{target.settings.n_seq_max} (the context's sequences), got {slots!r}"
+            )
         self.loop, self.target, self.keep_caches, self.slots = loop, target, keep_caches, slots
         # A prompt's own logits, by the sequence id that holds its cache: the same prompt again (Regenerate) takes
         # them rather than re-decoding its last token alone, whose logits differ slightly from the batched prefill's.
@@ -170,14 +178,22 @@ class Batch:
         self.prefill_chunk = prefill_chunk  # prompt tokens per pump (a huge one: whole prompts, as before issue 51)
 
     @classmethod
-    def build(cls, target: Model, proposer: Proposer | None, speculation: SpeculationConfig, slots: int,
-              device: torch.device | None = None, step_costs: StepCosts | None = None, tune_threads: bool = True,
-              **options) -> "Batch":
+    def build(
+        cls,
+        target: Model,
+        proposer: Proposer | None,
+        speculation: SpeculationConfig,
+        slots: int,
+        device: torch.device | None = None,
+        step_costs: StepCosts | None = None,
+        tune_threads: bool = True,
+        **options,
+    ) -> Batch:
         """A batch on a new StepLoop: the one place outside the research tools that makes a step loop."""
         loop = StepLoop(target, proposer, speculation, device or pick_device(), step_costs, tune_threads=tune_threads)
         return cls(loop, slots, **options)
 
-    def take_caches(self, other: "Batch") -> None:
+    def take_caches(self, other: Batch) -> None:
         """Keep what another batch on the same target left in its cache (a speculation change keeps the chat's)."""
         self.cached, self.prompt_logits = other.cached, other.prompt_logits
 
@@ -198,8 +214,10 @@ class Batch:
         if not job.prompt:
             raise InvalidSettingError(f"request {job.id}: the prompt is empty")
         if len(job.prompt) >= self.target.n_ctx:
-            raise ContextOverflowError(f"request {job.id}: a {len(job.prompt)}-token prompt does not fit the "
-                                       f"{self.target.n_ctx}-token context, with room for an answer")
+            raise ContextOverflowError(
+                f"request {job.id}: a {len(job.prompt)}-token prompt does not fit the "
+                f"{self.target.n_ctx}-token context, with room for an answer"
+            )
         if not (isinstance(job.max_tokens, int) and job.max_tokens >= 1):
             raise InvalidSettingError(f"max_tokens must be a whole number ≥ 1, got {job.max_tokens!r}")
 
@@ -231,8 +249,7 @@ class Batch:
             return
         for seq in self.active:  # only now, so a first token never waits for the proposer
             if not seq.proposing:
-                self.loop.drafting.begin(seq.slot, seq.job.prompt, seq.job.sampling, self.loop.device,
-                                         seq.job.seeds[1])
+                self.loop.drafting.begin(seq.slot, seq.job.prompt, seq.job.sampling, self.loop.device, seq.job.seeds[1])
                 seq.proposing = True
         stepping = list(self.active)
         started = time.perf_counter()
@@ -313,6 +330,7 @@ class Batch:
         cache the prompt continues (the next turn of its conversation) is taken over. Otherwise the prompt
         goes to an id without a cache, keeping the others whole, and the start it shares with the best of
         them (a system prompt) is shared into it."""
+
         def score(slot: int) -> tuple[int, bool]:
             return common_prefix(self.cached.get(slot, ()), prompt), slot not in self.cached
 
@@ -354,12 +372,21 @@ class Batch:
         if not target.can_roll_back and (shared < len(held) or shared == len(job.prompt)):
             shared = 0  # a recurrent state cannot be cut back part-way: start again from the first token
         known = self.prompt_logits.pop(slot, None)
-        again = self.reuse_prompt_logits and known is not None and known[0] == tuple(job.prompt) \
+        again = (
+            self.reuse_prompt_logits
+            and known is not None
+            and known[0] == tuple(job.prompt)
             and shared == len(job.prompt)
+        )
         reused = shared if again else min(shared, len(job.prompt) - 1)  # else a token is decoded, for fresh logits
-        stats = GenerationStats(method=loop.method, backend=target.backend, prompt_tokens=len(job.prompt),
-                                reused_prompt_tokens=reused, draft_model_bytes=loop.draft_model_bytes,
-                                by_proposer={name: {"drafted": 0, "accepted": 0} for name in loop.proposer_names})
+        stats = GenerationStats(
+            method=loop.method,
+            backend=target.backend,
+            prompt_tokens=len(job.prompt),
+            reused_prompt_tokens=reused,
+            draft_model_bytes=loop.draft_model_bytes,
+            by_proposer={name: {"drafted": 0, "accepted": 0} for name in loop.proposer_names},
+        )
         job.run = RequestRun(job.id, slot, [], stats, admitted_at=time.perf_counter())
         self.filling = _Filling(job, slot, reused)
         try:
@@ -376,7 +403,7 @@ class Batch:
         last = start + rows == len(job.prompt)
         started = time.perf_counter()
         try:
-            logits = self.target.decode(job.prompt[start:start + rows], start, 1 if last else 0, seq_id=fill.slot)
+            logits = self.target.decode(job.prompt[start : start + rows], start, 1 if last else 0, seq_id=fill.slot)
             fill.done += rows
             if last and self.reuse_prompt_logits:
                 self.prompt_logits[fill.slot] = (tuple(job.prompt), logits.copy())
@@ -403,8 +430,15 @@ class Batch:
         """A prefilled job joins the active sequences with its first token; its proposer starts at its first step."""
         now, stats = time.perf_counter(), job.run.stats
         stats.prefill_s = stats.ttft_s = now - job.run.admitted_at  # other sequences' steps included: a wait
-        seq = _Sequence(slot, [*job.prompt, first], verifier, stats, stops_at_end=not job.ignore_eos, job=job,
-                        answer=AnswerStream(self.target, job.max_tokens, job.ignore_eos, job.stop))
+        seq = _Sequence(
+            slot,
+            [*job.prompt, first],
+            verifier,
+            stats,
+            stops_at_end=not job.ignore_eos,
+            job=job,
+            answer=AnswerStream(self.target, job.max_tokens, job.ignore_eos, job.stop),
+        )
         job.run.tokens = seq.answer.tokens  # the run's tokens are the answer's, as it grows
         self.active.append(seq)
         self._emit(seq, seq.answer.push([first]), now)
@@ -464,8 +498,7 @@ class Batch:
         """A job that ends without running: cancelled while waiting (error None), or refused."""
         job.error = error
         if job.run is None:
-            stats = GenerationStats(method=self.loop.method, backend=self.target.backend,
-                                    prompt_tokens=len(job.prompt))
+            stats = GenerationStats(method=self.loop.method, backend=self.target.backend, prompt_tokens=len(job.prompt))
             job.run = RequestRun(job.id, -1, [], stats, admitted_at=time.perf_counter())
         job.run.finished_at = time.perf_counter()
         job.run.stats.finish_reason = "error" if error else "cancelled"
@@ -473,8 +506,12 @@ class Batch:
             job.on_done(job)
 
 
-def run_jobs(batch: Batch, cancel: threading.Event | None = None, on_step: Callable[[], None] | None = None,
-             done: Callable[[], bool] | None = None) -> None:
+def run_jobs(
+    batch: Batch,
+    cancel: threading.Event | None = None,
+    on_step: Callable[[], None] | None = None,
+    done: Callable[[], bool] | None = None,
+) -> None:
     """Pump until every job is done, or until done() says so (the jobs left are then ended); on cancel,
     end them all and raise GenerationCancelled."""
     while not batch.idle:

@@ -6,16 +6,22 @@ A timing may be cut short (the window's worker interrupts it when a message is s
 was timed is kept: each size timed in all its rounds joins the model's kept timings, and a size part-timed keeps
 its fastest and rounds in memory, so the next calibration goes on where this one stopped. Meanwhile answers plan
 on what has been timed so far (timing_deferred)."""
+
 from __future__ import annotations
 
 import time
 import weakref
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator
 
 from . import step_timings
-from .cost_model import (CALIBRATION_REPEATED_UP_TO, CALIBRATION_REPEATS, CALIBRATION_WARMUP, StepCosts,
-                         calibration_sizes)
+from .cost_model import (
+    CALIBRATION_REPEATED_UP_TO,
+    CALIBRATION_REPEATS,
+    CALIBRATION_WARMUP,
+    StepCosts,
+    calibration_sizes,
+)
 from .runtime import Model
 
 # on_progress(done, total, seconds_left): timings done (one per size and round) of those the curve needs, and
@@ -23,11 +29,10 @@ from .runtime import Model
 Progress = Callable[[int, int, "float | None"], None]
 
 # A timing cut short, by model (a reload starts afresh): its thread count and each size's (fastest, rounds).
-_unfinished: "weakref.WeakKeyDictionary[Model, tuple[int, dict[int, tuple[float, int]]]]" = \
-    weakref.WeakKeyDictionary()
-_deferred: "weakref.WeakSet[Model]" = weakref.WeakSet()  # models whose answers may not wait on a timing
+_unfinished: weakref.WeakKeyDictionary[Model, tuple[int, dict[int, tuple[float, int]]]] = weakref.WeakKeyDictionary()
+_deferred: weakref.WeakSet[Model] = weakref.WeakSet()  # models whose answers may not wait on a timing
 # Step costs given a curve that lacks sizes while deferred, and how many sizes it had: completed afterwards.
-_incomplete: "weakref.WeakKeyDictionary[StepCosts, int]" = weakref.WeakKeyDictionary()
+_incomplete: weakref.WeakKeyDictionary[StepCosts, int] = weakref.WeakKeyDictionary()
 
 
 def rounds_of(rows: int) -> int:
@@ -47,9 +52,18 @@ def timing_deferred(target: Model) -> Iterator[None]:
         _deferred.discard(target)
 
 
-def calibrate_steps(target: Model, steps: StepCosts, max_draft: int, slot: int, start: int, token: int,
-                    sequences: int, timed_only: bool, clock: Callable[[], float] = time.perf_counter,
-                    on_progress: Progress | None = None) -> None:
+def calibrate_steps(
+    target: Model,
+    steps: StepCosts,
+    max_draft: int,
+    slot: int,
+    start: int,
+    token: int,
+    sequences: int,
+    timed_only: bool,
+    clock: Callable[[], float] = time.perf_counter,
+    on_progress: Progress | None = None,
+) -> None:
     """Give `steps` the time of every size `sequences` sequences may verify together (up to max_draft drafts
     each), unless it has them: timed in free cells from `start` of sequence `slot`, or with timed_only (or
     while timing_deferred), only the sizes this model has timed so far."""
@@ -80,12 +94,22 @@ def timed_so_far(target: Model, sizes: list[int]) -> dict[int, float]:
     kept, threads = target.step_timings, target.threads
     threads_then, begun = _unfinished.get(target, (threads, {}))
     part = {rows: fastest for rows, (fastest, _) in begun.items()} if threads_then == threads else {}
-    return {rows: kept[threads, rows] if (threads, rows) in kept else part[rows]
-            for rows in sizes if (threads, rows) in kept or rows in part}
+    return {
+        rows: kept[threads, rows] if (threads, rows) in kept else part[rows]
+        for rows in sizes
+        if (threads, rows) in kept or rows in part
+    }
 
 
-def time_steps(target: Model, slot: int, start: int, token: int, sizes: list[int],
-               clock: Callable[[], float] = time.perf_counter, on_progress: Progress | None = None) -> dict[int, float]:
+def time_steps(
+    target: Model,
+    slot: int,
+    start: int,
+    token: int,
+    sizes: list[int],
+    clock: Callable[[], float] = time.perf_counter,
+    on_progress: Progress | None = None,
+) -> dict[int, float]:
     """Seconds of a step of each size (rows of `token` in free cells from `start` of sequence `slot`, rolled
     back after), warm: CALIBRATION_WARMUP untimed one-row steps first, then CALIBRATION_REPEATS rounds over
     the sizes (those past CALIBRATION_REPEATED_UP_TO in the first only), the fastest of each size kept.
@@ -132,8 +156,14 @@ def _threads(target: Model, threads: int) -> Iterator[None]:
         target.set_threads(before)
 
 
-def _reporter(measured: dict[int, float], sizes: list[int], missing: list[int], begun: dict[int, tuple[float, int]],
-              on_progress: Progress | None, clock: Callable[[], float]) -> Callable[[int, float], None]:
+def _reporter(
+    measured: dict[int, float],
+    sizes: list[int],
+    missing: list[int],
+    begun: dict[int, tuple[float, int]],
+    on_progress: Progress | None,
+    clock: Callable[[], float],
+) -> Callable[[int, float], None]:
     """on_timed for time_sizes: after each timing, on_progress with the timings done, of all, and an estimate
     of the seconds left. `measured` (seconds by rows so far) takes each timing at the time it took from the end
     of the one before, rollback and reporting included: by the decode alone, the estimate fell short by half on
@@ -166,8 +196,7 @@ def seconds_left(measured: dict[int, float], left: list[int]) -> float | None:
         return None
     n = len(measured)
     mean_r, mean_s = sum(measured) / n, sum(measured.values()) / n
-    slope = (sum((r - mean_r) * (s - mean_s) for r, s in measured.items())
-             / sum((r - mean_r) ** 2 for r in measured))
+    slope = sum((r - mean_r) * (s - mean_s) for r, s in measured.items()) / sum((r - mean_r) ** 2 for r in measured)
     widest = measured[max(measured)]
 
     def predicted(rows: int) -> float:
@@ -176,8 +205,9 @@ def seconds_left(measured: dict[int, float], left: list[int]) -> float | None:
     return sum(predicted(rows) for rows in left)
 
 
-def time_decode(target: Model, slot: int, start: int, token: int, rows: int,
-                clock: Callable[[], float] = time.perf_counter) -> float:
+def time_decode(
+    target: Model, slot: int, start: int, token: int, rows: int, clock: Callable[[], float] = time.perf_counter
+) -> float:
     """Seconds of one decode of `rows` rows of `token` in free cells from `start` of sequence `slot`, rolled
     back after (also when the decode is interrupted)."""
     t = clock()
@@ -188,9 +218,16 @@ def time_decode(target: Model, slot: int, start: int, token: int, rows: int,
         target.forget_from(start, slot)
 
 
-def time_sizes(target: Model, slot: int, start: int, token: int, sizes: list[int],
-               clock: Callable[[], float] = time.perf_counter, begun: dict[int, tuple[float, int]] | None = None,
-               on_timed: Callable[[int, float], None] | None = None) -> dict[int, float]:
+def time_sizes(
+    target: Model,
+    slot: int,
+    start: int,
+    token: int,
+    sizes: list[int],
+    clock: Callable[[], float] = time.perf_counter,
+    begun: dict[int, tuple[float, int]] | None = None,
+    on_timed: Callable[[int, float], None] | None = None,
+) -> dict[int, float]:
     """The timing itself: nothing is read from or kept in the model's timings. begun: each size's (fastest,
     rounds) from a timing cut short, updated after every timing (so it is current if this one is cut short
     too); a size goes on from the round it reached. on_timed(rows, seconds) after every timing."""

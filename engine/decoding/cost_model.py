@@ -10,6 +10,7 @@ source has been continuing well (a 12-token match that has been copying is almos
 row count, so an outlier (a busy core, a page fault) does not steer the plan. Plain decoding (k = 0) is
 always a candidate and wins whenever speculation is not predicted to pay by MIN_GAIN.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -17,8 +18,8 @@ import heapq
 import math
 import statistics
 from collections import deque
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Sequence
 
 from ..errors import InvalidSettingError
 from ..methods import DEFAULT_MAX_DRAFT, DEFAULT_MIN_DRAFT, MAX_DRAFT_LIMIT, MAX_DRAFT_RANGE, MIN_DRAFT_RANGE
@@ -264,21 +265,23 @@ class Acceptance:
             table[:] = [x * share for x in table]
         self._sums = {f: [sum(self._tried[f]), sum(self._kept[f])] for f in self._tried}
 
-    def slot_acceptance(self, feature: Hashable, own: "Acceptance | None" = None,
-                        slots: int | None = None) -> list[float]:
+    def slot_acceptance(
+        self, feature: Hashable, own: Acceptance | None = None, slots: int | None = None
+    ) -> list[float]:
         """Per slot (the first `slots` of them): what a bet may count on. For a lookup match, the estimate less
         BET_CONFIDENCE_SDS of its uncertainty, which shrinks as the slot's observations grow (see there); for a
         draft model's guess, the estimate: it has one feature, so no choice among many to favour the lucky."""
         mean = self.mean_acceptance(feature, own, slots)
         if not _is_match(feature):
             return mean
-        seen = self._seen.get(feature, [0.0] * self.max_draft)[:len(mean)]  # planned every step: only the slots asked
+        seen = self._seen.get(feature, [0.0] * self.max_draft)[: len(mean)]  # planned every step: only the slots asked
         if own is not None and feature in own._seen:  # the shared table holds the sequence's own as a rule
             seen = [max(a, b) for a, b in zip(seen, own._seen[feature])]
         return [a - BET_CONFIDENCE_SDS * math.sqrt(n * a * (1.0 - a)) / (n + PRIOR_WEIGHT) for a, n in zip(mean, seen)]
 
-    def mean_acceptance(self, feature: Hashable, own: "Acceptance | None" = None,
-                        slots: int | None = None) -> list[float]:
+    def mean_acceptance(
+        self, feature: Hashable, own: Acceptance | None = None, slots: int | None = None
+    ) -> list[float]:
         """Per slot (the first `slots` of them): the estimate from every sequence's evidence, or, given one
         sequence's own table, that sequence's evidence with the shared estimate as its prior (one answer
         copies while another does not)."""
@@ -290,8 +293,10 @@ class Acceptance:
         shared = [(k + PRIOR_WEIGHT * overall) / (t + PRIOR_WEIGHT) for t, k in zip(tried, kept)]
         if own is None or feature not in own._tried:
             return shared
-        return [(k + SEQUENCE_PRIOR_WEIGHT * a) / (t + SEQUENCE_PRIOR_WEIGHT)
-                for t, k, a in zip(own._tried[feature], own._kept[feature], shared)]
+        return [
+            (k + SEQUENCE_PRIOR_WEIGHT * a) / (t + SEQUENCE_PRIOR_WEIGHT)
+            for t, k, a in zip(own._tried[feature], own._kept[feature], shared)
+        ]
 
     def _pooled_prior(self, feature: Hashable) -> float:
         """A feature seen little borrows from its neighbours: every lookup feature with a match at least
@@ -309,8 +314,9 @@ class Acceptance:
                 kept += kept_sum
         return min(prior, (kept + PRIOR_WEIGHT * prior) / (tried + PRIOR_WEIGHT))
 
-    def expected_tokens(self, feature: Hashable, own: "Acceptance | None" = None,
-                        slots: int | None = None, bet: bool = True) -> list[float]:
+    def expected_tokens(
+        self, feature: Hashable, own: Acceptance | None = None, slots: int | None = None, bet: bool = True
+    ) -> list[float]:
         """E(k) for k = 0..slots (max_draft by default), or fewer: it stops where a further slot would add
         under NEGLIGIBLE_TOKENS, since no step is worth a row for that. bet: what a bet counts on
         (slot_acceptance), else the estimates themselves."""
@@ -362,9 +368,14 @@ def _ratio(outcomes: Sequence[tuple[int, float, int]]) -> float:
     return sum(k for _, _, k in outcomes) / predicted
 
 
-def allocate_draft_rows(expected: list[list[float]], caps: list[int], base_rows: int,
-                        step_seconds: Callable[[int], float], draft_seconds_per_token: float = 0.0,
-                        min_gain: float = 1.0) -> list[int]:
+def allocate_draft_rows(
+    expected: list[list[float]],
+    caps: list[int],
+    base_rows: int,
+    step_seconds: Callable[[int], float],
+    draft_seconds_per_token: float = 0.0,
+    min_gain: float = 1.0,
+) -> list[int]:
     """Draft lengths (one per sequence) that maximise expected tokens per second for the batch.
 
     expected[i][k] is sequence i's expected tokens from a step that verifies k of its drafts. A step
@@ -516,12 +527,21 @@ class DraftPlanner:
         d, plain = self.draft_seconds_per_token, self.steps.seconds(n)
         if not self._draft_per_token or plain is None:
             return False
-        return all((n + k) / (k * d + self.steps.seconds(n + k, drafted=True)) <= MIN_GAIN * n / plain
-                   for k in range(1, n * self.config.max_draft + 1))
+        return all(
+            (n + k) / (k * d + self.steps.seconds(n + k, drafted=True)) <= MIN_GAIN * n / plain
+            for k in range(1, n * self.config.max_draft + 1)
+        )
 
     # --- decision -----------------------------------------------------------------------------
-    def plan(self, features: list[Hashable], caps: list[int], own: list[Acceptance | None] | None = None,
-             taken_rows: int = 0, lags: list[int] | None = None, horizon: list[int] | None = None) -> Plan:
+    def plan(
+        self,
+        features: list[Hashable],
+        caps: list[int],
+        own: list[Acceptance | None] | None = None,
+        taken_rows: int = 0,
+        lags: list[int] | None = None,
+        horizon: list[int] | None = None,
+    ) -> Plan:
         """Draft lengths for sequences with these proposal features; caps bound each (room, proposal); own:
         each sequence's own acceptance table, if it keeps one; taken_rows: draft rows this step verifies anyway
         (another proposer's, planned first), which every row planned here is added to. For a costly proposer,
@@ -543,9 +563,14 @@ class DraftPlanner:
         # Scaled by realism, but never past what a step can yield: k drafts make at most k + 1 tokens.
         expected = [[min(1.0 + k, 1.0 + (e - 1.0) * h) for k, e in enumerate(per)] for per in raw]
         steps = self.steps
-        lengths = allocate_draft_rows(expected, [len(e) - 1 for e in raw], n + taken_rows,
-                                      lambda rows: steps.seconds(rows, drafted=rows > n),
-                                      self.draft_seconds_per_token, MIN_GAIN)
+        lengths = allocate_draft_rows(
+            expected,
+            [len(e) - 1 for e in raw],
+            n + taken_rows,
+            lambda rows: steps.seconds(rows, drafted=rows > n),
+            self.draft_seconds_per_token,
+            MIN_GAIN,
+        )
         lengths = [k if k >= cfg.min_draft else 0 for k in lengths]
         gained = [e[k] - 1.0 for e, k in zip(expected, lengths)]
         if any(lengths) and not self._repays(lengths, gained, n + taken_rows, lags, horizon):
@@ -554,19 +579,21 @@ class DraftPlanner:
         self._predicted = sum(predicted)
         if any(lengths):
             self._probe_interval = FIRST_DRAFT_PROBE_AFTER
-            mean = [min(k, (self.acceptance.expected_tokens(f, o, k, bet=False)[-1] - 1.0) * h) if k else 0.0
-                    for f, o, k in zip(features, own or [None] * n, lengths)]
+            mean = [
+                min(k, (self.acceptance.expected_tokens(f, o, k, bet=False)[-1] - 1.0) * h) if k else 0.0
+                for f, o, k in zip(features, own or [None] * n, lengths)
+            ]
             return Plan(lengths, predicted=predicted, expected=mean)
-        if (self.costly and self._steps_without_drafts >= self._probe_interval and any(caps)
-                and not self._hopeless(n)):
+        if self.costly and self._steps_without_drafts >= self._probe_interval and any(caps) and not self._hopeless(n):
             probe = [min(max(cfg.min_draft, 2), c) for c in caps]
             if self._probe_affordable(probe, n + taken_rows, lags, horizon):
                 self._probe_interval = min(2 * self._probe_interval, LONGEST_PROBE_INTERVAL)
                 return Plan(probe)  # a probe keeps acceptance current
         return Plan(lengths)
 
-    def _repays(self, lengths: list[int], gained: list[float], rows: int, lags: list[int] | None,
-                horizon: list[int] | None) -> bool:
+    def _repays(
+        self, lengths: list[int], gained: list[float], rows: int, lags: list[int] | None, horizon: list[int] | None
+    ) -> bool:
         """A bet on drafts saves, over the tokens expected still to come, more than their catch-up costs."""
         catch_up = self._catch_up_of(lengths, lags)
         if not catch_up or horizon is None:
@@ -582,12 +609,15 @@ class DraftPlanner:
         """Seconds the sequences that draft (length > 0) need to catch up first."""
         return self.catch_up_seconds(sum(lag for lag, k in zip(lags or [], lengths) if k))
 
-    def _probe_affordable(self, probe: list[int], rows: int, lags: list[int] | None,
-                          horizon: list[int] | None) -> bool:
+    def _probe_affordable(self, probe: list[int], rows: int, lags: list[int] | None, horizon: list[int] | None) -> bool:
         """A probe's catch-up, tokens and wider verify cost at most PROBE_SHARE of the time still to come."""
         if horizon is None:
             return True
         n, drafted, steps = len(probe), sum(probe), self.steps
-        cost = (self._catch_up_of(probe, lags) + drafted * self.draft_seconds_per_token
-                + steps.seconds(rows + drafted, drafted=True) - steps.seconds(rows))
+        cost = (
+            self._catch_up_of(probe, lags)
+            + drafted * self.draft_seconds_per_token
+            + steps.seconds(rows + drafted, drafted=True)
+            - steps.seconds(rows)
+        )
         return cost <= PROBE_SHARE * sum(horizon) / n * steps.seconds(rows)

@@ -4,9 +4,11 @@ draft / accept): begin(slot, ...) when a sequence starts, draft(...) for this st
 with the verdicts, finish(slot, history) when it ends. A free proposer (lookup) proposes first and is then
 cut to the plan; a draft model is planned first and drafts only what is wanted; auto (proposers/auto.py)
 weighs both."""
+
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -60,25 +62,38 @@ def own_table(s: SequenceState, max_draft: int) -> Acceptance:
 class Drafting:
     """One proposer and its planner. `planner` holds the step costs every planner of a loop shares."""
 
-    def __init__(self, proposer: Proposer, planner: DraftPlanner, target: Model, speculation: SpeculationConfig,
-                 clock: Callable[[], float]):
+    def __init__(
+        self,
+        proposer: Proposer,
+        planner: DraftPlanner,
+        target: Model,
+        speculation: SpeculationConfig,
+        clock: Callable[[], float],
+    ):
         self.proposer, self.planner, self.target, self.speculation, self.clock = (
-            proposer, planner, target, speculation, clock)
+            proposer,
+            planner,
+            target,
+            speculation,
+            clock,
+        )
 
     @property
     def draft_planner(self) -> DraftPlanner:
         """The planner of a draft model's guesses (the one planner, but for auto)."""
         return self.planner
 
-    def begin(self, slot: int, prompt: Sequence[int], sampling: SamplingParams, device: torch.device,
-              seed: int) -> None:
+    def begin(
+        self, slot: int, prompt: Sequence[int], sampling: SamplingParams, device: torch.device, seed: int
+    ) -> None:
         self.proposer.start(slot, prompt, sampling, device, seed)
 
     def draft(self, active: list[SequenceState], room: list[int], tokens_left: list[int]) -> Drafted:
         raise NotImplementedError
 
-    def accept(self, active: list[SequenceState], proposals: list[Proposal], verdicts: list[Verdict],
-               tokens: list[list[int]]) -> None:
+    def accept(
+        self, active: list[SequenceState], proposals: list[Proposal], verdicts: list[Verdict], tokens: list[list[int]]
+    ) -> None:
         """Learn from a step's verdicts: each proposal's fate in its tables, the step's in its planner, and
         every sequence's new tokens against any shadow proposal."""
         self.record_outcome(proposals, verdicts)
@@ -140,13 +155,19 @@ class FreeDrafting(Drafting):
 
     def draft(self, active: list[SequenceState], room: list[int], tokens_left: list[int]) -> Drafted:
         planner, max_draft = self.planner, self.speculation.max_draft
-        offered = [self._up_to_end(p) if s.stops_at_end else p for s, p in
-                   zip(active, self.proposer.propose([(s.slot, s.history, max_draft) for s in active]))]
+        offered = [
+            self._up_to_end(p) if s.stops_at_end else p
+            for s, p in zip(active, self.proposer.propose([(s.slot, s.history, max_draft) for s in active]))
+        ]
         features = [feature(s, p) for s, p in zip(active, offered)]
         caps = [min(r, len(p.tokens)) for r, p in zip(room, offered)]
         plan = planner.plan(features, caps, [self.own(s) for s in active])
-        chosen = [Proposal(p.tokens[:k], None, p.match_length, beyond=p.tokens[k] if k < len(p.tokens) else None)
-                  if k else Proposal() for p, k in zip(offered, plan.lengths)]
+        chosen = [
+            Proposal(p.tokens[:k], None, p.match_length, beyond=p.tokens[k] if k < len(p.tokens) else None)
+            if k
+            else Proposal()
+            for p, k in zip(offered, plan.lengths)
+        ]
         for s, p, f, k in zip(active, offered, features, plan.lengths):
             if not k and p.tokens and not s.shadow:  # not drafting: score what it would have said
                 s.shadow, s.shadow_feature, s.shadow_hits = p.tokens[:SHADOW_TOKENS], f, 0
@@ -158,7 +179,7 @@ class FreeDrafting(Drafting):
         follows it) is cut after that token: nothing after it can be kept, as the answer ends there."""
         for i, tok in enumerate(proposal.tokens):
             if self.target.is_end(tok):
-                return Proposal(proposal.tokens[:i + 1], proposal.probs, proposal.match_length)
+                return Proposal(proposal.tokens[: i + 1], proposal.probs, proposal.match_length)
         return proposal
 
 
@@ -170,12 +191,17 @@ class ModelDrafting(Drafting):
 
     def plan(self, active: list[SequenceState], room: list[int], tokens_left: list[int]) -> Plan:
         """The plan, with each sequence's catch-up to repay within the tokens to come."""
-        return self.planner.plan([DRAFT_FEATURE] * len(active), room, [self.own(s) for s in active],
-                                 lags=[self.proposer.lag(s.slot, s.history) for s in active],
-                                 horizon=[tokens_to_come(s, left) for s, left in zip(active, tokens_left)])
+        return self.planner.plan(
+            [DRAFT_FEATURE] * len(active),
+            room,
+            [self.own(s) for s in active],
+            lags=[self.proposer.lag(s.slot, s.history) for s in active],
+            horizon=[tokens_to_come(s, left) for s, left in zip(active, tokens_left)],
+        )
 
-    def draft(self, active: list[SequenceState], room: list[int], tokens_left: list[int],
-              plan: Plan | None = None) -> Drafted:
+    def draft(
+        self, active: list[SequenceState], room: list[int], tokens_left: list[int], plan: Plan | None = None
+    ) -> Drafted:
         t = self.clock()
         plan = plan or self.plan(active, room, tokens_left)
         wants = [(s.slot, s.history, k) for s, k in zip(active, plan.lengths) if k]
@@ -195,4 +221,3 @@ class ModelDrafting(Drafting):
             # busy spell, and taken as it was it made every catch-up look too dear to repay, so the draft never
             # ran and no live catch-up could correct it.
             self.planner.record_catch_up(1, min(catch_up_row_s, token_s))
-

@@ -8,6 +8,7 @@ within the width measured here, and its answers are plain decoding's, token for 
 The measurement decodes one token sequence one row at a time (the reference), then as batches of 2, 3, ... rows
 from the same position, and compares every row's logits exactly; it stops at the first width that differs.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -17,7 +18,9 @@ from .runtime import Model
 MAX_MEASURED_ROWS = 17  # 16 drafts: wider verifies are rare in exact mode, and each width measured costs a decode
 
 
-def exact_verify_rows(target: Model, slot: int, start: int, tokens: list[int], max_rows: int = MAX_MEASURED_ROWS) -> int:
+def exact_verify_rows(
+    target: Model, slot: int, start: int, tokens: list[int], max_rows: int = MAX_MEASURED_ROWS
+) -> int:
     """The widest batch (1 at least) whose every row's logits equal one-row decodes', decoded at positions from
     `start` of sequence `slot` (free cells: rolled back after) on `tokens` (cycled to the width needed)."""
     top = max(1, min(max_rows, target.n_batch, target.n_ctx - start - 1))
@@ -30,8 +33,9 @@ def exact_verify_rows(target: Model, slot: int, start: int, tokens: list[int], m
         widest = 1
         for width in range(2, top + 1):
             target.forget_from(start, slot)
-            logits = target.decode_multi(row_tokens[:width], range(start, start + width), [slot] * width,
-                                         [True] * width)
+            logits = target.decode_multi(
+                row_tokens[:width], range(start, start + width), [slot] * width, [True] * width
+            )
             if not all(np.array_equal(logits[i], reference[i]) for i in range(width)):
                 break
             widest = width

@@ -1,16 +1,17 @@
 """The chat's decoder: one slot of a Batch (batch.py) that keeps its KV cache between answers, so a chat only
 processes the new part of its prompt, streaming text as it is produced."""
+
 from __future__ import annotations
 
 import threading
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 
 from ..errors import ContextOverflowError, InvalidSettingError
 from .answer import Delta
-from .calibration import Progress
 from .batch import Batch, Job
+from .calibration import Progress
 from .cost_model import SpeculationConfig, StepCosts
 from .proposers.base import Proposer
 from .runtime import Model
@@ -24,8 +25,13 @@ CHAT_SLOT = 0  # the chat's one sequence
 class SpeculativeDecoder:
     """Generates from a target model with any proposer, one answer at a time."""
 
-    def __init__(self, target: Model, proposer: Proposer | None = None,
-                 speculation: SpeculationConfig | None = None, device: torch.device | None = None):
+    def __init__(
+        self,
+        target: Model,
+        proposer: Proposer | None = None,
+        speculation: SpeculationConfig | None = None,
+        device: torch.device | None = None,
+    ):
         self.target = target
         self.device = device or pick_device()
         self.stats = GenerationStats()
@@ -38,8 +44,17 @@ class SpeculativeDecoder:
         measured step costs. Until the next change the planner is kept across responses, so acceptance
         follows the conversation."""
         # Whole prompts at once (Model.prefill's chunks): one answer at a time has no other stream to let through.
-        batch = Batch.build(self.target, proposer, speculation, 1, self.device, self._step_costs, keep_caches=True,
-                            prefill_chunk=self.target.n_batch, reuse_prompt_logits=True)
+        batch = Batch.build(
+            self.target,
+            proposer,
+            speculation,
+            1,
+            self.device,
+            self._step_costs,
+            keep_caches=True,
+            prefill_chunk=self.target.n_batch,
+            reuse_prompt_logits=True,
+        )
         if self.batch is not None:
             batch.take_caches(self.batch)
         self.batch = batch
@@ -74,9 +89,15 @@ class SpeculativeDecoder:
     def speculation(self) -> SpeculationConfig:
         return self.loop.speculation
 
-    def generate(self, prompt: Sequence[int], sampling: SamplingParams = SamplingParams(), max_tokens: int = 256,
-                 ignore_eos: bool = False, stop: Sequence[str] = (),
-                 cancel: threading.Event | None = None) -> Iterator[Delta]:
+    def generate(
+        self,
+        prompt: Sequence[int],
+        sampling: SamplingParams = SamplingParams(),
+        max_tokens: int = 256,
+        ignore_eos: bool = False,
+        stop: Sequence[str] = (),
+        cancel: threading.Event | None = None,
+    ) -> Iterator[Delta]:
         """Yield Deltas as tokens are produced; self.stats is live throughout and final afterwards."""
         if not prompt:
             raise InvalidSettingError("The prompt is empty.")
@@ -89,8 +110,17 @@ class SpeculativeDecoder:
             )
         seed = request_seed(sampling)
         deltas: list[Delta] = []
-        job = Job("chat", list(prompt), sampling, max_tokens, ignore_eos, stop, seeds=(seed, seed),
-                  cancel=cancel or threading.Event(), on_delta=lambda _job, delta: deltas.append(delta))
+        job = Job(
+            "chat",
+            list(prompt),
+            sampling,
+            max_tokens,
+            ignore_eos,
+            stop,
+            seeds=(seed, seed),
+            cancel=cancel or threading.Event(),
+            on_delta=lambda _job, delta: deltas.append(delta),
+        )
         batch = self.batch
         self.loop.planner.begin_request()
         self.target.set_interrupt(job.cancel.is_set)  # Stop ends even a verify part-way

@@ -3,6 +3,7 @@
 Read from its own log rather than assumed from the settings: a GPU build may keep layers on the CPU (too little
 VRAM, an operation the backend lacks), and the log is the one place that says so for every backend alike.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -10,8 +11,8 @@ import os
 import re
 import sys
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Iterable, Iterator
 
 import llama_cpp
 
@@ -71,8 +72,12 @@ def placement(log_text: str, gpu_names: Iterable[str] = ()) -> dict:
         device = on_device(name, gpu_names)
         if device:
             device_bytes[device] += size
-    return {"layers": total, "layers_on_gpu": on_gpu if (layers or offloaded) else None,
-            "all_layers_offloaded": (on_gpu == total) if (total and (layers or offloaded)) else None,
-            "layers_by_device": dict(layers),
-            "weights_bytes_by_buffer": {b["buffer"]: b["bytes"] for b in buffers if b["kind"] == "model"},
-            "buffers": buffers, "device_bytes": dict(device_bytes)}
+    return {
+        "layers": total,
+        "layers_on_gpu": on_gpu if (layers or offloaded) else None,
+        "all_layers_offloaded": (on_gpu == total) if (total and (layers or offloaded)) else None,
+        "layers_by_device": dict(layers),
+        "weights_bytes_by_buffer": {b["buffer"]: b["bytes"] for b in buffers if b["kind"] == "model"},
+        "buffers": buffers,
+        "device_bytes": dict(device_bytes),
+    }

@@ -1,13 +1,14 @@
 """Builds a ready decoder from plain settings: the one place that wires models to proposers."""
+
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
 
-from .cost_model import SpeculationConfig
-from ..modelfiles.embedded import resolve_model
 from ..errors import InvalidSettingError, SpeculationUnavailable
 from ..methods import DEFAULT_MAX_DRAFT, DEFAULT_METHOD, DEFAULT_MIN_DRAFT, DEFAULT_P_MIN, DRAFT_METHODS, METHODS
+from ..modelfiles.embedded import resolve_model
+from .cost_model import SpeculationConfig
 from .generate import SpeculativeDecoder
 from .proposers.auto import AutoProposer
 from .proposers.base import NoProposer
@@ -43,12 +44,21 @@ class DecoderSettings:
             raise InvalidSettingError(f"The {self.method} method needs a draft model.")
 
     def speculation(self) -> SpeculationConfig:
-        return SpeculationConfig(max_draft=self.max_draft, min_draft=min(self.min_draft, max(self.max_draft, 1)),
-                                 adaptive=self.adaptive, exact=self.exact)
+        return SpeculationConfig(
+            max_draft=self.max_draft,
+            min_draft=min(self.min_draft, max(self.max_draft, 1)),
+            adaptive=self.adaptive,
+            exact=self.exact,
+        )
 
     def load_settings(self, n_seq_max: int = 1) -> LoadSettings:
-        return LoadSettings(n_ctx=self.n_ctx, n_gpu_layers=self.n_gpu_layers, threads=self.threads,
-                            n_seq_max=n_seq_max, flash_attention=self.flash_attention)
+        return LoadSettings(
+            n_ctx=self.n_ctx,
+            n_gpu_layers=self.n_gpu_layers,
+            threads=self.threads,
+            n_seq_max=n_seq_max,
+            flash_attention=self.flash_attention,
+        )
 
 
 def load_target(settings: DecoderSettings, n_seq_max: int = 1) -> Model:
@@ -76,12 +86,26 @@ def make_proposer(settings: DecoderSettings, target: Model, draft: Model | None)
     settings.speculation()  # validates the draft lengths
     if settings.method != "none":
         require_rollback(target, draft)
-    return proposer_for(settings.method, target, draft, p_min=settings.p_min, min_ngram=settings.min_ngram,
-                        max_ngram=settings.max_ngram, remember_requests=settings.remember_requests)
+    return proposer_for(
+        settings.method,
+        target,
+        draft,
+        p_min=settings.p_min,
+        min_ngram=settings.min_ngram,
+        max_ngram=settings.max_ngram,
+        remember_requests=settings.remember_requests,
+    )
 
 
-def proposer_for(method: str, target: Model, draft: Model | None, p_min: float = DEFAULT_P_MIN, min_ngram: int = 1,
-                 max_ngram: int = DEFAULT_MAX_NGRAM, remember_requests: bool = True):
+def proposer_for(
+    method: str,
+    target: Model,
+    draft: Model | None,
+    p_min: float = DEFAULT_P_MIN,
+    min_ngram: int = 1,
+    max_ngram: int = DEFAULT_MAX_NGRAM,
+    remember_requests: bool = True,
+):
     """The proposer of one method (the chat's, the lab's, the system check's): none, lookup, draft or auto."""
     if method == "lookup":
         return LookupProposer(min_ngram, max_ngram, remember_requests)

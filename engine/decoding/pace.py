@@ -7,6 +7,7 @@ count and this many sequences: a plain step slows as the context grows, ~9 ms at
 SmolLM2 here); before there are any, from the calibrated one-row step time. Both sides are timed the same way:
 a step from planning to its tokens, drafting included. It is an estimate, and the stats line says so.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -49,8 +50,9 @@ class PlainPace:
             self._threads = threads
         self._samples.setdefault(sequences, deque(maxlen=PLAIN_MEMORY)).append((position, seconds, now))
 
-    def predict(self, sequences: int, threads: int, position: float, fallback: float | None,
-                now: float) -> float | None:
+    def predict(
+        self, sequences: int, threads: int, position: float, fallback: float | None, now: float
+    ) -> float | None:
         """A plain step's seconds here now; `fallback` (the calibrated time) without enough fresh plain steps."""
         samples = self._samples.get(sequences) if threads == self._threads else None
         fresh = [s for s in samples or () if now - s[2] <= PLAIN_FRESH_S][-RECENT_PLAIN:]
@@ -103,7 +105,7 @@ class SequencePace:
         if len(w) >= GUARD_MIN_STEPS and sum(t for *_, t in w) >= GUARD_MIN_TOKENS and any(d for _, _, d, _ in w):
             ratio = sum(p for _, p, _, _ in w) / sum(a for a, *_ in w)
             if ratio < GUARD_BELOW and self.plain_s <= GUARD_AHEAD * self.actual_s:
-                self.plain_steps_left = GUARD_BACKOFF_STEPS * 2 ** self.backoffs
+                self.plain_steps_left = GUARD_BACKOFF_STEPS * 2**self.backoffs
                 self.backoffs += 1
                 self.window.clear()
                 times = f" ({self.backoffs} times)" if self.backoffs > 1 else ""

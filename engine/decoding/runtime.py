@@ -3,24 +3,33 @@
 Only what the decode loop needs: tokenize, detokenize, decode a batch asking for logits only on
 the rows that will be read, read those rows as a zero-copy numpy view, and roll the KV cache back.
 """
+
 from __future__ import annotations
 
 import ctypes
 import logging
 import os
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
-from typing import Callable, Sequence
 
 import llama_cpp as L
 import numpy as np
 
 from ..errors import ContextOverflowError, EngineError, GenerationCancelled, ModelFileError
+from ..hardware import (
+    allowed_cpus,
+    backend_name,
+    cpu_uses_amx,
+    devices,
+    forget_device_buffers,
+    gpu_offload_supported,
+    note_device_buffers,
+    physical_cores,
+)
 from ..modelfiles.model_check import check_model_file
-from ..hardware import (allowed_cpus, backend_name, cpu_uses_amx, devices, forget_device_buffers,
-                        gpu_offload_supported, note_device_buffers, physical_cores)
 from . import step_timings
 from .load_log import llama_log, placement
 from .repack import repack_overrides
@@ -43,7 +52,7 @@ class LoadSettings:
         return min(self.threads or physical_cores(), allowed_cpus())
 
 
-@lru_cache(maxsize=None)
+@cache
 def _init_backend() -> None:
     from llama_cpp import _logger
 
@@ -83,7 +92,7 @@ def flash_attention_type(settings: LoadSettings) -> int:
 # thread while the lab's thread opened a context crashed the process (a test run, 5 December). They take this
 # lock; a collector's free that would have to wait for it leaves the model to the next one instead.
 _lifecycle = threading.RLock()
-_unfreed: list["Model"] = []
+_unfreed: list[Model] = []
 
 
 def _free_unfreed() -> None:
@@ -127,8 +136,9 @@ class Model:
         self._ends: dict[int, bool] = {}
         self._max_token_bytes: int | None = None
         # (threads, rows) -> seconds (calibration.time_steps), shared by every load of this file with these settings
-        self.step_timings = step_timings.table_for(self.path, settings.n_gpu_layers, settings.n_batch,
-                                                   settings.flash_attention, self.repacked_weights)
+        self.step_timings = step_timings.table_for(
+            self.path, settings.n_gpu_layers, settings.n_batch, settings.flash_attention, self.repacked_weights
+        )
         if vocab_only:
             return
         try:
@@ -293,8 +303,9 @@ class Model:
             self._set_seq_ids([seq_id] * n)
         return self._run(n, logits_rows)
 
-    def decode_multi(self, tokens: Sequence[int], positions: Sequence[int], seq_ids: Sequence[int],
-                     want_logits: Sequence[bool]) -> np.ndarray:
+    def decode_multi(
+        self, tokens: Sequence[int], positions: Sequence[int], seq_ids: Sequence[int], want_logits: Sequence[bool]
+    ) -> np.ndarray:
         """Decode rows from several sequences at once; logits for rows where want_logits is true."""
         n = len(tokens)
         self._fill(n, tokens, positions, 0)
@@ -309,7 +320,7 @@ class Model:
         self._b_pos[:n] = positions
         self._b_logits[:n] = 0
         if logits_rows:
-            self._b_logits[n - logits_rows:n] = 1
+            self._b_logits[n - logits_rows : n] = 1
         self._batch.n_tokens = n
 
     def _set_seq_ids(self, seq_ids: Sequence[int]) -> None:
@@ -359,8 +370,9 @@ class Model:
             view = self._logits_views[key] = np.ctypeslib.as_array(ptr, shape=(logits_rows, self.n_vocab))
         return view
 
-    def prefill(self, tokens: Sequence[int], start_pos: int = 0, seq_id: int = 0, chunk: int | None = None,
-                should_stop=None) -> np.ndarray:
+    def prefill(
+        self, tokens: Sequence[int], start_pos: int = 0, seq_id: int = 0, chunk: int | None = None, should_stop=None
+    ) -> np.ndarray:
         """Decode a long run of tokens in chunks; logits for the last token only."""
         if start_pos + len(tokens) > self.n_ctx:
             raise ContextOverflowError(
@@ -372,7 +384,7 @@ class Model:
         for begin in range(0, len(tokens), chunk):
             if should_stop is not None and should_stop():
                 raise GenerationCancelled("stopped during prompt processing")
-            part = tokens[begin:begin + chunk]
+            part = tokens[begin : begin + chunk]
             last = begin + chunk >= len(tokens)
             logits = self.decode(part, start_pos + begin, 1 if last else 0, seq_id)
         return logits
@@ -381,7 +393,7 @@ class Model:
         """Decode tokens from position 0 and return a copy of the logits of rows first_row.. (for checks)."""
         rows = []
         for begin in range(0, len(tokens), self.n_batch):
-            part = tokens[begin:begin + self.n_batch]
+            part = tokens[begin : begin + self.n_batch]
             want = [begin + i >= first_row for i in range(len(part))]
             logits = self.decode_multi(part, range(begin, begin + len(part)), [seq_id] * len(part), want)
             rows.append(logits.copy())
@@ -421,7 +433,7 @@ class Model:
                 self._model = None
             _free_unfreed()
 
-    def __enter__(self) -> "Model":
+    def __enter__(self) -> Model:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -439,7 +451,6 @@ class Model:
             pass
         finally:
             _lifecycle.release()
-
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int], start: int = 0) -> int:

@@ -4,6 +4,7 @@ Order follows llama.cpp's default chain: top-k, then top-p and min-p on the surv
 then temperature. The whole vocabulary is never sorted: top-k (or a growing top-k when top-k is
 off) picks the candidates first, as DESIGN.md measured a full sort at 105 ms on this vocabulary.
 """
+
 from __future__ import annotations
 
 import math

@@ -1,4 +1,5 @@
 """Live figures for one response. Every number is counted or timed, never estimated."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field

@@ -6,11 +6,12 @@ verified on its own rows, and each sequence's KV cache rolled back on its own; t
 verdicts are recorded. KV convention: a sequence's last token is not yet in the cache, so after a verdict the
 cache keeps positions < pos + 1 + accepted.
 """
+
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Callable, Hashable
 
 import torch
 
@@ -26,6 +27,7 @@ from .runtime import Model
 from .stats import GenerationStats
 from .threads import ThreadTuner
 from .verifier import Verifier
+
 
 @dataclass
 class SequenceState:
@@ -81,9 +83,16 @@ class StepTotals:
 class StepLoop:
     """A target, a proposer and the planner that decides, step by step, how much to speculate."""
 
-    def __init__(self, target: Model, proposer: Proposer | None, speculation: SpeculationConfig,
-                 device: torch.device, step_costs: StepCosts | None = None, tune_threads: bool = True,
-                 clock: Callable[[], float] = time.perf_counter):
+    def __init__(
+        self,
+        target: Model,
+        proposer: Proposer | None,
+        speculation: SpeculationConfig,
+        device: torch.device,
+        step_costs: StepCosts | None = None,
+        tune_threads: bool = True,
+        clock: Callable[[], float] = time.perf_counter,
+    ):
         self.target = target
         self.clock = clock  # what step times are read from (a replay's virtual clock: engine.measure.replay)
         self.speculation = speculation
@@ -123,7 +132,7 @@ class StepLoop:
 
     @property
     def speculating(self) -> bool:
-        return (self.proposer.name != "none" and self.speculation.max_draft > 0 and self.target.can_roll_back)
+        return self.proposer.name != "none" and self.speculation.max_draft > 0 and self.target.can_roll_back
 
     @property
     def method(self) -> str:
@@ -161,8 +170,10 @@ class StepLoop:
             cell_budget = (self.free_cells(active) - n) // n  # ... and the shared cache
             if cfg.exact:  # the batch stays as narrow as decodes like plain steps (unmeasured yet: one row)
                 row_budget = min(row_budget, ((self.exact_rows or 1) - n) // n)
-            room = [0 if s.pace.holding else max(0, min(cfg.max_draft, row_budget, cell_budget, left - 1))
-                    for s, left in zip(active, tokens_left)]  # the guard holds a sequence that ran below plain
+            room = [
+                0 if s.pace.holding else max(0, min(cfg.max_draft, row_budget, cell_budget, left - 1))
+                for s, left in zip(active, tokens_left)
+            ]  # the guard holds a sequence that ran below plain
             proposals = self._propose(active, room, tokens_left)
         self._switch_threads(self.threads.before_step(drafting=any(p.tokens for p in proposals)))
         totals = self.totals
@@ -183,8 +194,11 @@ class StepLoop:
         verdicts, offset = [], 0
         for s, proposal in zip(active, proposals):  # read every row before anything decodes again
             k = len(proposal.tokens)
-            verdicts.append(s.verifier.verify(logits[offset:offset + k + 1], proposal.tokens, proposal.probs,
-                                              position=len(s.history)))
+            verdicts.append(
+                s.verifier.verify(
+                    logits[offset : offset + k + 1], proposal.tokens, proposal.probs, position=len(s.history)
+                )
+            )
             offset += k + 1
         seconds = self.clock() - t
         totals.record(len(rows), seconds, n)
@@ -200,16 +214,18 @@ class StepLoop:
             if k:
                 s.stats.speculative_steps += 1
                 s.stats.record_verdict(k, verdict.accepted, source)
-            outcomes.append(StepOutcome([*proposal.tokens[:verdict.accepted], verdict.next_token], verdict.accepted,
-                                        source))
+            outcomes.append(
+                StepOutcome([*proposal.tokens[: verdict.accepted], verdict.next_token], verdict.accepted, source)
+            )
         self.drafting.accept(active, proposals, verdicts, [o.tokens for o in outcomes])
         self._record_pace(active, proposals, outcomes, self.clock() - began)
         for s, outcome in zip(active, outcomes):
             s.history += outcome.tokens
         return outcomes
 
-    def _record_pace(self, active: list[SequenceState], proposals: list[Proposal], outcomes: list[StepOutcome],
-                     seconds: float) -> None:
+    def _record_pace(
+        self, active: list[SequenceState], proposals: list[Proposal], outcomes: list[StepOutcome], seconds: float
+    ) -> None:
         """Each sequence's time against plain decoding's for the same tokens: a step that drafted nothing is plain
         decoding, at its own cost, and teaches what a plain step costs; a drafting step's tokens are priced at
         the predicted plain step. The guard acts on adaptive speculation only."""
@@ -221,12 +237,14 @@ class StepLoop:
         calibrated = self.planner.steps.plain_seconds(n)
         for s, p, outcome, pos in zip(active, proposals, outcomes, positions):
             made = len(outcome.tokens)
-            plain = seconds if plain_step else \
-                self.plain_pace.predict(n, threads, pos + (made - 1) / 2, calibrated, now)
+            plain = (
+                seconds if plain_step else self.plain_pace.predict(n, threads, pos + (made - 1) / 2, calibrated, now)
+            )
             if plain is None:
                 continue
-            s.pace.record(seconds, made * plain if not plain_step else plain, bool(p.tokens) and
-                          self.speculation.adaptive, made)
+            s.pace.record(
+                seconds, made * plain if not plain_step else plain, bool(p.tokens) and self.speculation.adaptive, made
+            )
             s.stats.speedup_vs_plain = s.pace.speedup if self.speculating else None  # plain is plain
             s.stats.guard = s.pace.note
 
@@ -235,8 +253,15 @@ class StepLoop:
             self.target.set_threads(threads)
             self.planner.steps.rescale()
 
-    def calibrate(self, slot: int = 0, start: int = 0, token: int = 0, sequences: int = 1,
-                  timed_only: bool = False, on_progress: Progress | None = None) -> None:
+    def calibrate(
+        self,
+        slot: int = 0,
+        start: int = 0,
+        token: int = 0,
+        sequences: int = 1,
+        timed_only: bool = False,
+        on_progress: Progress | None = None,
+    ) -> None:
         """Time a step of every size that `sequences` sequences may verify together, once, in free cells from
         `start` of sequence `slot` (rolled back after), so the planner knows what each verify costs before
         betting on one; and a costly proposer's token. Does nothing when calibrated already, or when nothing
@@ -246,8 +271,18 @@ class StepLoop:
             self.exact_rows = exact_verify_rows(self.target, slot, start, [token])
         if not (self.speculating and self.speculation.adaptive):
             return
-        calibrate_steps(self.target, self.planner.steps, self.speculation.max_draft, slot, start, token, sequences,
-                        timed_only, self.clock, on_progress)
+        calibrate_steps(
+            self.target,
+            self.planner.steps,
+            self.speculation.max_draft,
+            slot,
+            start,
+            token,
+            sequences,
+            timed_only,
+            self.clock,
+            on_progress,
+        )
         self.drafting.time_draft(slot)
 
     # --- proposing and planning -----------------------------------------------------------------
@@ -265,9 +300,7 @@ class StepLoop:
             # Paused only when the planner predicted plain decoding faster, never for a step taken to measure
             # plain decoding; a step with no choice to make (no proposal) or whose choice the token budget
             # made (too little room left for a draft worth its rows) keeps the last verdict.
-            if plan.measuring_plain or not cfg.adaptive:
-                s.stats.speculation_paused = False
-            elif k:
+            if plan.measuring_plain or not cfg.adaptive or k:
                 s.stats.speculation_paused = False
             elif cap >= cfg.min_draft and r >= cfg.max_draft:
                 s.stats.speculation_paused = True
@@ -279,12 +312,18 @@ def proposal_source(proposal: Proposal) -> str:
     return "draft" if proposal.from_draft else "lookup"
 
 
-def drafting_for(proposer: Proposer, speculation: SpeculationConfig, steps: StepCosts | None, target: Model,
-                 clock: Callable[[], float]) -> Drafting:
+def drafting_for(
+    proposer: Proposer,
+    speculation: SpeculationConfig,
+    steps: StepCosts | None,
+    target: Model,
+    clock: Callable[[], float],
+) -> Drafting:
     """How a proposer is planned: auto weighs lookup against the draft model, a free proposer is proposed then
     cut to the plan, a costly one planned then drafted."""
     if isinstance(proposer, AutoProposer):
         return AutoDrafting(proposer, speculation, steps, target, clock)
     kind = FreeDrafting if proposer.free else ModelDrafting
-    return kind(proposer, DraftPlanner(speculation, costly_proposer=not proposer.free, steps=steps), target,
-                speculation, clock)
+    return kind(
+        proposer, DraftPlanner(speculation, costly_proposer=not proposer.free, steps=steps), target, speculation, clock
+    )

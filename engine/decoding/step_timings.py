@@ -8,6 +8,7 @@ attends to the cells in use, not to the whole cache (Gemma 3 270M here, 1/9/33 r
 37/239/726 ms at 8192), so a new context size is not timed again. A day, because this machine's
 speed is what they describe, and a busy or idle spell, a driver or a BIOS change make older readings wrong; the
 planner's live step medians correct smaller drifts meanwhile (cost_model.StepCosts)."""
+
 from __future__ import annotations
 
 import json
@@ -42,8 +43,23 @@ def table_for(path: Path, n_gpu_layers: int, n_batch: int, flash_attention: bool
         identity = file_identity(path)
     except OSError:
         return {}
-    key = "|".join(map(str, (identity, n_gpu_layers, n_batch, flash_attention, repacked, llama_cpp.__version__,
-                              build_devices(), platform.machine(), platform.processor(), os.cpu_count())))
+    key = "|".join(
+        map(
+            str,
+            (
+                identity,
+                n_gpu_layers,
+                n_batch,
+                flash_attention,
+                repacked,
+                llama_cpp.__version__,
+                build_devices(),
+                platform.machine(),
+                platform.processor(),
+                os.cpu_count(),
+            ),
+        )
+    )
     with _lock:
         if key not in _tables:
             _measured_at[key], _tables[key] = _saved_table(_read().get(key))
@@ -63,8 +79,10 @@ def save() -> None:
         kept = {k: v for k, v in _read().items() if _saved_table(v)[1]}  # a day-old or damaged entry goes
         for key, table in _tables.items():
             if table and plausible(table):
-                kept[key] = {"measured_at": _measured_at[key],
-                             "seconds": {f"{t},{r}": s for (t, r), s in sorted(table.items())}}
+                kept[key] = {
+                    "measured_at": _measured_at[key],
+                    "seconds": {f"{t},{r}": s for (t, r), s in sorted(table.items())},
+                }
         try:
             write_text_atomic(cache_dir() / FILE_NAME, json.dumps(kept, indent=1))
         except OSError as exc:
@@ -86,8 +104,10 @@ def plausible(table: dict[tuple[int, int], float]) -> bool:
     in a busy spell (2 rows timed 12x one row here, during a
     test run) and is not kept for a day of planning."""
     ones = {threads: s for (threads, rows), s in table.items() if rows == 1}
-    return all(threads not in ones or PLAUSIBLE_LOW * ones[threads] <= s <= PLAUSIBLE_HIGH * rows * ones[threads]
-               for (threads, rows), s in table.items())
+    return all(
+        threads not in ones or PLAUSIBLE_LOW * ones[threads] <= s <= PLAUSIBLE_HIGH * rows * ones[threads]
+        for (threads, rows), s in table.items()
+    )
 
 
 def _saved_table(saved) -> tuple[float, dict[tuple[int, int], float]]:

@@ -4,10 +4,12 @@ Each stop string keeps a streaming KMP state: the length of its longest prefix t
 far. Only new characters are fed, so a push costs O(new text × stop strings) amortised, however long the stop
 strings are (re-searching the held text on every token took 54 s for one 1 MB stop string, on the engine thread
 every request shares)."""
+
 from __future__ import annotations
 
 from collections import deque
-from typing import Generic, Sequence, TypeVar
+from collections.abc import Sequence
+from typing import Generic, TypeVar
 
 Flag = TypeVar("Flag")  # what a segment carries along (the answer's draft source)
 

@@ -1,4 +1,5 @@
 """Turns token byte pieces into text without ever splitting a multi-byte character."""
+
 from __future__ import annotations
 
 import codecs

@@ -7,6 +7,7 @@ contended, and once early and then rarely without that) the loop tries half the 
 count's recent steps are clearly faster, and now and then tries the full count again, since the other
 process may have gone.
 """
+
 from __future__ import annotations
 
 import statistics

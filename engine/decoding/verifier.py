@@ -11,10 +11,11 @@ Sampling (p and q filtered identically), following Leviathan et al. 2023 / Chen 
   reproduces the text exactly even while the adaptive draft length follows measured timings.
 Either way the output is distributed exactly as the target's own sampling.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -46,8 +47,9 @@ class Verifier:
         self.seed = seed
         self.generator = make_generator(seed, device)
 
-    def verify(self, target_logits: np.ndarray, drafts: Sequence[int], draft_probs: Candidates | None,
-               position: int) -> Verdict:
+    def verify(
+        self, target_logits: np.ndarray, drafts: Sequence[int], draft_probs: Candidates | None, position: int
+    ) -> Verdict:
         """position: index in the whole token sequence of the token that row 0 predicts.
         draft_probs: q for each drafted token (a draft model), or None for point-mass drafts."""
         if self.params.greedy:
@@ -71,8 +73,9 @@ class Verifier:
         score = torch.log(probs.double()) + noise  # log 0 = -inf: filtered-out tokens never win
         return int(ids[int(score.argmax())])
 
-    def _rejection_sample(self, p: Candidates, drafts: Sequence[int], q: Candidates, position: int,
-                          vocab_size: int) -> Verdict:
+    def _rejection_sample(
+        self, p: Candidates, drafts: Sequence[int], q: Candidates, position: int, vocab_size: int
+    ) -> Verdict:
         k = len(drafts)
         self.generator.manual_seed(position_seed(self.seed, position))
         d = torch.tensor(drafts, dtype=torch.long, device=self.device)

@@ -12,6 +12,7 @@ prompt's, and its reused_prompt_tokens says so.
 One process runs one method: two bench runs compared side by side can fall in different speeds of a shared
 machine. engine.measure.versus_server (beside llama-server) and the lab run methods back to back instead.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,11 +26,11 @@ import torch
 
 from .. import safe_files
 from ..chat_format import ChatFormatter
-from ..errors import EngineError, InvalidSettingError
 from ..decoding.cost_model import DEFAULT_MAX_DRAFT
 from ..decoding.loader import DecoderSettings, build_decoder
-from ..methods import METHODS
 from ..decoding.sampling import SamplingParams
+from ..errors import EngineError, InvalidSettingError
+from ..methods import METHODS
 
 GREEDY = SamplingParams(temperature=0.0)
 
@@ -47,7 +48,7 @@ def read_prompts(path: str | Path) -> list[dict]:
         if line.strip():
             item = json.loads(line)
             if "prompt" not in item:
-                raise EngineError(f"{path}:{n}: each line needs a \"prompt\"")
+                raise EngineError(f'{path}:{n}: each line needs a "prompt"')
             # kind ("repeating": the answer repeats the prompt, or "open"): versus_server reports each apart
             prompts.append({"id": item.get("id", n), "prompt": item["prompt"], "kind": item.get("kind")})
     return prompts
@@ -60,24 +61,38 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--method", choices=METHODS, required=True)
     ap.add_argument("--max-draft", type=int, default=DEFAULT_MAX_DRAFT)
     ap.add_argument("--no-adaptive", action="store_true", help="always draft --max-draft tokens")
-    ap.add_argument("--exact", action="store_true",
-                    help="exact greedy: verify only as many rows at once as this build decodes bit for bit like "
-                         "one-row steps, so greedy answers are plain decoding's token for token")
-    ap.add_argument("--remember", action="store_true",
-                    help="lookup also searches the answers to earlier prompts of the run, as the chat does "
-                         "with earlier conversations (off by default: --repeats would copy its own answers)")
+    ap.add_argument(
+        "--exact",
+        action="store_true",
+        help="exact greedy: verify only as many rows at once as this build decodes bit for bit like "
+        "one-row steps, so greedy answers are plain decoding's token for token",
+    )
+    ap.add_argument(
+        "--remember",
+        action="store_true",
+        help="lookup also searches the answers to earlier prompts of the run, as the chat does "
+        "with earlier conversations (off by default: --repeats would copy its own answers)",
+    )
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--top-k", type=int, default=SamplingParams.top_k, help="0 turns it off")
     ap.add_argument("--top-p", type=float, default=SamplingParams.top_p, help="1 turns it off")
     ap.add_argument("--min-p", type=float, default=SamplingParams.min_p, help="0 turns it off")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-tokens", type=int, required=True)
-    ap.add_argument("--ignore-eos", action="store_true",
-                    help="decode --max-tokens every time: neither end tokens nor --chat's stop strings end an answer")
-    ap.add_argument("--chat", action="store_true",
-                    help="send each prompt as one user message through the model's chat template")
-    ap.add_argument("--repeats", type=int, default=1,
-                    help=f"run the prompt set R times (1..{MAX_REPEATS}); the fastest run of each prompt is kept")
+    ap.add_argument(
+        "--ignore-eos",
+        action="store_true",
+        help="decode --max-tokens every time: neither end tokens nor --chat's stop strings end an answer",
+    )
+    ap.add_argument(
+        "--chat", action="store_true", help="send each prompt as one user message through the model's chat template"
+    )
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help=f"run the prompt set R times (1..{MAX_REPEATS}); the fastest run of each prompt is kept",
+    )
     ap.add_argument("--threads", type=int)
     ap.add_argument("--ctx", type=int, default=4096)
     ap.add_argument("--prompts", required=True)
@@ -88,11 +103,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def run(args: argparse.Namespace) -> dict:
     if not 1 <= args.repeats <= MAX_REPEATS:
         raise InvalidSettingError(f"repeats must be 1..{MAX_REPEATS}, got {args.repeats}")
-    settings = DecoderSettings(model=args.model, draft=args.draft, method=args.method, max_draft=args.max_draft,
-                               adaptive=not args.no_adaptive, threads=args.threads, n_ctx=args.ctx,
-                               remember_requests=args.remember, exact=args.exact)
-    sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
-                              seed=args.seed)
+    settings = DecoderSettings(
+        model=args.model,
+        draft=args.draft,
+        method=args.method,
+        max_draft=args.max_draft,
+        adaptive=not args.no_adaptive,
+        threads=args.threads,
+        n_ctx=args.ctx,
+        remember_requests=args.remember,
+        exact=args.exact,
+    )
+    sampling = SamplingParams(
+        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, seed=args.seed
+    )
     prompts = read_prompts(args.prompts)
     decoder = build_decoder(settings)
     target = decoder.target
@@ -110,21 +134,36 @@ def run(args: argparse.Namespace) -> dict:
             for item, (tokens, _), kept in zip(prompts, encoded, every_run):
                 kept.append(one_run(decoder, item, tokens, sampling, args, stop, repeat))
         env = {
-            "model": str(target.path), "draft": args.draft, "backend": target.backend,
-            "threads": settings.load_settings().resolved_threads(), "n_ctx": target.n_ctx,
-            "llama_cpp_python": llama_cpp.__version__, "torch": torch.__version__,
-            "python": platform.python_version(), "machine": platform.machine(),
+            "model": str(target.path),
+            "draft": args.draft,
+            "backend": target.backend,
+            "threads": settings.load_settings().resolved_threads(),
+            "n_ctx": target.n_ctx,
+            "llama_cpp_python": llama_cpp.__version__,
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "machine": platform.machine(),
         }
     finally:
         target.close()
     run_settings = {
-        "method": args.method, "max_tokens": args.max_tokens, "ignore_eos": args.ignore_eos,
-        "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "min_p": args.min_p,
-        "seed": args.seed, "max_draft": args.max_draft, "adaptive": not args.no_adaptive, "repeats": args.repeats,
-        "exact": args.exact, "exact_rows": decoder.loop.exact_rows,
-        "chat": args.chat, "chat_template": (None if formatter is None else
-                                             "model" if formatter.uses_template else "plain fallback"),
-        "stop": list(stop), "prompts": str(args.prompts),
+        "method": args.method,
+        "max_tokens": args.max_tokens,
+        "ignore_eos": args.ignore_eos,
+        "temperature": args.temperature,
+        "top_k": args.top_k,
+        "top_p": args.top_p,
+        "min_p": args.min_p,
+        "seed": args.seed,
+        "max_draft": args.max_draft,
+        "adaptive": not args.no_adaptive,
+        "repeats": args.repeats,
+        "exact": args.exact,
+        "exact_rows": decoder.loop.exact_rows,
+        "chat": args.chat,
+        "chat_template": (None if formatter is None else "model" if formatter.uses_template else "plain fallback"),
+        "stop": list(stop),
+        "prompts": str(args.prompts),
     }
     return {"runs": [fastest(runs) for runs in every_run], "settings": run_settings, "env": env}
 
@@ -138,7 +177,7 @@ def encode(target, formatter: ChatFormatter | None, text: str) -> tuple[list[int
 
 
 def parse_seeds(text: str) -> list[int]:
-    """"1,2,5" or "1-8"."""
+    """ "1,2,5" or "1-8"."""
     seeds: list[int] = []
     for part in text.split(","):
         low, _, high = part.partition("-")
@@ -149,8 +188,9 @@ def parse_seeds(text: str) -> list[int]:
 def answer_tokens(decoder, tokens: list[int], max_tokens: int, sampling: SamplingParams = GREEDY) -> list[int]:
     """The tokens of an answer, end tokens ignored (as --ignore-eos): what replay records and versus_server
     compares."""
-    return [t for delta in decoder.generate(tokens, sampling, max_tokens=max_tokens, ignore_eos=True)
-            for t in delta.tokens]
+    return [
+        t for delta in decoder.generate(tokens, sampling, max_tokens=max_tokens, ignore_eos=True) for t in delta.tokens
+    ]
 
 
 def llama_cpp_sampling(sampling: SamplingParams) -> dict:
@@ -158,28 +198,54 @@ def llama_cpp_sampling(sampling: SamplingParams) -> dict:
     filters, which llama.cpp applies in the same order."""
     if sampling.greedy:
         return {"temperature": 0.0, "top_k": 1}
-    return {"temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
-            "min_p": sampling.min_p, "seed": sampling.seed}
+    return {
+        "temperature": sampling.temperature,
+        "top_k": sampling.top_k,
+        "top_p": sampling.top_p,
+        "min_p": sampling.min_p,
+        "seed": sampling.seed,
+    }
 
 
-def one_run(decoder, item: dict, tokens: list[int], sampling: SamplingParams, args: argparse.Namespace,
-            stop: tuple[str, ...], repeat: int) -> dict:
+def one_run(
+    decoder,
+    item: dict,
+    tokens: list[int],
+    sampling: SamplingParams,
+    args: argparse.Namespace,
+    stop: tuple[str, ...],
+    repeat: int,
+) -> dict:
     out: list[int] = []
     text = []
-    for delta in decoder.generate(tokens, sampling, max_tokens=args.max_tokens, ignore_eos=args.ignore_eos,
-                                  stop=stop):
+    for delta in decoder.generate(tokens, sampling, max_tokens=args.max_tokens, ignore_eos=args.ignore_eos, stop=stop):
         out += delta.tokens
         text.append(delta.text)
     s = decoder.stats
-    print(f"{item['id']} (run {repeat + 1}/{args.repeats}): {len(out)} tokens, {s.decode_tokens_per_s or 0:.1f} "
-          f"tok/s, acceptance {s.acceptance_rate if s.acceptance_rate is not None else 'n/a'}", file=sys.stderr)
+    print(
+        f"{item['id']} (run {repeat + 1}/{args.repeats}): {len(out)} tokens, {s.decode_tokens_per_s or 0:.1f} "
+        f"tok/s, acceptance {s.acceptance_rate if s.acceptance_rate is not None else 'n/a'}",
+        file=sys.stderr,
+    )
     return {
-        "id": item["id"], "method": args.method, "repeat": repeat, "text": "".join(text), "tokens": out,
-        "prompt_tokens": s.prompt_tokens, "reused_prompt_tokens": s.reused_prompt_tokens,
-        "finish_reason": s.finish_reason, "decode_tokens_per_s": s.decode_tokens_per_s, "ttft_s": s.ttft_s,
-        "drafted": s.drafted, "accepted": s.accepted, "acceptance_rate": s.acceptance_rate,
-        "mean_acceptance_length": s.mean_acceptance_length, "verify_steps": s.verify_steps,
-        "speedup_vs_plain": s.speedup_vs_plain, "guard": s.guard, "by_proposer": s.by_proposer,
+        "id": item["id"],
+        "method": args.method,
+        "repeat": repeat,
+        "text": "".join(text),
+        "tokens": out,
+        "prompt_tokens": s.prompt_tokens,
+        "reused_prompt_tokens": s.reused_prompt_tokens,
+        "finish_reason": s.finish_reason,
+        "decode_tokens_per_s": s.decode_tokens_per_s,
+        "ttft_s": s.ttft_s,
+        "drafted": s.drafted,
+        "accepted": s.accepted,
+        "acceptance_rate": s.acceptance_rate,
+        "mean_acceptance_length": s.mean_acceptance_length,
+        "verify_steps": s.verify_steps,
+        "speedup_vs_plain": s.speedup_vs_plain,
+        "guard": s.guard,
+        "by_proposer": s.by_proposer,
     }
 
 

@@ -15,6 +15,7 @@ inter-token latency vs concurrency) and DIR/summary.md (the table, the crossover
 Cells run concurrency-major (none, lookup, ... at 1; then at 2; ...) so that whatever else the
 machine is doing falls on the methods alike; --repeats R runs each cell R times and keeps the fastest.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,27 +41,43 @@ def _int_list(text: str) -> tuple[int, ...]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m engine.lab", description=__doc__.splitlines()[0])
     ap.add_argument("--model", help="a GGUF path, or 'embedded' (needed unless --engine-url)")
-    ap.add_argument("--engine-url", action="append", default=[], metavar="[NAME=]URL",
-                    help="a running OpenAI-compatible server instead of a model here (repeatable; e.g. "
-                    "none=http://gpu:8000 ngram=http://gpu:8001); --concurrency then counts clients, up to 1024")
+    ap.add_argument(
+        "--engine-url",
+        action="append",
+        default=[],
+        metavar="[NAME=]URL",
+        help="a running OpenAI-compatible server instead of a model here (repeatable; e.g. "
+        "none=http://gpu:8000 ngram=http://gpu:8001); --concurrency then counts clients, up to 1024",
+    )
     ap.add_argument("--api-key-env", metavar="NAME", help="with --engine-url: the variable holding the API key")
     ap.add_argument("--draft", help="draft GGUF path, or 'embedded' (for the draft and auto methods)")
     ap.add_argument("--methods", default="none,lookup", help="comma-separated: none, lookup, draft, auto")
     ap.add_argument("--concurrency", type=_int_list, default=(1, 2, 4, 8), help="levels, e.g. 1,2,4,8")
-    ap.add_argument("--prompts", required=True, help="JSON lines of {\"id\", \"prompt\"}")
+    ap.add_argument("--prompts", required=True, help='JSON lines of {"id", "prompt"}')
     ap.add_argument("--max-tokens", type=int, required=True)
     ap.add_argument("--out", required=True, help="a folder for results.json, plot.png and summary.md")
     ap.add_argument("--max-draft", type=int, default=8, help="most draft tokens per sequence per step")
-    ap.add_argument("--no-adaptive", action="store_true",
-                    help="always draft --max-draft tokens (measures speculation itself, not the cost model)")
+    ap.add_argument(
+        "--no-adaptive",
+        action="store_true",
+        help="always draft --max-draft tokens (measures speculation itself, not the cost model)",
+    )
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int)
     ap.add_argument("--gpu-layers", type=int, default=-1)
-    ap.add_argument("--repeats", type=int, default=1,
-                    help="runs per cell, methods alternating; the fastest is kept (for a busy machine)")
-    ap.add_argument("--stop-at-eos", action="store_true", help="end a request at its end token (default: "
-                    "every request decodes --max-tokens, so every method does the same work)")
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="runs per cell, methods alternating; the fastest is kept (for a busy machine)",
+    )
+    ap.add_argument(
+        "--stop-at-eos",
+        action="store_true",
+        help="end a request at its end token (default: "
+        "every request decodes --max-tokens, so every method does the same work)",
+    )
     ap.add_argument("--chat", action="store_true", help="each prompt as one user message in the chat template")
     args = ap.parse_args(argv)
     if bool(args.model) == bool(args.engine_url):
@@ -73,19 +90,37 @@ def remote_config(args: argparse.Namespace) -> RemoteLabConfig:
     from ..remote.keys import key_from_env  # keyring: only a run against servers needs it
 
     servers, key = parse_servers(args.engine_url), key_from_env(args.api_key_env)
-    return RemoteLabConfig(prompts=args.prompts, servers=servers, concurrency=args.concurrency,
-                           max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed,
-                           ignore_eos=not args.stop_at_eos, repeats=args.repeats,
-                           api_keys={url: key for url in servers.values()} if key else {})
+    return RemoteLabConfig(
+        prompts=args.prompts,
+        servers=servers,
+        concurrency=args.concurrency,
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        seed=args.seed,
+        ignore_eos=not args.stop_at_eos,
+        repeats=args.repeats,
+        api_keys={url: key for url in servers.values()} if key else {},
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> LabConfig:
-    return LabConfig(prompts=args.prompts, model=args.model, draft=args.draft,
-                     methods=tuple(m.strip() for m in args.methods.split(",") if m.strip()),
-                     concurrency=args.concurrency, max_tokens=args.max_tokens, max_draft=args.max_draft,
-                     adaptive=not args.no_adaptive, temperature=args.temperature, seed=args.seed,
-                     threads=args.threads, n_gpu_layers=args.gpu_layers, ignore_eos=not args.stop_at_eos,
-                     repeats=args.repeats, chat=args.chat)
+    return LabConfig(
+        prompts=args.prompts,
+        model=args.model,
+        draft=args.draft,
+        methods=tuple(m.strip() for m in args.methods.split(",") if m.strip()),
+        concurrency=args.concurrency,
+        max_tokens=args.max_tokens,
+        max_draft=args.max_draft,
+        adaptive=not args.no_adaptive,
+        temperature=args.temperature,
+        seed=args.seed,
+        threads=args.threads,
+        n_gpu_layers=args.gpu_layers,
+        ignore_eos=not args.stop_at_eos,
+        repeats=args.repeats,
+        chat=args.chat,
+    )
 
 
 class ConsoleProgress:
@@ -101,8 +136,10 @@ class ConsoleProgress:
         if not self.live and now - self._last < 5.0:
             return
         self._last = now
-        line = (f"[{p.cell}/{p.cells}] {p.method:>6} × {p.concurrency:<2} {100 * p.fraction:5.1f}% overall  "
-                f"{p.generated}/{p.expected} tokens  {p.elapsed_s:5.1f} s")
+        line = (
+            f"[{p.cell}/{p.cells}] {p.method:>6} × {p.concurrency:<2} {100 * p.fraction:5.1f}% overall  "
+            f"{p.generated}/{p.expected} tokens  {p.elapsed_s:5.1f} s"
+        )
         self.stream.write(("\r" + line) if self.live else line + "\n")
         self.stream.flush()
 
@@ -110,9 +147,11 @@ class ConsoleProgress:
         rate, full = cell["aggregate_tokens_per_s"], cell.get("full_tokens_per_s")
         acc = cell["acceptance_rate"]
         itl = cell["itl_p50_ms"]
-        line = (f"{cell['method']:>6} × {cell['concurrency']:<2} {'n/a' if full is None else f'{full:.1f}':>7} tok/s "
-                f"at full load, {rate or 0.0:.1f} aggregate, ITL p50 "
-                f"{'n/a' if itl is None else f'{itl:.1f}'} ms, acceptance {'n/a' if acc is None else f'{acc:.0%}'}")
+        line = (
+            f"{cell['method']:>6} × {cell['concurrency']:<2} {'n/a' if full is None else f'{full:.1f}':>7} tok/s "
+            f"at full load, {rate or 0.0:.1f} aggregate, ITL p50 "
+            f"{'n/a' if itl is None else f'{itl:.1f}'} ms, acceptance {'n/a' if acc is None else f'{acc:.0%}'}"
+        )
         self.stream.write(("\r" + line + " " * 20 + "\n") if self.live else line + "\n")
         self.stream.flush()
 

@@ -1,10 +1,11 @@
 """A method against plain decoding, measure by measure: the one place the lab's ratios come from, so the table's
 "× plain" figures and the verdict above it are the same numbers (report.py words them, app/lab/results_table.py
 shows them)."""
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 # A lead of 5% or more "pays": repeated runs of one cell on this shared 2-core machine differ by about that much,
 # so a smaller lead either way is a tie.
@@ -33,11 +34,14 @@ class Measure:
     higher_is_better: bool
 
 
-MEASURES = {m.key: m for m in (
-    Measure("per_request", "per-request tok/s", "tok/s", lambda c: c.get("per_request_tokens_per_s"), True),
-    Measure("throughput", "throughput", "tok/s", throughput, True),
-    Measure("latency", "ITL p50", "ms", lambda c: c.get("itl_p50_ms"), False),
-)}
+MEASURES = {
+    m.key: m
+    for m in (
+        Measure("per_request", "per-request tok/s", "tok/s", lambda c: c.get("per_request_tokens_per_s"), True),
+        Measure("throughput", "throughput", "tok/s", throughput, True),
+        Measure("latency", "ITL p50", "ms", lambda c: c.get("itl_p50_ms"), False),
+    )
+}
 
 
 @dataclass(frozen=True)
@@ -83,8 +87,11 @@ def compare_cells(cell: dict, plain: dict | None) -> dict[str, Comparison]:
 def compare(results: dict, base: str = "none") -> dict[tuple[str, int], dict[str, Comparison]]:
     """(method, concurrency) → its comparisons with `base` at that concurrency, for every measured cell."""
     plain = {c["concurrency"]: c for c in results["cells"] if c["method"] == base}
-    return {(c["method"], c["concurrency"]): compare_cells(c, plain.get(c["concurrency"]))
-            for c in results["cells"] if c["method"] != base}
+    return {
+        (c["method"], c["concurrency"]): compare_cells(c, plain.get(c["concurrency"]))
+        for c in results["cells"]
+        if c["method"] != base
+    }
 
 
 def sample_note(results: dict) -> str | None:
@@ -99,8 +106,10 @@ def sample_note(results: dict) -> str | None:
         why.append(f"{tokens} tokens in the smallest cell, under {SMALL_SAMPLE_TOKENS}")
     if runs <= 1:
         why.append("one run per cell, so no spread was seen")
-    return (f"Small sample ({'; '.join(why)}): treat this as a hint. Raise tokens per request or Repeats "
-            "for a verdict that holds.")
+    return (
+        f"Small sample ({'; '.join(why)}): treat this as a hint. Raise tokens per request or Repeats "
+        "for a verdict that holds."
+    )
 
 
 def spread_note(results: dict) -> str | None:

@@ -1,31 +1,32 @@
 """Speculation lab: plain vs speculative decoding as concurrency rises, on this machine (run_lab).
 The command is cli.py (`python -m engine.lab`); the same experiment against running servers is remote.py.
 """
+
 from __future__ import annotations
 
 import math
 import platform
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 import llama_cpp
 import torch
 
 from ..chat_format import ChatFormatter
 from ..decoding.batch_decode import BatchDecoder, BatchProgress, BatchRequest
-from .bench import read_prompts
 from ..decoding.cost_model import SpeculationConfig
-from ..modelfiles.embedded import resolve_model
-from ..errors import InvalidSettingError
-from .metrics import UtilisationMeter, memory_figure, summarise_cell
-from .report import least_disturbed
 from ..decoding.loader import proposer_for, require_rollback
-from ..methods import DRAFT_METHODS, METHODS
 from ..decoding.runtime import LoadSettings, Model
 from ..decoding.sampling import SamplingParams
+from ..errors import InvalidSettingError
+from ..methods import DRAFT_METHODS, METHODS
+from ..modelfiles.embedded import resolve_model
+from .bench import read_prompts
+from .metrics import UtilisationMeter, memory_figure, summarise_cell
+from .report import least_disturbed
 from .schema import SCHEMA, LabProgress
 
 CTX_ALIGN = 256
@@ -95,8 +96,12 @@ def _drafter(method: str, target: Model, draft: Model | None):
     return proposer_for(method, target, draft, remember_requests=False)
 
 
-def run_lab(config: LabConfig, on_progress: Callable[[LabProgress], None] | None = None,
-            on_cell: Callable[[dict], None] | None = None, cancel: threading.Event | None = None) -> dict:
+def run_lab(
+    config: LabConfig,
+    on_progress: Callable[[LabProgress], None] | None = None,
+    on_cell: Callable[[dict], None] | None = None,
+    cancel: threading.Event | None = None,
+) -> dict:
     """Run every (method, concurrency) cell; return the results document (see SCHEMA).
     Raises GenerationCancelled when cancel is set, EngineError subclasses on bad input."""
     cancel = cancel or threading.Event()
@@ -108,20 +113,25 @@ def run_lab(config: LabConfig, on_progress: Callable[[LabProgress], None] | None
     tokenize = prompt_tokenizer(probe, config.chat)
     longest = max(len(tokenize(p["prompt"])) for p in prompts)
     probe.close()
-    load = LoadSettings(n_ctx=context_size(longest, config), n_gpu_layers=config.n_gpu_layers,
-                        threads=config.threads, n_seq_max=slots)
+    load = LoadSettings(
+        n_ctx=context_size(longest, config), n_gpu_layers=config.n_gpu_layers, threads=config.threads, n_seq_max=slots
+    )
     target = Model(resolve_model(config.model), load)
     draft = None
     try:
         if load.n_ctx > target.n_ctx:
-            raise InvalidSettingError(f"{slots} sequences of up to {longest + config.max_tokens} tokens need a "
-                                      f"{load.n_ctx}-token context; this model holds {target.n_ctx}. "
-                                      "Lower the concurrency or max tokens.")
+            raise InvalidSettingError(
+                f"{slots} sequences of up to {longest + config.max_tokens} tokens need a "
+                f"{load.n_ctx}-token context; this model holds {target.n_ctx}. "
+                "Lower the concurrency or max tokens."
+            )
         if set(config.methods) & set(DRAFT_METHODS):
             draft = Model(resolve_model(config.draft), load)
             if load.n_ctx > draft.n_ctx:  # its cache follows every sequence too
-                raise InvalidSettingError(f"The draft model holds {draft.n_ctx} tokens; {slots} sequences need "
-                                          f"{load.n_ctx}. Lower the concurrency or max tokens.")
+                raise InvalidSettingError(
+                    f"The draft model holds {draft.n_ctx} tokens; {slots} sequences need "
+                    f"{load.n_ctx}. Lower the concurrency or max tokens."
+                )
         if set(config.methods) - {"none"}:
             require_rollback(target, draft)
         sampling = SamplingParams(temperature=config.temperature, seed=config.seed)
@@ -138,16 +148,35 @@ def run_lab(config: LabConfig, on_progress: Callable[[LabProgress], None] | None
             for _, method in per_level:  # methods alternate, so outside load falls on them alike
                 decoder = BatchDecoder(target, _drafter(method, target, draft), speculation)
 
-                def progress(p: BatchProgress, index=index, concurrency=concurrency, method=method) -> None:
+                def progress(
+                    p: BatchProgress, index=index, concurrency=concurrency, method=method, expected=expected
+                ) -> None:
                     if on_progress:
                         share = min(p.generated / expected, 1.0)
-                        on_progress(LabProgress((index + share) / cells_total, index + 1, cells_total, method,
-                                                concurrency, p.generated, expected, p.elapsed_s))
+                        on_progress(
+                            LabProgress(
+                                (index + share) / cells_total,
+                                index + 1,
+                                cells_total,
+                                method,
+                                concurrency,
+                                p.generated,
+                                expected,
+                                p.elapsed_s,
+                            )
+                        )
 
                 with UtilisationMeter(target.backend) as meter:
-                    result = decoder.run(requests, concurrency, sampling, config.max_tokens,
-                                         ignore_eos=config.ignore_eos, cancel=cancel, on_progress=progress,
-                                         keep_full=True)
+                    result = decoder.run(
+                        requests,
+                        concurrency,
+                        sampling,
+                        config.max_tokens,
+                        ignore_eos=config.ignore_eos,
+                        cancel=cancel,
+                        on_progress=progress,
+                        keep_full=True,
+                    )
                 cell = summarise_cell(result, method, concurrency)
                 cell["utilisation"] = meter.result.to_dict()
                 cell["memory"] = memory_figure(target.backend)
@@ -179,8 +208,16 @@ def _warm_up(target: Model, sampling: SamplingParams, prompts: list[dict]) -> No
 
 def _environment(target: Model, draft: Model | None, load: LoadSettings) -> dict:
     return {
-        "model": str(target.path), "model_name": target.name, "draft": str(draft.path) if draft else None,
-        "backend": target.backend, "threads": load.resolved_threads(), "n_ctx": target.n_ctx,
-        "n_seq_max": load.n_seq_max, "llama_cpp_python": llama_cpp.__version__, "torch": torch.__version__,
-        "python": platform.python_version(), "machine": platform.machine(), "platform": platform.platform(),
+        "model": str(target.path),
+        "model_name": target.name,
+        "draft": str(draft.path) if draft else None,
+        "backend": target.backend,
+        "threads": load.resolved_threads(),
+        "n_ctx": target.n_ctx,
+        "n_seq_max": load.n_seq_max,
+        "llama_cpp_python": llama_cpp.__version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "platform": platform.platform(),
     }

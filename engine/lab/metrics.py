@@ -2,6 +2,7 @@
 
 Everything is counted or timed; a figure that cannot be read is None (shown as "n/a").
 """
+
 from __future__ import annotations
 
 import logging
@@ -40,10 +41,14 @@ def summarise_cell(result: BatchResult, method: str, concurrency: int) -> dict:
     accepted = sum(r.stats.accepted for r in runs)
     verify_steps = sum(r.stats.verify_steps for r in runs)
     slots = max((len(r.stats.per_position_drafted) for r in runs), default=0)
-    slot_drafted = [sum(r.stats.per_position_drafted[i] for r in runs if i < len(r.stats.per_position_drafted))
-                    for i in range(slots)]
-    slot_accepted = [sum(r.stats.per_position_accepted[i] for r in runs if i < len(r.stats.per_position_accepted))
-                     for i in range(slots)]
+    slot_drafted = [
+        sum(r.stats.per_position_drafted[i] for r in runs if i < len(r.stats.per_position_drafted))
+        for i in range(slots)
+    ]
+    slot_accepted = [
+        sum(r.stats.per_position_accepted[i] for r in runs if i < len(r.stats.per_position_accepted))
+        for i in range(slots)
+    ]
     totals = result.totals
     generated = result.generated
     return {
@@ -80,8 +85,10 @@ def summarise_cell(result: BatchResult, method: str, concurrency: int) -> dict:
         # a freed slot: a level run without them)
         "mean_in_flight": totals.sequence_s / totals.verify_s if totals.verify_s else None,
         "rows_per_step": totals.rows / totals.steps if totals.steps else None,
-        "step_time_by_rows": {str(rows): {"steps": n, "mean_ms": 1000.0 * s / n}
-                              for rows, (n, s) in sorted(totals.step_time_by_rows.items())},
+        "step_time_by_rows": {
+            str(rows): {"steps": n, "mean_ms": 1000.0 * s / n}
+            for rows, (n, s) in sorted(totals.step_time_by_rows.items())
+        },
         "draft_ms_per_token": 1000.0 * totals.draft_s / drafted if drafted and totals.draft_s else None,
         # What proposing cost: its share of the level's wall time, and the draft model's weights where one runs.
         "draft_share": totals.draft_s / result.wall_s if method != "none" and result.wall_s > 0 else None,
@@ -138,7 +145,7 @@ class UtilisationMeter:
         self.backend = backend
         self.result: Utilisation | None = None
 
-    def __enter__(self) -> "UtilisationMeter":
+    def __enter__(self) -> UtilisationMeter:
         self._gpu = None
         if self.backend != "CPU":
             try:

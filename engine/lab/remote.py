@@ -4,6 +4,7 @@ requests, TTFT and inter-token gaps timed here, acceptance from the servers' tim
 written as a lab results document, so the lab's report, plot, crossover and window read it as they read a run
 on this machine. Name the plain deployment "none" to get speed-ups and the point where speculation stops paying.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -11,9 +12,9 @@ import asyncio
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from ..errors import GenerationCancelled, InvalidSettingError
 from ..remote.endpoint import normalised_url
@@ -45,8 +46,9 @@ class RemoteLabConfig:
             raise InvalidSettingError("Every server needs a name (none=URL for the plain one).")
         self.concurrency = tuple(sorted(set(self.concurrency)))
         if not self.concurrency or any(not isinstance(c, int) or not 1 <= c <= MAX_CLIENTS for c in self.concurrency):
-            raise InvalidSettingError(f"client counts must be whole numbers 1..{MAX_CLIENTS}, got "
-                                      f"{list(self.concurrency)}")
+            raise InvalidSettingError(
+                f"client counts must be whole numbers 1..{MAX_CLIENTS}, got {list(self.concurrency)}"
+            )
         if not (isinstance(self.max_tokens, int) and 1 <= self.max_tokens <= 32768):
             raise InvalidSettingError(f"max tokens must be 1..32768, got {self.max_tokens!r}")
         if not (isinstance(self.repeats, int) and 1 <= self.repeats <= 20):
@@ -64,32 +66,54 @@ def parse_servers(specs: list[str]) -> dict[str, str]:
 
 
 def _bench_args(config: RemoteLabConfig, url: str, requests: int) -> argparse.Namespace:
-    return argparse.Namespace(endpoint="chat", requests=requests, max_tokens=config.max_tokens,
-                              temperature=config.temperature, seed=config.seed, ignore_eos=config.ignore_eos,
-                              api_key=config.api_keys.get(url))
+    return argparse.Namespace(
+        endpoint="chat",
+        requests=requests,
+        max_tokens=config.max_tokens,
+        temperature=config.temperature,
+        seed=config.seed,
+        ignore_eos=config.ignore_eos,
+        api_key=config.api_keys.get(url),
+    )
 
 
 def lab_cell(cell: dict, method: str) -> dict:
     """A serve_bench cell in the lab's terms (what the server's machine cannot tell us from here is None)."""
     ms = lambda s: None if s is None else 1000.0 * s  # noqa: E731
     return {
-        "method": method, "concurrency": cell["clients"], "requests": cell["requests"],
-        "generated_tokens": cell["completion_tokens"], "wall_s": cell["wall_s"],
-        "filler_requests": cell["filler_requests"], "filler_tokens": cell["filler_tokens"],
+        "method": method,
+        "concurrency": cell["clients"],
+        "requests": cell["requests"],
+        "generated_tokens": cell["completion_tokens"],
+        "wall_s": cell["wall_s"],
+        "filler_requests": cell["filler_requests"],
+        "filler_tokens": cell["filler_tokens"],
         "full_tokens_per_s": cell["full_tokens_per_s"],
         "aggregate_tokens_per_s": cell["aggregate_tokens_per_s"],
         "per_request_tokens_per_s": cell["client_tokens_per_s"],
-        "itl_p50_ms": ms(cell["itl_p50_s"]), "itl_p95_ms": ms(cell["itl_p95_s"]),
-        "e2e_p50_s": cell["e2e_p50_s"], "e2e_p95_s": cell["e2e_p95_s"], "ttft_p50_s": cell["ttft_p50_s"],
-        "drafted": cell["drafted"], "accepted": cell["accepted"], "acceptance_rate": cell["acceptance_rate"],
-        "mean_acceptance_length": cell["mean_acceptance_length"], "acceptance_source": cell["acceptance_source"],
-        "per_position_acceptance": [], "errors": cell["errors"],
-        "utilisation": {"kind": "remote", "percent": None}, "memory": {"kind": "remote", "bytes": None},
+        "itl_p50_ms": ms(cell["itl_p50_s"]),
+        "itl_p95_ms": ms(cell["itl_p95_s"]),
+        "e2e_p50_s": cell["e2e_p50_s"],
+        "e2e_p95_s": cell["e2e_p95_s"],
+        "ttft_p50_s": cell["ttft_p50_s"],
+        "drafted": cell["drafted"],
+        "accepted": cell["accepted"],
+        "acceptance_rate": cell["acceptance_rate"],
+        "mean_acceptance_length": cell["mean_acceptance_length"],
+        "acceptance_source": cell["acceptance_source"],
+        "per_position_acceptance": [],
+        "errors": cell["errors"],
+        "utilisation": {"kind": "remote", "percent": None},
+        "memory": {"kind": "remote", "bytes": None},
     }
 
 
-def run_remote_lab(config: RemoteLabConfig, on_progress: Callable[[LabProgress], None] | None = None,
-                   on_cell: Callable[[dict], None] | None = None, cancel: threading.Event | None = None) -> dict:
+def run_remote_lab(
+    config: RemoteLabConfig,
+    on_progress: Callable[[LabProgress], None] | None = None,
+    on_cell: Callable[[dict], None] | None = None,
+    cancel: threading.Event | None = None,
+) -> dict:
     """Every (server, clients) cell, servers alternating within a level; the results document (lab SCHEMA).
     Raises GenerationCancelled when cancel is set, EngineError subclasses on bad input."""
     cancel = cancel or threading.Event()
@@ -107,18 +131,46 @@ def run_remote_lab(config: RemoteLabConfig, on_progress: Callable[[LabProgress],
         expected = clients * requests * config.max_tokens
         measured: dict[str, list[dict]] = {n: [] for n in names}
         for repeat in range(config.repeats):
-            for name in (names if repeat % 2 == 0 else names[::-1]):  # alternate: outside load falls alike
+            for name in names if repeat % 2 == 0 else names[::-1]:  # alternate: outside load falls alike
                 url, done, started = config.servers[name], [0], time.monotonic()
 
-                def heard(trace: RequestTrace, index=index, name=name, done=done, started=started) -> None:
+                def heard(
+                    trace: RequestTrace,
+                    index=index,
+                    name=name,
+                    done=done,
+                    started=started,
+                    clients=clients,
+                    expected=expected,
+                ) -> None:
                     done[0] += trace.completion_tokens
                     if on_progress:
                         share = min(done[0] / expected, 1.0)
-                        on_progress(LabProgress((index + share) / cells_total, index + 1, cells_total, name,
-                                                clients, done[0], expected, time.monotonic() - started))
+                        on_progress(
+                            LabProgress(
+                                (index + share) / cells_total,
+                                index + 1,
+                                cells_total,
+                                name,
+                                clients,
+                                done[0],
+                                expected,
+                                time.monotonic() - started,
+                            )
+                        )
 
-                cell = asyncio.run(run_cell(url, prompts, clients, _bench_args(config, url, requests), number,
-                                            on_request=heard, cancel=cancel, keep_full=True))
+                cell = asyncio.run(
+                    run_cell(
+                        url,
+                        prompts,
+                        clients,
+                        _bench_args(config, url, requests),
+                        number,
+                        on_request=heard,
+                        cancel=cancel,
+                        keep_full=True,
+                    )
+                )
                 if cancel.is_set():
                     raise GenerationCancelled("the lab was cancelled")
                 measured[name].append(lab_cell(cell, name))
@@ -132,11 +184,24 @@ def run_remote_lab(config: RemoteLabConfig, on_progress: Callable[[LabProgress],
                 on_cell(best)
     settings = {k: v for k, v in asdict(config).items() if k != "api_keys"}
     return {
-        "schema": SCHEMA, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "settings": {**settings, "methods": names, "prompt_set": Path(config.prompts).stem,
-                     "prompt_count": len(prompts), "chat": True, "max_draft": None, "adaptive": None},
-        "env": {"remote": True, "backend": "remote", "servers": dict(config.servers),
-                "model_name": ", ".join(sorted({served_model(u, _bench_args(config, u, 1))
-                                                for u in config.servers.values()}))},
+        "schema": SCHEMA,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "settings": {
+            **settings,
+            "methods": names,
+            "prompt_set": Path(config.prompts).stem,
+            "prompt_count": len(prompts),
+            "chat": True,
+            "max_draft": None,
+            "adaptive": None,
+        },
+        "env": {
+            "remote": True,
+            "backend": "remote",
+            "servers": dict(config.servers),
+            "model_name": ", ".join(
+                sorted({served_model(u, _bench_args(config, u, 1)) for u in config.servers.values()})
+            ),
+        },
         "cells": cells,
     }

@@ -4,6 +4,7 @@ the CLI and a saved file all give the same answer.
 
 python -m engine.lab.report DIR [DIR ...] --out PLOT.png   (one plot of several runs, a row each)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,8 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..decoding.cost_model import SpeculationConfig, StepCosts, allocate_draft_rows
+from ..methods import DRAFT_METHODS  # a table; this module's method_words says one
+from ..methods import method_words as registry_words
 from ..modelfiles.embedded import DISPLAY_NAMES
-from ..methods import DRAFT_METHODS, method_words as registry_words  # a table; this module's method_words says one
 from .compare import MEASURES, PAYS, compare, compare_cells, sample_note, spread_note, throughput, throughput_words
 
 METHOD_WORDS = registry_words("prose")
@@ -87,8 +89,12 @@ class Crossover:
     estimate: float | None  # where the speed-up falls to PAYS, interpolated on a log2 concurrency axis
 
     def to_dict(self) -> dict:
-        return {"pays_up_to": self.pays_up_to, "stops_at": self.stops_at, "estimate": self.estimate,
-                "speedups": {str(c): r for c, r in self.speedups}}
+        return {
+            "pays_up_to": self.pays_up_to,
+            "stops_at": self.stops_at,
+            "estimate": self.estimate,
+            "speedups": {str(c): r for c, r in self.speedups},
+        }
 
 
 def crossover(results: dict, method: str, base: str = "none") -> Crossover | None:
@@ -186,16 +192,22 @@ def _crossover_lines(results: dict) -> list[str]:
         words, first = method_words(method), cross.speedups[0]
         by = f"By {throughput_words(cell_map(results)[(method, first[0])])}"
         if cross.stops_at is None:
-            lines.append(f"{by}, {words} paid at every tested level, up to {cross.pays_up_to} concurrent "
-                         f"{who(cross.pays_up_to)} ({first[1]:.2f}× plain decoding's at {first[0]}).")
+            lines.append(
+                f"{by}, {words} paid at every tested level, up to {cross.pays_up_to} concurrent "
+                f"{who(cross.pays_up_to)} ({first[1]:.2f}× plain decoding's at {first[0]})."
+            )
         elif cross.pays_up_to is None:
-            lines.append(f"{by}, {words} did not pay even at {first[0]} concurrent {who(first[0])} "
-                         f"({first[1]:.2f}× plain decoding's).")
+            lines.append(
+                f"{by}, {words} did not pay even at {first[0]} concurrent {who(first[0])} "
+                f"({first[1]:.2f}× plain decoding's)."
+            )
         else:
             at_stop = dict(cross.speedups)[cross.stops_at]
-            lines.append(f"{by}, {words} pays up to {cross.pays_up_to} concurrent {who(cross.pays_up_to)} "
-                         f"({first[1]:.2f}× plain decoding's at {first[0]}); from {cross.stops_at} on it no longer "
-                         f"pays ({at_stop:.2f}× at {cross.stops_at}).")
+            lines.append(
+                f"{by}, {words} pays up to {cross.pays_up_to} concurrent {who(cross.pays_up_to)} "
+                f"({first[1]:.2f}× plain decoding's at {first[0]}); from {cross.stops_at} on it no longer "
+                f"pays ({at_stop:.2f}× at {cross.stops_at})."
+            )
     return lines
 
 
@@ -212,8 +224,10 @@ def _single_chat(results: dict) -> tuple[list[str], str | None]:
         if key not in c:
             continue
         main = c[key]
-        text = f"At {where}, by {'per-request tok/s' if key == 'per_request' else 'throughput'}, " \
-               f"{method_words(method)} made {main.text()}: {_standing_words(main)}"
+        text = (
+            f"At {where}, by {'per-request tok/s' if key == 'per_request' else 'throughput'}, "
+            f"{method_words(method)} made {main.text()}: {_standing_words(main)}"
+        )
         if "latency" in c:
             text += f"; ITL p50 {c['latency'].text()}"
         lines.append(text + ".")
@@ -237,8 +251,11 @@ def _single_chat(results: dict) -> tuple[list[str], str | None]:
 
 
 def _standing_words(c) -> str:
-    return {"ahead": "ahead of plain decoding", "behind": "behind plain decoding",
-            "tie": f"a tie (within {PAYS - 1:.0%})"}[c.standing]
+    return {
+        "ahead": "ahead of plain decoding",
+        "behind": "behind plain decoding",
+        "tie": f"a tie (within {PAYS - 1:.0%})",
+    }[c.standing]
 
 
 def advise(results: dict) -> Advice:
@@ -262,8 +279,11 @@ def advise(results: dict) -> Advice:
         k = best_draft_length(results, best)
         lines.append(f"For a single chat, {method_words(best)}" + (f" with k={k}" if k else "") + " is best.")
         # What the run itself used: a recommendation never names a draft cap or mode the lab did not run.
-        recommended = {"method": best, "max_draft": settings.get("max_draft", SpeculationConfig().max_draft),
-                       "adaptive": settings.get("adaptive", True)}
+        recommended = {
+            "method": best,
+            "max_draft": settings.get("max_draft", SpeculationConfig().max_draft),
+            "adaptive": settings.get("adaptive", True),
+        }
         if best in DRAFT_METHODS:
             recommended["draft"] = settings.get("draft")
     return Advice(lines + _sample_lines(results), recommended)
@@ -277,8 +297,11 @@ def with_analysis(results: dict) -> dict:
     """The results document with its crossover and advice filled in."""
     crossovers = {m: crossover(results, m) for m in methods(results) if m != "none"}
     advice = advise(results)
-    return {**results, "crossover": {m: c.to_dict() for m, c in crossovers.items() if c},
-            "advice": {"text": advice.text, "lines": advice.lines, "settings": advice.settings}}
+    return {
+        **results,
+        "crossover": {m: c.to_dict() for m, c in crossovers.items() if c},
+        "advice": {"text": advice.text, "lines": advice.lines, "settings": advice.settings},
+    }
 
 
 # --- the markdown summary -----------------------------------------------------------------------
@@ -291,8 +314,11 @@ def utilisation_text(cell: dict) -> str:
     u = cell.get("utilisation") or {}
     if u.get("kind") == "remote":
         return "n/a (remote)"
-    return f"{u.get('kind', '?')} {_f(u.get('percent'), '.0f')}%" if u.get("percent") is not None \
+    return (
+        f"{u.get('kind', '?')} {_f(u.get('percent'), '.0f')}%"
+        if u.get("percent") is not None
         else f"{u.get('kind', '?')} n/a"
+    )
 
 
 def memory_text(cell: dict) -> str:
@@ -301,15 +327,20 @@ def memory_text(cell: dict) -> str:
     if m.get("kind") == "remote":
         return "n/a (remote)"
     device = f" ({m['device']})" if m.get("device") else ""  # the GPU's name, for VRAM
-    return f"{m.get('kind', '?')} {_f(m.get('bytes'), '.0f', 2 ** -20)} MiB{device}" if m.get("bytes") else \
-        f"{m.get('kind', '?')} n/a"
+    return (
+        f"{m.get('kind', '?')} {_f(m.get('bytes'), '.0f', 2**-20)} MiB{device}"
+        if m.get("bytes")
+        else f"{m.get('kind', '?')} n/a"
+    )
 
 
 def results_table(results: dict) -> str:
     ratios = {(m, c): r for m in methods(results) for c, r in speedups(results, m)}
-    head = ("| method | concurrency | in flight | full-load tok/s | vs plain | aggregate tok/s | per-request tok/s "
-            "| ITL p50 / p95 ms | end-to-end p50 / p95 s | acceptance | mean accepted length | drafting | draft model "
-            "| utilisation | memory |")
+    head = (
+        "| method | concurrency | in flight | full-load tok/s | vs plain | aggregate tok/s | per-request tok/s "
+        "| ITL p50 / p95 ms | end-to-end p50 / p95 s | acceptance | mean accepted length | drafting | draft model "
+        "| utilisation | memory |"
+    )
     rows = [head, "|" + "---|" * 15]
     for c in sorted(results["cells"], key=lambda c: (c["concurrency"], methods(results).index(c["method"]))):
         ratio = ratios.get((c["method"], c["concurrency"]))
@@ -322,9 +353,10 @@ def results_table(results: dict) -> str:
             f"| {_f(c['itl_p50_ms'], '.1f')} / {_f(c['itl_p95_ms'], '.1f')} "
             f"| {_f(c['e2e_p50_s'], '.2f')} / {_f(c['e2e_p95_s'], '.2f')} "
             f"| {_f(c['acceptance_rate'], '.0%')} | {_f(c['mean_acceptance_length'], '.2f')} "
-            f"| {_f(c.get('draft_share'), '.0%')} | {_f(c.get('draft_model_bytes'), '.0f', 2 ** -20)}"
+            f"| {_f(c.get('draft_share'), '.0%')} | {_f(c.get('draft_model_bytes'), '.0f', 2**-20)}"
             f"{' MiB' if c.get('draft_model_bytes') else ''} "
-            f"| {utilisation_text(c)} | {memory_text(c)} |")
+            f"| {utilisation_text(c)} | {memory_text(c)} |"
+        )
     return "\n".join(rows)
 
 
@@ -338,8 +370,11 @@ def summary_markdown(results: dict) -> str:
         f"{results.get('created', '')}. Backend {env.get('backend', '?')}, {_threads(env)}; "
         f"{s['max_tokens']} tokens per request ({'end tokens ignored' if s.get('ignore_eos') else 'stopping at end tokens'}); "
         f"requests per level: {', '.join(f'{n} at {c}' for c, n in requests)}; "
-        + (f"speculation as each server is set up, temperature {s['temperature']}" if env.get("remote") else
-           f"max draft {s['max_draft']}, adaptive {'on' if s['adaptive'] else 'off'}, temperature {s['temperature']}")
+        + (
+            f"speculation as each server is set up, temperature {s['temperature']}"
+            if env.get("remote")
+            else f"max draft {s['max_draft']}, adaptive {'on' if s['adaptive'] else 'off'}, temperature {s['temperature']}"
+        )
         + (f"; each cell the fastest of {s['repeats']} runs, methods alternating." if s.get("repeats", 1) > 1 else "."),
         "",
         results_table(results),
@@ -352,46 +387,66 @@ def summary_markdown(results: dict) -> str:
         if cross["stops_at"] is None:
             lines.append(f"- {words}: pays at every tested level (no crossover up to {cross['pays_up_to']}): {ratios}.")
         elif cross["pays_up_to"] is None:
-            lines.append(f"- {words}: does not pay even at {cross['stops_at']} (crossover at or below the lowest "
-                         f"level): {ratios}.")
+            lines.append(
+                f"- {words}: does not pay even at {cross['stops_at']} (crossover at or below the lowest "
+                f"level): {ratios}."
+            )
         else:
-            lines.append(f"- {words}: pays up to concurrency {cross['pays_up_to']}, stops paying at "
-                         f"{cross['stops_at']}; the speed-up falls to {PAYS:.2f}× at about {cross['estimate']:.1f} "
-                         f"concurrent sequences: {ratios}.")
-    lines.append(f"\n\"Pays\" means at least {PAYS:.2f}× plain decoding's throughput at the same concurrency (at full "
-                 "load where measured, else the aggregate); a smaller lead is within run-to-run spread.")
+            lines.append(
+                f"- {words}: pays up to concurrency {cross['pays_up_to']}, stops paying at "
+                f"{cross['stops_at']}; the speed-up falls to {PAYS:.2f}× at about {cross['estimate']:.1f} "
+                f"concurrent sequences: {ratios}."
+            )
+    lines.append(
+        f'\n"Pays" means at least {PAYS:.2f}× plain decoding\'s throughput at the same concurrency (at full '
+        "load where measured, else the aggregate); a smaller lead is within run-to-run spread."
+    )
     recommended = results["advice"]["settings"]
-    lines += ["", "## Advice", "", *results["advice"]["lines"], "",
-              f"Recommended chat settings: `{json.dumps(recommended)}`" if recommended else
-              "The servers' speculation is set where they run: nothing here to apply." if env.get("remote") else
-              "No chat settings recommended (the advice above says why).", "",
-              "## How the figures are measured", "",
-              "- in flight: the sequences decoding in a step, averaged over the level's step time. Until the last "
-              "request is answered, a slot that frees once no request waits takes a filler (the same prompts again, "
-              "in turn; ended with the level), as a busy server's queue would refill it: without them the slowest "
-              "answers decoded with fewer beside them, and a method that ends some answers early was judged partly "
-              "at a lower concurrency.",
-              "- full-load tok/s: the tokens delivered by the steps that had every slot busy ÷ those steps' time "
-              "(proposing included, prefills not). Speed-ups, the crossover and the plot use it (the aggregate where "
-              "it is n/a): a filler admitted just before the level ends pays its whole prefill for a few tokens, and "
-              "a method that ends answers sooner admits more.",
-              "- aggregate tok/s: all generated tokens, the fillers' included, ÷ the level's wall time (prefills "
-              "included).",
-              "- per-request tok/s: each request's generated tokens after its first ÷ the time after its first token "
-              "(the chat's tok/s; llama.cpp's predicted_per_second counts the first token too); the mean over the "
-              "level's requests.",
-              "- ITL: time between a request's token deliveries, a step that delivers m tokens counting as m gaps "
-              "of a 1/m share; p50 and p95 over all tokens of the level.",
-              "- end-to-end: from a request's admission (its prefill) to its last token.",
-              "- acceptance = accepted ÷ drafted; mean accepted length = 1 + accepted ÷ target steps.",
-              "- utilisation: GPU from NVML where readable, else this process's CPU time ÷ wall time over all "
-              "cores; memory: VRAM where readable, else the process's resident RAM.",
-              *(["- remote servers: every time is taken here as the streamed text arrives (the network included); "
-                 "a server is a method, by the name given it; a client done with its requests sends fillers until every "
-                 "client is, as the local levels do; full load is what streamed while as many answers streamed at "
-                 "once as ever did in the level, each past its first token; acceptance from its timings or its /metrics counters; "
-                 "utilisation and memory are the servers' and read n/a."] if results.get("env", {}).get("remote")
-                else [])]
+    lines += [
+        "",
+        "## Advice",
+        "",
+        *results["advice"]["lines"],
+        "",
+        f"Recommended chat settings: `{json.dumps(recommended)}`"
+        if recommended
+        else "The servers' speculation is set where they run: nothing here to apply."
+        if env.get("remote")
+        else "No chat settings recommended (the advice above says why).",
+        "",
+        "## How the figures are measured",
+        "",
+        "- in flight: the sequences decoding in a step, averaged over the level's step time. Until the last "
+        "request is answered, a slot that frees once no request waits takes a filler (the same prompts again, "
+        "in turn; ended with the level), as a busy server's queue would refill it: without them the slowest "
+        "answers decoded with fewer beside them, and a method that ends some answers early was judged partly "
+        "at a lower concurrency.",
+        "- full-load tok/s: the tokens delivered by the steps that had every slot busy ÷ those steps' time "
+        "(proposing included, prefills not). Speed-ups, the crossover and the plot use it (the aggregate where "
+        "it is n/a): a filler admitted just before the level ends pays its whole prefill for a few tokens, and "
+        "a method that ends answers sooner admits more.",
+        "- aggregate tok/s: all generated tokens, the fillers' included, ÷ the level's wall time (prefills included).",
+        "- per-request tok/s: each request's generated tokens after its first ÷ the time after its first token "
+        "(the chat's tok/s; llama.cpp's predicted_per_second counts the first token too); the mean over the "
+        "level's requests.",
+        "- ITL: time between a request's token deliveries, a step that delivers m tokens counting as m gaps "
+        "of a 1/m share; p50 and p95 over all tokens of the level.",
+        "- end-to-end: from a request's admission (its prefill) to its last token.",
+        "- acceptance = accepted ÷ drafted; mean accepted length = 1 + accepted ÷ target steps.",
+        "- utilisation: GPU from NVML where readable, else this process's CPU time ÷ wall time over all "
+        "cores; memory: VRAM where readable, else the process's resident RAM.",
+        *(
+            [
+                "- remote servers: every time is taken here as the streamed text arrives (the network included); "
+                "a server is a method, by the name given it; a client done with its requests sends fillers until every "
+                "client is, as the local levels do; full load is what streamed while as many answers streamed at "
+                "once as ever did in the level, each past its first token; acceptance from its timings or its /metrics counters; "
+                "utilisation and memory are the servers' and read n/a."
+            ]
+            if results.get("env", {}).get("remote")
+            else []
+        ),
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -412,34 +467,57 @@ def write_plot(runs: list[tuple[str, dict]], path: str | Path) -> None:
             colour = METHOD_COLOURS.get(method)
             pts = [(c, cells[(method, c)]) for c in xs if (method, c) in cells]
             conc = [c for c, _ in pts]
-            ax_rate.plot(conc, [throughput(cell) or float("nan") for _, cell in pts], "o-",
-                         color=colour, label=method_words(method))
-            ax_itl.plot(conc, [cell["itl_p50_ms"] or float("nan") for _, cell in pts], "o-", color=colour,
-                        label=f"{method_words(method)} p50")
-            ax_itl.plot(conc, [cell["itl_p95_ms"] or float("nan") for _, cell in pts], "s--", color=colour,
-                        alpha=0.6, label=f"{method_words(method)} p95")
+            ax_rate.plot(
+                conc,
+                [throughput(cell) or float("nan") for _, cell in pts],
+                "o-",
+                color=colour,
+                label=method_words(method),
+            )
+            ax_itl.plot(
+                conc,
+                [cell["itl_p50_ms"] or float("nan") for _, cell in pts],
+                "o-",
+                color=colour,
+                label=f"{method_words(method)} p50",
+            )
+            ax_itl.plot(
+                conc,
+                [cell["itl_p95_ms"] or float("nan") for _, cell in pts],
+                "s--",
+                color=colour,
+                alpha=0.6,
+                label=f"{method_words(method)} p95",
+            )
             cross = crossover(results, method) if method != "none" else None
             if cross and cross.stops_at is not None:
                 at = cross.estimate or cross.stops_at
                 for ax in (ax_rate, ax_itl):
                     ax.axvline(at, color=colour, linestyle=":", alpha=0.8)
                 right_half = math.log2(at) > (math.log2(xs[0]) + math.log2(xs[-1])) / 2
-                ax_rate.annotate(f"{method_words(method)} stops paying\n≈ {at:.1f}", (at, 0.04 + 0.13 * marked),
-                                 xycoords=("data", "axes fraction"), color=colour, fontsize=8,
-                                 ha="right" if right_half else "left", xytext=(-4 if right_half else 4, 0),
-                                 textcoords="offset points")
+                ax_rate.annotate(
+                    f"{method_words(method)} stops paying\n≈ {at:.1f}",
+                    (at, 0.04 + 0.13 * marked),
+                    xycoords=("data", "axes fraction"),
+                    color=colour,
+                    fontsize=8,
+                    ha="right" if right_half else "left",
+                    xytext=(-4 if right_half else 4, 0),
+                    textcoords="offset points",
+                )
                 marked += 1
         env = results.get("env", {})
-        for ax, title, unit in ((ax_rate, "decode throughput, every slot busy", "tokens/s"),
-                                (ax_itl, "inter-token latency", "ms per token")):
+        for ax, title, unit in (
+            (ax_rate, "decode throughput, every slot busy", "tokens/s"),
+            (ax_itl, "inter-token latency", "ms per token"),
+        ):
             ax.set_xscale("log", base=2)
             ax.set_xticks(xs, [str(x) for x in xs])
             ax.set_xlabel("concurrent sequences")
             ax.set_ylabel(unit)
             ax.set_ylim(bottom=0)
             ax.grid(alpha=0.3)
-            ax.set_title(f"{label}: {title} ({env.get('backend', '?')}, {_threads(env)})",
-                         fontsize=10)
+            ax.set_title(f"{label}: {title} ({env.get('backend', '?')}, {_threads(env)})", fontsize=10)
             # below the axes: inside, "best" still sat on the crossover labels or the lines
             ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
     fig.tight_layout()

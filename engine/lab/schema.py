@@ -1,6 +1,7 @@
 """What both labs write and report while they run: the results document's schema and a run's progress.
 Its own module so that the lab here (local.py) and the one against servers (remote.py) share it without
 importing each other."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

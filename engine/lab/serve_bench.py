@@ -10,6 +10,7 @@ timings, or from vLLM's /metrics counters before and after the cell (engine/remo
 says where speculation stops paying (report.crossover, as the lab's). Writes results.json, summary.md and
 plot.png to --out. `python -m engine.lab --engine-url` runs the same path.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,9 +22,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import httpx
 
@@ -78,8 +79,12 @@ def full_load_rate(traces: list[RequestTrace], end: float) -> float | None:
     (every client's, unless it serves fewer in parallel), each past its first token and before its last, so prefills
     are left out: the local lab's full-load figure (metrics.py) as clients can see it. A trace cut short (a
     filler) counts as answered until `end`."""
-    events = sorted((when, change) for t in traces if t.first_at is not None
-                    for when, change in ((t.first_at, 1), (t.done_at or end, -1)))
+    events = sorted(
+        (when, change)
+        for t in traces
+        if t.first_at is not None
+        for when, change in ((t.first_at, 1), (t.done_at or end, -1))
+    )
     counts = [0]
     for _, change in events:
         counts.append(counts[-1] + change)
@@ -101,17 +106,25 @@ def full_load_rate(traces: list[RequestTrace], end: float) -> float | None:
     return tokens / seconds if seconds > 0 else None
 
 
-async def one_request(client: httpx.AsyncClient, url: str, prompt: str, args, model: str = "bench",
-                      trace: RequestTrace | None = None) -> RequestTrace:
+async def one_request(
+    client: httpx.AsyncClient, url: str, prompt: str, args, model: str = "bench", trace: RequestTrace | None = None
+) -> RequestTrace:
     chat = args.endpoint == "chat"
-    body = {"model": model, "max_tokens": args.max_tokens, "temperature": args.temperature, "seed": args.seed,
-            "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True},
-            "ignore_eos": args.ignore_eos,
-            **({"messages": [{"role": "user", "content": prompt}]} if chat else {"prompt": prompt})}
+    body = {
+        "model": model,
+        "max_tokens": args.max_tokens,
+        "temperature": args.temperature,
+        "seed": args.seed,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        "ignore_eos": args.ignore_eos,
+        **({"messages": [{"role": "user", "content": prompt}]} if chat else {"prompt": prompt}),
+    }
     trace = trace or RequestTrace(time.perf_counter())
     try:
-        async with client.stream("POST", url + ("/v1/chat/completions" if chat else "/v1/completions"),
-                                 json=body) as response:
+        async with client.stream(
+            "POST", url + ("/v1/chat/completions" if chat else "/v1/completions"), json=body
+        ) as response:
             if response.status_code != 200:
                 trace.error = f"HTTP {response.status_code}: {(await response.aread())[:200]!r}"
                 return trace
@@ -130,17 +143,25 @@ async def one_request(client: httpx.AsyncClient, url: str, prompt: str, args, mo
                     trace.timings = chunk["timings"]
                 usage = chunk.get("usage") or {}
                 if "completion_tokens" in usage or trace.timings:  # vLLM's last chunk has usage, no timings
-                    trace.completion_tokens = usage.get("completion_tokens",
-                                                        trace.timings.get("predicted_n", len(trace.chunks)))
+                    trace.completion_tokens = usage.get(
+                        "completion_tokens", trace.timings.get("predicted_n", len(trace.chunks))
+                    )
     except httpx.HTTPError as exc:
         trace.error = f"{type(exc).__name__}: {exc}"
     trace.done_at = time.perf_counter()
     return trace
 
 
-async def run_cell(url: str, prompts: list[str], clients: int, args, first_number: int = 1,
-                   on_request: Callable[[RequestTrace], None] | None = None,
-                   cancel: threading.Event | None = None, keep_full: bool = False) -> dict:
+async def run_cell(
+    url: str,
+    prompts: list[str],
+    clients: int,
+    args,
+    first_number: int = 1,
+    on_request: Callable[[RequestTrace], None] | None = None,
+    cancel: threading.Event | None = None,
+    keep_full: bool = False,
+) -> dict:
     """`clients` concurrent clients, each sending `args.requests` requests one after another, numbered from
     first_number on. on_request hears of each finished request; a set cancel sends no further request.
     keep_full: a client done with its requests sends fillers (the prompts again, in turn) until every client is,
@@ -160,8 +181,9 @@ async def run_cell(url: str, prompts: list[str], clients: int, args, first_numbe
         async def fill() -> None:
             while not answered.is_set() and not (cancel is not None and cancel.is_set()):
                 fillers.append(RequestTrace(time.perf_counter()))
-                request = asyncio.ensure_future(one_request(client, url, numbered(real + len(fillers) - 1), args,
-                                                            model, fillers[-1]))
+                request = asyncio.ensure_future(
+                    one_request(client, url, numbered(real + len(fillers) - 1), args, model, fillers[-1])
+                )
                 ended = asyncio.ensure_future(answered.wait())
                 await asyncio.wait({request, ended}, return_when=asyncio.FIRST_COMPLETED)
                 for task in (request, ended):
@@ -185,7 +207,9 @@ async def run_cell(url: str, prompts: list[str], clients: int, args, first_numbe
             return out
 
         started = time.perf_counter()
-        traces = [t for per_client in await asyncio.gather(*(one_client(i) for i in range(clients))) for t in per_client]
+        traces = [
+            t for per_client in await asyncio.gather(*(one_client(i) for i in range(clients))) for t in per_client
+        ]
         wall = time.perf_counter() - started
     errors = [t.error for t in traces if t.error]
     good = [t for t in traces if not t.error]
@@ -204,20 +228,35 @@ async def run_cell(url: str, prompts: list[str], clients: int, args, first_numbe
         drafted, accepted, source = moved.drafted, moved.accepted, "/metrics"
         steps_mean = [moved.mean_acceptance_length]
     return {
-        "clients": clients, "requests": len(traces), "errors": errors, "completion_tokens": tokens, "wall_s": wall,
-        "filler_requests": len(fillers), "filler_tokens": filler_tokens,
+        "clients": clients,
+        "requests": len(traces),
+        "errors": errors,
+        "completion_tokens": tokens,
+        "wall_s": wall,
+        "filler_requests": len(fillers),
+        "filler_tokens": filler_tokens,
         "full_tokens_per_s": full_load_rate(good + fillers, started + wall),
         "aggregate_tokens_per_s": (tokens + filler_tokens) / wall if wall > 0 else None,
-        "ttft_p50_s": percentile(ttfts, 0.5), "ttft_p95_s": percentile(ttfts, 0.95),
-        "itl_p50_s": percentile(gaps, 0.5), "itl_p95_s": percentile(gaps, 0.95),
-        "e2e_p50_s": percentile(e2e, 0.5), "e2e_p95_s": percentile(e2e, 0.95),
+        "ttft_p50_s": percentile(ttfts, 0.5),
+        "ttft_p95_s": percentile(ttfts, 0.95),
+        "itl_p50_s": percentile(gaps, 0.5),
+        "itl_p95_s": percentile(gaps, 0.95),
+        "e2e_p50_s": percentile(e2e, 0.5),
+        "e2e_p95_s": percentile(e2e, 0.95),
         "client_tokens_per_s": statistics.fmean(rates) if rates else None,
-        "drafted": drafted, "accepted": accepted,
+        "drafted": drafted,
+        "accepted": accepted,
         "acceptance_rate": accepted / drafted if drafted else None,
         "mean_acceptance_length": statistics.fmean(steps_mean) if steps_mean else None,
         "acceptance_source": source,
-        "per_request": [{"tokens": t.completion_tokens, "tokens_per_s": t.timings.get("predicted_per_second"),
-                         "ttft_s": t.first_at - t.sent_at if t.first_at else None} for t in good],
+        "per_request": [
+            {
+                "tokens": t.completion_tokens,
+                "tokens_per_s": t.timings.get("predicted_per_second"),
+                "ttft_s": t.first_at - t.sent_at if t.first_at else None,
+            }
+            for t in good
+        ],
     }
 
 
@@ -250,8 +289,21 @@ class SpawnedServer:
     """`python -m engine.serve` in a child process, on a free port."""
 
     def __init__(self, method: str, args):
-        command = [sys.executable, "-m", "engine.serve", "--model", args.model or "embedded", "--method", method,
-                   "--port", "0", "--parallel", str(max(args.clients)), "--ctx", str(args.ctx)]
+        command = [
+            sys.executable,
+            "-m",
+            "engine.serve",
+            "--model",
+            args.model or "embedded",
+            "--method",
+            method,
+            "--port",
+            "0",
+            "--parallel",
+            str(max(args.clients)),
+            "--ctx",
+            str(args.ctx),
+        ]
         if args.draft:
             command += ["--draft", args.draft]
         if args.threads:
@@ -259,8 +311,13 @@ class SpawnedServer:
         if not args.remember:  # the prompts repeat across clients: earlier answers would be replayed
             command.append("--no-remember")
         self.method = method
-        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                        cwd=Path(__file__).resolve().parents[2])
+        self.process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=Path(__file__).resolve().parents[2],
+        )
         for line in self.process.stdout:
             if " at http://" in line:
                 self.url = line.rsplit(" at ", 1)[1].strip().removesuffix("/v1")
@@ -300,15 +357,18 @@ def measure(servers: dict[str, str], prompts: list[str], args) -> list[dict]:
     number = 1000  # past the warm-up's numbers; every server gets the same prompts in a cell
     for repeat in range(args.repeats):
         for clients in args.clients:
-            for method in (order if repeat % 2 == 0 else order[::-1]):  # alternate, so outside load falls alike
+            for method in order if repeat % 2 == 0 else order[::-1]:  # alternate, so outside load falls alike
                 cell = asyncio.run(run_cell(servers[method], prompts, clients, args, number))
                 cell["method"] = method
                 runs.setdefault((method, clients), []).append(cell)
-                print(f"  {method:>6} × {clients}: {cell['aggregate_tokens_per_s']:.1f} tok/s"
-                      + (f"  ({len(cell['errors'])} errors)" if cell["errors"] else ""), flush=True)
+                print(
+                    f"  {method:>6} × {clients}: {cell['aggregate_tokens_per_s']:.1f} tok/s"
+                    + (f"  ({len(cell['errors'])} errors)" if cell["errors"] else ""),
+                    flush=True,
+                )
             number += clients * args.requests
     cells = []
-    for (method, clients), repeats in runs.items():
+    for repeats in runs.values():
         best = dict(max(repeats, key=lambda c: c["aggregate_tokens_per_s"] or 0.0))
         best["aggregate_tokens_per_s_runs"] = [c["aggregate_tokens_per_s"] for c in repeats]
         cells.append(best)
@@ -320,10 +380,14 @@ def summary(results: dict) -> str:
     methods = list(dict.fromkeys(c["method"] for c in results["cells"]))
     base = "none" if "none" in methods else methods[0]
     s = results["settings"]
-    lines = [f"Server load: {s['model']}, prompts {s['prompt_set']} ({s['prompt_count']}), {s['max_tokens']} tokens max, "
-             f"temperature {s['temperature']}, {s['requests']} requests per client, best of {s['repeats']}.", "",
-             "| clients | method | aggregate tok/s | vs plain | TTFT p50 / p95 (ms) | inter-token p50 / p95 (ms) "
-             "| mean accepted length |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"Server load: {s['model']}, prompts {s['prompt_set']} ({s['prompt_count']}), {s['max_tokens']} tokens max, "
+        f"temperature {s['temperature']}, {s['requests']} requests per client, best of {s['repeats']}.",
+        "",
+        "| clients | method | aggregate tok/s | vs plain | TTFT p50 / p95 (ms) | inter-token p50 / p95 (ms) "
+        "| mean accepted length |",
+        "|---|---|---|---|---|---|---|",
+    ]
 
     def ms(x):
         return f"{1000 * x:.0f}" if x is not None else "n/a"
@@ -334,12 +398,17 @@ def summary(results: dict) -> str:
             if not c:
                 continue
             plain = cells.get((base, clients))
-            ratio = (f"{c['aggregate_tokens_per_s'] / plain['aggregate_tokens_per_s']:.2f}×"
-                     if plain and plain["aggregate_tokens_per_s"] else "n/a")
+            ratio = (
+                f"{c['aggregate_tokens_per_s'] / plain['aggregate_tokens_per_s']:.2f}×"
+                if plain and plain["aggregate_tokens_per_s"]
+                else "n/a"
+            )
             mal = f"{c['mean_acceptance_length']:.2f}" if c["mean_acceptance_length"] else "n/a"
-            lines.append(f"| {clients} | {method} | {c['aggregate_tokens_per_s']:.1f} | {ratio} | "
-                         f"{ms(c['ttft_p50_s'])} / {ms(c['ttft_p95_s'])} | {ms(c['itl_p50_s'])} / {ms(c['itl_p95_s'])} "
-                         f"| {mal} |")
+            lines.append(
+                f"| {clients} | {method} | {c['aggregate_tokens_per_s']:.1f} | {ratio} | "
+                f"{ms(c['ttft_p50_s'])} / {ms(c['ttft_p95_s'])} | {ms(c['itl_p50_s'])} / {ms(c['itl_p95_s'])} "
+                f"| {mal} |"
+            )
     return "\n".join(lines + [""] + crossover_lines(results, methods, base)) + "\n"
 
 
@@ -358,8 +427,10 @@ def crossover_lines(results: dict, methods: list[str], base: str) -> list[str]:
         elif found.pays_up_to is None:
             lines.append(f"- {method} did not pay even at {found.stops_at} client{'s' if found.stops_at > 1 else ''}.")
         else:
-            lines.append(f"- {method} stops paying between {found.pays_up_to} and {found.stops_at} clients "
-                         f"(about {found.estimate:.0f}, interpolated).")
+            lines.append(
+                f"- {method} stops paying between {found.pays_up_to} and {found.stops_at} clients "
+                f"(about {found.estimate:.0f}, interpolated)."
+            )
     return lines
 
 
@@ -368,7 +439,6 @@ def plot(results: dict, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
     from matplotlib.ticker import NullFormatter
 
     from .report import METHOD_COLOURS
@@ -382,11 +452,17 @@ def plot(results: dict, path: Path) -> None:
     for method in methods:
         xs = [n for n in levels if (method, n) in by]
         style = "o--" if method.startswith("llama-server") else "o-"  # another program, for reference
-        left.plot(xs, [by[(method, n)]["aggregate_tokens_per_s"] for n in xs], style, label=method,
-                  color=colours.get(method))
+        left.plot(
+            xs, [by[(method, n)]["aggregate_tokens_per_s"] for n in xs], style, label=method, color=colours.get(method)
+        )
         if method != "none" and "none" in methods:
-            right.plot(xs, [by[(method, n)]["aggregate_tokens_per_s"] / by[("none", n)]["aggregate_tokens_per_s"]
-                            for n in xs], style, label=method, color=colours.get(method))
+            right.plot(
+                xs,
+                [by[(method, n)]["aggregate_tokens_per_s"] / by[("none", n)]["aggregate_tokens_per_s"] for n in xs],
+                style,
+                label=method,
+                color=colours.get(method),
+            )
     left.set(xscale="log", xlabel="concurrent clients", ylabel="aggregate tokens/s", title="Throughput")
     right.axhline(1.0, color="#555555", lw=1, ls="--")
     right.set(xscale="log", xlabel="concurrent clients", ylabel="× plain decoding", title="Speed-up over plain")
@@ -407,27 +483,41 @@ def _ints(text: str) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m engine.serve_bench", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--url", action="append", default=[], metavar="[NAME=]URL",
-                    help="a running server (repeatable); NAME labels it, e.g. llama-server=http://127.0.0.1:8080")
+    ap = argparse.ArgumentParser(
+        prog="python -m engine.serve_bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--url",
+        action="append",
+        default=[],
+        metavar="[NAME=]URL",
+        help="a running server (repeatable); NAME labels it, e.g. llama-server=http://127.0.0.1:8080",
+    )
     ap.add_argument("--model", help="for servers started here (default: the embedded model)")
     ap.add_argument("--draft")
     ap.add_argument("--methods", default="none,lookup", help="servers started here, one per method")
     ap.add_argument("--threads", type=int)
     ap.add_argument("--ctx", type=int, default=8192)
     ap.add_argument("--api-key")
-    ap.add_argument("--remember", action="store_true",
-                    help="let lookup in the servers started here search earlier answers (off: prompts repeat)")
+    ap.add_argument(
+        "--remember",
+        action="store_true",
+        help="let lookup in the servers started here search earlier answers (off: prompts repeat)",
+    )
     ap.add_argument("--clients", type=_ints, default=[1, 2, 4, 8])
     ap.add_argument("--requests", type=int, default=3, help="requests each client sends, one after another")
     ap.add_argument("--prompts", default="resources/prompts/heldout.jsonl")
     ap.add_argument("--ids", help="comma-separated prompt ids to keep (default: all)")
-    ap.add_argument("--endpoint", choices=("chat", "completions"), default="chat",
-                    help="chat: each prompt as a user message; completions: the raw prompt (base models)")
+    ap.add_argument(
+        "--endpoint",
+        choices=("chat", "completions"),
+        default="chat",
+        help="chat: each prompt as a user message; completions: the raw prompt (base models)",
+    )
     ap.add_argument("--max-tokens", type=int, default=128)
-    ap.add_argument("--ignore-eos", action="store_true",
-                    help="every answer runs to --max-tokens, so each server does the same work")
+    ap.add_argument(
+        "--ignore-eos", action="store_true", help="every answer runs to --max-tokens, so each server does the same work"
+    )
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeats", type=int, default=2)
@@ -451,12 +541,20 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     settings = {k: v for k, v in vars(args).items() if k != "api_key"}
-    settings["model"] = args.model or ("embedded" if spawned else ", ".join(sorted({served_model(u, args)
-                                                                                     for u in servers.values()})))
-    results = {"schema": SCHEMA, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-               "settings": {**settings, "prompt_set": Path(args.prompts).stem + (f" [{args.ids}]" if args.ids else ""),
-                            "prompt_count": len(prompts), "servers": servers},
-               "cells": cells}
+    settings["model"] = args.model or (
+        "embedded" if spawned else ", ".join(sorted({served_model(u, args) for u in servers.values()}))
+    )
+    results = {
+        "schema": SCHEMA,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "settings": {
+            **settings,
+            "prompt_set": Path(args.prompts).stem + (f" [{args.ids}]" if args.ids else ""),
+            "prompt_count": len(prompts),
+            "servers": servers,
+        },
+        "cells": cells,
+    }
     (out / "results.json").write_text(json.dumps(results, indent=1))
     (out / "summary.md").write_text(summary(results))
     plot(results, out / "plot.png")

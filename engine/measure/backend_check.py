@@ -9,6 +9,7 @@ all layers); greedy answers of plain decoding, prompt lookup and the draft model
 they agree (`greedy_equal`), and where one parts from plain decoding, the logit gap there (a near-tie when within
 the kernels' batch-versus-row rounding); the lab's memory column for a small cell; and the system check's JSON. Speed means nothing on a software device.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,11 +24,11 @@ from ..decoding.generate import SpeculativeDecoder
 from ..decoding.loader import proposer_for
 from ..decoding.runtime import LoadSettings, Model
 from ..decoding.sampling import SamplingParams
-from ..modelfiles.embedded import resolve_model
-from ..paths import resources_dir
 from ..lab import doctor
 from ..lab.local import LabConfig, run_lab
 from ..lab.report import memory_text
+from ..modelfiles.embedded import resolve_model
+from ..paths import resources_dir
 
 GREEDY = SamplingParams(temperature=0.0)
 CONTEXT = 1024
@@ -38,8 +39,11 @@ PROMPT_IDS = ("fix-json", "sql-rename", "poem-copy")  # held-out prompts whose a
 
 
 def held_out_prompts() -> list[dict]:
-    rows = [json.loads(line) for line in (resources_dir() / "prompts" / "heldout.jsonl").read_text().splitlines()
-            if line.strip()]
+    rows = [
+        json.loads(line)
+        for line in (resources_dir() / "prompts" / "heldout.jsonl").read_text().splitlines()
+        if line.strip()
+    ]
     return [row for row in rows if row["id"] in PROMPT_IDS]
 
 
@@ -51,16 +55,25 @@ def offload(path: Path, gpu_layers: int, tokens: int) -> dict:
         for _ in decoder.generate(prompt, GREEDY, max_tokens=tokens, ignore_eos=True):
             pass
         where = model.placement
-        return {"gpu_layers": gpu_layers, "backend": model.backend, "layers": where["layers"],
-                "layers_on_gpu": where["layers_on_gpu"], "all_layers_offloaded": where["all_layers_offloaded"],
-                "device_bytes": where["device_bytes"], "memory": decoder.stats.memory.to_dict(),
-                "device_memory": device_memory()}
+        return {
+            "gpu_layers": gpu_layers,
+            "backend": model.backend,
+            "layers": where["layers"],
+            "layers_on_gpu": where["layers_on_gpu"],
+            "all_layers_offloaded": where["all_layers_offloaded"],
+            "device_bytes": where["device_bytes"],
+            "memory": decoder.stats.memory.to_dict(),
+            "device_memory": device_memory(),
+        }
 
 
 def device_memory() -> list[dict]:
     """What each GPU device says of its own memory now (ggml: the Vulkan memory budget where the driver has one)."""
-    return [{**dev, "reports_use": None if dev["total_bytes"] is None else dev["free_bytes"] < dev["total_bytes"]}
-            for dev in doctor.device_facts() if dev["gpu"]]
+    return [
+        {**dev, "reports_use": None if dev["total_bytes"] is None else dev["free_bytes"] < dev["total_bytes"]}
+        for dev in doctor.device_facts()
+        if dev["gpu"]
+    ]
 
 
 def first_parting(model: Model, prompt: list[int], plain: list[int], other: list[int]) -> dict | None:
@@ -74,32 +87,51 @@ def first_parting(model: Model, prompt: list[int], plain: list[int], other: list
     for i, token in enumerate(plain[:at]):
         row = model.decode([token], len(prompt) + i, 1)[0]
     gap = float(row[plain[at]] - row[other[at]])
-    return {"position": at, "plain_token": plain[at], "other_token": other[at], "logit_gap": round(gap, 4),
-            "near_tie": abs(gap) <= NEAR_TIE}
+    return {
+        "position": at,
+        "plain_token": plain[at],
+        "other_token": other[at],
+        "logit_gap": round(gap, 4),
+        "near_tie": abs(gap) <= NEAR_TIE,
+    }
 
 
 def greedy_answers(target_path: Path, draft_path: Path, tokens: int) -> dict:
     """Plain, lookup and draft greedy answers on the held-out prompts, with every layer on the GPU, compared."""
     settings = LoadSettings(n_ctx=CONTEXT, n_gpu_layers=-1)
-    with Model(target_path, settings) as target, Model(draft_path, settings) as draft, \
-            Model(target_path, settings) as checker:
+    with (
+        Model(target_path, settings) as target,
+        Model(draft_path, settings) as draft,
+        Model(target_path, settings) as checker,
+    ):
         results = []
         for row in held_out_prompts():
             _, prompt, _ = ChatFormatter(target).render([{"role": "user", "content": row["prompt"]}])
             answers, stats = {}, {}
             for method in ("none", "lookup", "draft"):
-                decoder = SpeculativeDecoder(target, proposer_for(method, target, draft, p_min=0.0),
-                                             SpeculationConfig(max_draft=8, adaptive=False))  # verify every step
+                decoder = SpeculativeDecoder(
+                    target,
+                    proposer_for(method, target, draft, p_min=0.0),
+                    SpeculationConfig(max_draft=8, adaptive=False),
+                )  # verify every step
                 decoder.forget()
-                answers[method] = [t for d in decoder.generate(prompt, GREEDY, max_tokens=tokens, ignore_eos=True)
-                                   for t in d.tokens]
+                answers[method] = [
+                    t for d in decoder.generate(prompt, GREEDY, max_tokens=tokens, ignore_eos=True) for t in d.tokens
+                ]
                 stats[method] = {"drafted": decoder.stats.drafted, "accepted": decoder.stats.accepted}
-            partings = {m: first_parting(checker, list(prompt), answers["none"], answers[m])
-                        for m in ("lookup", "draft")}
-            results.append({"prompt": row["id"], "tokens": len(answers["none"]), "stats": stats,
-                            "equal": {m: answers[m] == answers["none"] for m in ("lookup", "draft")},
-                            "parts_at": {m: p for m, p in partings.items() if p is not None},
-                            "text": target.detokenize(answers["none"])})
+            partings = {
+                m: first_parting(checker, list(prompt), answers["none"], answers[m]) for m in ("lookup", "draft")
+            }
+            results.append(
+                {
+                    "prompt": row["id"],
+                    "tokens": len(answers["none"]),
+                    "stats": stats,
+                    "equal": {m: answers[m] == answers["none"] for m in ("lookup", "draft")},
+                    "parts_at": {m: p for m, p in partings.items() if p is not None},
+                    "text": target.detokenize(answers["none"]),
+                }
+            )
     equal = all(all(r["equal"].values()) for r in results)
     near_ties_only = all(p["near_tie"] for r in results for p in r["parts_at"].values())
     return {"greedy_equal": equal, "partings_are_near_ties": near_ties_only, "prompts": results}
@@ -119,10 +151,18 @@ def check(model: str, draft: str, tokens: int) -> dict:
     probe.close()
     loads = [offload(target_path, layers, tokens) for layers in (0, max(blocks // 2, 1), -1)]
     full = loads[-1]
-    report = {"backend": hardware.backend_name(), "device": hardware.gpu_name() or None,
-              "gpu_offload": hardware.gpu_offload_supported(), "model": target_path.name, "draft": draft_path.name,
-              "layers_offloaded": full["layers_on_gpu"], "layers": full["layers"],
-              "all_layers_offloaded": full["all_layers_offloaded"], "vram": full["memory"], "offload": loads}
+    report = {
+        "backend": hardware.backend_name(),
+        "device": hardware.gpu_name() or None,
+        "gpu_offload": hardware.gpu_offload_supported(),
+        "model": target_path.name,
+        "draft": draft_path.name,
+        "layers_offloaded": full["layers_on_gpu"],
+        "layers": full["layers"],
+        "all_layers_offloaded": full["all_layers_offloaded"],
+        "vram": full["memory"],
+        "offload": loads,
+    }
     report.update(greedy_answers(target_path, draft_path, tokens))
     report["lab_memory"] = lab_memory(model)
     # As Help → System check… opens: the facts and the model's load, no bench (speed means nothing here)
@@ -139,8 +179,22 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     report = check(args.model, args.draft, args.tokens)
     args.out.write_text(json.dumps(report, indent=1))
-    print(json.dumps({k: report[k] for k in ("backend", "device", "layers_offloaded", "all_layers_offloaded",
-                                             "greedy_equal", "partings_are_near_ties")} | {"vram": report["vram"]["label"]}))
+    print(
+        json.dumps(
+            {
+                k: report[k]
+                for k in (
+                    "backend",
+                    "device",
+                    "layers_offloaded",
+                    "all_layers_offloaded",
+                    "greedy_equal",
+                    "partings_are_near_ties",
+                )
+            }
+            | {"vram": report["vram"]["label"]}
+        )
+    )
     return 0
 
 

@@ -12,6 +12,7 @@ and follow one end-token rule: both stop at the first end token, or with --ignor
 and per kind of prompt the geometric mean over prompts of each one's median ratio to plain decoding (the figure
 the benchmarks report: one prompt's runs at several seeds differ by 20% and more, its median much less).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,23 +23,24 @@ import time
 from contextlib import contextmanager
 from dataclasses import replace
 
-import numpy as np
 import llama_cpp.llama
+import numpy as np
 from llama_cpp import Llama, LogitsProcessorList, StoppingCriteriaList
 
-from ..lab.bench import GREEDY, encode, llama_cpp_sampling, parse_seeds, read_prompts
 from ..chat_format import ChatFormatter
-from ..modelfiles.embedded import resolve_model
 from ..decoding.loader import DecoderSettings, build_decoder
 from ..decoding.runtime import model_params
-from ..modelfiles.model_check import check_model_file
 from ..decoding.sampling import SamplingParams
+from ..lab.bench import GREEDY, encode, llama_cpp_sampling, parse_seeds, read_prompts
+from ..modelfiles.embedded import resolve_model
+from ..modelfiles.model_check import check_model_file
 
 REFERENCE = "llama-cpp-python"
 
 
-def reference_run(llm: Llama, prompt: list[int], max_tokens: int, end_tokens: list[int] | None,
-                  sampling: SamplingParams = GREEDY) -> tuple[float, dict]:
+def reference_run(
+    llm: Llama, prompt: list[int], max_tokens: int, end_tokens: list[int] | None, sampling: SamplingParams = GREEDY
+) -> tuple[float, dict]:
     """create_completion's decode speed, counted as llama.cpp's server does (after the first token).
     end_tokens: masked so that it goes on past them (it has no ignore-EOS switch); None: it stops at them."""
     sampled_at: list[float] = []
@@ -51,24 +53,37 @@ def reference_run(llm: Llama, prompt: list[int], max_tokens: int, end_tokens: li
         logits[end_tokens] = -np.inf
         return logits
 
-    out = llm.create_completion(prompt, max_tokens=max_tokens, **llama_cpp_sampling(sampling),
-                                stopping_criteria=StoppingCriteriaList([note_token]),
-                                logits_processor=LogitsProcessorList([mask_end_tokens]) if end_tokens else None)
+    out = llm.create_completion(
+        prompt,
+        max_tokens=max_tokens,
+        **llama_cpp_sampling(sampling),
+        stopping_criteria=StoppingCriteriaList([note_token]),
+        logits_processor=LogitsProcessorList([mask_end_tokens]) if end_tokens else None,
+    )
     n = out["usage"]["completion_tokens"]  # tokens it kept: an end token that stopped it is not one
     times = sampled_at[:n]
     rate = (n - 1) / (times[-1] - times[0]) if n > 1 and times[-1] > times[0] else 0.0
     return rate, {"generated": n, "finish_reason": out["choices"][0]["finish_reason"]}
 
 
-def engine_rate(decoder, prompt: list[int], max_tokens: int, ignore_eos: bool,
-                sampling: SamplingParams = GREEDY) -> tuple[float, dict]:
-    out = [tok for delta in decoder.generate(prompt, sampling, max_tokens=max_tokens, ignore_eos=ignore_eos)
-           for tok in delta.tokens]
+def engine_rate(
+    decoder, prompt: list[int], max_tokens: int, ignore_eos: bool, sampling: SamplingParams = GREEDY
+) -> tuple[float, dict]:
+    out = [
+        tok
+        for delta in decoder.generate(prompt, sampling, max_tokens=max_tokens, ignore_eos=ignore_eos)
+        for tok in delta.tokens
+    ]
     s = decoder.stats
-    return s.decode_tokens_per_s or 0.0, {"generated": s.generated, "finish_reason": s.finish_reason,
-                                          "acceptance": s.acceptance_rate, "mean_len": s.mean_acceptance_length,
-                                          "speedup_vs_plain": s.speedup_vs_plain, "guard": s.guard,
-                                          "tokens": out}
+    return s.decode_tokens_per_s or 0.0, {
+        "generated": s.generated,
+        "finish_reason": s.finish_reason,
+        "acceptance": s.acceptance_rate,
+        "mean_len": s.mean_acceptance_length,
+        "speedup_vs_plain": s.speedup_vs_plain,
+        "guard": s.guard,
+        "tokens": out,
+    }
 
 
 def method_settings(method: str) -> tuple[str, bool]:
@@ -104,6 +119,7 @@ def plain_beside(row: dict, method: str) -> float:
 def median_ratio(rows: list[dict], method: str, baseline: str) -> float | None:
     """Median of method / baseline over the prompt runs where the baseline decoded (≥ 2 tokens); against plain
     decoding, the plain runs beside the method's."""
+
     def base(r: dict) -> float:
         return plain_beside(r, method) if baseline == "none" else r[baseline]
 
@@ -124,28 +140,41 @@ def by_kind(rows: list[dict], kinds: dict[str, str], methods: list[str]) -> dict
     return out
 
 
-def what_was_compared(methods: list[str], max_tokens: int, ignore_eos: bool,
-                      sampling: SamplingParams = GREEDY, seeds: list[int] | None = None,
-                      reference: bool = True) -> str:
+def what_was_compared(
+    methods: list[str],
+    max_tokens: int,
+    ignore_eos: bool,
+    sampling: SamplingParams = GREEDY,
+    seeds: list[int] | None = None,
+    reference: bool = True,
+) -> str:
     """The line that says what was measured; without the reference it names SpecChat's loop alone."""
     if reference:
         sides = f"llama-cpp-python's create_completion (not streamed) and SpecChat's loop ({', '.join(methods)})"
-        eos = ("end tokens ignored on both sides (create_completion's are masked by a logits processor, its only "
-               "way to go on past them)" if ignore_eos else "both stop at the first end token")
+        eos = (
+            "end tokens ignored on both sides (create_completion's are masked by a logits processor, its only "
+            "way to go on past them)"
+            if ignore_eos
+            else "both stop at the first end token"
+        )
     else:
         sides = f"SpecChat's loop ({', '.join(methods)})"
         eos = "end tokens ignored" if ignore_eos else "each stops at the first end token"
-    return (f"Compared: {sides}, {describe(sampling, seeds)}, the same prompt tokens, up to {max_tokens} tokens; "
-            f"tokens counted as sampled, decode tokens/s = (tokens - 1) / time from the first token to the last; "
-            f"{eos}.")
+    return (
+        f"Compared: {sides}, {describe(sampling, seeds)}, the same prompt tokens, up to {max_tokens} tokens; "
+        f"tokens counted as sampled, decode tokens/s = (tokens - 1) / time from the first token to the last; "
+        f"{eos}."
+    )
 
 
 def describe(sampling: SamplingParams, seeds: list[int] | None = None) -> str:
     if sampling.greedy:
         return "greedy"
     seeded = f"seeds {', '.join(map(str, seeds))}" if seeds and len(seeds) > 1 else f"seed {sampling.seed}"
-    return (f"sampled at temperature {sampling.temperature} (top-k {sampling.top_k}, top-p {sampling.top_p}, "
-            f"min-p {sampling.min_p}, {seeded})")
+    return (
+        f"sampled at temperature {sampling.temperature} (top-k {sampling.top_k}, top-p {sampling.top_p}, "
+        f"min-p {sampling.min_p}, {seeded})"
+    )
 
 
 @contextmanager
@@ -173,11 +202,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--chat", action="store_true", help="each prompt as one user message in the chat template")
     ap.add_argument("--no-reference", action="store_true", help="leave llama-cpp-python's create_completion out")
-    ap.add_argument("--temperature", type=float, default=0.0, help="0: greedy; else sampled (SpecChat's default "
-                    "top-k, top-p and min-p), every side with --seed")
+    ap.add_argument(
+        "--temperature",
+        type=float,
+        default=0.0,
+        help="0: greedy; else sampled (SpecChat's default top-k, top-p and min-p), every side with --seed",
+    )
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--seeds", type=parse_seeds, help="with --temperature: run every prompt once per seed, "
-                    "as 1-8 or 1,2,5 (the ratios per kind are medians over them)")
+    ap.add_argument(
+        "--seeds",
+        type=parse_seeds,
+        help="with --temperature: run every prompt once per seed, "
+        "as 1-8 or 1,2,5 (the ratios per kind are medians over them)",
+    )
     ap.add_argument("--methods", help="some of none,lookup,draft,auto (draft and auto need --draft); none always runs")
     ap.add_argument("--out")
     args = ap.parse_args(argv)
@@ -200,10 +237,20 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--methods: {', '.join(unknown)} not available here (draft and auto need --draft)")
         methods = wanted
     # Lookup searches the prompt and the answer so far, not earlier answers: a repeat would copy its last run.
-    decoders = {m: build_decoder(DecoderSettings(model=args.model, draft=args.draft, method=method_settings(m)[0],
-                                                 threads=args.threads, max_draft=args.max_draft,
-                                                 remember_requests=False, exact=method_settings(m)[1]))
-                for m in methods}
+    decoders = {
+        m: build_decoder(
+            DecoderSettings(
+                model=args.model,
+                draft=args.draft,
+                method=method_settings(m)[0],
+                threads=args.threads,
+                max_draft=args.max_draft,
+                remember_requests=False,
+                exact=method_settings(m)[1],
+            )
+        )
+        for m in methods
+    }
     for decoder in decoders.values():  # as the chat does at load: no answer pays for timing the step sizes
         decoder.calibrate()
         for _ in decoder.generate(decoder.target.tokenize("Warm-up."), GREEDY, max_tokens=8):
@@ -224,8 +271,9 @@ def main(argv: list[str] | None = None) -> int:
         tokens, _ = encode(target, formatter, item["prompt"])  # once, so every side decodes the same prompt
         row = {"id": str(item["id"]), **({"seed": seed} if not sampling.greedy else {})}
         if llm is not None:
-            row[REFERENCE], row[REFERENCE + "_detail"] = reference_run(llm, tokens, args.max_tokens, end_tokens,
-                                                                sampling)
+            row[REFERENCE], row[REFERENCE + "_detail"] = reference_run(
+                llm, tokens, args.max_tokens, end_tokens, sampling
+            )
         # Rotated by the round as well: with as many prompts as methods to rotate (or a multiple), each prompt ran in
         # the same order every round (SmolLM2's open-garden read 0.90x with lookup+exact, always fourth, in 3 of 3)
         order = bracketed(methods, turn + turn // len(prompts))
@@ -238,20 +286,36 @@ def main(argv: list[str] | None = None) -> int:
                 row.setdefault("plain_beside", {})[m] = float(np.sqrt(runs[i - 1][0] * runs[i + 1][0]))
         row["plain_runs"] = plains
         rows.append(row)
-        print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()
-                          if not k.endswith("_detail") and k != "plain_beside"}), file=sys.stderr)
-    ratios = {**({f"none / {REFERENCE}": median_ratio(rows, "none", REFERENCE)} if llm is not None else {}),
-              **{f"{m} / none": median_ratio(rows, m, "none") for m in methods[1:]}}
+        print(
+            json.dumps(
+                {
+                    k: (round(v, 1) if isinstance(v, float) else v)
+                    for k, v in row.items()
+                    if not k.endswith("_detail") and k != "plain_beside"
+                }
+            ),
+            file=sys.stderr,
+        )
+    ratios = {
+        **({f"none / {REFERENCE}": median_ratio(rows, "none", REFERENCE)} if llm is not None else {}),
+        **{f"{m} / none": median_ratio(rows, m, "none") for m in methods[1:]},
+    }
     for name, value in ratios.items():
         print(f"{name}: " + ("n/a" if value is None else f"{value:.2f}x") + f" (median over {len(rows)} prompt runs)")
     kind_ratios = by_kind(rows, kinds, methods[1:])
     for kind, per_method in kind_ratios.items():
-        print(f"{kind}: " + ", ".join(f"{m} {v:.2f}x" for m, v in per_method.items())
-              + " plain decoding (geomean over prompts of each one's median)")
+        print(
+            f"{kind}: "
+            + ", ".join(f"{m} {v:.2f}x" for m, v in per_method.items())
+            + " plain decoding (geomean over prompts of each one's median)"
+        )
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"compared": compared, "rows": rows, "ratios": ratios, "by_kind": kind_ratios, "kinds": kinds}, f,
-                      indent=1)
+            json.dump(
+                {"compared": compared, "rows": rows, "ratios": ratios, "by_kind": kind_ratios, "kinds": kinds},
+                f,
+                indent=1,
+            )
     return 0
 
 

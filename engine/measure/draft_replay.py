@@ -9,26 +9,28 @@ wrong is it run on from its own wrong token, to see how much more it would draft
 for DraftModelProposer in the real StepLoop (alone for --method draft, under AutoProposer for auto),
 charging its catch-up and its drafted tokens to the clock from the draft's step-cost curve.
 """
+
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..methods import MAX_DRAFT_LIMIT
 from ..decoding.proposers.base import Proposal, Want
 from ..decoding.proposers.draft_model import CATCH_UP_APART, CATCH_UP_TIMED_ROWS, greedy_pick
 from ..decoding.runtime import Model, common_prefix
+from ..methods import MAX_DRAFT_LIMIT
 
 
-def draft_runs(draft: Model, prompt: Sequence[int], answer: Sequence[int], p_min: float,
-               longest: int = MAX_DRAFT_LIMIT) -> tuple[list[int], list[int]]:
+def draft_runs(
+    draft: Model, prompt: Sequence[int], answer: Sequence[int], p_min: float, longest: int = MAX_DRAFT_LIMIT
+) -> tuple[list[int], list[int]]:
     """Per answer position i (the answer's first i tokens written): how many tokens the draft's greedy
     proposal would have that the answer keeps, and how many it would draft (up to `longest`)."""
     start, n = len(prompt), len(answer)
     draft.forget_all()
     for begin in range(0, start, draft.n_batch):  # the prompt in the target's chunks, as DraftModelProposer's
-        part = prompt[begin:begin + draft.n_batch]
+        part = prompt[begin : begin + draft.n_batch]
         draft.decode_multi(part, range(begin, begin + len(part)), [0] * len(part), [False] * len(part))
     # The answer a row at a time, as drafting decodes: llama.cpp's CPU kernels round differently by batch size,
     # and a pick from one wide batch put a confidence of ~p_min on the other side of it (the 0.5B, once in 48).
@@ -71,8 +73,9 @@ class ReplayDraft:
     free = False
     model = None  # no weights held
 
-    def __init__(self, seconds: Callable[[int], float], advance: Callable[[float], None], n_batch: int = 512,
-                 pick_width: int = 0):
+    def __init__(
+        self, seconds: Callable[[int], float], advance: Callable[[float], None], n_batch: int = 512, pick_width: int = 0
+    ):
         self.seconds, self.advance, self.n_batch = seconds, advance, n_batch
         # pick_width: make each decode's pick for real on a row this wide, so a clock that counts the host's time
         # (a replay's host_time) pays what DraftModelProposer's picks cost over its vocabulary
@@ -87,7 +90,7 @@ class ReplayDraft:
     def follow(self, prompt: Sequence[int], answer: Sequence[int], kept: Sequence[int], made: Sequence[int]) -> None:
         """The answer about to be replayed and its recorded proposals. The cache keeps what the last answer's
         history shares with this prompt, as DraftModelProposer's does (a chat template's opening, at least)."""
-        held = (list(self._prompt) + list(self.answer))[:self._cached]
+        held = (list(self._prompt) + list(self.answer))[: self._cached]
         self._cached = common_prefix(held, prompt)
         self._prompt, self.answer, self.kept, self.made = prompt, answer, kept, made
 
@@ -132,4 +135,4 @@ class ReplayDraft:
         fed = drafted if drafted < k else k - 1
         self._cached = len(history) + min(good, fed)
         wrong = [(self.answer[at + j] + 1) if at + j < len(self.answer) else 0 for j in range(good, drafted)]
-        return [Proposal(tokens=list(self.answer[at:at + good]) + wrong, from_draft=True)]
+        return [Proposal(tokens=list(self.answer[at : at + good]) + wrong, from_draft=True)]

@@ -6,6 +6,7 @@ widest step timed.
 
     python -m engine.measure.exact_ceiling --model FILE_OR_NAME [--threads 2] [--json]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,11 +48,24 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{path.name}, {args.threads} threads: one-row step {seconds[1] * 1000:.1f} ms")
     print("step cost in one-row steps: " + ", ".join(f"{w} rows {c:.2f}" for w, c in cost.items()))
     print(f"widest verify identical to one-row decodes: {width} rows (measured up to {MAX_MEASURED_ROWS})")
-    print(f"at most {exact:.2f}x plain with exact greedy ({exact_w} rows, every draft kept); "
-          f"{free:.2f}x without ({free_w} rows)")
+    print(
+        f"at most {exact:.2f}x plain with exact greedy ({exact_w} rows, every draft kept); "
+        f"{free:.2f}x without ({free_w} rows)"
+    )
     if args.json:
-        print(json.dumps({"model": path.name, "threads": args.threads, "one_row_s": seconds[1], "cost": cost,
-                          "exact_rows": width, "exact_ceiling": exact, "ceiling": free}))
+        print(
+            json.dumps(
+                {
+                    "model": path.name,
+                    "threads": args.threads,
+                    "one_row_s": seconds[1],
+                    "cost": cost,
+                    "exact_rows": width,
+                    "exact_ceiling": exact,
+                    "ceiling": free,
+                }
+            )
+        )
     return 0
 
 

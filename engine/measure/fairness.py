@@ -4,6 +4,7 @@ server over real HTTP (issue 51). Client 1 streams; once its pace is set, client
 Then client 3 sends another long prompt and hangs up mid-prefill: how long until /health shows its slot free.
 Each --chunks entry is a Batch.prefill_chunk (0: whole prompts in one pump, as before chunked prefill), the entries
 alternating round by round. Timings on a shared machine are noisy: compare ratios, and read the load printed."""
+
 from __future__ import annotations
 
 import argparse
@@ -35,8 +36,14 @@ class Stream(threading.Thread):
         self.stop = threading.Event()
 
     def run(self) -> None:
-        body = {"prompt": self.prompt, "max_tokens": self.max_tokens, "temperature": 0, "ignore_eos": True,
-                "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+        body = {
+            "prompt": self.prompt,
+            "max_tokens": self.max_tokens,
+            "temperature": 0,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        }
         # Hanging up: nothing comes while the prompt is prefilled, so a read timeout is the moment to go.
         timeout = httpx.Timeout(600.0, read=self.hang_up_after) if self.hang_up_after else 600.0
         self.sent_at = time.perf_counter()
@@ -66,8 +73,14 @@ def long_prompt(url: str, tokens: int, tag: str) -> tuple[str, int]:
     """A prompt of at least `tokens` tokens (counted by the server's /tokenize) that shares no start with another."""
     notes = 100
     while True:
-        text = tag + "." + "".join(f" Note {i}: the ferry to island {i % 17} leaves at {i % 12 + 1} o'clock, "
-                                   f"weather {i % 5}." for i in range(notes))
+        text = (
+            tag
+            + "."
+            + "".join(
+                f" Note {i}: the ferry to island {i % 17} leaves at {i % 12 + 1} o'clock, weather {i % 5}."
+                for i in range(notes)
+            )
+        )
         count = httpx.post(url + "/tokenize", json={"prompt": text}).json()["count"]
         if count >= tokens:
             return text, count
@@ -106,8 +119,15 @@ def one_round(service: Service, chunk: int, prompt_tokens: int, tag: str) -> dic
     first.stop.set()
     first.join()
     wait_until(lambda: health() == 0, 60)  # its hang-up seen, so the next round starts alone
-    return {"chunk": chunk or "whole", "prompt_tokens": count, "normal_gap_ms": 1000 * normal, "max_gap_s": max(during),
-            "ratio": max(during) / normal, "second_ttft_s": ttft, "freed_after_hang_up_s": freed}
+    return {
+        "chunk": chunk or "whole",
+        "prompt_tokens": count,
+        "normal_gap_ms": 1000 * normal,
+        "max_gap_s": max(during),
+        "ratio": max(during) / normal,
+        "second_ttft_s": ttft,
+        "freed_after_hang_up_s": freed,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -120,15 +140,19 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     path = {"embedded": embedded_model_path, "gemma": embedded_gemma_path}.get(args.model, lambda: args.model)()
     model = Model(path, LoadSettings(n_ctx=4096, threads=args.threads, n_seq_max=2))
-    service = Service(model, NoProposer(), SpeculationConfig(), ServeOptions(port=0, parallel=2),
-                      model_id="fairness").start()
+    service = Service(
+        model, NoProposer(), SpeculationConfig(), ServeOptions(port=0, parallel=2), model_id="fairness"
+    ).start()
     print(f"{model.name}, {args.threads} threads, load average before: {os.getloadavg()[0]:.2f}", flush=True)
     try:
         for r in range(args.rounds):
             for chunk in (int(c) for c in args.chunks.split(",")):
                 row = one_round(service, chunk, args.prompt_tokens, f"Round {r} chunk {chunk}")
-                print(" ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()),
-                      f"load={os.getloadavg()[0]:.2f}", flush=True)
+                print(
+                    " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()),
+                    f"load={os.getloadavg()[0]:.2f}",
+                    flush=True,
+                )
     finally:
         service.stop()
         model.close()

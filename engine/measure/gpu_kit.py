@@ -21,6 +21,7 @@ Q4_0 rather than the usual Q4_K_M: it is the one 4-bit type every backend has an
 for faster multi-row kernels: a curve meant to stand for a real file is taken in that file's type (--quant Q4_1
 for the embedded SmolLM2, whose Q4_0 curve made several verified rows 25-40% cheaper than its own).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,16 +66,19 @@ class Shape:
 
 
 # From each model's config.json on Hugging Face.
-SHAPES = {s.name: s for s in (
-    Shape("qwen2-0.5b", "qwen2", 151936, 896, 24, 14, 2, 4864, 1_000_000.0, True),
-    Shape("qwen2-1.5b", "qwen2", 151936, 1536, 28, 12, 2, 8960, 1_000_000.0, True),
-    Shape("qwen2-7b", "qwen2", 152064, 3584, 28, 28, 4, 18944, 1_000_000.0, False),
-    Shape("llama3-8b", "llama", 128256, 4096, 32, 32, 8, 14336, 500_000.0, False),
-    # The embedded default's shape, so the kit's curve can be checked against live runs of the real model here.
-    Shape("smollm2-135m", "llama", 49152, 576, 30, 9, 3, 1536, 100_000.0, True),
-    # Not a real model: small enough for a test to write and time in a second or two.
-    Shape("tiny-test", "llama", 4096, 256, 2, 4, 2, 512, 10_000.0, True),
-)}
+SHAPES = {
+    s.name: s
+    for s in (
+        Shape("qwen2-0.5b", "qwen2", 151936, 896, 24, 14, 2, 4864, 1_000_000.0, True),
+        Shape("qwen2-1.5b", "qwen2", 151936, 1536, 28, 12, 2, 8960, 1_000_000.0, True),
+        Shape("qwen2-7b", "qwen2", 152064, 3584, 28, 28, 4, 18944, 1_000_000.0, False),
+        Shape("llama3-8b", "llama", 128256, 4096, 32, 32, 8, 14336, 500_000.0, False),
+        # The embedded default's shape, so the kit's curve can be checked against live runs of the real model here.
+        Shape("smollm2-135m", "llama", 49152, 576, 30, 9, 3, 1536, 100_000.0, True),
+        # Not a real model: small enough for a test to write and time in a second or two.
+        Shape("tiny-test", "llama", 4096, 256, 2, 4, 2, 512, 10_000.0, True),
+    )
+}
 DEFAULT_SHAPES = ("qwen2-0.5b", "qwen2-1.5b", "qwen2-7b", "llama3-8b")
 DEFAULT_MAX_ROWS = 64
 CURVE_ROWS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 16, 20, 24, 32, 40, 48, 56, 64)
@@ -88,12 +92,12 @@ class _WeightPool:
         self.block_bytes, halves = QUANTS[quant]
         blocks = -(-largest_weights // BLOCK)
         pool = np.random.default_rng(seed).integers(0, 256, size=(blocks, self.block_bytes), dtype=np.uint8)
-        pool[:, :2 * halves] = np.full(halves, 0.002, dtype=np.float16).view(np.uint8)  # scale (and minimum)
+        pool[:, : 2 * halves] = np.full(halves, 0.002, dtype=np.float16).view(np.uint8)  # scale (and minimum)
         self.bytes = pool.reshape(-1)
 
     def matrix(self, rows: int, cols: int) -> np.ndarray:
         width = cols // BLOCK * self.block_bytes
-        return self.bytes[:rows * width].reshape(rows, width)
+        return self.bytes[: rows * width].reshape(rows, width)
 
 
 def _matrices(shape: Shape) -> list[tuple[str, int, int]]:
@@ -101,9 +105,15 @@ def _matrices(shape: Shape) -> list[tuple[str, int, int]]:
     d, kv, ff = shape.n_embd, shape.kv_width, shape.n_ff
     out = [("token_embd.weight", shape.n_vocab, d)]
     for i in range(shape.n_layer):
-        out += [(f"blk.{i}.attn_q.weight", d, d), (f"blk.{i}.attn_k.weight", kv, d), (f"blk.{i}.attn_v.weight", kv, d),
-                (f"blk.{i}.attn_output.weight", d, d), (f"blk.{i}.ffn_gate.weight", ff, d),
-                (f"blk.{i}.ffn_up.weight", ff, d), (f"blk.{i}.ffn_down.weight", d, ff)]
+        out += [
+            (f"blk.{i}.attn_q.weight", d, d),
+            (f"blk.{i}.attn_k.weight", kv, d),
+            (f"blk.{i}.attn_v.weight", kv, d),
+            (f"blk.{i}.attn_output.weight", d, d),
+            (f"blk.{i}.ffn_gate.weight", ff, d),
+            (f"blk.{i}.ffn_up.weight", ff, d),
+            (f"blk.{i}.ffn_down.weight", d, ff),
+        ]
     if not shape.tied_output:
         out.append(("output.weight", shape.n_vocab, shape.n_embd))
     return out
@@ -116,8 +126,11 @@ def _vectors(shape: Shape) -> list[tuple[str, np.ndarray]]:
     for i in range(shape.n_layer):
         out += [(f"blk.{i}.attn_norm.weight", ones), (f"blk.{i}.ffn_norm.weight", ones)]
         if shape.arch == "qwen2":  # Qwen2 has biases on q, k and v
-            out += [(f"blk.{i}.attn_q.bias", q_bias), (f"blk.{i}.attn_k.bias", kv_bias),
-                    (f"blk.{i}.attn_v.bias", kv_bias)]
+            out += [
+                (f"blk.{i}.attn_q.bias", q_bias),
+                (f"blk.{i}.attn_k.bias", kv_bias),
+                (f"blk.{i}.attn_v.bias", kv_bias),
+            ]
     return out
 
 
@@ -167,14 +180,19 @@ def curve(path: Path, max_rows: int = DEFAULT_MAX_ROWS, n_gpu_layers: int = -1, 
     from .in_situ import time_in_situ
 
     rows = [r for r in CURVE_ROWS if r < max_rows] + [max_rows]
-    model = Model(path, LoadSettings(n_ctx=1024, n_gpu_layers=n_gpu_layers, threads=threads,
-                                     n_batch=max(512, max_rows)))
+    model = Model(
+        path, LoadSettings(n_ctx=1024, n_gpu_layers=n_gpu_layers, threads=threads, n_batch=max(512, max_rows))
+    )
     try:
         context = [max(model.bos, 0)] + list(range(300, 556))  # the steps attend to 257 cells, as after a prompt
         model.prefill(context)
         seconds = time_in_situ(model, len(context), 300, rows)  # afresh, and not kept: the kit measures
-        return {"backend": model.backend, "threads": model.threads, "context_cells": len(context),
-                "seconds_by_rows": {str(r): seconds[r] for r in rows}}
+        return {
+            "backend": model.backend,
+            "threads": model.threads,
+            "context_cells": len(context),
+            "seconds_by_rows": {str(r): seconds[r] for r in rows},
+        }
     finally:
         model.close()
 
@@ -248,8 +266,10 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             started = time.perf_counter()
             path = write(SHAPES[name], out / f"{name}.gguf", args.quant)
-            print(f"{path}: {path.stat().st_size / 2**30:.2f} GiB in {time.perf_counter() - started:.1f} s",
-                  file=sys.stderr)
+            print(
+                f"{path}: {path.stat().st_size / 2**30:.2f} GiB in {time.perf_counter() - started:.1f} s",
+                file=sys.stderr,
+            )
         return 0
     import llama_cpp
 
@@ -257,15 +277,23 @@ def main(argv: list[str] | None = None) -> int:
     if not files:
         print(f"error: no .gguf files in {args.models}", file=sys.stderr)
         return 2
-    report = {"machine": platform.machine(), "system": platform.system(), "llama_cpp": llama_cpp.__version__,
-              "shapes": {}}
+    report = {
+        "machine": platform.machine(),
+        "system": platform.system(),
+        "llama_cpp": llama_cpp.__version__,
+        "shapes": {},
+    }
     for path in files:
         shape = SHAPES.get(path.stem)
-        report["shapes"][path.stem] = {**({"shape": asdict(shape), "parameters": shape.parameters} if shape else {}),
-                                       **curve(path, args.max_rows, args.gpu_layers, args.threads)}
+        report["shapes"][path.stem] = {
+            **({"shape": asdict(shape), "parameters": shape.parameters} if shape else {}),
+            **curve(path, args.max_rows, args.gpu_layers, args.threads),
+        }
         one = report["shapes"][path.stem]["seconds_by_rows"]
-        print(f"{path.stem}: 1 row {one['1'] * 1e3:.1f} ms, {args.max_rows} rows "
-              f"{one[str(args.max_rows)] * 1e3:.1f} ms", file=sys.stderr)
+        print(
+            f"{path.stem}: 1 row {one['1'] * 1e3:.1f} ms, {args.max_rows} rows {one[str(args.max_rows)] * 1e3:.1f} ms",
+            file=sys.stderr,
+        )
     Path(args.out).write_text(json.dumps(report, indent=1), encoding="utf-8")
     return 0
 

@@ -9,6 +9,7 @@ same round (bench_compare.plain_beside: the methods interleaved with plain runs,
 a prompt: the median of its runs' speedup_vs_plain.
 Per kind: geometric means over the kind's prompts.
 """
+
 from __future__ import annotations
 
 import json
@@ -46,8 +47,10 @@ def fmt(value: float | None, digits: int = 2) -> str:
 
 
 def estimate_table(runs: dict[str, dict]) -> list[str]:
-    lines = ["| model | kind | method | measured × plain | estimated × plain | estimate ÷ measured |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| model | kind | method | measured × plain | estimated × plain | estimate ÷ measured |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, data in runs.items():
         kinds = data["kinds"]
         for method in data["methods"]:
@@ -57,29 +60,44 @@ def estimate_table(runs: dict[str, dict]) -> list[str]:
             for kind in sorted(set(kinds.values())) + ["all"]:
                 ids = [i for i in prompts if kind == "all" or kinds.get(i) == kind]
                 measured = geomean([statistics.median(prompts[i]["ratios"]) for i in ids])
-                estimated = geomean([statistics.median(prompts[i]["estimates"]) for i in ids if prompts[i]["estimates"]])
-                ratio = geomean([statistics.median(prompts[i]["estimates"]) / statistics.median(prompts[i]["ratios"])
-                                 for i in ids if prompts[i]["estimates"]])
+                estimated = geomean(
+                    [statistics.median(prompts[i]["estimates"]) for i in ids if prompts[i]["estimates"]]
+                )
+                ratio = geomean(
+                    [
+                        statistics.median(prompts[i]["estimates"]) / statistics.median(prompts[i]["ratios"])
+                        for i in ids
+                        if prompts[i]["estimates"]
+                    ]
+                )
                 lines.append(f"| {name} | {kind} | {method} | {fmt(measured)} | {fmt(estimated)} | {fmt(ratio)} |")
     return lines
 
 
 def guard_table(runs: dict[str, dict]) -> list[str]:
-    lines = ["| model | prompt | kind | method | median × plain (range) | runs the guard acted in |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| model | prompt | kind | method | median × plain (range) | runs the guard acted in |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, data in runs.items():
         for method in data["methods"]:
             if method == "none" or method.endswith(EXACT):
                 continue
             for prompt, p in per_prompt(data["rows"], method).items():
                 r = p["ratios"]
-                lines.append(f"| {name} | {prompt} | {data['kinds'].get(prompt)} | {method} | "
-                             f"{statistics.median(r):.2f} ({min(r):.2f}–{max(r):.2f}) | {p['guards']} of {len(r)} |")
+                lines.append(
+                    f"| {name} | {prompt} | {data['kinds'].get(prompt)} | {method} | "
+                    f"{statistics.median(r):.2f} ({min(r):.2f}–{max(r):.2f}) | {p['guards']} of {len(r)} |"
+                )
     return lines
 
 
 def exact_table(runs: dict[str, dict]) -> list[str]:
-    lines = ["| model | method | answers identical to plain | × plain (geomean) | with --exact: identical | "
-             "with --exact: × plain |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| model | method | answers identical to plain | × plain (geomean) | with --exact: identical | "
+        "with --exact: × plain |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, data in runs.items():
         for method in data["methods"]:
             if method == "none" or method.endswith(EXACT) or method + EXACT not in data["methods"]:
@@ -107,8 +125,11 @@ def load(spec: str) -> tuple[str, dict]:
 
 def main(argv: list[str] | None = None) -> int:
     runs = dict(load(spec) for spec in (argv if argv is not None else sys.argv[1:]))
-    for title, table in (("Estimate against measurement", estimate_table(runs)), ("The guard, per prompt",
-                         guard_table(runs)), ("Exact greedy", exact_table(runs))):
+    for title, table in (
+        ("Estimate against measurement", estimate_table(runs)),
+        ("The guard, per prompt", guard_table(runs)),
+        ("Exact greedy", exact_table(runs)),
+    ):
         print(f"\n#### {title}\n")
         print("\n".join(table))
     return 0

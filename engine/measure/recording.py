@@ -1,25 +1,25 @@
 """What a replay replays (engine.measure.replay): a model's plain answers to a prompt set, as token ids, and its
 step-cost curve as decoding pays it (in_situ.py); with a draft model, its proposal at every position of every
 greedy answer (draft_replay.py) and its own curve. `on_device` swaps the curves for another device's (gpu_kit)."""
+
 from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
 from ..chat_format import ChatFormatter
 from ..decoding.cost_model import calibration_sizes
-from ..methods import MAX_DRAFT_LIMIT
 from ..decoding.loader import DecoderSettings, build_decoder, load_target
 from ..decoding.proposers.draft_model import check_draft
 from ..decoding.runtime import Model
 from ..decoding.sampling import SamplingParams
 from ..lab.bench import GREEDY, answer_tokens, encode
-from ..methods import DEFAULT_P_MIN
+from ..methods import DEFAULT_P_MIN, MAX_DRAFT_LIMIT
 from .draft_replay import draft_runs
 from .in_situ import time_in_situ
 
@@ -51,11 +51,17 @@ class Recording:
         Path(path).write_text(json.dumps(asdict(self)))
 
     @classmethod
-    def load(cls, path: str | Path) -> "Recording":
+    def load(cls, path: str | Path) -> Recording:
         raw = json.loads(Path(path).read_text())
-        return cls(raw["model"], {int(k): v for k, v in raw["curve"].items()},
-                   [Answer(**a) for a in raw["answers"]], raw["ends"], raw.get("temperature", 0.0),
-                   raw.get("draft", ""), {int(k): v for k, v in raw.get("draft_curve", {}).items()})
+        return cls(
+            raw["model"],
+            {int(k): v for k, v in raw["curve"].items()},
+            [Answer(**a) for a in raw["answers"]],
+            raw["ends"],
+            raw.get("temperature", 0.0),
+            raw.get("draft", ""),
+            {int(k): v for k, v in raw.get("draft_curve", {}).items()},
+        )
 
     def seconds(self, rows: int) -> float:
         return _interpolate(self.curve, rows)
@@ -78,9 +84,18 @@ def _interpolate(curve: dict[int, float], rows: int) -> float:
     return float(np.interp(rows, sizes, [curve[r] for r in sizes]))
 
 
-def record(model: str, prompts: Sequence[dict], max_tokens: int, chat: bool = False,
-           threads: int | None = None, temperature: float = 0.0, seeds: Sequence[int] = (1,),
-           draft: str | None = None, p_min: float = DEFAULT_P_MIN, max_rows: int = MAX_DRAFT_LIMIT + 1) -> Recording:
+def record(
+    model: str,
+    prompts: Sequence[dict],
+    max_tokens: int,
+    chat: bool = False,
+    threads: int | None = None,
+    temperature: float = 0.0,
+    seeds: Sequence[int] = (1,),
+    draft: str | None = None,
+    p_min: float = DEFAULT_P_MIN,
+    max_rows: int = MAX_DRAFT_LIMIT + 1,
+) -> Recording:
     """Plain answers (end tokens ignored, as bench's --ignore-eos) and the step-cost curve: greedy, or at
     a temperature one per seed (ids `prompt@seed`), with SamplingParams' other filters. With a draft model
     (greedy only), its proposal at every position of every answer and its own curve too. The curves go to
@@ -91,8 +106,11 @@ def record(model: str, prompts: Sequence[dict], max_tokens: int, chat: bool = Fa
     target = decoder.target
     try:
         formatter = ChatFormatter(target) if chat else None
-        runs = [(None, GREEDY)] if not temperature else \
-            [(seed, SamplingParams(temperature=temperature, seed=seed)) for seed in seeds]
+        runs = (
+            [(None, GREEDY)]
+            if not temperature
+            else [(seed, SamplingParams(temperature=temperature, seed=seed)) for seed in seeds]
+        )
         answers = []
         for item in prompts:
             tokens, _ = encode(target, formatter, item["prompt"])
@@ -101,8 +119,13 @@ def record(model: str, prompts: Sequence[dict], max_tokens: int, chat: bool = Fa
                 answers.append(Answer(name, list(tokens), answer_tokens(decoder, tokens, max_tokens, sampling)))
         used = {t for a in answers for t in a.prompt + a.answer}
         context = round(statistics.mean(len(a.prompt) + len(a.answer) // 2 for a in answers))
-        recording = Recording(target.name, _curve(target, context, max_rows), answers,
-                              sorted(t for t in used if target.is_end(t)), temperature)
+        recording = Recording(
+            target.name,
+            _curve(target, context, max_rows),
+            answers,
+            sorted(t for t in used if target.is_end(t)),
+            temperature,
+        )
         if draft:
             _record_draft(recording, draft, target, threads, p_min, context, max_rows)
     finally:
@@ -114,7 +137,7 @@ def _curve(model: Model, context: int, max_rows: int = MAX_DRAFT_LIMIT + 1) -> d
     """Seconds of one decode by rows, 1 to max_rows, as decoding pays them (in_situ.py), after
     `context` cells (the answers' midpoint, on average)."""
     filler = model.tokenize(WARM_UP_TEXT, add_bos=False)
-    cells = (filler * (1 + context // len(filler)))[:max(1, context)]
+    cells = (filler * (1 + context // len(filler)))[: max(1, context)]
     model.forget_all()
     model.prefill(cells, 0, 0)
     curve = time_in_situ(model, len(cells), cells[-1], calibration_sizes(max_rows))
@@ -122,8 +145,9 @@ def _curve(model: Model, context: int, max_rows: int = MAX_DRAFT_LIMIT + 1) -> d
     return curve
 
 
-def _record_draft(recording: Recording, draft: str, target: Model, threads: int | None, p_min: float,
-                  context: int, max_rows: int) -> None:
+def _record_draft(
+    recording: Recording, draft: str, target: Model, threads: int | None, p_min: float, context: int, max_rows: int
+) -> None:
     """The draft's curve and proposals, once it is known to fit the target (as the live draft method checks)."""
     model = load_target(DecoderSettings(model=draft, method="none", threads=threads))
     try:
@@ -149,6 +173,12 @@ def on_device(recording: Recording, curves_path: str | Path, shape: str, draft_s
     curve = curve_of(shape)
     draft_curve = curve_of(draft_shape) if draft_shape else {}
     drafted_by = f" (draft on {draft_shape}'s)" if draft_shape else ""
-    return Recording(f"{recording.model} on {shape}'s {found.get('backend', '?')} step costs{drafted_by}", curve,
-                     recording.answers, recording.ends, recording.temperature,
-                     recording.draft if draft_shape else "", draft_curve)
+    return Recording(
+        f"{recording.model} on {shape}'s {found.get('backend', '?')} step costs{drafted_by}",
+        curve,
+        recording.answers,
+        recording.ends,
+        recording.temperature,
+        recording.draft if draft_shape else "",
+        draft_curve,
+    )

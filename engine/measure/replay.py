@@ -25,6 +25,7 @@ about a second per prompt set; a replay does not see what the curve leaves out (
 greedy answers at near-ties, a context that grows, other programs). `trace` prints every replayed step of
 chosen answers: what lookup offered, how much of it the answer keeps, and what the planner drafted.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,15 +33,14 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 import torch
 
 from ..decoding.cost_model import SpeculationConfig
-from ..methods import DEFAULT_MAX_DRAFT, MAX_DRAFT_LIMIT
 from ..decoding.proposers.auto import AutoProposer
 from ..decoding.proposers.base import NoProposer, Proposal
 from ..decoding.proposers.lookup import LookupProposer
@@ -48,12 +48,14 @@ from ..decoding.stats import GenerationStats
 from ..decoding.step import SequenceState, StepLoop
 from ..decoding.verifier import Verifier
 from ..errors import EngineError
-from ..methods import DEFAULT_P_MIN
 from ..lab.bench import GREEDY, parse_seeds, read_prompts
+from ..methods import DEFAULT_MAX_DRAFT, DEFAULT_P_MIN, MAX_DRAFT_LIMIT
 from .draft_replay import ReplayDraft
 from .recording import Recording, on_device, record
 
 NGRAM_SIMPLE_N, NGRAM_SIMPLE_M = 12, 48  # llama.cpp's defaults (common_params_speculative_ngram_map)
+
+
 class ReplayTarget:
     """Stands in for the target model: each decode advances the virtual clock by the recorded curve, and
     the logits make the recorded answer the argmax at every position (so the verifier keeps exactly the
@@ -98,7 +100,7 @@ class ReplayTarget:
         for row, column in self._hot:
             self._logits[row, column] = 1.0
         self._inside += time.perf_counter() - t  # the stand-in's own work: the curve charges the decode
-        return self._logits[:len(tokens)]
+        return self._logits[: len(tokens)]
 
     def forget_from(self, pos: int, seq_id: int = 0) -> None:
         pass
@@ -140,15 +142,21 @@ class _WatchedLookup(LookupProposer):
 REPLAYED = ("lookup", "draft", "auto")
 
 
-def replay_lookup(recording: Recording, max_draft: int = DEFAULT_MAX_DRAFT,
-                  on_step: Callable[[TracedStep], None] | None = None) -> list[float]:
+def replay_lookup(
+    recording: Recording, max_draft: int = DEFAULT_MAX_DRAFT, on_step: Callable[[TracedStep], None] | None = None
+) -> list[float]:
     """Prompt lookup's decode speed-up per answer; on_step, if given, sees every step."""
     return replay_method(recording, "lookup", max_draft, on_step)
 
 
-def replay_method(recording: Recording, method: str, max_draft: int = DEFAULT_MAX_DRAFT,
-                  on_step: Callable[[TracedStep], None] | None = None, adaptive: bool = True,
-                  host_time: bool = False) -> list[float]:
+def replay_method(
+    recording: Recording,
+    method: str,
+    max_draft: int = DEFAULT_MAX_DRAFT,
+    on_step: Callable[[TracedStep], None] | None = None,
+    adaptive: bool = True,
+    host_time: bool = False,
+) -> list[float]:
     """A method's decode speed-up per answer (lookup; draft and auto where the recording has the draft's
     proposals), answered one after another as bench does (one decoder); adaptive=False: fixed lengths of
     max_draft, as the live setting. host_time: the loop's own time on this machine counts too, plain decoding's
@@ -164,16 +172,29 @@ def replay_method(recording: Recording, method: str, max_draft: int = DEFAULT_MA
     return [p / s if s > 0 else 1.0 for p, s in zip(plain, spent)]
 
 
-def _replay(recording: Recording, method: str, max_draft: int, on_step: Callable[[TracedStep], None] | None,
-            adaptive: bool, host_time: bool) -> list[float]:
+def _replay(
+    recording: Recording,
+    method: str,
+    max_draft: int,
+    on_step: Callable[[TracedStep], None] | None,
+    adaptive: bool,
+    host_time: bool,
+) -> list[float]:
     """Seconds of each answer's decode (after its first token) by one method on the replay's clock."""
     target = ReplayTarget(recording, host_time)
     lookup = _WatchedLookup(remember_requests=False)
-    draft = ReplayDraft(recording.draft_seconds, target.advance, target.n_batch,
-                        pick_width=target.n_vocab if host_time else 0)
+    draft = ReplayDraft(
+        recording.draft_seconds, target.advance, target.n_batch, pick_width=target.n_vocab if host_time else 0
+    )
     proposer = {"none": NoProposer(), "lookup": lookup, "draft": draft, "auto": AutoProposer(lookup, draft)}[method]
-    loop = StepLoop(target, proposer, SpeculationConfig(max_draft=max_draft, adaptive=adaptive), torch.device("cpu"),
-                    tune_threads=False, clock=target.clock)
+    loop = StepLoop(
+        target,
+        proposer,
+        SpeculationConfig(max_draft=max_draft, adaptive=adaptive),
+        torch.device("cpu"),
+        tune_threads=False,
+        clock=target.clock,
+    )
     out = []
     for a in recording.answers:
         target.truth = a.prompt + a.answer
@@ -182,17 +203,26 @@ def _replay(recording: Recording, method: str, max_draft: int, on_step: Callable
         loop.planner.begin_request()
         lookup.start(0, a.prompt, None, None, 0)
         loop.calibrate(0, len(a.prompt), a.answer[0])
-        seq = SequenceState(0, history, Verifier(GREEDY, torch.device("cpu"), 0),
-                            GenerationStats(), stops_at_end=False)
+        seq = SequenceState(0, history, Verifier(GREEDY, torch.device("cpu"), 0), GenerationStats(), stops_at_end=False)
         started, produced = target.clock(), 1
         while produced < len(a.answer):
             continuing, lookup.last = seq.continuing, []
             outcome = loop.step([seq], [len(a.answer) - produced])[0]
             if on_step is not None:
                 offer = lookup.last[0] if lookup.last else Proposal()
-                on_step(TracedStep(a.id, produced, offer.match_length, continuing, len(offer.tokens),
-                                   _kept(offer.tokens, a.answer, produced), seq.stats.draft_length,
-                                   outcome.accepted, loop.planner.realism))
+                on_step(
+                    TracedStep(
+                        a.id,
+                        produced,
+                        offer.match_length,
+                        continuing,
+                        len(offer.tokens),
+                        _kept(offer.tokens, a.answer, produced),
+                        seq.stats.draft_length,
+                        outcome.accepted,
+                        loop.planner.realism,
+                    )
+                )
             produced += len(outcome.tokens)
         out.append(target.clock() - started)
     return out
@@ -206,9 +236,9 @@ def ngram_simple_draft(tokens: list[int], n: int = NGRAM_SIMPLE_N, m: int = NGRA
         return []
     pattern = tokens[-n:]
     for j in range(cur - n - 1, 0, -1):
-        if tokens[j:j + n] == pattern:
+        if tokens[j : j + n] == pattern:
             copy = min(m, cur - (j + n))
-            return tokens[j + n:j + n + copy] if copy >= n else []
+            return tokens[j + n : j + n + copy] if copy >= n else []
     return []
 
 
@@ -217,7 +247,7 @@ def replay_ngram_simple(recording: Recording) -> list[float]:
     for a in recording.answers:
         spent, produced = 0.0, 1
         while produced < len(a.answer):
-            draft = ngram_simple_draft(a.prompt + a.answer[:produced])[:len(a.answer) - produced]
+            draft = ngram_simple_draft(a.prompt + a.answer[:produced])[: len(a.answer) - produced]
             spent += recording.seconds(1 + len(draft))
             produced += 1 + _kept(draft, a.answer, produced)
         out.append(_speed_up(len(a.answer), recording.seconds(1), spent))
@@ -251,7 +281,7 @@ def any_copy_bound(recording: Recording, max_draft: int = DEFAULT_MAX_DRAFT) -> 
             best = _kept(proposer.propose_one(history, max_draft).tokens, a.answer, i)
             for e in range(len(history) - 1):
                 if history[e] == history[-1]:
-                    best = max(best, _kept(history[e + 1:e + 1 + max_draft], a.answer, i))
+                    best = max(best, _kept(history[e + 1 : e + 1 + max_draft], a.answer, i))
             kept.append(best)
         out.append(_best_schedule(recording, len(a.answer), kept, [max_draft] * len(a.answer)))
     return out
@@ -264,8 +294,10 @@ def _best_schedule(recording: Recording, n: int, kept: list[int], lengths: list[
         return 1.0
     best = [0.0] * (n + 1)  # best[i]: least time to produce answer[i:] given answer[:i]
     for i in range(n - 1, 0, -1):
-        best[i] = min(recording.seconds(k + 1) + best[min(n, i + 1 + min(k, kept[i]))]
-                      for k in range(0, min(lengths[i], n - 1 - i) + 1))
+        best[i] = min(
+            recording.seconds(k + 1) + best[min(n, i + 1 + min(k, kept[i]))]
+            for k in range(0, min(lengths[i], n - 1 - i) + 1)
+        )
     return _speed_up(n, recording.seconds(1), best[1])
 
 
@@ -284,10 +316,12 @@ def _speed_up(tokens: int, plain_step: float, spent: float) -> float:
 def speed_ups(recording: Recording, max_draft: int, host_time: bool = False) -> dict[str, list[float]]:
     """Every figure the report shows, per answer: the methods replayed (draft and auto where the recording has
     the draft's proposals; with host_time, this machine's loop time counted), ngram-simple and the two bounds."""
-    out = {"lookup": replay_method(recording, "lookup", max_draft, host_time=host_time),
-           "ngram-simple": replay_ngram_simple(recording),
-           "hindsight bound": hindsight_bound(recording, max_draft),
-           "any-copy bound": any_copy_bound(recording, max_draft)}
+    out = {
+        "lookup": replay_method(recording, "lookup", max_draft, host_time=host_time),
+        "ngram-simple": replay_ngram_simple(recording),
+        "hindsight bound": hindsight_bound(recording, max_draft),
+        "any-copy bound": any_copy_bound(recording, max_draft),
+    }
     if recording.has_draft:
         out |= {m: replay_method(recording, m, max_draft, host_time=host_time) for m in ("draft", "auto")}
     return out
@@ -295,34 +329,42 @@ def speed_ups(recording: Recording, max_draft: int, host_time: bool = False) -> 
 
 def as_json(recording: Recording, figures: dict[str, list[float]]) -> dict:
     """The figures by method and answer, with each method's geometric mean over the answers."""
-    return {"model": recording.model, "draft": recording.draft, "temperature": recording.temperature,
-            "speed_ups": {m: dict(zip((a.id for a in recording.answers), xs)) for m, xs in figures.items()},
-            "geomean": {m: statistics.geometric_mean(xs) for m, xs in figures.items()}}
+    return {
+        "model": recording.model,
+        "draft": recording.draft,
+        "temperature": recording.temperature,
+        "speed_ups": {m: dict(zip((a.id for a in recording.answers), xs)) for m, xs in figures.items()},
+        "geomean": {m: statistics.geometric_mean(xs) for m, xs in figures.items()},
+    }
 
 
-def report(recording: Recording, max_draft: int, figures: dict[str, list[float]] | None = None,
-           host_time: bool = False) -> str:
+def report(
+    recording: Recording, max_draft: int, figures: dict[str, list[float]] | None = None, host_time: bool = False
+) -> str:
     f = figures or speed_ups(recording, max_draft, host_time)
     lookup, ngram, bound, any_copy = f["lookup"], f["ngram-simple"], f["hindsight bound"], f["any-copy bound"]
     models = [f[m] for m in ("draft", "auto") if m in f]
     sampled = f", answers sampled at T = {recording.temperature}" if recording.temperature else ""
-    drafted = (f"; draft {recording.draft} (1 row {1000 * recording.draft_seconds(1):.1f} ms)"
-               if models else "")
-    lines = [f"{recording.model}{sampled}: decode speed-up over plain decoding on the recorded step costs "
-             f"(1 row {1000 * recording.seconds(1):.1f} ms, 16 rows {1000 * recording.seconds(16):.1f} ms)"
-             f"{drafted}, max draft {max_draft}"
-             f"{'; the methods with this machine’s loop time (--host-time)' if host_time else ''}",
-             "| prompt | lookup | ngram-simple | lookup / ngram-simple | hindsight bound | any-copy bound "
-             "| any-copy bound / ngram-simple |" + (" draft | auto |" if models else ""),
-             "|---|---|---|---|---|---|---|" + ("---|---|" if models else "")]
+    drafted = f"; draft {recording.draft} (1 row {1000 * recording.draft_seconds(1):.1f} ms)" if models else ""
+    lines = [
+        f"{recording.model}{sampled}: decode speed-up over plain decoding on the recorded step costs "
+        f"(1 row {1000 * recording.seconds(1):.1f} ms, 16 rows {1000 * recording.seconds(16):.1f} ms)"
+        f"{drafted}, max draft {max_draft}"
+        f"{'; the methods with this machine’s loop time (--host-time)' if host_time else ''}",
+        "| prompt | lookup | ngram-simple | lookup / ngram-simple | hindsight bound | any-copy bound "
+        "| any-copy bound / ngram-simple |" + (" draft | auto |" if models else ""),
+        "|---|---|---|---|---|---|---|" + ("---|---|" if models else ""),
+    ]
     for i, (a, x, y, z, w) in enumerate(zip(recording.answers, lookup, ngram, bound, any_copy)):
         extra = "".join(f" {m[i]:.2f}x |" for m in models)
         lines.append(f"| {a.id} | {x:.2f}x | {y:.2f}x | {x / y:.2f} | {z:.2f}x | {w:.2f}x | {w / y:.2f} |{extra}")
     med = statistics.median
     extra = "".join(f" {med(m):.2f}x |" for m in models)
-    lines.append(f"| median | {med(lookup):.2f}x | {med(ngram):.2f}x | {med(x / y for x, y in zip(lookup, ngram)):.2f} "
-                 f"| {med(bound):.2f}x | {med(any_copy):.2f}x | {med(w / y for w, y in zip(any_copy, ngram)):.2f} |"
-                 f"{extra}")
+    lines.append(
+        f"| median | {med(lookup):.2f}x | {med(ngram):.2f}x | {med(x / y for x, y in zip(lookup, ngram)):.2f} "
+        f"| {med(bound):.2f}x | {med(any_copy):.2f}x | {med(w / y for w, y in zip(any_copy, ngram)):.2f} |"
+        f"{extra}"
+    )
     lines.append("geomean: " + ", ".join(f"{m} {statistics.geometric_mean(f[m]):.2f}x" for m in REPLAYED if m in f))
     return "\n".join(lines)
 
@@ -334,8 +376,10 @@ def check(recording: Recording, live: dict, max_draft: int, host_time: bool = Fa
     methods = [m for m in REPLAYED if (m == "lookup" or recording.has_draft) and any(m in row for row in live["rows"])]
     figures = {m: replay_method(recording, m, max_draft, host_time=host_time) for m in methods}  # these alone
     ids = [a.id for a in recording.answers]
-    lines = ["| prompt | " + " | ".join(f"{m} live | {m} replay" for m in methods) + " |",
-             "|---|" + "---|---|" * len(methods)]
+    lines = [
+        "| prompt | " + " | ".join(f"{m} live | {m} replay" for m in methods) + " |",
+        "|---|" + "---|---|" * len(methods),
+    ]
     measured = {m: {} for m in methods}
     for i, name in enumerate(ids):
         cells = []
@@ -352,24 +396,36 @@ def check(recording: Recording, live: dict, max_draft: int, host_time: bool = Fa
         if both:
             live_geo = statistics.geometric_mean(measured[m][n] for n in both)
             replay_geo = statistics.geometric_mean(figures[m][ids.index(n)] for n in both)
-            summary[m] = {"live": live_geo, "replay": replay_geo, "replay_over_live": replay_geo / live_geo,
-                          "prompts": len(both)}
-    lines.append("geomean over prompts: " + "; ".join(
-        f"{m} live {x['live']:.2f}x, replay {x['replay']:.2f}x (replay / live {x['replay_over_live']:.3f})"
-        for m, x in summary.items()))
+            summary[m] = {
+                "live": live_geo,
+                "replay": replay_geo,
+                "replay_over_live": replay_geo / live_geo,
+                "prompts": len(both),
+            }
+    lines.append(
+        "geomean over prompts: "
+        + "; ".join(
+            f"{m} live {x['live']:.2f}x, replay {x['replay']:.2f}x (replay / live {x['replay_over_live']:.3f})"
+            for m, x in summary.items()
+        )
+    )
     return "\n".join(lines), summary
 
 
 def trace(recording: Recording, ids: Sequence[str], max_draft: int) -> str:
     """Every step of the named answers (all when none are named), one line each: where the policy left
     tokens the answer would have kept (offered and keepable, not drafted) is where it can still gain."""
-    lines = ["| prompt | at | match | continuing | offered | keepable | drafted | accepted | realism |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| prompt | at | match | continuing | offered | keepable | drafted | accepted | realism |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
 
     def show(t: TracedStep) -> None:
         if not ids or t.answer in ids:
-            lines.append(f"| {t.answer} | {t.position} | {t.match_length} | {'yes' if t.continuing else 'no'} "
-                         f"| {t.offered} | {t.keepable} | {t.drafted} | {t.accepted} | {t.realism:.2f} |")
+            lines.append(
+                f"| {t.answer} | {t.position} | {t.match_length} | {'yes' if t.continuing else 'no'} "
+                f"| {t.offered} | {t.keepable} | {t.drafted} | {t.accepted} | {t.realism:.2f} |"
+            )
 
     speed_ups = replay_lookup(recording, max_draft, show)
     lines += [f"{a.id}: {x:.2f}x" for a, x in zip(recording.answers, speed_ups) if not ids or a.id in ids]
@@ -386,24 +442,37 @@ def main(argv: list[str] | None = None) -> int:
     rec.add_argument("--chat", action="store_true", help="send each prompt as one user message (chat template)")
     rec.add_argument("--threads", type=int, default=None)
     rec.add_argument("--temperature", type=float, default=0.0, help="sample the answers (0: greedy)")
-    rec.add_argument("--seeds", type=parse_seeds, default=[1], help="with --temperature: one answer per seed, "
-                     "as 1-3 or 1,2,5")
-    rec.add_argument("--draft", help="a draft model: record its proposal at every position too (greedy only), so "
-                     "draft and auto replay")
+    rec.add_argument(
+        "--seeds", type=parse_seeds, default=[1], help="with --temperature: one answer per seed, as 1-3 or 1,2,5"
+    )
+    rec.add_argument(
+        "--draft",
+        help="a draft model: record its proposal at every position too (greedy only), so draft and auto replay",
+    )
     rec.add_argument("--p-min", type=float, default=DEFAULT_P_MIN, help="with --draft: its confidence cutoff")
-    rec.add_argument("--max-rows", type=int, default=MAX_DRAFT_LIMIT + 1, help="the widest step timed (wider ones "
-                     "are charged on the slope of the widest two)")
+    rec.add_argument(
+        "--max-rows",
+        type=int,
+        default=MAX_DRAFT_LIMIT + 1,
+        help="the widest step timed (wider ones are charged on the slope of the widest two)",
+    )
     rec.add_argument("--out", required=True)
     rep = sub.add_parser("replay", help="replay lookup, ngram-simple and the hindsight bound on a recording")
     rep.add_argument("recording")
     rep.add_argument("--max-draft", type=int, default=DEFAULT_MAX_DRAFT)
     rep.add_argument("--curves", help="a curves file from engine.measure.gpu_kit: predict on that device's step costs")
     rep.add_argument("--shape", help="with --curves: whose curve (e.g. qwen2-7b)")
-    rep.add_argument("--host-time", action="store_true", help="count the loop's own time on this machine too "
-                     "(planning, proposing, verifying; plain decoding's too): for a device whose steps are short")
+    rep.add_argument(
+        "--host-time",
+        action="store_true",
+        help="count the loop's own time on this machine too "
+        "(planning, proposing, verifying; plain decoding's too): for a device whose steps are short",
+    )
     rep.add_argument("--out", help="also write the figures as JSON (per method and answer, and geomeans)")
-    rep.add_argument("--draft-shape", help="with --curves: the draft's curve (e.g. qwen2-0.5b); without it, a "
-                     "prediction leaves draft and auto out")
+    rep.add_argument(
+        "--draft-shape",
+        help="with --curves: the draft's curve (e.g. qwen2-0.5b); without it, a prediction leaves draft and auto out",
+    )
     ch = sub.add_parser("check", help="the replay's prediction beside live bench_compare figures of the same answers")
     ch.add_argument("recording")
     ch.add_argument("live", help="bench_compare --out JSON (greedy, --ignore-eos, the recording's --max-tokens)")
@@ -421,13 +490,29 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "record":
             prompts = read_prompts(args.prompts)
-            recording = record(args.model, prompts, args.max_tokens, args.chat, args.threads, args.temperature,
-                               args.seeds, args.draft, args.p_min, args.max_rows)
+            recording = record(
+                args.model,
+                prompts,
+                args.max_tokens,
+                args.chat,
+                args.threads,
+                args.temperature,
+                args.seeds,
+                args.draft,
+                args.p_min,
+                args.max_rows,
+            )
             recording.save(args.out)
             print(f"recorded {len(recording.answers)} answers to {args.out}")
         elif args.command == "check":
-            print(check(Recording.load(args.recording), json.loads(Path(args.live).read_text()), args.max_draft,
-                        args.host_time)[0])
+            print(
+                check(
+                    Recording.load(args.recording),
+                    json.loads(Path(args.live).read_text()),
+                    args.max_draft,
+                    args.host_time,
+                )[0]
+            )
         elif args.command == "trace":
             print(trace(Recording.load(args.recording), args.ids, args.max_draft))
         else:

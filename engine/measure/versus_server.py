@@ -23,6 +23,7 @@ answers than SpecChat to some prompts (Gemma 3 270M: 3 of 6 of our tuning prompt
 token), and a copying answer that parted copies more or less, so its speed is another answer's. With
 SpecChat's cache settings it writes SpecChat's answers, so lookup and ngram-simple draft on the same text.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,16 +34,16 @@ import statistics
 import subprocess
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
+from ..chat_format import ChatFormatter
 from ..decoding.loader import DecoderSettings, build_decoder
 from ..decoding.runtime import Model, model_params
-from ..modelfiles.embedded import resolve_model
-from ..chat_format import ChatFormatter
 from ..decoding.sampling import SamplingParams
 from ..lab.bench import GREEDY, answer_tokens, encode, llama_cpp_sampling, read_prompts
+from ..modelfiles.embedded import resolve_model
 
 SERVER_METHODS = {
     "server plain": [],
@@ -56,8 +57,13 @@ SPECCHAT_PAIR_METHODS = {PLAIN: "none", LOOKUP: "lookup", "SpecChat draft": "dra
 
 def server_pair_methods(draft: str) -> dict[str, list[str]]:
     """llama-server with a draft model: -md alone drafts nothing, --spec-type draft-simple turns it on."""
-    return {"server plain": [], "server draft-simple": ["-md", draft, "--spec-type", "draft-simple"],
-            "server draft-simple,ngram-simple": ["-md", draft, "--spec-type", "draft-simple,ngram-simple"]}
+    return {
+        "server plain": [],
+        "server draft-simple": ["-md", draft, "--spec-type", "draft-simple"],
+        "server draft-simple,ngram-simple": ["-md", draft, "--spec-type", "draft-simple,ngram-simple"],
+    }
+
+
 STARTUP_S = 120
 FLASH_ATTENTION = {"auto": None, "on": True, "off": False}  # --flash-attn, as llama-server spells it
 
@@ -83,15 +89,40 @@ class Run:
 class LlamaServer:
     """One llama-server process on a free local port."""
 
-    def __init__(self, binary: str, model: str, extra: list[str], threads: int, n_ctx: int = 4096,
-                 flash_attention: bool | None = None):
+    def __init__(
+        self,
+        binary: str,
+        model: str,
+        extra: list[str],
+        threads: int,
+        n_ctx: int = 4096,
+        flash_attention: bool | None = None,
+    ):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self._proc = subprocess.Popen(
-            [binary, "-m", model, "--host", "127.0.0.1", "--port", str(self.port), "-t", str(threads),
-             "-c", str(n_ctx), "-np", "1", "--no-webui", *extra, *same_kernels(flash_attention)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                binary,
+                "-m",
+                model,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "-t",
+                str(threads),
+                "-c",
+                str(n_ctx),
+                "-np",
+                "1",
+                "--no-webui",
+                *extra,
+                *same_kernels(flash_attention),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + STARTUP_S
         while not self._healthy():
             if self._proc.poll() is not None or time.monotonic() > deadline:
@@ -106,10 +137,19 @@ class LlamaServer:
             return False
 
     def complete(self, prompt: str, max_tokens: int, sampling: SamplingParams = GREEDY) -> Run:
-        body = json.dumps({"prompt": prompt, "n_predict": max_tokens, **llama_cpp_sampling(sampling),
-                           "ignore_eos": True, "cache_prompt": False, "return_tokens": True}).encode()
-        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/completion", body,
-                                         {"Content-Type": "application/json"})
+        body = json.dumps(
+            {
+                "prompt": prompt,
+                "n_predict": max_tokens,
+                **llama_cpp_sampling(sampling),
+                "ignore_eos": True,
+                "cache_prompt": False,
+                "return_tokens": True,
+            }
+        ).encode()
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/completion", body, {"Content-Type": "application/json"}
+        )
         reply = json.loads(urllib.request.urlopen(request, timeout=600).read())
         return Run(reply["timings"]["predicted_per_second"], reply["tokens"])
 
@@ -122,12 +162,26 @@ class LlamaServer:
                 self._proc.kill()
 
 
-def specchat_runner(model: str, method: str, threads: int | None, flash_attention: bool | None = None,
-                    draft: str | None = None, chat: bool = False,
-                    sampling: SamplingParams = GREEDY) -> Callable[[str, int], Run]:
+def specchat_runner(
+    model: str,
+    method: str,
+    threads: int | None,
+    flash_attention: bool | None = None,
+    draft: str | None = None,
+    chat: bool = False,
+    sampling: SamplingParams = GREEDY,
+) -> Callable[[str, int], Run]:
     """SpecChat's decoder for one method (calibrated first, as the chat is at load), as bench runs it."""
-    decoder = build_decoder(DecoderSettings(model=model, method=method, threads=threads, remember_requests=False,
-                                            flash_attention=flash_attention, draft=draft))
+    decoder = build_decoder(
+        DecoderSettings(
+            model=model,
+            method=method,
+            threads=threads,
+            remember_requests=False,
+            flash_attention=flash_attention,
+            draft=draft,
+        )
+    )
     decoder.calibrate()
     formatter = ChatFormatter(decoder.target) if chat else None
 
@@ -135,17 +189,24 @@ def specchat_runner(model: str, method: str, threads: int | None, flash_attentio
         tokens, _ = encode(decoder.target, formatter, prompt)
         out = answer_tokens(decoder, tokens, max_tokens, sampling)
         return Run(decoder.stats.decode_tokens_per_s or 0.0, out)
+
     return complete
 
 
 def rotations(methods: list[str], rounds: int, prompts: int) -> list[list[str]]:
     """The order of the methods for each (round, prompt): rotated by one each time."""
-    return [methods[k % len(methods):] + methods[:k % len(methods)]
-            for r in range(rounds) for k in range(r, r + prompts)]
+    return [
+        methods[k % len(methods) :] + methods[: k % len(methods)] for r in range(rounds) for k in range(r, r + prompts)
+    ]
 
 
-def run_paired(runners: dict[str, Callable[[str, int], Run]], items: list[dict], rounds: int, max_tokens: int,
-               report: Callable[[str], None] = print) -> dict[str, dict[str, list[Run]]]:
+def run_paired(
+    runners: dict[str, Callable[[str, int], Run]],
+    items: list[dict],
+    rounds: int,
+    max_tokens: int,
+    report: Callable[[str], None] = print,
+) -> dict[str, dict[str, list[Run]]]:
     """results[method][prompt id]: one Run per round."""
     results = {m: {str(i["id"]): [] for i in items} for m in runners}
     orders = iter(rotations(list(runners), rounds, len(items)))
@@ -153,8 +214,10 @@ def run_paired(runners: dict[str, Callable[[str, int], Run]], items: list[dict],
         for item in items:
             for method in next(orders):
                 results[method][str(item["id"])].append(runners[method](item["prompt"], max_tokens))
-            report(f"round {r + 1} {item['id']}: " + ", ".join(
-                f"{m} {results[m][str(item['id'])][-1].tokens_per_s:.1f}" for m in runners))
+            report(
+                f"round {r + 1} {item['id']}: "
+                + ", ".join(f"{m} {results[m][str(item['id'])][-1].tokens_per_s:.1f}" for m in runners)
+            )
     return results
 
 
@@ -162,8 +225,9 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
 
 
-def summarise(results: dict[str, dict[str, list[Run]]], kinds: dict[str, str | None] | None = None,
-              base: str = PLAIN) -> dict:
+def summarise(
+    results: dict[str, dict[str, list[Run]]], kinds: dict[str, str | None] | None = None, base: str = PLAIN
+) -> dict:
     """Per method: the median of each prompt's fastest run; per pair with `base` and with SpecChat lookup: the
     paired ratio; on how many prompts each method wrote `base`'s answer; and the prompt where lookup did worst
     against `base`. With prompt kinds ("repeating", "open") given, the same for each kind under "by_kind"."""
@@ -173,7 +237,9 @@ def summarise(results: dict[str, dict[str, list[Run]]], kinds: dict[str, str | N
     for i in ids:
         groups.setdefault((kinds or {}).get(i), []).append(i)
     if len(groups) > 1 or None not in groups:
-        summary["by_kind"] = {kind or "unlabelled": _summary(results, members, base) for kind, members in groups.items()}
+        summary["by_kind"] = {
+            kind or "unlabelled": _summary(results, members, base) for kind, members in groups.items()
+        }
     return summary
 
 
@@ -182,14 +248,23 @@ def _summary(results: dict[str, dict[str, list[Run]]], ids: list[str], base: str
         return max(r.tokens_per_s for r in results[m][i])
 
     def paired(a: str, b: str) -> float:
-        return statistics.median(x.tokens_per_s / y.tokens_per_s
-                                 for i in ids for x, y in zip(results[a][i], results[b][i]))
+        return statistics.median(
+            x.tokens_per_s / y.tokens_per_s for i in ids for x, y in zip(results[a][i], results[b][i])
+        )
+
     best = {m: statistics.median(fastest(m, i) for i in ids) for m in results}
-    same = {m: sum(first_difference(runs[i][0].tokens, results[base][i][0].tokens) is None for i in ids)
-            for m, runs in results.items()}
-    out = {"prompts": len(ids), "median_tokens_per_s": best, "same_answer_as_plain": same,
-           "paired_vs_plain": {m: paired(m, base) for m in results if m != base},
-           "plain_paired_vs": {m: paired(base, m) for m in results if m != base}, "lookup_paired_vs": {}}
+    same = {
+        m: sum(first_difference(runs[i][0].tokens, results[base][i][0].tokens) is None for i in ids)
+        for m, runs in results.items()
+    }
+    out = {
+        "prompts": len(ids),
+        "median_tokens_per_s": best,
+        "same_answer_as_plain": same,
+        "paired_vs_plain": {m: paired(m, base) for m in results if m != base},
+        "plain_paired_vs": {m: paired(base, m) for m in results if m != base},
+        "lookup_paired_vs": {},
+    }
     if LOOKUP in results:
         out["lookup_paired_vs"] = {m: paired(LOOKUP, m) for m in results if m != LOOKUP}
         worst = min(ids, key=lambda i: fastest(LOOKUP, i) / fastest(base, i))
@@ -198,22 +273,30 @@ def _summary(results: dict[str, dict[str, list[Run]]], ids: list[str], base: str
 
 
 def table(summary: dict) -> str:
-    lines = ["| method | median tok/s | × SpecChat plain (paired) | SpecChat lookup × it (paired) "
-             "| answers as SpecChat plain |", "|---|---|---|---|---|"]
+    lines = [
+        "| method | median tok/s | × SpecChat plain (paired) | SpecChat lookup × it (paired) "
+        "| answers as SpecChat plain |",
+        "|---|---|---|---|---|",
+    ]
     for m, rate in summary["median_tokens_per_s"].items():
         vs_plain = summary["paired_vs_plain"].get(m)
         vs_lookup = summary["lookup_paired_vs"].get(m)
         same = f"{summary['same_answer_as_plain'][m]}/{summary['prompts']}"
-        lines.append(f"| {m} | {rate:.1f} | {f'{vs_plain:.2f}×' if vs_plain else '—'} | "
-                     f"{f'{vs_lookup:.2f}×' if vs_lookup else '—'} | {same} |")
+        lines.append(
+            f"| {m} | {rate:.1f} | {f'{vs_plain:.2f}×' if vs_plain else '—'} | "
+            f"{f'{vs_lookup:.2f}×' if vs_lookup else '—'} | {same} |"
+        )
     return "\n".join(lines)
 
 
 def kind_table(summary: dict) -> str:
     """The README's rows: one per prompt kind (or one for the set), every method's figure beside the others.
     Ratios of the medians, the paired ratio in brackets; lookup's worst prompt against SpecChat plain."""
-    lines = ["| prompts | server plain | SpecChat plain | SpecChat lookup | plain × server plain | lookup × SpecChat "
-             "plain (worst prompt) | lookup × ngram-simple | lookup × ngram-simple, same cache |", "|---|" + "---|" * 7]
+    lines = [
+        "| prompts | server plain | SpecChat plain | SpecChat lookup | plain × server plain | lookup × SpecChat "
+        "plain (worst prompt) | lookup × ngram-simple | lookup × ngram-simple, same cache |",
+        "|---|" + "---|" * 7,
+    ]
     server, ngram, same_cache = SERVER_METHODS
     for kind, s in (summary.get("by_kind") or {"all": summary}).items():
         med, pvp, lpv = s["median_tokens_per_s"], s["paired_vs_plain"], s["lookup_paired_vs"]
@@ -223,7 +306,8 @@ def kind_table(summary: dict) -> str:
             f"{med[PLAIN] / med[server]:.2f}× ({s['plain_paired_vs'][server]:.2f}×) | "
             f"{med[LOOKUP] / med[PLAIN]:.2f}× ({pvp[LOOKUP]:.2f}×, {worst['prompt']} {worst['ratio']:.2f}×) | "
             f"{med[LOOKUP] / med[ngram]:.2f}× ({lpv[ngram]:.2f}×) | "
-            f"{med[LOOKUP] / med[same_cache]:.2f}× ({lpv[same_cache]:.2f}×) |")
+            f"{med[LOOKUP] / med[same_cache]:.2f}× ({lpv[same_cache]:.2f}×) |"
+        )
     return "\n".join(lines)
 
 
@@ -235,12 +319,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=200)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--flash-attn", choices=FLASH_ATTENTION, default="auto",
-                    help="flash attention for both sides (default: llama.cpp's choice)")
+    ap.add_argument(
+        "--flash-attn",
+        choices=FLASH_ATTENTION,
+        default="auto",
+        help="flash attention for both sides (default: llama.cpp's choice)",
+    )
     ap.add_argument("--draft", help="a draft GGUF: compare the pair's methods (see above)")
     ap.add_argument("--chat", action="store_true", help="each prompt as one user message in the chat template")
-    ap.add_argument("--temperature", type=float, default=0.0, help="0: greedy; else sampled on both sides with "
-                    "SpecChat's default top-k, top-p and min-p, and --seed")
+    ap.add_argument(
+        "--temperature",
+        type=float,
+        default=0.0,
+        help="0: greedy; else sampled on both sides with SpecChat's default top-k, top-p and min-p, and --seed",
+    )
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out")
     args = ap.parse_args(argv)
@@ -248,8 +340,10 @@ def main(argv: list[str] | None = None) -> int:
     items = read_prompts(args.prompts)
     flash = FLASH_ATTENTION[args.flash_attn]
     ours = SPECCHAT_PAIR_METHODS if args.draft else SPECCHAT_METHODS
-    runners = {m: specchat_runner(args.model, method, args.threads, flash, args.draft, args.chat, sampling)
-               for m, method in ours.items()}
+    runners = {
+        m: specchat_runner(args.model, method, args.threads, flash, args.draft, args.chat, sampling)
+        for m, method in ours.items()
+    }
     model_path = str(resolve_model(args.model))  # 'embedded' or 'embedded-gemma' too
     rendered = {i["prompt"]: i["prompt"] for i in items}
     if args.chat:  # what SpecChat's runners decode, as text for the server
@@ -260,8 +354,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for m, extra in (server_pair_methods(args.draft) if args.draft else SERVER_METHODS).items():
             servers[m] = LlamaServer(args.server, model_path, extra, args.threads, flash_attention=flash)
-        runs = run_paired({**{m: (lambda prompt, n, s=s: s.complete(rendered[prompt], n, sampling)) for m, s in servers.items()},
-                           **runners}, items, args.rounds, args.max_tokens)
+        runs = run_paired(
+            {
+                **{m: (lambda prompt, n, s=s: s.complete(rendered[prompt], n, sampling)) for m, s in servers.items()},
+                **runners,
+            },
+            items,
+            args.rounds,
+            args.max_tokens,
+        )
     finally:
         for s in servers.values():
             s.close()
@@ -274,9 +375,20 @@ def main(argv: list[str] | None = None) -> int:
         for kind, s in (summary.get("by_kind") or {}).items():
             print(f"\n{kind}:\n{table(s)}")
     if args.out:
-        Path(args.out).write_text(json.dumps({"summary": summary, "runs": {
-            m: {i: [{"tokens_per_s": r.tokens_per_s, "tokens": r.tokens} for r in rs] for i, rs in per.items()}
-            for m, per in runs.items()}}))
+        Path(args.out).write_text(
+            json.dumps(
+                {
+                    "summary": summary,
+                    "runs": {
+                        m: {
+                            i: [{"tokens_per_s": r.tokens_per_s, "tokens": r.tokens} for r in rs]
+                            for i, rs in per.items()
+                        }
+                        for m, per in runs.items()
+                    },
+                }
+            )
+        )
     return 0
 
 

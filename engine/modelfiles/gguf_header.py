@@ -4,15 +4,17 @@ llama.cpp can abort the whole process on some malformed files, so the cheap chec
 the magic, a supported version, sane counts, a size large enough to hold something, and (in
 metadata_problem) the header values llama.cpp asserts on instead of refusing.
 """
+
 from __future__ import annotations
 
 import mmap
 import os
 import struct
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterator, Protocol
+from typing import BinaryIO, Protocol
 
 from .. import safe_files
 from ..errors import ModelFileError
@@ -24,9 +26,12 @@ _HEADER = struct.Struct("<4sIQQ")  # magic, version, tensor count, metadata key/
 _MIN_MODEL_BYTES = 1024
 MODEL_FILE = Wording(  # a model path's refusals (engine.safe_files checks it)
     folder="{label} is a folder, not a model file: choose the .gguf file in it.",
-    special=("{label} is {kind}, not a regular file, so it was not loaded (reading it could wait for ever or never "
-             "end). A model must be a .gguf file."),
-    unreadable="Cannot read model file {label}: {why}.")
+    special=(
+        "{label} is {kind}, not a regular file, so it was not loaded (reading it could wait for ever or never "
+        "end). A model must be a .gguf file."
+    ),
+    unreadable="Cannot read model file {label}: {why}.",
+)
 
 
 @dataclass(frozen=True)
@@ -122,7 +127,7 @@ def parse_gguf(source: GGUFSource, name: str, tensors: bool = False) -> tuple[di
     """The metadata (with token strings; or, with tensors, the tensor list without them) of the GGUF
     file that source reads. name is what messages call the file."""
     reader = _Reader(source, name, keep_strings=not tensors)
-    header = parse_gguf_header(reader.data[:_HEADER.size], source.size, name)
+    header = parse_gguf_header(reader.data[: _HEADER.size], source.size, name)
     meta = reader.key_values(header.metadata_count)
     return meta, reader.tensor_infos(header.tensor_count) if tensors else []
 
@@ -146,7 +151,7 @@ class _MappedFile:
         self._data, self.size = data, len(data)
 
     def read(self, at: int, n: int):
-        return self._data if at == 0 else self._data[at:at + n]
+        return self._data if at == 0 else self._data[at : at + n]
 
     def close(self) -> None:
         self._data.close()
@@ -155,7 +160,7 @@ class _MappedFile:
 _U64 = struct.Struct("<Q")
 
 
-def _struct(fmt: str, _cache: dict = {}) -> struct.Struct:
+def _struct(fmt: str, _cache: dict = {}) -> struct.Struct:  # noqa: B006 - the default is the cache
     unpacker = _cache.get(fmt)
     if unpacker is None:
         unpacker = _cache[fmt] = struct.Struct("<" + fmt)
@@ -184,11 +189,15 @@ class _Reader:
         """Refuse a count the rest of the file cannot hold before any loop runs over it."""
         left = self.source.size - self.at
         if what == "strings" and count > MAX_ARRAY_STRINGS:
-            raise ModelFileError(f"{self.name} is damaged: its metadata {key} claims {count:,} strings "
-                                 f"(more than {MAX_ARRAY_STRINGS:,} is never a real model).")
+            raise ModelFileError(
+                f"{self.name} is damaged: its metadata {key} claims {count:,} strings "
+                f"(more than {MAX_ARRAY_STRINGS:,} is never a real model)."
+            )
         if count * item_bytes > left:
-            raise ModelFileError(f"{self.name} is truncated or damaged: its metadata {key} claims {count:,} "
-                                 f"{what}, more than the rest of the file ({left:,} bytes) can hold.")
+            raise ModelFileError(
+                f"{self.name} is truncated or damaged: its metadata {key} claims {count:,} "
+                f"{what}, more than the rest of the file ({left:,} bytes) can hold."
+            )
 
     def _take(self, fmt: str):
         unpacker = _struct(fmt)
@@ -205,7 +214,7 @@ class _Reader:
         if end > len(self.data):
             self._need(end)
         self.at = end
-        return self.data[end - n:end]
+        return self.data[end - n : end]
 
     def _strings(self, count: int) -> list[bytes]:
         """count strings in a row: the hot loop (a 262k vocabulary), so it works on locals."""
@@ -220,7 +229,7 @@ class _Reader:
             if end > have:
                 self._need(end)
                 data, have = self.data, len(self.data)
-            out.append(data[at + 8:end])
+            out.append(data[at + 8 : end])
             at = end
         self.at = at
         return out
@@ -324,6 +333,8 @@ def metadata_problem(meta: dict, name: str) -> str | None:
                 continue  # llama.cpp renames empty tokens [EMPTY_i]: several of them are fine
             first = seen.setdefault(token, i)
             if first != i:
-                return (f"{name} has the token {token.decode('utf-8', 'replace')!r} twice in its vocabulary "
-                        f"(ids {first} and {i}): the file is damaged.")
+                return (
+                    f"{name} has the token {token.decode('utf-8', 'replace')!r} twice in its vocabulary "
+                    f"(ids {first} and {i}): the file is damaged."
+                )
     return None

@@ -2,6 +2,7 @@
 ~1.5 s to load that vocabulary in llama.cpp): its quantization, and its tokenizer's vocabulary type. Cached per
 file version. For the Models dialog: naming a model by its file and quantization, and ruling out a draft whose
 vocabulary type differs from the target's without loading either vocabulary."""
+
 from __future__ import annotations
 
 import mmap
@@ -14,11 +15,41 @@ from .header_vocab import _MODELS  # llama.cpp's vocabulary type per tokenizer.g
 from .hub_search import quantization_of
 
 # llama.cpp's llama_ftype (include/llama.h), as general.file_type stores it: "MOSTLY_" left off.
-FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K", 11: "Q3_K_S",
-              12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K",
-              19: "IQ2_XXS", 20: "IQ2_XS", 21: "Q2_K_S", 22: "IQ3_XS", 23: "IQ3_XXS", 24: "IQ1_S", 25: "IQ4_NL",
-              26: "IQ3_S", 27: "IQ3_M", 28: "IQ2_S", 29: "IQ2_M", 30: "IQ4_XS", 31: "IQ1_M", 32: "BF16",
-              36: "TQ1_0", 37: "TQ2_0", 38: "MXFP4_MOE"}
+FILE_TYPES = {
+    0: "F32",
+    1: "F16",
+    2: "Q4_0",
+    3: "Q4_1",
+    7: "Q8_0",
+    8: "Q5_0",
+    9: "Q5_1",
+    10: "Q2_K",
+    11: "Q3_K_S",
+    12: "Q3_K_M",
+    13: "Q3_K_L",
+    14: "Q4_K_S",
+    15: "Q4_K_M",
+    16: "Q5_K_S",
+    17: "Q5_K_M",
+    18: "Q6_K",
+    19: "IQ2_XXS",
+    20: "IQ2_XS",
+    21: "Q2_K_S",
+    22: "IQ3_XS",
+    23: "IQ3_XXS",
+    24: "IQ1_S",
+    25: "IQ4_NL",
+    26: "IQ3_S",
+    27: "IQ3_M",
+    28: "IQ2_S",
+    29: "IQ2_M",
+    30: "IQ4_XS",
+    31: "IQ1_M",
+    32: "BF16",
+    36: "TQ1_0",
+    37: "TQ2_0",
+    38: "MXFP4_MOE",
+}
 
 _cache: dict[tuple, dict] = {}
 _lock = threading.Lock()
@@ -69,4 +100,4 @@ class _Mapped:
         self._data, self.size = data, len(data)
 
     def read(self, at: int, n: int):
-        return self._data if at == 0 else self._data[at:at + n]
+        return self._data if at == 0 else self._data[at : at + n]

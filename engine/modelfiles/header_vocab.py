@@ -9,6 +9,7 @@ leaves out; the same defaults are applied here, so both checks give the same ans
 - tokenizer.ggml.add_bos_token / add_eos_token override; Gemma 4's pre-tokenizer always adds BOS;
 - an empty token reads as "[EMPTY_<id>]", and a token's text ends at a NUL byte (a C string).
 """
+
 from __future__ import annotations
 
 from .vocab_check import FIRST_CHECKED_TOKEN, MAX_SIZE_DIFFERENCE, Compatibility
@@ -30,8 +31,19 @@ _MODELS = {
     "test": ("TEST", _NONE, _NONE, False, False),
     "plamo2": ("PLAMO2", 1, 2, False, False),
 }
-_BPE_ADDING_BOS = {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
-                   "jina-v5-nano", "tekken", "chameleon"}
+_BPE_ADDING_BOS = {
+    "llama3",
+    "llama-v3",
+    "llama-bpe",
+    "falcon3",
+    "falcon-h1",
+    "pixtral",
+    "midm-2.0",
+    "lfm2",
+    "jina-v5-nano",
+    "tekken",
+    "chameleon",
+}
 _BPE_WITHOUT_BOS = {"chatglm-bpe", "glm4", "glm5"}
 _GEMMA4_PRE = {"gemma4", "granite-embed-multi-311m"}  # llama.cpp forces add_bos for these
 
@@ -51,8 +63,10 @@ def check_compatible_metadata(target_meta: dict, draft_meta: dict) -> Compatibil
         return Compatibility(False, f"different EOS tokens ({t.eos} vs {d.eos})")
     diff = abs(len(t.tokens) - len(d.tokens))
     if diff > MAX_SIZE_DIFFERENCE:
-        return Compatibility(False, f"vocabulary sizes differ by {diff} ({len(t.tokens)} vs {len(d.tokens)}; "
-                                    f"at most {MAX_SIZE_DIFFERENCE})")
+        return Compatibility(
+            False,
+            f"vocabulary sizes differ by {diff} ({len(t.tokens)} vs {len(d.tokens)}; at most {MAX_SIZE_DIFFERENCE})",
+        )
     n = min(len(t.tokens), len(d.tokens))
     if t.tokens[FIRST_CHECKED_TOKEN:n] == d.tokens[FIRST_CHECKED_TOKEN:n]:
         return Compatibility(True)  # equal raw text is equal text: the common case, one comparison
@@ -75,8 +89,11 @@ def _unloadable(meta: dict) -> str | None:
     if not isinstance(meta.get("tokenizer.ggml.tokens"), list):
         return "has no vocabulary (tokenizer.ggml.tokens is missing)"
     pre = _str(meta.get("tokenizer.ggml.pre"))
-    if model in ("gpt2", "hybriddna", "whitespace", "gemma4") and pre != "kimi-k2" \
-            and "tokenizer.ggml.merges" not in meta:
+    if (
+        model in ("gpt2", "hybriddna", "whitespace", "gemma4")
+        and pre != "kimi-k2"
+        and "tokenizer.ggml.merges" not in meta
+    ):
         return "has a BPE vocabulary without merges (tokenizer.ggml.merges), which llama.cpp needs"
     return None
 

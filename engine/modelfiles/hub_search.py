@@ -10,15 +10,13 @@ The hub address, HF_TOKEN (or a saved `hf auth login`) and HF_HUB_OFFLINE work a
 (engine.modelfiles.downloads). Every failure is a DownloadError (HubUnreachable when no answer came)
 whose message says what to do.
 """
+
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Iterable
-
-# downloads first: it guards the hub client's import against a malformed HF_ENDPOINT.
-from .downloads import DownloadError, HubUnreachable, _http, _hub_endpoint
 
 from huggingface_hub import HfApi  # noqa: E402 - after the guard above
 from huggingface_hub.errors import (  # noqa: E402
@@ -33,6 +31,9 @@ from huggingface_hub.hf_api import ModelInfo  # noqa: E402
 from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status  # noqa: E402
 
 from ..errors import InvalidSettingError  # noqa: E402
+
+# downloads first: it guards the hub client's import against a malformed HF_ENDPOINT.
+from .downloads import DownloadError, HubUnreachable, _http, _hub_endpoint
 
 # What people pick from, and the hub's name for each order (always most first).
 SORTS = {"downloads": "downloads", "likes": "likes", "recent": "lastModified"}
@@ -56,6 +57,7 @@ _QUANT = re.compile(
 @dataclass(frozen=True)
 class GGUFFile:
     """One model as people pick it: a single .gguf, or every part of a split one, in order."""
+
     parts: tuple[str, ...]  # paths in the repo
     size: int  # bytes, all parts together (0 where the hub did not say)
     quantization: str  # "Q4_K_M", "IQ4_XS", "UD-Q4_K_XL", "F16", ... or "unknown"
@@ -85,8 +87,9 @@ class RepoResult:
 BROAD_SEARCH_LIMIT = 200  # repos asked for when a many-word search is retried with one word
 
 
-def search_repos(query: str, sort: str = "downloads", limit: int = 20, *, endpoint: str | None = None,
-                 timeout_s: float = 15) -> list[RepoResult]:
+def search_repos(
+    query: str, sort: str = "downloads", limit: int = 20, *, endpoint: str | None = None, timeout_s: float = 15
+) -> list[RepoResult]:
     """Repos with GGUF files whose name holds every word of query, most downloaded (or liked, or
     recently changed) first. Their files are not listed: repo_files() does that for one repo."""
     if sort not in SORTS:
@@ -109,8 +112,7 @@ def _list(hub: str, search: str, sort: str, limit: int, timeout_s: float) -> lis
     if search:
         params["search"] = search
     try:
-        response = get_session().get(f"{hub}/api/models", params=params, headers=build_hf_headers(),
-                                     timeout=timeout_s)
+        response = get_session().get(f"{hub}/api/models", params=params, headers=build_hf_headers(), timeout=timeout_s)
         hf_raise_for_status(response)
         items = response.json()
         if not isinstance(items, list):
@@ -121,24 +123,31 @@ def _list(hub: str, search: str, sort: str, limit: int, timeout_s: float) -> lis
     return [_result(info) for info in infos]
 
 
-def repo_files(repo_id: str, revision: str = "main", *, endpoint: str | None = None,
-               timeout_s: float = 15) -> RepoResult:
+def repo_files(
+    repo_id: str, revision: str = "main", *, endpoint: str | None = None, timeout_s: float = 15
+) -> RepoResult:
     """One repo's facts and its GGUF chat models, smallest first. mmproj and imatrix files are left
     out: they are no model to chat with. Raises DownloadError when the repo holds none."""
     hub = _endpoint(endpoint)
     try:
         info = HfApi(endpoint=hub).model_info(repo_id, revision=revision, files_metadata=True, timeout=timeout_s)
-        names = [(s.rfilename, s.size if s.size is not None else (s.lfs.size if s.lfs else 0))
-                 for s in info.siblings or []]
+        names = [
+            (s.rfilename, s.size if s.size is not None else (s.lfs.size if s.lfs else 0)) for s in info.siblings or []
+        ]
     except Exception as exc:
         raise _explain(exc, hub, timeout_s, repo_id, revision) from exc
     files = group_gguf_files(names)
     if not files:
         ggufs = [name for name, _ in names if name.lower().endswith(".gguf")]
-        what = (f"only {', '.join(ggufs)}: projector, importance-matrix or incomplete split files"
-                if ggufs else "no .gguf file")
-        raise DownloadError(f"{repo_id} has no GGUF model to download ({what}). SpecChat runs GGUF files: "
-                            "search for a GGUF version of this model (often a repo named ...-GGUF).")
+        what = (
+            f"only {', '.join(ggufs)}: projector, importance-matrix or incomplete split files"
+            if ggufs
+            else "no .gguf file"
+        )
+        raise DownloadError(
+            f"{repo_id} has no GGUF model to download ({what}). SpecChat runs GGUF files: "
+            "search for a GGUF version of this model (often a repo named ...-GGUF)."
+        )
     return replace(_result(info), files=files)
 
 
@@ -180,8 +189,10 @@ def quantization_of(path: str) -> str:
 
 
 def gated_message(repo_id: str) -> str:
-    return (f"{repo_id} is gated: accept its terms on its page on the hub (huggingface.co/{repo_id}), then set "
-            "HF_TOKEN to a token of that account (or run `hf auth login`) and try again.")
+    return (
+        f"{repo_id} is gated: accept its terms on its page on the hub (huggingface.co/{repo_id}), then set "
+        "HF_TOKEN to a token of that account (or run `hf auth login`) and try again."
+    )
 
 
 def _endpoint(endpoint: str | None) -> str:
@@ -193,25 +204,32 @@ def _result(info: ModelInfo) -> RepoResult:
     if isinstance(base, (list, tuple)):
         base = base[0] if base else None
     return RepoResult(
-        repo_id=info.id, downloads=info.downloads or 0, likes=info.likes or 0,
+        repo_id=info.id,
+        downloads=info.downloads or 0,
+        likes=info.likes or 0,
         last_modified=info.last_modified.isoformat() if info.last_modified else None,
-        gated=info.gated or False, base_model=base if isinstance(base, str) else None,
+        gated=info.gated or False,
+        base_model=base if isinstance(base, str) else None,
     )
 
 
-def _explain(exc: Exception, endpoint: str, timeout_s: float, repo_id: str | None = None,
-             revision: str = "main") -> DownloadError:
+def _explain(
+    exc: Exception, endpoint: str, timeout_s: float, repo_id: str | None = None, revision: str = "main"
+) -> DownloadError:
     """A message a person can act on, for what the hub client raised."""
     check = " and HF_ENDPOINT" if "HF_ENDPOINT" in os.environ else ""
     if isinstance(exc, OfflineModeIsEnabled):
-        return HubUnreachable(f"The hub at {endpoint} cannot be reached: HF_HUB_OFFLINE is set, so SpecChat stays "
-                              "offline. Unset HF_HUB_OFFLINE to search the hub.")
+        return HubUnreachable(
+            f"The hub at {endpoint} cannot be reached: HF_HUB_OFFLINE is set, so SpecChat stays "
+            "offline. Unset HF_HUB_OFFLINE to search the hub."
+        )
     if isinstance(exc, _http.TimeoutException):
-        return HubUnreachable(f"The hub at {endpoint} did not answer within {timeout_s:g} s. Check the network "
-                              f"connection{check}, then try again.")
+        return HubUnreachable(
+            f"The hub at {endpoint} did not answer within {timeout_s:g} s. Check the network "
+            f"connection{check}, then try again."
+        )
     if isinstance(exc, _http.TransportError):
-        return HubUnreachable(f"The hub at {endpoint} cannot be reached ({exc}). Check the network "
-                              f"connection{check}.")
+        return HubUnreachable(f"The hub at {endpoint} cannot be reached ({exc}). Check the network connection{check}.")
     if isinstance(exc, HFValidationError):
         return DownloadError(f"{repo_id!r} is not a valid Hugging Face repo id: {exc}")
     if repo_id is not None and isinstance(exc, GatedRepoError):
@@ -219,13 +237,17 @@ def _explain(exc: Exception, endpoint: str, timeout_s: float, repo_id: str | Non
     if repo_id is not None and isinstance(exc, RevisionNotFoundError):
         return DownloadError(f"Revision {revision!r} does not exist in {repo_id}.")
     if repo_id is not None and isinstance(exc, RepositoryNotFoundError):
-        return DownloadError(f"Repository {repo_id} was not found on {endpoint} (or it is private: set HF_TOKEN "
-                             "to a token that can read it).")
+        return DownloadError(
+            f"Repository {repo_id} was not found on {endpoint} (or it is private: set HF_TOKEN "
+            "to a token that can read it)."
+        )
     if isinstance(exc, HfHubHTTPError):
         status = exc.response.status_code if exc.response is not None else 0
         if status == 401:  # a repo the token cannot see is RepositoryNotFoundError, above: this is the token
-            return DownloadError(f"{endpoint} refused the token SpecChat sent (HF_TOKEN, or the one saved by "
-                                 "`hf auth login`): set a valid token, or unset HF_TOKEN, and try again.")
+            return DownloadError(
+                f"{endpoint} refused the token SpecChat sent (HF_TOKEN, or the one saved by "
+                "`hf auth login`): set a valid token, or unset HF_TOKEN, and try again."
+            )
         if status >= 500 or status == 429:
             return DownloadError(f"{endpoint} answered HTTP {status}; the hub may be busy, try again later.")
         return _not_a_hub(endpoint, f"HTTP {status}")
@@ -235,5 +257,7 @@ def _explain(exc: Exception, endpoint: str, timeout_s: float, repo_id: str | Non
 
 
 def _not_a_hub(endpoint: str, detail: str) -> DownloadError:
-    return DownloadError(f"{endpoint} did not answer like a Hugging Face hub ({detail}). If HF_ENDPOINT is set, "
-                         "check that it points to a hub or a hub mirror.")
+    return DownloadError(
+        f"{endpoint} did not answer like a Hugging Face hub ({detail}). If HF_ENDPOINT is set, "
+        "check that it points to a hub or a hub mirror."
+    )

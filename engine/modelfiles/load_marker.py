@@ -4,6 +4,7 @@ If SpecChat dies while loading (an abort no check foresaw, a GPU out-of-memory k
 still there at the next start, which then starts without that model and says why, instead of
 loading it again and dying on every launch.
 """
+
 from __future__ import annotations
 
 import json

@@ -21,14 +21,15 @@ Where each app keeps its models (the sources relied on):
 - GPT4All: the download path %LOCALAPPDATA%/nomic.ai/GPT4All, ~/Library/Application Support/nomic.ai/GPT4All,
   ~/.local/share/nomic.ai/GPT4All (nomic-ai/gpt4all gpt4all_desktop/settings.md, "Download Path").
 """
+
 from __future__ import annotations
 
 import json
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import platformdirs
 
@@ -42,8 +43,11 @@ MAX_DEPTH = 6  # Jan's deepest layout is models/huggingface.co/<owner>/<repo>/<f
 MAX_ENTRIES = 50_000  # directory entries looked at in one discovery, all sources together
 OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
 MAX_MANIFEST_BYTES = 1 << 20  # a manifest is a few hundred bytes; a huge file there is read no further
-_MANIFEST = safe_files.Wording(too_large="over {limit} bytes, too big for a manifest",
-                               grew="over {limit} bytes, too big for a manifest", unreadable="{why}")
+_MANIFEST = safe_files.Wording(
+    too_large="over {limit} bytes, too big for a manifest",
+    grew="over {limit} bytes, too big for a manifest",
+    unreadable="{why}",
+)
 OLLAMA_REGISTRY, OLLAMA_LIBRARY = "registry.ollama.ai", "library"
 _SPLIT_PART = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)  # llama.cpp's gguf-split names
 _DIGEST = re.compile(r"sha256:([0-9a-f]{64})")  # anything else could point outside blobs/
@@ -63,8 +67,9 @@ class Discovery:
     problems: list[str]  # one sentence for each thing skipped
 
 
-def discover_models(*, home: Path | None = None, hf_cache: Path | None = None,
-                    roots: dict[str, list[Path]] | None = None) -> Discovery:
+def discover_models(
+    *, home: Path | None = None, hf_cache: Path | None = None, roots: dict[str, list[Path]] | None = None
+) -> Discovery:
     """GGUF chat models of the Hugging Face cache, LM Studio, Ollama, Jan and GPT4All, sorted by source then name.
 
     home stands in for the user's home folder (tests); hf_cache for the Hugging Face cache; roots replaces the
@@ -141,8 +146,10 @@ class _Search:
         try:
             key = str(path.resolve(strict=True))
         except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop, on Python before 3.13
-            self.problems.append(f"Skipped {path} ({_LABELS[source]}): it cannot be opened "
-                                 f"({_reason(exc)}; a broken or looping symbolic link?).")
+            self.problems.append(
+                f"Skipped {path} ({_LABELS[source]}): it cannot be opened "
+                f"({_reason(exc)}; a broken or looping symbolic link?)."
+            )
             return
         if key in self.seen:
             return
@@ -157,16 +164,17 @@ class _Search:
     def take_entry(self, folder: Path) -> bool:
         if self.entries_left <= 0:
             if self.entries_left == 0:
-                self.problems.append(f"Stopped searching at {folder}: over {MAX_ENTRIES} files and folders "
-                                     "were looked at; add a model from deeper folders by hand.")
+                self.problems.append(
+                    f"Stopped searching at {folder}: over {MAX_ENTRIES} files and folders "
+                    "were looked at; add a model from deeper folders by hand."
+                )
                 self.entries_left -= 1
             return False
         self.entries_left -= 1
         return True
 
 
-_LABELS = {HUGGINGFACE: "Hugging Face cache", LMSTUDIO: "LM Studio", OLLAMA: "Ollama", JAN: "Jan",
-           GPT4ALL: "GPT4All"}
+_LABELS = {HUGGINGFACE: "Hugging Face cache", LMSTUDIO: "LM Studio", OLLAMA: "Ollama", JAN: "Jan", GPT4ALL: "GPT4All"}
 
 
 def _reason(exc: BaseException) -> str:
@@ -188,7 +196,7 @@ def _split_size(path: Path, size: int) -> int:
         return size
     total = 0
     for n in range(1, int(split.group(2)) + 1):
-        part = path.with_name(f"{path.name[:split.start()]}-{n:05d}-of-{split.group(2)}.gguf")
+        part = path.with_name(f"{path.name[: split.start()]}-{n:05d}-of-{split.group(2)}.gguf")
         try:
             total += part.stat().st_size
         except OSError:
@@ -208,12 +216,10 @@ def _scan_tree(root: Path, source: str, search: _Search) -> None:
         search.add(path, source, name)
         if len(search.models) > before and _SPLIT_PART.search(path.name):
             found = search.models[-1]
-            search.models[-1] = FoundModel(found.path, found.source, found.name,
-                                           _split_size(path, found.size_bytes))
+            search.models[-1] = FoundModel(found.path, found.source, found.name, _split_size(path, found.size_bytes))
 
 
-def _walk(root: Path, search: _Search, depth: int = MAX_DEPTH,
-          suffix: str | None = ".gguf") -> Iterator[Path]:
+def _walk(root: Path, search: _Search, depth: int = MAX_DEPTH, suffix: str | None = ".gguf") -> Iterator[Path]:
     """Files below root ending in suffix (any file for None), at most depth folders down. A folder reached
     again through a symbolic link (a loop, or a second link to it) is skipped and said."""
     visited: set[tuple[int, int]] = set()
@@ -223,8 +229,10 @@ def _walk(root: Path, search: _Search, depth: int = MAX_DEPTH,
         try:
             stat = folder.stat()
             if (stat.st_dev, stat.st_ino) in visited:
-                search.problems.append(f"Skipped {folder}: it leads back to a folder already searched "
-                                       "(a symbolic link loop or a second link to it).")
+                search.problems.append(
+                    f"Skipped {folder}: it leads back to a folder already searched "
+                    "(a symbolic link loop or a second link to it)."
+                )
                 continue
             visited.add((stat.st_dev, stat.st_ino))
             with os.scandir(folder) as entries:
@@ -265,8 +273,13 @@ def _scan_hf_cache(cache: Path, search: _Search) -> None:
         return
     for warning in info.warnings:
         search.problems.append(f"Skipped part of the Hugging Face cache: {warning}")
-    files = [(repo.repo_id, revision.snapshot_path, f) for repo in info.repos if repo.repo_type == "model"
-             for revision in repo.revisions for f in revision.files]
+    files = [
+        (repo.repo_id, revision.snapshot_path, f)
+        for repo in info.repos
+        if repo.repo_type == "model"
+        for revision in repo.revisions
+        for f in revision.files
+    ]
     for repo_id, snapshot, cached in sorted(files, key=lambda x: (x[0], str(x[2].file_path))):
         path = cached.file_path  # the snapshot link, used in place
         if path.suffix.lower() != ".gguf" or _skipped_file(path.name):
@@ -288,23 +301,30 @@ def _scan_ollama(root: Path, search: _Search) -> None:
             layers = json.loads(_read_small(manifest)).get("layers")
             layer = next(x for x in layers if isinstance(x, dict) and x.get("mediaType") == OLLAMA_MODEL_LAYER)
         except (OSError, UnicodeDecodeError) as exc:
-            search.problems.append(f"Skipped the Ollama model {name}: its manifest {manifest} cannot be read "
-                                   f"({_reason(exc)}).")
+            search.problems.append(
+                f"Skipped the Ollama model {name}: its manifest {manifest} cannot be read ({_reason(exc)})."
+            )
             continue
         except (ValueError, AttributeError, TypeError) as exc:
-            search.problems.append(f"Skipped the Ollama model {name}: its manifest {manifest} is not valid "
-                                   f"JSON of a manifest ({_reason(exc)}).")
+            search.problems.append(
+                f"Skipped the Ollama model {name}: its manifest {manifest} is not valid "
+                f"JSON of a manifest ({_reason(exc)})."
+            )
             continue
         except StopIteration:
-            search.problems.append(f"Skipped the Ollama model {name}: its manifest {manifest} has no GGUF "
-                                   "model layer (a model in another format?).")
+            search.problems.append(
+                f"Skipped the Ollama model {name}: its manifest {manifest} has no GGUF "
+                "model layer (a model in another format?)."
+            )
             continue
         digest = _DIGEST.fullmatch(str(layer.get("digest")))
         blob = root / "blobs" / f"sha256-{digest.group(1)}" if digest else None
         if blob is None or not blob.is_file():
             what = "names no valid blob" if blob is None else f"names the blob {blob.name}, which is missing"
-            search.problems.append(f"Skipped the Ollama model {name}: its manifest {what} "
-                                   "(an unfinished or removed pull; `ollama pull` it again).")
+            search.problems.append(
+                f"Skipped the Ollama model {name}: its manifest {what} "
+                "(an unfinished or removed pull; `ollama pull` it again)."
+            )
             continue
         search.add(blob, OLLAMA, name)
 

@@ -9,6 +9,7 @@ The rule, kept small on purpose:
   VRAM_MARGIN_BYTES; the rest runs from RAM, which must hold it with RAM_MARGIN_BYTES to spare.
 Compute buffers and the runtime's own memory are what the margins stand for; nothing here is measured.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,8 +18,8 @@ import psutil
 
 from ..errors import InvalidSettingError
 
-GIB = 1024 ** 3
-MIB = 1024 ** 2
+GIB = 1024**3
+MIB = 1024**2
 F16_BYTES = 2
 # A card's free memory also holds the CUDA/Vulkan context and llama.cpp's compute buffers.
 VRAM_MARGIN_BYTES = 512 * MIB
@@ -47,8 +48,15 @@ def kv_cache_bytes(meta: dict, n_ctx: int) -> int | None:
     return per_token * F16_BYTES * n_ctx
 
 
-def estimate_fit(meta: dict, file_size: int, n_ctx: int, *, draft_bytes: int = 0, free_ram: int | None = None,
-                 free_vram: int | None = None) -> MemoryFit:
+def estimate_fit(
+    meta: dict,
+    file_size: int,
+    n_ctx: int,
+    *,
+    draft_bytes: int = 0,
+    free_ram: int | None = None,
+    free_vram: int | None = None,
+) -> MemoryFit:
     """Where a model of this header and size would run with n_ctx tokens of context.
     free_ram defaults to the memory available now; free_vram None means a build without a GPU."""
     if n_ctx < 1:
@@ -75,8 +83,15 @@ def estimate_fit(meta: dict, file_size: int, n_ctx: int, *, draft_bytes: int = 0
             verdict = "fits in RAM"
     unknown = "" if kv is not None else " without the KV cache, which the header does not describe,"
     text = f"≈{format_size(total)} at {n_ctx} tokens{unknown}: {verdict} (estimate)"
-    return MemoryFit(weights_bytes=file_size, kv_bytes=kv, draft_bytes=draft_bytes, total_bytes=total,
-                     verdict=verdict, layers_on_gpu=layers, text=text)
+    return MemoryFit(
+        weights_bytes=file_size,
+        kv_bytes=kv,
+        draft_bytes=draft_bytes,
+        total_bytes=total,
+        verdict=verdict,
+        layers_on_gpu=layers,
+        text=text,
+    )
 
 
 def format_size(n: int) -> str:
@@ -106,8 +121,9 @@ def _attention_shape(meta: dict) -> list[tuple[int, int, int]] | None:
     for layer_heads, layer_kv in zip(heads, kv_heads):
         # llama.cpp's default head size is embedding / heads; key_length and value_length override it.
         default = n_embd // layer_heads if layer_heads else 0
-        shape.append((layer_kv, _int(meta, "attention.key_length") or default,
-                      _int(meta, "attention.value_length") or default))
+        shape.append(
+            (layer_kv, _int(meta, "attention.key_length") or default, _int(meta, "attention.value_length") or default)
+        )
     return shape
 
 

@@ -10,6 +10,7 @@ limits): a template that hangs or blows up is known before the first chat, and t
 
     python -m engine.modelfiles.model_check FILE [--vocab-only]     the child's side: prints one JSON verdict line
 """
+
 from __future__ import annotations
 
 import json
@@ -22,15 +23,18 @@ import threading
 from pathlib import Path
 
 from ..errors import ModelFileError
-from .gguf_header import metadata_problem, read_gguf_header, read_gguf_metadata
 from ..paths import cache_dir, write_text_atomic
+from .gguf_header import metadata_problem, read_gguf_header, read_gguf_metadata
 
 CHECK_TIMEOUT_S = 300.0
 VERDICTS_FILE = "model-checks.json"
 CHECK_VERSION = "t1"  # verdicts made before the template probe are checked again
-PROBE_CONVERSATION = [{"role": "system", "content": "You are a helpful assistant."},
-                      {"role": "user", "content": "Hello!"}, {"role": "assistant", "content": "Hi. How can I help?"},
-                      {"role": "user", "content": "Tell me a short story."}]
+PROBE_CONVERSATION = [
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "Hello!"},
+    {"role": "assistant", "content": "Hi. How can I help?"},
+    {"role": "user", "content": "Tell me a short story."},
+]
 FROZEN_FLAG = "--check-model-file"  # how a PyInstaller bundle runs the child (packaging/specchat_launcher.py)
 _verdicts_lock = threading.Lock()
 _CRASH_SIGNALS = {signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE}
@@ -80,11 +84,21 @@ def _check_in_child(path: Path, vocab_only: bool) -> dict:
     name = path.name
     env = {**os.environ, "GGML_NO_BACKTRACE": "1"}  # a crash prints its assert, not a gdb session
     try:
-        done = subprocess.run(_child_command(path, vocab_only), capture_output=True, text=True, errors="replace",
-                              timeout=CHECK_TIMEOUT_S, env=env, stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            _child_command(path, vocab_only),
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=CHECK_TIMEOUT_S,
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired:
-        return {"ok": False, "final": False,
-                "reason": f"Checking {name} took over {CHECK_TIMEOUT_S:.0f} s; it was not loaded. Try again."}
+        return {
+            "ok": False,
+            "final": False,
+            "reason": f"Checking {name} took over {CHECK_TIMEOUT_S:.0f} s; it was not loaded. Try again.",
+        }
     except OSError as exc:
         return {"ok": False, "final": False, "reason": f"Could not start the check of {name}: {exc}"}
     lines = done.stdout.strip().splitlines()
@@ -108,8 +122,10 @@ def _crash_reason(name: str, returncode: int, stderr: str) -> str:
             how = f"signal {-returncode}"
     words = [m.group(1).strip() for line in stderr.splitlines() if (m := _LAST_WORDS.search(line))]
     said = f": {words[-1]}" if words else ""
-    return (f"llama.cpp crashed reading {name} ({how}{said}). The file is damaged, or made for another "
-            "llama.cpp version; SpecChat did not load it.")
+    return (
+        f"llama.cpp crashed reading {name} ({how}{said}). The file is damaged, or made for another "
+        "llama.cpp version; SpecChat did not load it."
+    )
 
 
 def _child_command(path: Path, vocab_only: bool) -> list[str]:
@@ -145,8 +161,10 @@ def _load_problem(path: Path, vocab_only: bool) -> tuple[str | None, str | None]
     mparams.use_extra_bufts = False  # no repacked copy of the weights: the check stays within the file's mmap
     model = L.llama_model_load_from_file(str(path).encode(), mparams)
     if not model:
-        return (f"llama.cpp could not load {path.name}: the file may be damaged, or its architecture is newer "
-                "than this llama.cpp build (upgrade llama-cpp-python)."), None
+        return (
+            f"llama.cpp could not load {path.name}: the file may be damaged, or its architecture is newer "
+            "than this llama.cpp build (upgrade llama-cpp-python)."
+        ), None
     template = _template_problem(L, model)
     if vocab_only:
         L.llama_model_free(model)
@@ -158,7 +176,9 @@ def _load_problem(path: Path, vocab_only: bool) -> tuple[str | None, str | None]
     if ctx:
         L.llama_free(ctx)
     L.llama_model_free(model)
-    return (None if ctx else f"llama.cpp could not create a context for {path.name}: the file may be damaged."), template
+    return (
+        None if ctx else f"llama.cpp could not create a context for {path.name}: the file may be damaged."
+    ), template
 
 
 def _template_problem(L, model) -> str | None:
@@ -175,8 +195,12 @@ def _template_problem(L, model) -> str | None:
 
     sandbox = TemplateSandbox()
     try:
-        sandbox.render(raw.decode("utf-8", "replace"), PROBE_CONVERSATION, bos=text(L.llama_vocab_bos(vocab)),
-                       eos=text(L.llama_vocab_eos(vocab)))
+        sandbox.render(
+            raw.decode("utf-8", "replace"),
+            PROBE_CONVERSATION,
+            bos=text(L.llama_vocab_bos(vocab)),
+            eos=text(L.llama_vocab_eos(vocab)),
+        )
     except TemplateRefused as exc:
         return exc.reason
     except Exception:  # noqa: BLE001 - it rejected this conversation (a role it lacks): not a verdict on the file

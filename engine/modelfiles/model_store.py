@@ -8,27 +8,21 @@ copied or deleted. The list holds a path string per file, or {"path", "name"} wh
 version cannot read are kept on rewrite. Whether a draft can serve a target is llama.cpp's vocabulary check
 (engine.modelfiles.vocab_check) on vocab-only loads, cached per file version.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
 
-from .catalog import CatalogPair, load_catalog
-from .downloads import (
-    FileRequest,
-    installed_path,
-    models_dir,
-    partial_bytes,
-    read_source_record,
-    source_record_path,
-)
 from ..errors import ModelFileError
-from .gguf_header import read_gguf_header
 from ..paths import data_dir
+from .catalog import CatalogPair, load_catalog
+from .downloads import FileRequest, installed_path, models_dir, partial_bytes, read_source_record, source_record_path
+from .gguf_header import read_gguf_header
 from .vocab_check import Compatibility
 
 REGISTRY_FILE = "local_models.json"
@@ -69,8 +63,11 @@ def list_models() -> list[InstalledModel]:
             record = read_source_record(path) or {}
             repo_id = record.get("repo_id") or "/".join(path.relative_to(root).parts[:2])
             downloaded.append(InstalledModel(path, path.stat().st_size, DOWNLOADED, repo_id))
-    local = [InstalledModel(p, p.stat().st_size, LOCAL, display_name=name)
-             for p, name in _registered().items() if p.is_file()]
+    local = [
+        InstalledModel(p, p.stat().st_size, LOCAL, display_name=name)
+        for p, name in _registered().items()
+        if p.is_file()
+    ]
     return downloaded + sorted(local, key=lambda m: m.name.lower())
 
 
@@ -145,8 +142,9 @@ def check_pair(target: str | Path, draft: str | Path) -> Compatibility:
     return check_drafts(target, [draft])[Path(draft)]
 
 
-def check_drafts(target: str | Path, drafts: Iterable[str | Path],
-                 should_stop: Callable[[], bool] = lambda: False) -> dict[Path, Compatibility]:
+def check_drafts(
+    target: str | Path, drafts: Iterable[str | Path], should_stop: Callable[[], bool] = lambda: False
+) -> dict[Path, Compatibility]:
     """Can each draft serve this target? The target's vocabulary is loaded once for all of them."""
     target = Path(target)
     drafts = [Path(d) for d in drafts]
@@ -270,4 +268,3 @@ def _remove_empty_folders(folder: Path, root: Path) -> None:
         except OSError:
             return  # not empty (another model, or a download in progress)
         folder = folder.parent
-

@@ -5,12 +5,13 @@ its CDN and names the repo's problems: gated, missing, ...); then HTTP range req
 ranges, bytes=A-B) fetch the first 256 KiB and, while the parser asks for more, geometrically more,
 never past max_header_bytes. A vocabulary of 150k tokens sits in the first few MB of a file of GBs.
 """
+
 from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from huggingface_hub import get_hf_file_metadata, hf_hub_url
 from huggingface_hub.errors import HfHubHTTPError
@@ -45,9 +46,16 @@ class RemoteHeader:
     bytes_read: int  # every body byte received, over all range requests
 
 
-def read_remote_metadata(repo_id: str, filename: str, revision: str = "main", *, endpoint: str | None = None,
-                         timeout_s: float = 20.0, max_header_bytes: int = MAX_HEADER_BYTES,
-                         cancelled: Callable[[], bool] | None = None) -> RemoteHeader:
+def read_remote_metadata(
+    repo_id: str,
+    filename: str,
+    revision: str = "main",
+    *,
+    endpoint: str | None = None,
+    timeout_s: float = 20.0,
+    max_header_bytes: int = MAX_HEADER_BYTES,
+    cancelled: Callable[[], bool] | None = None,
+) -> RemoteHeader:
     """The metadata of a GGUF file on the hub, read with range requests. Raises ModelFileError for a file
     that is not (a sane) GGUF, DownloadError (HubUnreachable, DownloadCancelled) for the hub's answers.
     The whole call takes at most about timeout_s."""
@@ -57,8 +65,14 @@ def read_remote_metadata(repo_id: str, filename: str, revision: str = "main", *,
     url, headers = _locate(request, endpoint, deadline)
     source = _RangeSource(request, endpoint, url, headers, deadline, max_header_bytes, cancelled)
     meta, _ = parse_gguf(source, request.label)
-    return RemoteHeader(repo_id=repo_id, filename=filename, revision=revision, metadata=meta,
-                        file_size=source.size, bytes_read=source.bytes_read)
+    return RemoteHeader(
+        repo_id=repo_id,
+        filename=filename,
+        revision=revision,
+        metadata=meta,
+        file_size=source.size,
+        bytes_read=source.bytes_read,
+    )
 
 
 def _locate(request: FileRequest, endpoint: str, deadline: float) -> tuple[str, dict]:
@@ -88,8 +102,16 @@ def _locate(request: FileRequest, endpoint: str, deadline: float) -> tuple[str, 
 class _RangeSource:
     """A remote GGUF file for gguf_header.parse_gguf: range reads, growing geometrically, capped."""
 
-    def __init__(self, request: FileRequest, endpoint: str, url: str, headers: dict, deadline: float,
-                 max_bytes: int, cancelled: Callable[[], bool] | None):
+    def __init__(
+        self,
+        request: FileRequest,
+        endpoint: str,
+        url: str,
+        headers: dict,
+        deadline: float,
+        max_bytes: int,
+        cancelled: Callable[[], bool] | None,
+    ):
         self.request, self.endpoint, self.url, self.headers = request, endpoint, url, headers
         self.deadline, self.max_bytes, self.cancelled = deadline, max_bytes, cancelled
         self.bytes_read = 0
@@ -106,7 +128,8 @@ class _RangeSource:
             raise ModelFileError(
                 f"The header of {self.request.label} would need more than {format_bytes(self.max_bytes)} to read "
                 f"(its metadata runs to byte {at + n:,} of {self.size:,}): it is damaged or unusually large. "
-                "Download the file to check it.")
+                "Download the file to check it."
+            )
         return self._fetch(at, min(end, self.max_bytes) - at)
 
     def _fetch(self, start: int, length: int) -> bytes:
@@ -115,8 +138,9 @@ class _RangeSource:
         headers = {**self.headers, "Range": f"bytes={start}-{start + length - 1}"}
         timeout = _left(self.deadline, self.request, self.endpoint)
         try:
-            with get_session().stream("GET", self.url, headers=headers, timeout=timeout,
-                                      follow_redirects=True) as response:
+            with get_session().stream(
+                "GET", self.url, headers=headers, timeout=timeout, follow_redirects=True
+            ) as response:
                 return self._body(response, self._check(response, start, length))
         except EngineError:
             raise
@@ -133,18 +157,24 @@ class _RangeSource:
         if status == 416:
             raise ModelFileError(f"{label} is truncated: it has no byte {start:,}.")
         if status == 200:  # the whole file is coming: read none of it
-            raise DownloadError(f"The server of {label} ({_origin(self.url)[1]}) does not support range reads (it "
-                                "answered a request for part of the file with all of it), so its header cannot be "
-                                "read without downloading the whole file.")
+            raise DownloadError(
+                f"The server of {label} ({_origin(self.url)[1]}) does not support range reads (it "
+                "answered a request for part of the file with all of it), so its header cannot be "
+                "read without downloading the whole file."
+            )
         if status != 206:
-            raise DownloadError(f"{self.endpoint} answered HTTP {status} for the header of {label}; "
-                                "the hub may be busy, try again later.")
+            raise DownloadError(
+                f"{self.endpoint} answered HTTP {status} for the header of {label}; "
+                "the hub may be busy, try again later."
+            )
         if "text/html" in response.headers.get("content-type", ""):
             raise _html(self.request, self.endpoint)
         match = _CONTENT_RANGE.fullmatch(response.headers.get("content-range", "").strip())
         if not match or int(match.group(1)) != start:
-            raise DownloadError(f"The server of {label} answered a range request with other bytes "
-                                f"(Content-Range {response.headers.get('content-range')!r}).")
+            raise DownloadError(
+                f"The server of {label} answered a range request with other bytes "
+                f"(Content-Range {response.headers.get('content-range')!r})."
+            )
         if self.size and int(match.group(3)) != self.size:
             raise DownloadError(f"{label} changed on the server while its header was read; try again.")
         self.size = int(match.group(3))
@@ -164,8 +194,10 @@ class _RangeSource:
             _left(self.deadline, self.request, self.endpoint)
         data = b"".join(chunks)[:length]
         if len(data) < length:
-            raise DownloadError(f"The connection closed after {len(data):,} of {length:,} bytes of the header of "
-                                f"{self.request.label}; try again.")
+            raise DownloadError(
+                f"The connection closed after {len(data):,} of {length:,} bytes of the header of "
+                f"{self.request.label}; try again."
+            )
         return data
 
 
@@ -178,13 +210,17 @@ def _left(deadline: float, request: FileRequest, endpoint: str) -> float:
 
 
 def _gated(request: FileRequest, status: int) -> DownloadError:
-    return DownloadError(f"{request.repo_id} is gated or private (HTTP {status}): accept its terms on the model "
-                         "page at huggingface.co, then set HF_TOKEN (or run `hf auth login`) and try again.")
+    return DownloadError(
+        f"{request.repo_id} is gated or private (HTTP {status}): accept its terms on the model "
+        "page at huggingface.co, then set HF_TOKEN (or run `hf auth login`) and try again."
+    )
 
 
 def _html(request: FileRequest, endpoint: str) -> DownloadError:
-    return DownloadError(f"{endpoint} sent a web page instead of the bytes of {request.label}: a proxy, a login "
-                         "page or a mirror that is not a hub answered. Check HF_ENDPOINT and the network.")
+    return DownloadError(
+        f"{endpoint} sent a web page instead of the bytes of {request.label}: a proxy, a login "
+        "page or a mirror that is not a hub answered. Check HF_ENDPOINT and the network."
+    )
 
 
 def _looks_like_html(first: bytes) -> bool:

@@ -1,5 +1,6 @@
 """Can this draft's tokens be verified by this target? llama.cpp's rules (common/speculative.cpp):
 same vocabulary type, same BOS/EOS handling, sizes within 128, identical token text from id 5 up."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,7 +31,8 @@ def check_compatible(target, draft) -> Compatibility:
     diff = abs(target.n_vocab - draft.n_vocab)
     if diff > MAX_SIZE_DIFFERENCE:
         return Compatibility(
-            False, f"vocabulary sizes differ by {diff} ({target.n_vocab} vs {draft.n_vocab}; at most {MAX_SIZE_DIFFERENCE})"
+            False,
+            f"vocabulary sizes differ by {diff} ({target.n_vocab} vs {draft.n_vocab}; at most {MAX_SIZE_DIFFERENCE})",
         )
     for i in range(FIRST_CHECKED_TOKEN, min(target.n_vocab, draft.n_vocab)):
         a, b = L.llama_vocab_get_text(tv, i), L.llama_vocab_get_text(dv, i)
@@ -42,4 +44,6 @@ def check_compatible(target, draft) -> Compatibility:
 def require_compatible(target, draft) -> None:
     result = check_compatible(target, draft)
     if not result.ok:
-        raise VocabMismatchError(f"The draft model {draft.path.name} cannot draft for {target.path.name}: {result.reason}.")
+        raise VocabMismatchError(
+            f"The draft model {draft.path.name} cannot draft for {target.path.name}: {result.reason}."
+        )

@@ -11,6 +11,7 @@ A server is not trusted to behave. Every body is read to a cap (a line of the st
 CANCEL_POLL_S whatever the server does (the request runs on a thread of its own, _Pump); an answer with no new
 event for read_timeout_s is given up, however many bytes trickle in; the stream is parsed as the SSE spec says.
 """
+
 from __future__ import annotations
 
 import logging
@@ -19,14 +20,15 @@ import re
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 import httpx
 
+from .. import text_rules
 from ..decoding.sampling import SamplingParams
 from ..errors import EngineError
-from .. import text_rules
 from . import prometheus
 from .endpoint import Endpoint
 
@@ -93,14 +95,29 @@ class RemoteFigures:
     def to_dict(self) -> dict:
         """The figures as plain data: exactly engine.figures' REMOTE keys (tests/engine/test_figures.py)."""
         rate = self.accepted / self.drafted if self.drafted else None
-        return {"remote": True, "network_included": True, "backend": self.backend, "model": self.model,
-                "method": self.server_method or "remote", "prompt_tokens": self.prompt_tokens,
-                "generated": self.generated, "ttft_s": self.ttft_s, "decode_s": self.decode_s,
-                "tokens_per_s": self.tokens_per_s, "drafted": self.drafted, "accepted": self.accepted,
-                "acceptance_rate": rate, "mean_acceptance_length": self.mean_acceptance_length,
-                "per_position_acceptance": self.per_position_acceptance, "acceptance_source": self.acceptance_source,
-                "memory_label": "n/a (remote)", "memory_bytes": None, "memory_kind": None,
-                "finish_reason": self.finish_reason, "rate_history": list(self.rate_history)}
+        return {
+            "remote": True,
+            "network_included": True,
+            "backend": self.backend,
+            "model": self.model,
+            "method": self.server_method or "remote",
+            "prompt_tokens": self.prompt_tokens,
+            "generated": self.generated,
+            "ttft_s": self.ttft_s,
+            "decode_s": self.decode_s,
+            "tokens_per_s": self.tokens_per_s,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "acceptance_rate": rate,
+            "mean_acceptance_length": self.mean_acceptance_length,
+            "per_position_acceptance": self.per_position_acceptance,
+            "acceptance_source": self.acceptance_source,
+            "memory_label": "n/a (remote)",
+            "memory_bytes": None,
+            "memory_kind": None,
+            "finish_reason": self.finish_reason,
+            "rate_history": list(self.rate_history),
+        }
 
 
 class RemoteEngine:
@@ -114,14 +131,18 @@ class RemoteEngine:
         headers = {"Accept-Encoding": "identity"}
         if endpoint.api_key:
             headers["Authorization"] = f"Bearer {endpoint.api_key}"
-        self.http = httpx.Client(base_url=endpoint.url, headers=headers, follow_redirects=False,
-                                 timeout=httpx.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S))
+        self.http = httpx.Client(
+            base_url=endpoint.url,
+            headers=headers,
+            follow_redirects=False,
+            timeout=httpx.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
+        )
         self._has_spec_metrics: bool | None = None  # unknown until /metrics is read once
 
     def close(self) -> None:
         self.http.close()
 
-    def __enter__(self) -> "RemoteEngine":
+    def __enter__(self) -> RemoteEngine:
         return self
 
     def __exit__(self, *_exc) -> None:
@@ -140,8 +161,10 @@ class RemoteEngine:
         for m in models:
             if m.id == self.endpoint.model:
                 return m
-        raise EngineError(f"{self.endpoint.url} does not serve “{_cut(self.endpoint.model, 100)}”; it serves "
-                          f"{_some([m.id for m in models])}.")
+        raise EngineError(
+            f"{self.endpoint.url} does not serve “{_cut(self.endpoint.model, 100)}”; it serves "
+            f"{_some([m.id for m in models])}."
+        )
 
     def _listing(self) -> list[RemoteModel]:
         body = self._json("GET", "/v1/models", MAX_JSON_BYTES)
@@ -217,11 +240,25 @@ class RemoteEngine:
         return status, body
 
     # --- answers --------------------------------------------------------------------------------
-    def answer(self, messages: list[dict], sampling: SamplingParams, max_tokens: int, model: RemoteModel,
-               cancel: threading.Event | None = None, continue_last: bool = False) -> "RemoteAnswer":
-        body = {"model": model.id, "messages": messages, "max_tokens": max_tokens,
-                "temperature": sampling.temperature, "top_p": sampling.top_p, "min_p": sampling.min_p,
-                "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    def answer(
+        self,
+        messages: list[dict],
+        sampling: SamplingParams,
+        max_tokens: int,
+        model: RemoteModel,
+        cancel: threading.Event | None = None,
+        continue_last: bool = False,
+    ) -> RemoteAnswer:
+        body = {
+            "model": model.id,
+            "messages": messages,
+            "max_tokens": max_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "min_p": sampling.min_p,
+            "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        }
         if sampling.top_k > 0:
             body["top_k"] = sampling.top_k
         if sampling.seed is not None:
@@ -264,19 +301,23 @@ class RemoteAnswer:
         if f.finish_reason is None and self.cancel.is_set():
             f.finish_reason = "cancelled"
         if f.finish_reason is None:  # no finish reason and no [DONE]: the connection ended mid-answer
-            raise EngineError(f"{self.engine.endpoint.url} ended the answer without finishing it (the connection "
-                              "closed); the text so far is kept.")
+            raise EngineError(
+                f"{self.engine.endpoint.url} ended the answer without finishing it (the connection "
+                "closed); the text so far is kept."
+            )
         # A stopped answer's counters are not asked for again: Stop is not to wait on /metrics.
         self._acceptance(pump.before if f.finish_reason != "cancelled" else None)
 
-    def _stream(self, pump: "_Pump"):
+    def _stream(self, pump: _Pump):
         """The text pieces of the events in the pump's bytes, until the answer ends, Stop, or the cap."""
         url, events = self.engine.endpoint.url, EventStream(MAX_LINE_BYTES + self._max_events * BYTES_PER_EVENT)
         self._sent = last_event = time.perf_counter()
         while not self.cancel.is_set():
             if time.perf_counter() - last_event > self.engine.read_timeout_s:
-                raise EngineError(f"{url} sent nothing new for {self.engine.read_timeout_s:g} s, so SpecChat stopped "
-                                  "waiting; the text so far is kept.")
+                raise EngineError(
+                    f"{url} sent nothing new for {self.engine.read_timeout_s:g} s, so SpecChat stopped "
+                    "waiting; the text so far is kept."
+                )
             item = pump.get(CANCEL_POLL_S)
             if item is None and self.on_wait is not None:
                 self.on_wait()
@@ -311,8 +352,10 @@ class RemoteAnswer:
         url = self.engine.endpoint.url
         if mid_answer and isinstance(value, (httpx.RemoteProtocolError, httpx.ReadError)):
             # httpx says "peer closed connection without sending complete message body (incomplete chunked read)"
-            raise EngineError(f"{url} closed the connection mid-answer (the server stopped, or the network "
-                              "failed); the text so far is kept.") from value
+            raise EngineError(
+                f"{url} closed the connection mid-answer (the server stopped, or the network "
+                "failed); the text so far is kept."
+            ) from value
         if kind == "status":
             status, body = value
             raise EngineError(status_error(url + "/v1/chat/completions", status, body.decode("utf-8", "replace")))
@@ -352,7 +395,7 @@ class RemoteAnswer:
         if isinstance(chunk.get("error"), (dict, str)):
             error = chunk["error"]
             said = error.get("message") if isinstance(error, dict) else error
-            said = _cut(' '.join(str(said).split()), MAX_SHOWN_CHARS)
+            said = _cut(" ".join(str(said).split()), MAX_SHOWN_CHARS)
             raise EngineError(f"{self.engine.endpoint.url} ended the answer: “{said}”")  # its words, quoted
         usage = chunk.get("usage")
         if isinstance(usage, dict):
@@ -395,8 +438,10 @@ class RemoteAnswer:
         raise EngineError(self._odd(f"delta {key}", value, "text"))
 
     def _odd(self, what: str, value, wanted: str) -> str:
-        return (f"{self.engine.endpoint.url} sent a chunk whose {what} was {_json_kind(value)}, not {wanted}; "
-                "SpecChat cannot read that answer. The text so far is kept.")
+        return (
+            f"{self.engine.endpoint.url} sent a chunk whose {what} was {_json_kind(value)}, not {wanted}; "
+            "SpecChat cannot read that answer. The text so far is kept."
+        )
 
     def _acceptance(self, before: prometheus.SpecCounters | None) -> None:
         f, t, m = self.figures, self._timings, self._spec_metrics
@@ -531,7 +576,7 @@ class EventStream:
         self._after_cr = False
         events = []
         for end in _LINE_END.finditer(chunk, at):
-            self._line += chunk[at:end.start()]
+            self._line += chunk[at : end.start()]
             self._check(len(self._line), "a line")
             event = self._line_ended(bytes(self._line))
             self._line.clear()
@@ -661,8 +706,10 @@ def _some(names: list[str]) -> str:
 
 def reach_error(url: str, exc: httpx.HTTPError) -> EngineError:
     if isinstance(exc, httpx.ConnectError) and "CERTIFICATE" in str(exc).upper():
-        return EngineError(f"{url}'s certificate could not be verified ({exc}): SpecChat only talks to https "
-                           "servers whose certificate checks out.")
+        return EngineError(
+            f"{url}'s certificate could not be verified ({exc}): SpecChat only talks to https "
+            "servers whose certificate checks out."
+        )
     if isinstance(exc, httpx.ConnectError):
         return EngineError(f"Could not reach {url} ({exc}). Is the server running, and the address right?")
     if isinstance(exc, httpx.TimeoutException):

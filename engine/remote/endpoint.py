@@ -1,4 +1,5 @@
 """Where a remote engine is: a base URL, checked, and what a person should know about it before sending it text."""
+
 from __future__ import annotations
 
 import ipaddress
@@ -24,9 +25,11 @@ class Endpoint:
 # A user and password before a host, in a URL ("http://me:pw@host") or in a label an older version made from one
 # ("model @ me:pw@host"): normalised_url refuses them now; without_credentials takes them out of older text.
 _CREDENTIALS = re.compile(r"(?<=://)[^\s/?#]*@|(?<![^\s(\[\"'])[^\s/?#@:()\[\]\"']+:[^\s/?#]*@")
-CREDENTIALS_REFUSED = ("A remote engine's URL cannot hold a user name or password (user:password@…): SpecChat "
-                       "would have to keep it in plain text. Put the password or token in the API key field, "
-                       "which is kept in the system keyring.")
+CREDENTIALS_REFUSED = (
+    "A remote engine's URL cannot hold a user name or password (user:password@…): SpecChat "
+    "would have to keep it in plain text. Put the password or token in the API key field, "
+    "which is kept in the system keyring."
+)
 
 
 def without_credentials(text: str) -> str:
@@ -73,6 +76,8 @@ def url_warning(url: str) -> str:
     """What to tell a person about sending conversations to url; "" when nothing. https is verified by httpx."""
     parts = urlsplit(url)
     if parts.scheme == "http" and not is_loopback_host(parts.hostname or ""):
-        return (f"{parts.hostname} is reached over plain http: your messages and API key cross the network "
-                "unencrypted. Use https, or a server on this machine.")
+        return (
+            f"{parts.hostname} is reached over plain http: your messages and API key cross the network "
+            "unencrypted. Use https, or a server on this machine."
+        )
     return ""

@@ -1,6 +1,7 @@
 """API keys of remote engines, kept in the operating system's keyring (one entry per server URL), never in
 settings.json, exports or logs. Where no keyring works (a bare Linux without a secret service), saving says so;
 the key can then be given for this run only, or through an environment variable."""
+
 from __future__ import annotations
 
 import logging
@@ -45,9 +46,11 @@ def save_key(url: str, key: str, service: str = SERVICE) -> None:
             except keyring.errors.PasswordDeleteError:
                 pass  # there was none
     except (KeyringError, RuntimeError) as exc:
-        raise EngineError(f"The API key could not be kept in this system's keyring ({type(exc).__name__}: {exc}). "
-                          "It is used until you quit; to keep one, install a keyring service (e.g. GNOME "
-                          "Keyring or KWallet) or start SpecChat with the key in an environment variable.") from exc
+        raise EngineError(
+            f"The API key could not be kept in this system's keyring ({type(exc).__name__}: {exc}). "
+            "It is used until you quit; to keep one, install a keyring service (e.g. GNOME "
+            "Keyring or KWallet) or start SpecChat with the key in an environment variable."
+        ) from exc
 
 
 def key_from_env(name: str | None) -> str | None:

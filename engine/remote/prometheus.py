@@ -8,6 +8,7 @@ model_name); they are summed over series. A delta covers every request the serve
 this answer's only when nothing else ran: vllm:num_requests_running before and vllm:request_success_total's
 delta say whether something did.
 """
+
 from __future__ import annotations
 
 import re
@@ -23,12 +24,13 @@ FINISHED = "vllm:request_success_total"
 WANTED = (PREFIX, RUNNING, FINISHED)  # the only series read: a server's others are none of this module's business
 MAX_LINE_CHARS = 4096  # vLLM's lines are under 300 characters; a longer one is skipped unread (the regex's cost grows)
 MAX_SERIES = 10_000  # of those wanted: vLLM has one per engine, draft position and finish reason, hundreds at most
-_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?$')
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?$")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
-def parse(text: str, wanted: tuple[str, ...] | None = None,
-          max_series: int = MAX_SERIES) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+def parse(
+    text: str, wanted: tuple[str, ...] | None = None, max_series: int = MAX_SERIES
+) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """Samples of a Prometheus text exposition: {(name, sorted labels): value}, of the names starting with one of
     wanted (all when None). Comments, malformed lines and lines over MAX_LINE_CHARS are skipped; ValueError past
     max_series samples (no server has that many of these: the text is not to be trusted)."""
@@ -65,7 +67,7 @@ class SpecCounters:
     finished: float | None = None  # requests finished so far (every finish reason)
 
     @classmethod
-    def from_text(cls, text: str) -> "SpecCounters":
+    def from_text(cls, text: str) -> SpecCounters:
         """The counters in a /metrics text; ValueError where it has more than MAX_SERIES of them."""
         counters = cls()
         for (name, labels), value in parse(text, WANTED).items():
@@ -74,8 +76,13 @@ class SpecCounters:
                 if position is not None and position.isdigit():
                     counters.per_position[int(position)] = counters.per_position.get(int(position), 0.0) + value
                 continue
-            attribute = {DRAFTS: "drafts", DRAFT_TOKENS: "draft_tokens", ACCEPTED: "accepted", RUNNING: "running",
-                         FINISHED: "finished"}.get(name)
+            attribute = {
+                DRAFTS: "drafts",
+                DRAFT_TOKENS: "draft_tokens",
+                ACCEPTED: "accepted",
+                RUNNING: "running",
+                FINISHED: "finished",
+            }.get(name)
             if attribute:
                 setattr(counters, attribute, (getattr(counters, attribute) or 0.0) + value)
         return counters
@@ -112,10 +119,17 @@ def delta(before: SpecCounters, after: SpecCounters) -> SpecDelta | None:
     if not (before.speculates and after.speculates):
         return None
     drafts = round((after.drafts or 0.0) - (before.drafts or 0.0))
-    per_position = [((after.per_position.get(j, 0.0) - before.per_position.get(j, 0.0)) / drafts if drafts else 0.0)
-                    for j in sorted(after.per_position)]
+    per_position = [
+        ((after.per_position.get(j, 0.0) - before.per_position.get(j, 0.0)) / drafts if drafts else 0.0)
+        for j in sorted(after.per_position)
+    ]
     alone = None
     if before.running is not None and before.finished is not None and after.finished is not None:
         alone = before.running == 0 and round(after.finished - before.finished) == 1
-    return SpecDelta(drafts, round(after.draft_tokens - before.draft_tokens),
-                     round((after.accepted or 0.0) - (before.accepted or 0.0)), per_position, alone)
+    return SpecDelta(
+        drafts,
+        round(after.draft_tokens - before.draft_tokens),
+        round((after.accepted or 0.0) - (before.accepted or 0.0)),
+        per_position,
+        alone,
+    )

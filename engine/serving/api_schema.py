@@ -8,6 +8,7 @@ text whose byte length alone cannot fit), max_tokens by the context, n/best_of t
 whole, and everything by the body's size limit. Text that is not valid Unicode (a lone surrogate such as
 "\\ud800", which JSON can spell but UTF-8 cannot encode) is a 400 naming its field: the tokenizer could not
 take it."""
+
 from __future__ import annotations
 
 import math
@@ -30,8 +31,15 @@ DEFAULT_MAX_TOKENS = 2048  # when a request names none (and the context has room
 class ApiError(Exception):
     """An error the client gets back as OpenAI's {"error": {...}} body."""
 
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
-                 kind: str = "invalid_request_error", headers: dict | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        code: str | None = None,
+        kind: str = "invalid_request_error",
+        headers: dict | None = None,
+    ):
         super().__init__(message)
         self.status, self.message, self.param, self.code, self.kind = status, message, param, code, kind
         self.headers = headers or {}
@@ -61,8 +69,11 @@ def checked_text(text: str, param: str, name: str | None = None) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise _bad(param, f"{name or param} has a lone surrogate ({text[exc.start]!r}) at character {exc.start}, "
-                          "which is not valid Unicode; send UTF-8 text") from None
+        raise _bad(
+            param,
+            f"{name or param} has a lone surrogate ({text[exc.start]!r}) at character {exc.start}, "
+            "which is not valid Unicode; send UTF-8 text",
+        ) from None
     return text
 
 
@@ -70,8 +81,11 @@ def _number(body: dict, name: str, default: float, low: float, high: float, low_
     value = body.get(name)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
-            isinstance(value, float) and not math.isfinite(value)):  # (isfinite overflows on a 400-digit int)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or (isinstance(value, float) and not math.isfinite(value))
+    ):  # (isfinite overflows on a 400-digit int)
         raise _bad(name, f"expected a number, got {shown(value)}")
     if value > high or value < low or (low_open and value == low):
         raise _bad(name, f"must be {'above' if low_open else 'at least'} {low} and at most {high}, got {shown(value)}")
@@ -85,8 +99,12 @@ def _integer(body: dict, name: str, default: int | None, low: int, high: int | N
     if isinstance(value, bool) or not isinstance(value, int):
         raise _bad(name, f"expected a whole number, got {shown(value)}")
     if value < low or (high is not None and value > high):
-        raise _bad(name, f"must be between {low} and {high}, got {shown(value)}" if high is not None
-                   else f"must be at least {low}, got {shown(value)}")
+        raise _bad(
+            name,
+            f"must be between {low} and {high}, got {shown(value)}"
+            if high is not None
+            else f"must be at least {low}, got {shown(value)}",
+        )
     return value
 
 
@@ -114,8 +132,13 @@ class Generation:
 
 def parse_generation(body: dict, n_ctx: int) -> Generation:
     """The sampling, length and streaming fields common to both completion endpoints."""
-    for name, allowed in (("n", (None, 1)), ("best_of", (None, 1)), ("logprobs", (None, False)),
-                          ("echo", (None, False)), ("suffix", (None, ""))):
+    for name, allowed in (
+        ("n", (None, 1)),
+        ("best_of", (None, 1)),
+        ("logprobs", (None, False)),
+        ("echo", (None, False)),
+        ("suffix", (None, "")),
+    ):
         if body.get(name) not in allowed:
             raise _bad(name, f"only {allowed[-1]!r} is supported by this server")
     for name in ("tools", "functions", "logit_bias"):
@@ -126,16 +149,18 @@ def parse_generation(body: dict, n_ctx: int) -> Generation:
             raise _bad(name, "only 0 is supported (speculation here is lossless for the plain distribution)")
     response_format = body.get("response_format")
     if response_format not in (None, {"type": "text"}):
-        raise _bad("response_format", "only {\"type\": \"text\"} is supported")
+        raise _bad("response_format", 'only {"type": "text"} is supported')
     limit = n_ctx - 1
     max_tokens = _integer(body, "max_completion_tokens", None, 1, limit)
     if max_tokens is None:
         max_tokens = _integer(body, "max_tokens", None, 1, limit)
     stop = parse_stop(body)
     options = body.get("stream_options")
-    if options is not None and not (isinstance(options, dict) and all(
-            isinstance(options.get(k, False), bool) for k in ("include_usage", "continuous_usage_stats"))):
-        raise _bad("stream_options", "expected {\"include_usage\": true|false, \"continuous_usage_stats\": true|false}")
+    if options is not None and not (
+        isinstance(options, dict)
+        and all(isinstance(options.get(k, False), bool) for k in ("include_usage", "continuous_usage_stats"))
+    ):
+        raise _bad("stream_options", 'expected {"include_usage": true|false, "continuous_usage_stats": true|false}')
     defaults = SamplingParams()
     try:
         sampling = SamplingParams(
@@ -143,13 +168,19 @@ def parse_generation(body: dict, n_ctx: int) -> Generation:
             top_p=_number(body, "top_p", defaults.top_p, 0.0, 1.0, low_open=True),
             top_k=_integer(body, "top_k", defaults.top_k, 0, MAX_TOP_K),
             min_p=_number(body, "min_p", defaults.min_p, 0.0, 0.999),
-            seed=_integer(body, "seed", None, -2**63, 2**63 - 1),
+            seed=_integer(body, "seed", None, -(2**63), 2**63 - 1),
         )
     except InvalidSettingError as exc:  # the ranges above are the same; this is a second net
         raise ApiError(400, str(exc)) from exc
-    return Generation(sampling, max_tokens, stop, _flag(body, "stream"),
-                      bool((options or {}).get("include_usage")), bool((options or {}).get("continuous_usage_stats")),
-                      _flag(body, "ignore_eos"))
+    return Generation(
+        sampling,
+        max_tokens,
+        stop,
+        _flag(body, "stream"),
+        bool((options or {}).get("include_usage")),
+        bool((options or {}).get("continuous_usage_stats")),
+        _flag(body, "ignore_eos"),
+    )
 
 
 def parse_stop(body: dict) -> list[str]:
@@ -183,7 +214,7 @@ def parse_messages(body: dict, answering: bool = True) -> list[dict]:
     for i, m in enumerate(messages):
         role = m.get("role") if isinstance(m, dict) else None
         if not isinstance(role, str) or role not in ("system", "developer", "user", "assistant"):
-            raise _bad(f"messages[{i}]", "expected {\"role\": system|developer|user|assistant, \"content\": ...}")
+            raise _bad(f"messages[{i}]", 'expected {"role": system|developer|user|assistant, "content": ...}')
         content = _content(m.get("content"), f"messages[{i}].content")
         if content is None and role == "assistant":
             content = ""
@@ -221,12 +252,20 @@ def fit_prompt(tokens: list[int], max_tokens: int | None, n_ctx: int) -> int:
     """The answer's token budget for a prompt, or a 400 when the prompt leaves no room for one."""
     room = n_ctx - len(tokens)
     if room < 1:
-        raise ApiError(400, f"This request is {len(tokens)} tokens; the model's context holds {n_ctx} "
-                            "and needs room for the answer.", param="messages", code="context_length_exceeded")
+        raise ApiError(
+            400,
+            f"This request is {len(tokens)} tokens; the model's context holds {n_ctx} and needs room for the answer.",
+            param="messages",
+            code="context_length_exceeded",
+        )
     if max_tokens is not None and max_tokens > room:
-        raise ApiError(400, f"max_tokens {max_tokens} does not fit: the prompt is {len(tokens)} tokens and the "
-                            f"context holds {n_ctx}; at most {room} remain.", param="max_tokens",
-                       code="context_length_exceeded")
+        raise ApiError(
+            400,
+            f"max_tokens {max_tokens} does not fit: the prompt is {len(tokens)} tokens and the "
+            f"context holds {n_ctx}; at most {room} remain.",
+            param="max_tokens",
+            code="context_length_exceeded",
+        )
     return max_tokens if max_tokens is not None else min(room, DEFAULT_MAX_TOKENS)
 
 
@@ -235,13 +274,16 @@ FINISH_REASONS = {"stop": "stop", "length": "length", "context": "length"}
 
 
 def finish_reason(job: Job) -> str | None:
-    return FINISH_REASONS.get(job.finish_reason or "", None)
+    return FINISH_REASONS.get(job.finish_reason or "")
 
 
 def usage(stats: GenerationStats) -> dict:
-    return {"prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.generated,
-            "total_tokens": stats.prompt_tokens + stats.generated,
-            "prompt_tokens_details": {"cached_tokens": stats.reused_prompt_tokens}}
+    return {
+        "prompt_tokens": stats.prompt_tokens,
+        "completion_tokens": stats.generated,
+        "total_tokens": stats.prompt_tokens + stats.generated,
+        "prompt_tokens_details": {"cached_tokens": stats.reused_prompt_tokens},
+    }
 
 
 def timings(stats: GenerationStats) -> dict:
@@ -255,11 +297,14 @@ def timings(stats: GenerationStats) -> dict:
     prompt_ms = stats.prefill_s * 1000.0
     return {
         "cache_n": stats.reused_prompt_tokens,
-        "prompt_n": prompt_n, "prompt_ms": prompt_ms,
+        "prompt_n": prompt_n,
+        "prompt_ms": prompt_ms,
         "prompt_per_second": 1000.0 * prompt_n / prompt_ms if prompt_ms > 0 else None,
-        "predicted_n": stats.generated, "predicted_ms": predicted_ms,
+        "predicted_n": stats.generated,
+        "predicted_ms": predicted_ms,
         "predicted_per_second": 1000.0 * stats.generated / predicted_ms if predicted_ms > 0 else None,
-        "draft_n": stats.drafted, "draft_n_accepted": stats.accepted,
+        "draft_n": stats.drafted,
+        "draft_n_accepted": stats.accepted,
         "acceptance_rate": stats.acceptance_rate,
         "mean_acceptance_length": stats.mean_acceptance_length,
         "method": stats.method,

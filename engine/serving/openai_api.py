@@ -28,6 +28,7 @@ route runs (RequestGuard), a request is refused when:
   as charset aside (415 unsupported_media_type): a page can send application/json across origins only after a
   CORS preflight, which only the origins allowed above pass.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -37,8 +38,8 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
@@ -56,8 +57,18 @@ from ..decoding.answer import Delta
 from ..decoding.batch import Job
 from ..decoding.sampling import request_seed, stream_seeds
 from ..errors import EngineError
-from .api_schema import (ApiError, Generation, checked_text, finish_reason, fit_prompt, parse_generation,
-                         parse_messages, parse_prompt, timings, usage)
+from .api_schema import (
+    ApiError,
+    Generation,
+    checked_text,
+    finish_reason,
+    fit_prompt,
+    parse_generation,
+    parse_messages,
+    parse_prompt,
+    timings,
+    usage,
+)
 from .request_body import declared_length, parse_json, read_capped, too_large
 from .scheduler import SERVER_STOPPED, QueueFull, Scheduler, ServerStopping
 
@@ -127,18 +138,26 @@ def _error_response(exc: ApiError) -> JSONResponse:
 
 def create_app(scheduler: Scheduler, formatter: ChatFormatter, config: ApiConfig) -> Starlette:
     api = _Handlers(scheduler, formatter, config)
-    routes = [Route("/v1/chat/completions", api.chat_completions, methods=["POST"]),
-              Route("/v1/completions", api.completions, methods=["POST"]),
-              Route("/v1/models", api.models, methods=["GET"]),
-              Route("/tokenize", api.tokenize, methods=["POST"]),
-              Route("/health", api.health, methods=["GET"])]
+    routes = [
+        Route("/v1/chat/completions", api.chat_completions, methods=["POST"]),
+        Route("/v1/completions", api.completions, methods=["POST"]),
+        Route("/v1/models", api.models, methods=["GET"]),
+        Route("/tokenize", api.tokenize, methods=["POST"]),
+        Route("/health", api.health, methods=["GET"]),
+    ]
     middleware = [Middleware(RequestGuard, config=config)]  # first: outside CORS, so a refused Origin gets no CORS
     if config.cors_origins:
-        middleware.append(Middleware(CORSMiddleware, allow_origins=list(config.cors_origins),
-                                     allow_methods=["GET", "POST", "OPTIONS"],
-                                     allow_headers=["authorization", "content-type"]))
-    return Starlette(routes=routes, middleware=middleware,
-                     exception_handlers={HTTPException: api.http_error, Exception: api.crashed})
+        middleware.append(
+            Middleware(
+                CORSMiddleware,
+                allow_origins=list(config.cors_origins),
+                allow_methods=["GET", "POST", "OPTIONS"],
+                allow_headers=["authorization", "content-type"],
+            )
+        )
+    return Starlette(
+        routes=routes, middleware=middleware, exception_handlers={HTTPException: api.http_error, Exception: api.crashed}
+    )
 
 
 class _Handlers:
@@ -155,10 +174,15 @@ class _Handlers:
         given = request.headers.get("authorization", "")
         scheme, _, token = given.partition(" ")
         # As bytes: compare_digest raises TypeError for a str with non-ASCII characters (a 500, before).
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode("latin-1"),
-                                                                  self.config.api_key.encode("utf-8")):
-            raise ApiError(401, "Invalid or missing API key (send 'Authorization: Bearer <key>').",
-                           kind="authentication_error", code="invalid_api_key")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            token.strip().encode("latin-1"), self.config.api_key.encode("utf-8")
+        ):
+            raise ApiError(
+                401,
+                "Invalid or missing API key (send 'Authorization: Bearer <key>').",
+                kind="authentication_error",
+                code="invalid_api_key",
+            )
 
     async def read_body(self, request: Request) -> dict:
         """The body as a JSON object, or a 4xx ApiError (request_body.py): never an exception that becomes a 500."""
@@ -168,15 +192,20 @@ class _Handlers:
             raise too_large(declared, cap)
         try:
             raw = await asyncio.wait_for(read_capped(request, cap), BODY_TIMEOUT_S)
-        except asyncio.TimeoutError:
-            raise ApiError(408, f"The request body did not arrive within {BODY_TIMEOUT_S:g} s.", code="request_timeout",
-                           headers={"Connection": "close"}) from None
+        except TimeoutError:
+            raise ApiError(
+                408,
+                f"The request body did not arrive within {BODY_TIMEOUT_S:g} s.",
+                code="request_timeout",
+                headers={"Connection": "close"},
+            ) from None
         if raw is None:
             raise too_large(None, cap)
         return await run_in_threadpool(parse_json, raw)  # a few MB of JSON is tens of ms: not on the event loop
 
-    def chat_tokens(self, messages: list[dict], limit: bool = True,
-                    continue_last: bool = False) -> tuple[list[int], tuple[str, ...]]:
+    def chat_tokens(
+        self, messages: list[dict], limit: bool = True, continue_last: bool = False
+    ) -> tuple[list[int], tuple[str, ...]]:
         """On a worker thread: the size check (unless only counting), then the template (in its sandbox) and
         the tokenizer; continue_last: the last message is an answer to write more of."""
         if limit:
@@ -199,21 +228,37 @@ class _Handlers:
     def refuse_beyond_context(self, texts) -> None:
         size = utf8_size(texts)
         if provably_too_long(self.target, size, self.n_ctx - 1):
-            raise ApiError(400, f"This request is {size:,} bytes of text: more than the model's {self.n_ctx}-token "
-                                "context can hold, whatever the tokens.", param="messages",
-                           code="context_length_exceeded")
+            raise ApiError(
+                400,
+                f"This request is {size:,} bytes of text: more than the model's {self.n_ctx}-token "
+                "context can hold, whatever the tokens.",
+                param="messages",
+                code="context_length_exceeded",
+            )
 
     def template_refusal(self) -> ApiError | None:
         if not (self.formatter.template and self.formatter.refusal):
             return None
-        return ApiError(500, f"{self.formatter.refusal} This server does not guess "
-                             "another chat format: send a formatted prompt to /v1/completions, or serve a model "
-                             "whose template works.", kind="server_error", code="chat_template_refused")
+        return ApiError(
+            500,
+            f"{self.formatter.refusal} This server does not guess "
+            "another chat format: send a formatted prompt to /v1/completions, or serve a model "
+            "whose template works.",
+            kind="server_error",
+            code="chat_template_refused",
+        )
 
     def make_job(self, kind: str, tokens: list[int], gen: Generation, stop: list[str]) -> Job:
         budget = fit_prompt(tokens, gen.max_tokens, self.n_ctx)
-        return Job(f"{kind}-{uuid.uuid4().hex[:24]}", tokens, gen.sampling, budget, ignore_eos=gen.ignore_eos,
-                   stop=stop, seeds=stream_seeds(request_seed(gen.sampling)))
+        return Job(
+            f"{kind}-{uuid.uuid4().hex[:24]}",
+            tokens,
+            gen.sampling,
+            budget,
+            ignore_eos=gen.ignore_eos,
+            stop=stop,
+            seeds=stream_seeds(request_seed(gen.sampling)),
+        )
 
     def submit(self, job: Job) -> _Feed:
         feed = _Feed(job)
@@ -222,15 +267,21 @@ class _Handlers:
         except ServerStopping as exc:
             raise ApiError(503, "The server is stopping.", kind="server_error", code="server_stopping") from exc
         except QueueFull as exc:
-            raise ApiError(429, f"The server is busy: {exc}. Retry shortly.", kind="rate_limit_error",
-                           code="server_busy", headers={"Retry-After": str(RETRY_AFTER_S)}) from exc
+            raise ApiError(
+                429,
+                f"The server is busy: {exc}. Retry shortly.",
+                kind="rate_limit_error",
+                code="server_busy",
+                headers={"Retry-After": str(RETRY_AFTER_S)},
+            ) from exc
         except EngineError as exc:
             raise ApiError(400, str(exc)) from exc
         return feed
 
     def record(self, request: Request, endpoint: str, job: Job | None, status: int = 200) -> None:
-        rec = RequestRecord(job.id if job else "-", endpoint, request.client.host if request.client else "?",
-                            time.time(), status=status)
+        rec = RequestRecord(
+            job.id if job else "-", endpoint, request.client.host if request.client else "?", time.time(), status=status
+        )
         if job is not None and job.run is not None:
             stats = job.run.stats
             rec.prompt_tokens, rec.completion_tokens = stats.prompt_tokens, stats.generated
@@ -243,8 +294,13 @@ class _Handlers:
         _keep(self.config, rec)
 
     def envelope(self, job: Job, kind: str) -> dict:
-        return {"id": job.id, "object": kind, "created": int(time.time()), "model": self.config.model_id,
-                "system_fingerprint": f"specchat-{self.scheduler.method}"}
+        return {
+            "id": job.id,
+            "object": kind,
+            "created": int(time.time()),
+            "model": self.config.model_id,
+            "system_fingerprint": f"specchat-{self.scheduler.method}",
+        }
 
     def ended_by_server(self, job: Job) -> str | None:
         """Why the engine ended this job short, for its client, or None. Only a client that goes away cancels its
@@ -299,8 +355,12 @@ class _Handlers:
         self.record(request, endpoint, job)
         reason = finish_reason(job)
         if chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": reason,
-                      "logprobs": None}
+            choice = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": reason,
+                "logprobs": None,
+            }
         else:
             choice = {"index": 0, "text": text, "finish_reason": reason, "logprobs": None}
         kind = "chat.completion" if chat else "text_completion"
@@ -321,8 +381,11 @@ class _Handlers:
             out = {**self.envelope(job, kind), "choices": [choice]}
             if gen.continuous_usage:
                 prompt_n = len(job.prompt)
-                out["usage"] = {"prompt_tokens": prompt_n, "completion_tokens": produced,
-                                "total_tokens": prompt_n + produced}
+                out["usage"] = {
+                    "prompt_tokens": prompt_n,
+                    "completion_tokens": produced,
+                    "total_tokens": prompt_n + produced,
+                }
             return out
 
         try:
@@ -358,10 +421,26 @@ class _Handlers:
             self.authorised(request)
         except ApiError as exc:
             return _error_response(exc)
-        return JSONResponse({"object": "list", "data": [
-            {"id": self.config.model_id, "object": "model", "created": int(time.time()), "owned_by": "specchat",
-             "meta": {"n_ctx": self.n_ctx, "method": self.scheduler.method, "parallel": self.scheduler.parallel,
-                      "backend": self.target.backend, "chat_template_error": self.formatter.template_error}}]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": self.config.model_id,
+                        "object": "model",
+                        "created": int(time.time()),
+                        "owned_by": "specchat",
+                        "meta": {
+                            "n_ctx": self.n_ctx,
+                            "method": self.scheduler.method,
+                            "parallel": self.scheduler.parallel,
+                            "backend": self.target.backend,
+                            "chat_template_error": self.formatter.template_error,
+                        },
+                    }
+                ],
+            }
+        )
 
     async def tokenize(self, request: Request):
         """vLLM's /tokenize ({"messages"} through the chat template, or {"prompt"}), which also takes llama-server's
@@ -384,8 +463,14 @@ class _Handlers:
 
     async def health(self, request: Request):
         load = self.scheduler.load()
-        return JSONResponse({"status": "ok", "slots_idle": load.parallel - load.running,
-                             "slots_processing": load.running, "requests_waiting": load.waiting})
+        return JSONResponse(
+            {
+                "status": "ok",
+                "slots_idle": load.parallel - load.running,
+                "slots_processing": load.running,
+                "requests_waiting": load.waiting,
+            }
+        )
 
     async def http_error(self, request: Request, exc: HTTPException):
         return _error_response(ApiError(exc.status_code, str(exc.detail), kind="invalid_request_error"))
@@ -407,10 +492,13 @@ class RequestGuard:
             refused = request_refusal(Headers(scope=scope), scope["method"], self.config)
             if refused is not None:
                 client = scope.get("client")
-                _keep(self.config, RequestRecord("-", scope["path"], client[0] if client else "?", time.time(),
-                                                 status=refused.status))
-                response = JSONResponse(refused.body(), status_code=refused.status,
-                                        headers={"Connection": "close"})  # its body, if any, is never read
+                _keep(
+                    self.config,
+                    RequestRecord("-", scope["path"], client[0] if client else "?", time.time(), status=refused.status),
+                )
+                response = JSONResponse(
+                    refused.body(), status_code=refused.status, headers={"Connection": "close"}
+                )  # its body, if any, is never read
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
@@ -420,20 +508,29 @@ def request_refusal(headers: Headers, method: str, config: ApiConfig) -> ApiErro
     """Why this request is refused (Host, then Origin, then Content-Type), or None."""
     host = headers.get("host")
     if host is not None and not host_allowed(host, config):
-        return ApiError(403, f"Host {host!r} is not allowed: this server answers to {_answers_to(config)}. If it "
-                             "is this server's name, list it: --allow-host NAME, or Host names in SpecChat's Server "
-                             "panel (a web page can point any name at this machine).",
-                        kind="permission_error", code="host_not_allowed")
+        return ApiError(
+            403,
+            f"Host {host!r} is not allowed: this server answers to {_answers_to(config)}. If it "
+            "is this server's name, list it: --allow-host NAME, or Host names in SpecChat's Server "
+            "panel (a web page can point any name at this machine).",
+            kind="permission_error",
+            code="host_not_allowed",
+        )
     origin = headers.get("origin")
     if origin is not None and "*" not in config.cors_origins and origin not in config.cors_origins:
-        return ApiError(403, f"Origin {origin!r} is not allowed: web pages may call this server only from the "
-                             "origins given with --cors ORIGIN (the Server panel's CORS origins).",
-                        kind="permission_error", code="origin_not_allowed")
+        return ApiError(
+            403,
+            f"Origin {origin!r} is not allowed: web pages may call this server only from the "
+            "origins given with --cors ORIGIN (the Server panel's CORS origins).",
+            kind="permission_error",
+            code="origin_not_allowed",
+        )
     media_type = headers.get("content-type", "").partition(";")[0].strip().lower()
     if method == "POST" and media_type != "application/json":
         said = repr(media_type) if media_type else "missing"
-        return ApiError(415, f"Content-Type {said}: this endpoint takes only 'application/json'.",
-                        code="unsupported_media_type")
+        return ApiError(
+            415, f"Content-Type {said}: this endpoint takes only 'application/json'.", code="unsupported_media_type"
+        )
     return None
 
 

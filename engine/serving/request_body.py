@@ -2,6 +2,7 @@
 error shape, never the 500 an exception escaping a route becomes (issue 63): a Content-Length over the limit or
 not a number, a body that stops coming or passes the limit (413), bytes that are not UTF-8, JSON that is not
 valid or nests deeper than the parser's recursion allows, and a body that is not an object (400)."""
+
 from __future__ import annotations
 
 import json
@@ -18,16 +19,24 @@ def declared_length(value: str | None) -> int | None:
         return None
     value = value.strip()
     if not (value.isascii() and value.isdigit()):
-        raise ApiError(400, f"Content-Length {value[:40]!r} is not a byte count.", code="bad_content_length",
-                       headers={"Connection": "close"})
+        raise ApiError(
+            400,
+            f"Content-Length {value[:40]!r} is not a byte count.",
+            code="bad_content_length",
+            headers={"Connection": "close"},
+        )
     # More digits than any size: int() of over 4,300 digits raises, so such a count is "too large" unread.
     return int(value) if len(value) <= 18 else sys.maxsize
 
 
 def too_large(size: int | None, cap: int) -> ApiError:
     said = f"{size:,} bytes" if size is not None else "over the limit"
-    return ApiError(413, f"The request body is {said}; this server takes at most {cap:,}.",
-                    code="request_too_large", headers={"Connection": "close"})
+    return ApiError(
+        413,
+        f"The request body is {said}; this server takes at most {cap:,}.",
+        code="request_too_large",
+        headers={"Connection": "close"},
+    )
 
 
 async def read_capped(request: Request, cap: int) -> bytes | None:
@@ -44,8 +53,14 @@ async def read_capped(request: Request, cap: int) -> bytes | None:
     return b"".join(parts)
 
 
-_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "true or false",
-          type(None): "null"}
+_KINDS = {
+    list: "an array",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "true or false",
+    type(None): "null",
+}
 
 
 def parse_json(raw: bytes) -> dict:

@@ -4,12 +4,13 @@ and beyond that submit() refuses (the server answers 429). The step loop's cost 
 how many draft rows each sequence verifies, so speculation steps back by itself as the batch fills. A long prompt
 is prefilled a chunk per pump (batch.py): the other streams go on between its chunks, and a request cancelled in
 its prefill frees its slot within one."""
+
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -44,13 +45,22 @@ class Load:
 class Scheduler:
     """Owns the target while it runs: nothing else may decode with it until stop()."""
 
-    def __init__(self, target: Model, proposer: Proposer | None, speculation: SpeculationConfig, parallel: int,
-                 max_queue: int = 32, device: torch.device | None = None, step_costs: StepCosts | None = None):
+    def __init__(
+        self,
+        target: Model,
+        proposer: Proposer | None,
+        speculation: SpeculationConfig,
+        parallel: int,
+        max_queue: int = 32,
+        device: torch.device | None = None,
+        step_costs: StepCosts | None = None,
+    ):
         # No thread tuner here: its trials compare a few steps before and after a switch, and a server's
         # steps change with every request that joins or leaves (measured: it kept 1 thread, steps ~2x slower).
         # keep_caches: a conversation's next turn reuses its cache.
-        self.batch = Batch.build(target, proposer, speculation, parallel, device, step_costs, tune_threads=False,
-                                 keep_caches=True)
+        self.batch = Batch.build(
+            target, proposer, speculation, parallel, device, step_costs, tune_threads=False, keep_caches=True
+        )
         self.loop = self.batch.loop
         self.parallel, self.max_queue = parallel, max_queue
         self._inbox: list[Job] = []
@@ -69,7 +79,7 @@ class Scheduler:
     def method(self) -> str:
         return self.loop.method
 
-    def start(self) -> "Scheduler":
+    def start(self) -> Scheduler:
         """Serve on a thread of its own; returns once it has timed every verify size (a few seconds for a
         wide batch on a CPU)."""
         self._thread.start()

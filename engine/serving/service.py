@@ -1,5 +1,6 @@
 """A running server: the engine thread (scheduler.py), the API (openai_api.py) and uvicorn on a thread
 of its own, started and stopped as one. The command line (cli.py) and the window's Server panel use it."""
+
 from __future__ import annotations
 
 import logging
@@ -15,7 +16,7 @@ from ..chat_format import ChatFormatter
 from ..decoding.cost_model import SpeculationConfig, StepCosts
 from ..decoding.proposers.base import Proposer
 from ..decoding.runtime import Model
-from ..errors import InvalidSettingError, EngineError
+from ..errors import EngineError, InvalidSettingError
 from .openai_api import MAX_BODY_BYTES, ApiConfig, create_app, is_loopback
 from .scheduler import Scheduler
 
@@ -50,15 +51,17 @@ class ServeOptions:
             if not name or any(c.isspace() or c in "/@*" for c in name):
                 raise InvalidSettingError(f"An allowed host must be a bare name or address, got {name!r}")
         if warning := self.open_to_every_page:  # said where every start's options are made: the command line
-            log.warning(warning)                  # before its model loads, the app at each Start (and its panel)
+            log.warning(warning)  # before its model loads, the app at each Start (and its panel)
 
     @property
     def open_to_every_page(self) -> str | None:
         """The warning for CORS '*' without an API key, or None."""
         if "*" not in self.cors_origins or self.api_key:
             return None
-        return ("Warning: CORS origin '*' without an API key lets every web page you visit use this server "
-                "(run the model, read its answers). Set an API key, or list the origins that need it.")
+        return (
+            "Warning: CORS origin '*' without an API key lets every web page you visit use this server "
+            "(run the model, read its answers). Set an API key, or list the origins that need it."
+        )
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -111,23 +114,47 @@ class TimedH11Protocol(H11Protocol):
 class Service:
     """Serves one loaded target until stop(); the target is the caller's again afterwards."""
 
-    def __init__(self, target: Model, proposer: Proposer | None, speculation: SpeculationConfig,
-                 options: ServeOptions, model_id: str, step_costs: StepCosts | None = None, on_record=None):
+    def __init__(
+        self,
+        target: Model,
+        proposer: Proposer | None,
+        speculation: SpeculationConfig,
+        options: ServeOptions,
+        model_id: str,
+        step_costs: StepCosts | None = None,
+        on_record=None,
+    ):
         if options.parallel > target.settings.n_seq_max:
-            raise InvalidSettingError(f"parallel {options.parallel} exceeds the context's {target.settings.n_seq_max} "
-                                      "sequences")
+            raise InvalidSettingError(
+                f"parallel {options.parallel} exceeds the context's {target.settings.n_seq_max} sequences"
+            )
         self.options = options
-        self.scheduler = Scheduler(target, proposer, speculation, options.parallel, options.max_queue,
-                                   step_costs=step_costs)
-        self.api = ApiConfig(model_id, options.api_key, options.cors_origins, on_record,
-                             max_body_bytes=options.max_body_bytes, bind_host=options.host,
-                             allowed_hosts=options.allowed_hosts)
+        self.scheduler = Scheduler(
+            target, proposer, speculation, options.parallel, options.max_queue, step_costs=step_costs
+        )
+        self.api = ApiConfig(
+            model_id,
+            options.api_key,
+            options.cors_origins,
+            on_record,
+            max_body_bytes=options.max_body_bytes,
+            bind_host=options.host,
+            allowed_hosts=options.allowed_hosts,
+        )
         self.formatter = ChatFormatter(target)
         if self.formatter.template and self.formatter.refusal:
             log.warning("%s Chat requests will be refused; /v1/completions works.", self.formatter.refusal)
         app = create_app(self.scheduler, self.formatter, self.api)
-        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", http=TimedH11Protocol,
-                                                     timeout_keep_alive=KEEP_ALIVE_S, timeout_graceful_shutdown=1))
+        self._server = uvicorn.Server(
+            uvicorn.Config(
+                app,
+                log_level="warning",
+                lifespan="off",
+                http=TimedH11Protocol,
+                timeout_keep_alive=KEEP_ALIVE_S,
+                timeout_graceful_shutdown=1,
+            )
+        )
         self._thread: threading.Thread | None = None
         self.port = options.port
 
@@ -136,15 +163,16 @@ class Service:
         host = self.options.host
         return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
 
-    def start(self, engine_thread: bool = True) -> "Service":
+    def start(self, engine_thread: bool = True) -> Service:
         """Listen and serve. engine_thread=False: the caller then runs self.scheduler.serve() on the thread
         that has driven the model so far (the app's worker: see Scheduler.serve), until stop()."""
         sock = listen(self.options.host, self.options.port)
         self.port = sock.getsockname()[1]
         if engine_thread:
             self.scheduler.start()
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, name="specchat-http",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [sock]}, name="specchat-http", daemon=True
+        )
         self._thread.start()
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while not self._server.started and self._thread.is_alive() and time.monotonic() < deadline:

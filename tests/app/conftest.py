@@ -6,6 +6,7 @@ Tests that rely on a base model that continues text (long copies and counts), on
 model without a chat template ask for the embedded Gemma 3 270M base with model=EMBEDDED_GEMMA (gemma_settings).
 SmolLM2 is the default because a window's loads (the engine's model and the context meter's vocabulary)
 take 0.8 s with it and 4.5 s with Gemma's 262k tokens, and most window tests only need a model that answers."""
+
 from __future__ import annotations
 
 import gc
@@ -19,9 +20,11 @@ from PySide6.QtWidgets import QApplication
 from engine.modelfiles.embedded import EMBEDDED, EMBEDDED_GEMMA, embedded_gemma_path
 
 # Greedy copying of a passage: long enough to stop mid-way, and prompt lookup has real material.
-PASSAGE = ("Passage: The lighthouse at Point Arden was built in 1871 from granite quarried on the island itself. "
-           "For ninety years its keepers climbed one hundred and twelve steps every evening to light the lamp.\n\n"
-           "Copy the passage above word for word.")
+PASSAGE = (
+    "Passage: The lighthouse at Point Arden was built in 1871 from granite quarried on the island itself. "
+    "For ninety years its keepers climbed one hundred and twelve steps every evening to light the lamp.\n\n"
+    "Copy the passage above word for word."
+)
 
 
 @pytest.fixture(scope="session")
@@ -54,17 +57,19 @@ def gemma_settings(quick_settings):
 @pytest.fixture
 def make_window(qtbot, dirs, model_file):
     """make_window(settings=None, wait_loaded=True) -> a shown MainWindow on the tmp dirs."""
+    from app.conversations.store import open_store
     from app.main_window import MainWindow
     from app.settings.values import AppSettings
-    from app.conversations.store import open_store
 
     windows = []
 
     def make(settings: AppSettings | None = None, wait_loaded: bool = True, notices=()):
         store, store_notices = open_store()
-        window = MainWindow(settings or AppSettings(model=EMBEDDED, temperature=0.0, max_tokens=24, n_ctx=1024,
-                                                    threads=2),
-                            store, [*notices, *store_notices])
+        window = MainWindow(
+            settings or AppSettings(model=EMBEDDED, temperature=0.0, max_tokens=24, n_ctx=1024, threads=2),
+            store,
+            [*notices, *store_notices],
+        )
         windows.append(window)
         qtbot.addWidget(window)
         if wait_loaded:
@@ -124,9 +129,11 @@ def collect_garbage_now() -> None:
 @pytest.fixture
 def wait_response(qtbot):
     """wait_response(window) -> the last message, once the window's session is idle again."""
+
     def wait(window, timeout=120_000):
         qtbot.waitUntil(lambda: not window.session.busy, timeout=timeout)
         return window.session.model.items[-1]
+
     return wait
 
 
@@ -140,6 +147,7 @@ STALL_LIMIT_S = 0.200
 
 class StallProbe:
     """A 2 ms timer on the GUI thread: the longest gap between its ticks is the worst stall."""
+
     LIMIT_S = STALL_LIMIT_S  # for a test module that cannot import this conftest by name
 
     def __init__(self):

@@ -4,6 +4,7 @@ Qt reads an image named in rich text synchronously on the GUI thread; from a FIF
 for ever. The trap's own thread keeps trying to open the FIFO's write end without blocking, which succeeds only
 while a reader has it open; it then writes a few bytes and closes, so the reader gets them and an end of file, and
 the test goes on to fail instead of hanging."""
+
 from __future__ import annotations
 
 import errno
@@ -52,7 +53,7 @@ class FifoTrap:
         self._thread.join(1)
         self.path.unlink(missing_ok=True)
 
-    def __enter__(self) -> "FifoTrap":
+    def __enter__(self) -> FifoTrap:
         return self
 
     def __exit__(self, *exc) -> None:

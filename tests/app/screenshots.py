@@ -7,6 +7,7 @@ With `models`, only the Models dialog's "Search the hub" (a local hub serving re
 With `vulkan`, only an answer and the system check, into docs/window-vulkan-*.png, on the Vulkan build over lavapipe:
     GGML_VK_VISIBLE_DEVICES=0 xvfb-run -a -s "-screen 0 1280x900x24" .venv-vulkan/bin/python tests/app/screenshots.py vulkan
 """
+
 from __future__ import annotations
 
 import os
@@ -27,10 +28,16 @@ from PySide6.QtCore import QEventLoop, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
 # Menu item → picture name; every item that opens a window or a dialog.
-SHOTS = {"File → Chat settings…": "chat-settings", "Model → Models…": "models",
-         "Model → Speculation lab…": "lab", "Model → Compare plain vs speculation…": "compare",
-         "Model → Server…": "server", "Model → Settings…": "settings",
-         "Help → About the figures": "figures", "Help → About SpecChat": "about"}
+SHOTS = {
+    "File → Chat settings…": "chat-settings",
+    "Model → Models…": "models",
+    "Model → Speculation lab…": "lab",
+    "Model → Compare plain vs speculation…": "compare",
+    "Model → Server…": "server",
+    "Model → Settings…": "settings",
+    "Help → About the figures": "figures",
+    "Help → About SpecChat": "about",
+}
 
 
 def wait(ms: int) -> None:
@@ -67,8 +74,11 @@ def shoot(window, action, name: str) -> None:
     action.trigger()
     wait(1000)
     if QApplication.activeModalWidget() is None:
-        opened = [w for w in QApplication.topLevelWidgets()
-                  if w.isVisible() and w is not window and w not in before and w.isWindow() and not w.isModal()]
+        opened = [
+            w
+            for w in QApplication.topLevelWidgets()
+            if w.isVisible() and w is not window and w not in before and w.isWindow() and not w.isModal()
+        ]
         for shown in opened[:1]:  # a non-modal window stays open: pictured now
             save(shown, name)
     wait_until(lambda: QApplication.activeModalWidget() is None)
@@ -92,8 +102,10 @@ def remote_shots(window) -> None:
         wait(300)
         save(dialog, "remote-settings")
         dialog.accept()
-        window.input.setPlainText("Passage: The lighthouse at Point Arden was built in 1871 from granite quarried on "
-                                  "the island itself.\n\nCopy the passage above word for word.")
+        window.input.setPlainText(
+            "Passage: The lighthouse at Point Arden was built in 1871 from granite quarried on "
+            "the island itself.\n\nCopy the passage above word for word."
+        )
         window.send_message()
         wait(200)
         wait_until(lambda: not window.session.busy)
@@ -152,9 +164,10 @@ def models_shots() -> None:
 
     sys.path.insert(0, str(ROOT / "tests" / "engine"))
     from hub_server import LocalHub, write_tiny_gguf
+
     from app.models.dialog import ModelsDialog
-    from engine.modelfiles.embedded import embedded_model_path
     from engine.measure.real_pair import DRAFT, TARGET, pair_dir
+    from engine.modelfiles.embedded import embedded_model_path
 
     smol, pairs = embedded_model_path(), pair_dir()
     hub = LocalHub().start()
@@ -162,11 +175,15 @@ def models_shots() -> None:
     hub.add_file(*target, pairs / TARGET.file_name)
     hub.set_info(target[0], downloads=184_000, likes=120)
     hub.add_file("Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF", DRAFT.file_name, pairs / DRAFT.file_name)
-    hub.add_file("Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF", "qwen2.5-coder-1.5b-instruct-q8_0.gguf",
-                 pairs / TARGET.file_name)
+    hub.add_file(
+        "Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF", "qwen2.5-coder-1.5b-instruct-q8_0.gguf", pairs / TARGET.file_name
+    )
     hub.add_file("decoy/Qwen2.5-Coder-0.5B-Instruct-GGUF", "qwen2.5-coder-0.5b-q8_0.gguf", smol)
-    hub.add_file("someone/Qwen2.5-Coder-1.5B-GGUF", "qwen2.5-coder-1.5b-q2_k.gguf",
-                 write_tiny_gguf(Path(scratch) / "tiny.gguf", payload_bytes=1000))
+    hub.add_file(
+        "someone/Qwen2.5-Coder-1.5B-GGUF",
+        "qwen2.5-coder-1.5b-q2_k.gguf",
+        write_tiny_gguf(Path(scratch) / "tiny.gguf", payload_bytes=1000),
+    )
     os.environ["HF_ENDPOINT"] = hub.url
     home = Path(scratch) / "home"
     studio = home / ".lmstudio" / "models" / "HuggingFaceTB" / "SmolLM2-135M-Instruct-GGUF"
@@ -177,8 +194,9 @@ def models_shots() -> None:
     (ollama / "blobs" / ("sha256-" + "b" * 64)).symlink_to(pairs / DRAFT.file_name)
     manifest = ollama / "manifests" / "registry.ollama.ai" / "library" / "qwen2.5-coder" / "0.5b"
     manifest.parent.mkdir(parents=True)
-    manifest.write_text(json.dumps({"layers": [{"mediaType": "application/vnd.ollama.image.model",
-                                                "digest": "sha256:" + "b" * 64}]}))
+    manifest.write_text(
+        json.dumps({"layers": [{"mediaType": "application/vnd.ollama.image.model", "digest": "sha256:" + "b" * 64}]})
+    )
     os.environ["HOME"] = str(home)
     os.environ["HF_HUB_CACHE"] = str(home / "no-hf-cache")
 
@@ -210,6 +228,7 @@ def main() -> None:
     app.setApplicationName("SpecChat")
     app.setApplicationDisplayName("SpecChat")
     from app.qt_compat import guard_none_refcount
+
     guard_none_refcount()
     if sys.argv[1:] == ["models"]:
         return models_shots()

@@ -1,5 +1,6 @@
 """The one answer path (app/answers.py): every source's signals and failures come out of run_answer alike, and one
 Send reads the conversation once and resolves the chat's settings once (no model needed here)."""
+
 from types import SimpleNamespace
 
 from PySide6.QtCore import QObject, Signal
@@ -12,8 +13,12 @@ from engine.errors import EngineError
 def recorder() -> tuple[SimpleNamespace, list]:
     """Signals as the worker has them, each emit recorded as (name, *args)."""
     said: list = []
-    signals = SimpleNamespace(**{name: SimpleNamespace(emit=lambda *args, name=name: said.append((name, *args)))
-                                 for name in ("started", "progress", "finished", "failed", "notice")})
+    signals = SimpleNamespace(
+        **{
+            name: SimpleNamespace(emit=lambda *args, name=name: said.append((name, *args)))
+            for name in ("started", "progress", "finished", "failed", "notice")
+        }
+    )
     return signals, said
 
 
@@ -38,8 +43,11 @@ def test_an_unexpected_failure_is_worded_by_the_source_and_an_engine_error_as_it
 
     signals, said = recorder()
     run_answer(Source(EngineError("The prompt does not fit."), figures={"generated": 3}), request, signals)
-    assert said == [("started", request.id), ("progress", request.id, [("held", False)], {"generated": 3}),
-                    ("failed", request.id, "The prompt does not fit.", {"generated": 3})]
+    assert said == [
+        ("started", request.id),
+        ("progress", request.id, [("held", False)], {"generated": 3}),
+        ("failed", request.id, "The prompt does not fit.", {"generated": 3}),
+    ]
 
 
 def test_this_machines_engine_without_a_model_and_a_plain_answer_while_serving_say_why():
@@ -57,6 +65,7 @@ def test_this_machines_engine_without_a_model_and_a_plain_answer_while_serving_s
 
 class StubEngine(QObject):
     """EngineClient's interface as the chat uses it, and nothing else (no worker to reach around it to)."""
+
     started = Signal(int)
     progress = Signal(int, object, object)
     finished = Signal(int, object)
@@ -86,6 +95,7 @@ def test_one_send_goes_to_the_store_once_and_resolves_the_chats_settings_once(qa
         def count(*args, **kwargs):
             calls[name] = calls.get(name, 0) + 1
             return real(*args, **kwargs)
+
         monkeypatch.setattr(owner, name, count)
 
     for name in ("tree", "conversation_settings", "transaction"):
@@ -103,4 +113,8 @@ def test_one_send_goes_to_the_store_once_and_resolves_the_chats_settings_once(qa
         engine.finished.emit(request.id, {"finish_reason": "stop"})
         assert not session.busy
     assert [(m.role, m.status) for m in store.messages(session.conversation_id)] == [
-        ("user", "done"), ("assistant", "done"), ("user", "done"), ("assistant", "done")]
+        ("user", "done"),
+        ("assistant", "done"),
+        ("user", "done"),
+        ("assistant", "done"),
+    ]

@@ -1,15 +1,15 @@
 """Each answer says, under it, how it compares with plain decoding (the engine's estimate, labelled one), and
 the guard's words when it backed off; with shading on, each proposer's drafts have their own colour and the
 legend under the answer says which is which (issue 52)."""
+
 from dataclasses import replace
 
+from conftest import PASSAGE
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QTextCursor
 
 from app.chat.render import DRAFT_COLOR, DRAFT_MODEL_COLOR
 from app.chat.stats_view import vs_plain_text
-
-from conftest import PASSAGE
 
 
 def stats_line(window, row: int) -> tuple[str, str]:
@@ -49,11 +49,20 @@ def test_the_guards_words_and_an_answer_without_an_estimate_are_shown(make_windo
 
     store_conversation(
         Message(None, "user", "Say hi."),
-        Message(None, "assistant", "Hi there.", stats={"method": "lookup", "tokens_per_s": 50.0,
-                                                      "speedup_vs_plain": 0.91,
-                                                      "guard": "backed off: ran at 0.91× plain"}),
+        Message(
+            None,
+            "assistant",
+            "Hi there.",
+            stats={
+                "method": "lookup",
+                "tokens_per_s": 50.0,
+                "speedup_vs_plain": 0.91,
+                "guard": "backed off: ran at 0.91× plain",
+            },
+        ),
         Message(None, "user", "Again."),
-        Message(None, "assistant", "Hi again.", stats={"method": "lookup", "tokens_per_s": 48.0}))  # saved earlier
+        Message(None, "assistant", "Hi again.", stats={"method": "lookup", "tokens_per_s": 48.0}),
+    )  # saved earlier
     window = make_window(quick_settings)
     guarded, tip = stats_line(window, 1)
     assert "≈0.91× plain" in guarded and "backed off: ran at 0.91× plain" in guarded, guarded
@@ -77,11 +86,15 @@ def test_shading_shows_each_proposer_in_its_colour_with_a_legend(make_window, qt
 
     text = "The granite lighthouse stood on the island for ninety years."
     at = text.index
-    spans = [[at("granite"), at("granite") + 18, "lookup"], [at("island"), at("island") + 6, "draft"],
-             [at("ninety"), at("ninety") + 12]]  # the last saved before spans named their proposer
-    store_conversation(Message(None, "user", "Tell me about the lighthouse."),
-                       Message(None, "assistant", text, draft_spans=spans,
-                               stats={"method": "auto", "tokens_per_s": 40.0}))
+    spans = [
+        [at("granite"), at("granite") + 18, "lookup"],
+        [at("island"), at("island") + 6, "draft"],
+        [at("ninety"), at("ninety") + 12],
+    ]  # the last saved before spans named their proposer
+    store_conversation(
+        Message(None, "user", "Tell me about the lighthouse."),
+        Message(None, "assistant", text, draft_spans=spans, stats={"method": "auto", "tokens_per_s": 40.0}),
+    )
     window = make_window(replace(quick_settings, color_drafts=False))
     shown = window.view.widget_for(1)
     doc = shown.text.answer.chunks[0].document()
@@ -95,8 +108,11 @@ def test_shading_shows_each_proposer_in_its_colour_with_a_legend(make_window, qt
     assert shade_of(doc, "ninety") == DRAFT_COLOR  # proposer not recorded: the colour shading always had
     assert shade_of(doc, "stood") is None  # the target's own words
     assert shown.legend.isVisible()
-    assert shown.legend.shown() == ["from prompt lookup", "from the draft model",
-                                    "from accepted drafts (proposer not recorded)"]
+    assert shown.legend.shown() == [
+        "from prompt lookup",
+        "from the draft model",
+        "from accepted drafts (proposer not recorded)",
+    ]
 
     qtbot.mouseClick(window.color_toggle, Qt.MouseButton.LeftButton)
     assert not shown.legend.isVisible() and shade_of(shown.text.answer.chunks[0].document(), "island") is None

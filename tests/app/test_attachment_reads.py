@@ -5,6 +5,7 @@ thread, and never past the size cap; a FIFO, a device, a file over the cap are r
 On the code before, a FIFO was opened on the GUI thread (the window hung until a writer came) and a link to
 /dev/zero was read to the end of memory: these tests hold the process's data size (memory_bound) so such a read
 fails at once with MemoryError instead of taking the machine's memory."""
+
 from __future__ import annotations
 
 import sys
@@ -17,17 +18,19 @@ if sys.platform != "linux":
     pytest.skip("FIFOs, /dev/zero, /proc and RLIMIT_DATA as Linux has them", allow_module_level=True)
 
 import resource  # noqa: E402 - POSIX only
-from PySide6.QtWidgets import QFileDialog, QPlainTextEdit
 
-from app.chat.attachments import MAX_FILE_BYTES
 from conftest import STALL_LIMIT_S
 from fifo_trap import FifoTrap
+from PySide6.QtWidgets import QFileDialog, QPlainTextEdit
 from test_attachments import drop
+
+from app.chat.attachments import MAX_FILE_BYTES
 
 
 class SlowFifo(FifoTrap):
     """A FifoTrap whose writer, once a reader has opened the FIFO, waits HOLD_S before writing and closing: a read
     on the GUI thread stalls the window that long (and then ends, so the old code fails instead of hanging)."""
+
     HOLD_S = 0.5
     PAYLOAD = b"from the pipe\n"
 
@@ -66,9 +69,9 @@ def notice(qtbot, window, words: str, timeout: int = 10_000) -> str:
     return next(t for t in window.notices.texts() if words in t)
 
 
-def test_a_fifo_from_the_paperclip_is_refused_unopened_and_the_window_never_stalls(make_window, qtbot, dirs,
-                                                                                  quick_settings, monkeypatch,
-                                                                                  stall_probe):
+def test_a_fifo_from_the_paperclip_is_refused_unopened_and_the_window_never_stalls(
+    make_window, qtbot, dirs, quick_settings, monkeypatch, stall_probe
+):
     window = make_window(quick_settings)
     with SlowFifo(dirs / "pipe.txt") as fifo:
         stall_probe.start()
@@ -83,8 +86,9 @@ def test_a_fifo_from_the_paperclip_is_refused_unopened_and_the_window_never_stal
     assert window.tray.attachments == [] and window.tray.pending == 0
 
 
-def test_a_link_to_dev_zero_dropped_on_the_window_is_refused_without_reading_it(make_window, qtbot, dirs,
-                                                                                quick_settings):
+def test_a_link_to_dev_zero_dropped_on_the_window_is_refused_without_reading_it(
+    make_window, qtbot, dirs, quick_settings
+):
     zeros = dirs / "zeros.txt"
     zeros.symlink_to("/dev/zero")
     window = make_window(quick_settings)
@@ -96,8 +100,9 @@ def test_a_link_to_dev_zero_dropped_on_the_window_is_refused_without_reading_it(
     assert window.tray.attachments == [] and window.tray.pending == 0
 
 
-def test_files_over_the_cap_are_refused_with_their_size_even_when_their_size_says_less(make_window, qtbot, dirs,
-                                                                                     quick_settings, monkeypatch):
+def test_files_over_the_cap_are_refused_with_their_size_even_when_their_size_says_less(
+    make_window, qtbot, dirs, quick_settings, monkeypatch
+):
     huge = dirs / "huge.txt"
     with open(huge, "wb") as f:
         f.truncate(MAX_FILE_BYTES + 1)  # sparse: its size says one byte over, without writing it
@@ -115,8 +120,9 @@ def test_files_over_the_cap_are_refused_with_their_size_even_when_their_size_say
     assert window.tray.attachments == [] and window.tray.pending == 0
 
 
-def test_a_text_file_and_a_link_to_one_are_attached_and_sent_as_before(make_window, qtbot, dirs, quick_settings,
-                                                                       monkeypatch):
+def test_a_text_file_and_a_link_to_one_are_attached_and_sent_as_before(
+    make_window, qtbot, dirs, quick_settings, monkeypatch
+):
     notes = dirs / "notes.md"
     notes.write_text("# Notes\r\n\r\n- one\r\n- two\r\n", encoding="utf-8")
     (dirs / "real").mkdir()
@@ -138,6 +144,7 @@ def test_a_text_file_and_a_link_to_one_are_attached_and_sent_as_before(make_wind
 
     window.send_message()
     sent = window.session.model.items[0].content
-    assert sent == ("Sort these.\n\nFile: notes.md\n```md\n# Notes\n\n- one\n- two\n```\n\n"
-                    "File: todo.txt\n```txt\nbuy milk\n```")
+    assert sent == (
+        "Sort these.\n\nFile: notes.md\n```md\n# Notes\n\n- one\n- two\n```\n\nFile: todo.txt\n```txt\nbuy milk\n```"
+    )
     assert not [t for t in window.notices.texts() if "could not" in t or "not a regular" in t]

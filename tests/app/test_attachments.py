@@ -1,6 +1,7 @@
 """Text files in a message, through the real window and the real embedded model: dropped or chosen files
 become chips, go into the message for the model (and prompt lookup) to read, show as chips once sent, and
 binaries or files too large for the context are refused with a message."""
+
 from dataclasses import replace
 
 from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
@@ -8,11 +9,12 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication, QFileDialog, QPlainTextEdit
 
 from app.chat.attachments import Attachment, AttachmentTray, compose, split_attachments
-from engine.modelfiles.embedded import EMBEDDED
 
-POEM = ("The quick brown fox jumps over the lazy dog.\n"
-        "The lazy dog sleeps in the sun.\n"
-        "The sun sets behind the hill, and the fox runs home.\n")
+POEM = (
+    "The quick brown fox jumps over the lazy dog.\n"
+    "The lazy dog sleeps in the sun.\n"
+    "The sun sets behind the hill, and the fox runs home.\n"
+)
 
 
 def drop(widget, *paths) -> bool:
@@ -40,8 +42,9 @@ def test_compose_and_split_round_trip_even_with_fences_inside():
         assert split_attachments(ordinary) == (ordinary, [])
 
 
-def test_a_dropped_file_is_sent_as_a_chip_and_prompt_lookup_copies_from_it(make_window, qtbot, wait_response,
-                                                                           quick_settings, dirs):
+def test_a_dropped_file_is_sent_as_a_chip_and_prompt_lookup_copies_from_it(
+    make_window, qtbot, wait_response, quick_settings, dirs
+):
     poem = dirs / "poem.txt"
     poem.write_text(POEM, encoding="utf-8")
     # The embedded SmolLM2 follows the instruction (the Gemma base model would not); greedy, lookup on.
@@ -72,8 +75,9 @@ def test_a_dropped_file_is_sent_as_a_chip_and_prompt_lookup_copies_from_it(make_
     viewer.close()
 
 
-def test_files_dropped_on_the_window_or_chosen_with_the_paperclip_are_attached(make_window, qtbot, quick_settings,
-                                                                               dirs, monkeypatch):
+def test_files_dropped_on_the_window_or_chosen_with_the_paperclip_are_attached(
+    make_window, qtbot, quick_settings, dirs, monkeypatch
+):
     notes, log = dirs / "notes.md", dirs / "run.log"
     notes.write_text("# Notes\n\n- one\n- two\n", encoding="utf-8")
     log.write_text("12:00 start\n12:01 done\n", encoding="utf-8")
@@ -100,8 +104,9 @@ def test_binary_undecodable_and_oversize_files_are_refused_with_a_message(make_w
     picture.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(64))
     blob.write_bytes(b"header\x00\x01\x02 binary")
     latin.write_bytes("caf\xe9 cr\xe8me".encode("latin-1"))
-    big.write_text("\n".join(f"line {i}: the service answered request {i} in {i % 97} ms" for i in range(400)),
-                   encoding="utf-8")
+    big.write_text(
+        "\n".join(f"line {i}: the service answered request {i} in {i % 97} ms" for i in range(400)), encoding="utf-8"
+    )
     window = make_window(replace(quick_settings, n_ctx=1024, max_tokens=24))
     window.tray.add_files([str(picture), str(blob), str(latin), str(dirs / "missing.txt")])
     qtbot.waitUntil(lambda: window.tray.pending == 0, timeout=30_000)  # files are read off the GUI thread

@@ -1,16 +1,17 @@
 """--method auto through the window: a draft chosen in Settings makes auto the method, and the chat answers with it."""
+
 from dataclasses import replace
 
+from conftest import PASSAGE
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QApplication
 
 from engine.modelfiles.embedded import embedded_model_path
 
-from conftest import PASSAGE
-
 
 def test_choosing_a_draft_in_settings_makes_auto_the_method_and_the_chat_answers_with_it(
-        make_window, qtbot, wait_response, quick_settings):
+    make_window, qtbot, wait_response, quick_settings
+):
     window = make_window(replace(quick_settings, max_tokens=24))
     seen = {}
 
@@ -60,7 +61,8 @@ def shades_in(body) -> set[int]:
 
 
 def test_an_auto_answer_shows_who_did_the_work_in_words_and_in_two_shades(
-        make_window, qtbot, wait_response, quick_settings):
+    make_window, qtbot, wait_response, quick_settings
+):
     """Under an auto answer: drafted and accepted per proposer (a draft model that proposed nothing says so),
     and with shading on each proposer's accepted drafts in its own colour, with the legend that says which."""
     from app.chat.model import span_source

@@ -1,6 +1,7 @@
 """Nothing written is lost: regenerating and editing leave branches you can switch between (‹ 2 / 3 ›),
 Continue writes more of an answer cut short into the same message, and all of it survives a restart.
 The real window offscreen, the real embedded model; the store's tree and its migration directly."""
+
 import sqlite3
 from dataclasses import replace
 
@@ -27,8 +28,7 @@ def switch(qtbot, window, row: int, step: int) -> None:
     qtbot.waitUntil(lambda: window.view.widget_for(row).isVisible())
 
 
-def test_regenerate_keeps_every_answer_and_the_switcher_shows_each(make_window, qtbot, wait_response,
-                                                                  quick_settings):
+def test_regenerate_keeps_every_answer_and_the_switcher_shows_each(make_window, qtbot, wait_response, quick_settings):
     settings = replace(quick_settings, temperature=1.0, max_tokens=16)  # sampled: each answer its own
     window = make_window(settings)
     window.session.send("Tell me a story about a dragon who lives by the sea.")
@@ -65,8 +65,7 @@ def test_regenerate_keeps_every_answer_and_the_switcher_shows_each(make_window, 
     assert [m.content for m in again.store.messages(cid)][1] == answers[0]  # the choice is saved
 
 
-def test_editing_the_first_message_branches_and_the_old_branch_stays(make_window, qtbot, wait_response,
-                                                                     quick_settings):
+def test_editing_the_first_message_branches_and_the_old_branch_stays(make_window, qtbot, wait_response, quick_settings):
     settings = replace(quick_settings, max_tokens=8)
     window = make_window(settings)
     window.session.send("Name a colour.")
@@ -153,12 +152,12 @@ def test_a_continuation_without_a_template_is_the_transcript_with_the_answer_so_
         vocab.n_ctx = 256  # a vocab-only load has no context; the formatter only needs the size
         fmt = ChatFormatter(vocab)
         assert not fmt.uses_template
-        text, tokens, stops = fmt.render(asked + [{"role": "assistant", "content": " One, two, "}],
-                                         continue_last=True)
+        text, tokens, stops = fmt.render(asked + [{"role": "assistant", "content": " One, two, "}], continue_last=True)
         assert text == fallback_prompt(asked) + " One, two, "  # "Assistant:" then the answer, trailing space kept
         assert tokens == vocab.tokenize(text, add_bos=vocab.adds_bos, special=False)
         assert fmt.render(asked + [{"role": "assistant", "content": "One"}], continue_last=True)[0].endswith(
-            "Assistant: One")
+            "Assistant: One"
+        )
         prompt = fmt.prompt(asked + [{"role": "assistant", "content": " One, two, "}], reserve=16, continue_last=True)
         assert prompt.text == text and prompt.stop == stops
         with pytest.raises(EngineError, match="no answer to continue"):
@@ -196,13 +195,20 @@ def test_a_version_2_file_migrates_its_conversations_into_chains(dirs):
     for step in MIGRATIONS[:2]:  # a file as SpecChat wrote it before trees
         step(db)
     db.execute("PRAGMA user_version = 2")
-    db.execute("INSERT INTO conversations (id, title, created_at, updated_at) VALUES (1, 'Old', 0, 0), "
-               "(2, 'Other', 0, 0)")
-    turns = [(1, "user", "q1"), (2, "user", "elsewhere"), (1, "assistant", "a1"), (1, "user", "q2"),
-             (1, "assistant", "a2")]
+    db.execute(
+        "INSERT INTO conversations (id, title, created_at, updated_at) VALUES (1, 'Old', 0, 0), (2, 'Other', 0, 0)"
+    )
+    turns = [
+        (1, "user", "q1"),
+        (2, "user", "elsewhere"),
+        (1, "assistant", "a1"),
+        (1, "user", "q2"),
+        (1, "assistant", "a2"),
+    ]
     for cid, role, text in turns:
-        db.execute("INSERT INTO messages (conversation_id, role, content, created_at) VALUES (?, ?, ?, 0)",
-                   (cid, role, text))
+        db.execute(
+            "INSERT INTO messages (conversation_id, role, content, created_at) VALUES (?, ?, ?, 0)", (cid, role, text)
+        )
     db.close()
 
     store, notices = open_store()
@@ -237,8 +243,9 @@ def test_salvage_keeps_the_tree_and_links_a_file_without_one_as_chains(dirs, tmp
         step(old)
     old.execute("INSERT INTO conversations (id, title, created_at, updated_at) VALUES (7, 'Old', 0, 0)")
     for role, text in (("user", "q"), ("assistant", "a"), ("user", "q2")):
-        old.execute("INSERT INTO messages (conversation_id, role, content, created_at) VALUES (7, ?, ?, 0)",
-                    (role, text))
+        old.execute(
+            "INSERT INTO messages (conversation_id, role, content, created_at) VALUES (7, ?, ?, 0)", (role, text)
+        )
     old.close()
     fresh = ConversationStore(tmp_path / "fresh.sqlite3")
     assert _salvage(tmp_path / "v2.sqlite3", fresh) == (3, 3)

@@ -1,6 +1,7 @@
 """Timing the steps for speculation (calibration) says how far it is, and never keeps a message waiting: a message
 sent meanwhile is answered at once, on the sizes timed so far, and the timing goes on after the answer, timing
 only what it had not (issue 52; the engine's side: tests/engine/test_calibration_resume.py)."""
+
 from __future__ import annotations
 
 import re
@@ -11,11 +12,10 @@ import pytest
 from PySide6.QtCore import Qt
 
 import engine.decoding.calibration as calibration
+from app.worker import TIMING
 from engine.decoding import step_timings
 from engine.decoding.cost_model import calibration_sizes
 from engine.methods import MAX_DRAFT_LIMIT
-
-from app.worker import TIMING
 
 PROGRESS = re.compile(r"^Timing steps: (\d+) of (\d+)\b")
 
@@ -62,7 +62,8 @@ def periods(working: list[tuple[float, str]]) -> list[tuple[float, float]]:
 
 
 def test_a_message_sent_while_steps_are_timed_is_answered_at_once_and_the_timing_goes_on_after(
-        make_window, qtbot, long_timing, monkeypatch, wait_response):
+    make_window, qtbot, long_timing, monkeypatch, wait_response
+):
     timed = watch_timings(monkeypatch)
     window = make_window(long_timing, wait_loaded=False)
     worker = window.engine.worker

@@ -1,11 +1,14 @@
 """engine/chat_format.py: the fallback transcript, templates through llama-cpp-python, trimming."""
+
 import pytest
 
 from engine.chat_format import FALLBACK_PREAMBLE, FALLBACK_STOPS, ChatFormatter, fallback_prompt
 from engine.errors import ContextOverflowError, EngineError
 
-CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
 class WordModel:
@@ -33,15 +36,22 @@ class WordModel:
 def conversation(turns):
     out = []
     for i in range(turns):
-        out += [{"role": "user", "content": f"question {i} " + "word " * 5},
-                {"role": "assistant", "content": f"answer {i} " + "word " * 5}]
+        out += [
+            {"role": "user", "content": f"question {i} " + "word " * 5},
+            {"role": "assistant", "content": f"answer {i} " + "word " * 5},
+        ]
     return out + [{"role": "user", "content": "the newest question"}]
 
 
 def test_fallback_transcript_is_the_documented_one():
-    text = fallback_prompt([{"role": "system", "content": "Be brief."},
-                            {"role": "user", "content": " Hi "}, {"role": "assistant", "content": "Hello."},
-                            {"role": "user", "content": "Bye"}])
+    text = fallback_prompt(
+        [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": " Hi "},
+            {"role": "assistant", "content": "Hello."},
+            {"role": "user", "content": "Bye"},
+        ]
+    )
     assert text == "Be brief.\n\nUser: Hi\nAssistant: Hello.\nUser: Bye\nAssistant:"
     assert fallback_prompt([{"role": "user", "content": "Hi"}]).startswith(FALLBACK_PREAMBLE + "\n\n")
 
@@ -77,7 +87,7 @@ def test_oldest_turns_are_trimmed_whole_with_a_notice():
     assert prompt.text.startswith("keep me") and "the newest question" in prompt.text
     assert f"{prompt.trimmed} oldest messages" in prompt.notices[0]
     # as little as possible was dropped: one more exchange would not have fitted
-    kept_more = [msgs[0]] + msgs[1 + prompt.trimmed - 2:]
+    kept_more = [msgs[0]] + msgs[1 + prompt.trimmed - 2 :]
     assert len(fmt.render(kept_more)[1]) > 64 - 16
 
 
@@ -102,8 +112,9 @@ def test_real_embedded_model_has_no_template_and_gets_bos(model_file):
 
 def test_control_text_in_a_message_stays_text():
     fmt = ChatFormatter(WordModel(template="{{ bos_token }} " + CHATML))
-    text, tokens, _ = fmt.render([{"role": "system", "content": "rules </s> ok"},
-                                  {"role": "user", "content": "hi </s> <s> bye"}])
+    text, tokens, _ = fmt.render(
+        [{"role": "system", "content": "rules </s> ok"}, {"role": "user", "content": "hi </s> <s> bye"}]
+    )
     assert "hi </s> <s> bye" in text
     assert tokens.count(1) == 1 and tokens[0] == 1 and 2 not in tokens  # only the template's BOS
     assert tokens.count(sum(map(ord, "</s>")) + 10) == 2  # the pasted "</s>"s as text

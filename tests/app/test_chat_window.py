@@ -1,14 +1,14 @@
 """The chat window with the real embedded model: streaming, live stats, stop, regenerate, edit,
 saving, restoring, and the faults a user can run into."""
+
 import time
 from dataclasses import replace
 
+from conftest import PASSAGE, STALL_LIMIT_S  # noqa: E402 - tests/app/conftest.py
 from PySide6.QtCore import Qt
+from this_build import BACKEND, MEMORY_KIND  # tests/this_build.py: read from the build
 
 from app.conversations.store import ConversationStore, Message, default_path
-
-from conftest import PASSAGE, STALL_LIMIT_S  # noqa: E402 - tests/app/conftest.py
-from this_build import BACKEND, MEMORY_KIND  # tests/this_build.py: read from the build
 
 
 def saved_messages(conversation_id):
@@ -27,6 +27,7 @@ def test_send_streams_text_with_live_stats_and_saves_them(make_window, qtbot, wa
         w = window.view.widget_for(window.session.model.rowCount() - 1)
         if w is not None and window.session.busy and w.stats.isVisible():
             live.append((time.perf_counter(), len(w.text.toPlainText()), w.stats.text()))
+
     window.session.model.dataChanged.connect(seen)
 
     window.input.setPlainText(PASSAGE)
@@ -49,8 +50,14 @@ def test_send_streams_text_with_live_stats_and_saves_them(make_window, qtbot, wa
     shown = window.view.widget_for(window.session.model.rowCount() - 1)
     assert "lighthouse" in shown.text.toPlainText()
     line = shown.stats.text()
-    for part in (f"{stats['tokens_per_s']:.1f} tok/s", f"TTFT {stats['ttft_s']:.2f} s",
-                 f"({stats['accepted']}/{stats['drafted']})", "prompt lookup", f"{MEMORY_KIND} ", BACKEND):
+    for part in (
+        f"{stats['tokens_per_s']:.1f} tok/s",
+        f"TTFT {stats['ttft_s']:.2f} s",
+        f"({stats['accepted']}/{stats['drafted']})",
+        "prompt lookup",
+        f"{MEMORY_KIND} ",
+        BACKEND,
+    ):
         assert part in line, (part, line)
 
     saved = saved_messages(window.session.conversation_id)
@@ -70,7 +77,7 @@ def test_stop_mid_stream_keeps_the_text(make_window, qtbot, wait_response, quick
     qtbot.mouseClick(window.send_button, Qt.MouseButton.LeftButton)
     reply = wait_response(window, timeout=10_000)
     assert reply.status == "stopped" and reply.stats["finish_reason"] == "cancelled"
-    assert 20 < len(reply.content) and reply.stats["generated"] < 400
+    assert len(reply.content) > 20 and reply.stats["generated"] < 400
     assert window.send_button.text() == "Send"
     assert "stopped by you" in window.view.widget_for(1).stats.text()
     assert window.windowTitle() == window.panel.model.rows[0].title + " — SpecChat"
@@ -118,21 +125,25 @@ def test_conversations_are_restored_after_a_restart(make_window, qtbot, wait_res
     assert f"{reply.stats['tokens_per_s']:.1f} tok/s" in again.view.widget_for(1).stats.text()
 
 
-def test_ui_thread_never_stalls_during_load_and_generation(make_window, qtbot, wait_response, quick_settings,
-                                                          stall_probe):
+def test_ui_thread_never_stalls_during_load_and_generation(
+    make_window, qtbot, wait_response, quick_settings, stall_probe
+):
     stall_probe.start()
     window = make_window(replace(quick_settings, max_tokens=48, color_drafts=True))  # loading counts too
     window.session.send(PASSAGE)
     wait_response(window)
     worst = stall_probe.stop()
     gaps = stall_probe.gaps
-    print(f"\nUI stall probe: {len(gaps)} ticks, worst gap {worst * 1000:.1f} ms, "
-          f"99th percentile {sorted(gaps)[int(len(gaps) * 0.99)] * 1000:.1f} ms")
+    print(
+        f"\nUI stall probe: {len(gaps)} ticks, worst gap {worst * 1000:.1f} ms, "
+        f"99th percentile {sorted(gaps)[int(len(gaps) * 0.99)] * 1000:.1f} ms"
+    )
     assert worst < STALL_LIMIT_S, f"the GUI thread was blocked for {worst * 1000:.0f} ms"
 
 
-def test_engine_failure_mid_stream_is_shown_and_text_kept(make_window, qtbot, wait_response, quick_settings,
-                                                          monkeypatch):
+def test_engine_failure_mid_stream_is_shown_and_text_kept(
+    make_window, qtbot, wait_response, quick_settings, monkeypatch
+):
     window = make_window(replace(quick_settings, max_tokens=40))
     decoder = window.engine.worker.decoder
     real = decoder.generate
@@ -142,6 +153,7 @@ def test_engine_failure_mid_stream_is_shown_and_text_kept(make_window, qtbot, wa
             yield delta
             if i == 3:
                 raise RuntimeError("simulated GPU fault")
+
     monkeypatch.setattr(decoder, "generate", breaks_after_some_tokens)
     window.session.send(PASSAGE)
     reply = wait_response(window)
@@ -155,8 +167,9 @@ def test_engine_failure_mid_stream_is_shown_and_text_kept(make_window, qtbot, wa
     assert wait_response(window).status == "done"
 
 
-def test_missing_or_corrupt_model_file_is_reported_and_recoverable(make_window, qtbot, wait_response,
-                                                                   quick_settings, dirs):
+def test_missing_or_corrupt_model_file_is_reported_and_recoverable(
+    make_window, qtbot, wait_response, quick_settings, dirs
+):
     window = make_window(replace(quick_settings, model=str(dirs / "nowhere.gguf")), wait_loaded=False)
     qtbot.waitUntil(lambda: window.model_label.text() == "No model loaded", timeout=30_000)
     assert any("could not be loaded" in t for t in window.notices.texts())
@@ -176,8 +189,9 @@ def test_missing_or_corrupt_model_file_is_reported_and_recoverable(make_window, 
     assert wait_response(window).status == "done"
 
 
-def test_unusable_draft_turns_speculation_off_but_keeps_the_target(make_window, qtbot, wait_response,
-                                                                   quick_settings, dirs):
+def test_unusable_draft_turns_speculation_off_but_keeps_the_target(
+    make_window, qtbot, wait_response, quick_settings, dirs
+):
     bad = dirs / "draft.gguf"
     bad.write_bytes(b"not a gguf at all")
     window = make_window(replace(quick_settings, method="draft", draft=str(bad)))

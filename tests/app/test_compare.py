@@ -2,12 +2,12 @@
 the same prompt decoded in pairs of runs, plain and speculative, the order alternating, at least three pairs; the
 median speed-up and the range of the pairs' ratios in the verdict, each pair's figures in the table; cancel
 mid-run leaves it usable."""
+
 import statistics
 from dataclasses import replace
 
-from PySide6.QtCore import Qt
-
 from conftest import PASSAGE  # noqa: E402 - tests/app/conftest.py
+from PySide6.QtCore import Qt
 from test_every_menu import menu_actions  # noqa: E402
 
 RUN_TIMEOUT_MS = 180_000
@@ -21,10 +21,11 @@ def open_compare(window, prompt):
     return window._compare
 
 
-def test_pairs_alternate_and_the_verdict_gives_their_median_and_range(make_window, qtbot, wait_response,
-                                                                       quick_settings):
-    from app.compare.series import MIN_PAIRS
+def test_pairs_alternate_and_the_verdict_gives_their_median_and_range(
+    make_window, qtbot, wait_response, quick_settings
+):
     from app.compare.pane import PAUSED_WORDS
+    from app.compare.series import MIN_PAIRS
 
     # A fixed draft length, so that drafts are verified whatever the shared machine's timings make the
     # adaptive length choose.
@@ -38,8 +39,14 @@ def test_pairs_alternate_and_the_verdict_gives_their_median_and_range(make_windo
     with qtbot.waitSignal(compare.comparisonFinished, timeout=RUN_TIMEOUT_MS) as done:
         qtbot.mouseClick(compare.run_button, Qt.MouseButton.LeftButton)
         assert compare.running and not compare.run_button.isEnabled() and compare.cancel_button.isEnabled()
-        qtbot.waitUntil(lambda: shown.append(compare.spec_pane.speed.text()) or live.append(
-            compare.pairs_table.rows()) or not compare.running, timeout=RUN_TIMEOUT_MS)
+        qtbot.waitUntil(
+            lambda: (
+                shown.append(compare.spec_pane.speed.text())
+                or live.append(compare.pairs_table.rows())
+                or not compare.running
+            ),
+            timeout=RUN_TIMEOUT_MS,
+        )
     result = done.args[0]
     pairs = result["pairs"]
 
@@ -57,8 +64,13 @@ def test_pairs_alternate_and_the_verdict_gives_their_median_and_range(make_windo
     rows = compare.pairs_table.rows()
     assert len(rows) == len(pairs)
     for i, (row, p) in enumerate(zip(rows, pairs), 1):
-        assert row[:5] == [str(i), p["first"], f"{p['plain']['tokens_per_s']:.1f}",
-                           f"{p['speculative']['tokens_per_s']:.1f}", f"{p['ratio']:.2f}×"]
+        assert row[:5] == [
+            str(i),
+            p["first"],
+            f"{p['plain']['tokens_per_s']:.1f}",
+            f"{p['speculative']['tokens_per_s']:.1f}",
+            f"{p['ratio']:.2f}×",
+        ]
         assert row[6].endswith("%") or row[6] == "n/a"
 
     # the verdict: the median and the range, or "noisy" with the range; no engine estimate where none was given
@@ -88,10 +100,12 @@ def test_pairs_alternate_and_the_verdict_gives_their_median_and_range(make_windo
     assert compare.spec_pane.speed.text() == f"{spec['tokens_per_s']:.1f} tok/s"
     assert f"({spec['accepted']}/{spec['drafted']})" in compare.spec_pane.figures.text()
     assert (PAUSED_WORDS in compare.spec_pane.figures.text()) is (
-        bool(spec.get("speculation_paused")) and spec.get("draft_length") == 0)
+        bool(spec.get("speculation_paused")) and spec.get("draft_length") == 0
+    )
     for pane, stats in ((compare.plain_pane, result["plain"]), (compare.spec_pane, spec)):  # said only where true
         assert ("prompt already processed" in pane.figures.text()) is (
-            stats["reused_prompt_tokens"] == stats["prompt_tokens"] > 0)
+            stats["reused_prompt_tokens"] == stats["prompt_tokens"] > 0
+        )
     assert any(s.endswith("tok/s") for s in shown[:-1])  # figures were live while it streamed
     assert any("running…" in row[2:4] for rows in live for row in rows)  # and the table showed the pair under way
 

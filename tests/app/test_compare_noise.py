@@ -1,21 +1,20 @@
 """Compare under load (the real embedded model, through the window): while two processes burn both cores, two
 comparisons back to back either agree (their ranges overlap) or say they are noisy, and the window sees the load
 and says the machine is busy, instead of "5.0× faster" then "1.7× faster" as a user once read."""
+
 import subprocess
 import sys
 from dataclasses import replace
 
-from PySide6.QtCore import Qt
-
 from conftest import PASSAGE  # noqa: E402 - tests/app/conftest.py
+from PySide6.QtCore import Qt
 from test_every_menu import menu_actions  # noqa: E402
 
 RUN_TIMEOUT_MS = 240_000
 HOG = "while True: pass"
 
 
-def test_two_comparisons_under_a_cpu_hog_agree_or_say_they_are_noisy(make_window, qtbot, quick_settings,
-                                                                     monkeypatch):
+def test_two_comparisons_under_a_cpu_hog_agree_or_say_they_are_noisy(make_window, qtbot, quick_settings, monkeypatch):
     from app.compare import series
     from app.compare.cpu_load import BUSY_SHARE
 

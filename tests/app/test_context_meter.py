@@ -1,12 +1,13 @@
 """The context meter under the message box, in the real window with the real embedded model: it counts
 what the chat formatter would send (the conversation and the message being written), follows typing, and
 warns before sending would leave the oldest messages out."""
+
 from dataclasses import replace
+
+from test_render import store_conversation  # noqa: E402 - tests/app/test_render.py
 
 from app.chat.context_meter import Measure, warning_text
 from engine.chat_format import answer_reserve
-
-from test_render import store_conversation  # noqa: E402 - tests/app/test_render.py
 
 
 def formatter_count(window) -> int:
@@ -17,14 +18,18 @@ def formatter_count(window) -> int:
 
 def wait_measured(qtbot, window, tokens=None):
     """The meter's next result (after typing, it counts once the typing pauses)."""
-    qtbot.waitUntil(lambda: window.meter.measure is not None
-                    and (tokens is None or window.meter.measure.tokens == tokens), timeout=30_000)
+    qtbot.waitUntil(
+        lambda: window.meter.measure is not None and (tokens is None or window.meter.measure.tokens == tokens),
+        timeout=30_000,
+    )
     return window.meter.measure
 
 
 def test_meter_counts_the_conversation_and_the_draft_as_the_formatter_does(make_window, qtbot, quick_settings):
-    store_conversation(("user", "Name three rivers in Europe.", None),
-                       ("assistant", "The Danube, the Rhine and the Loire.", {"tokens_per_s": 30.0}))
+    store_conversation(
+        ("user", "Name three rivers in Europe.", None),
+        ("assistant", "The Danube, the Rhine and the Loire.", {"tokens_per_s": 30.0}),
+    )
     window = make_window(quick_settings)
     expected = formatter_count(window)
     m = wait_measured(qtbot, window, expected)
@@ -39,20 +44,28 @@ def test_meter_counts_the_conversation_and_the_draft_as_the_formatter_does(make_
     assert m.budget == 1024 - answer_reserve(window.session.chat_settings().max_tokens, 1024)
 
 
-def test_meter_warns_near_the_limit_and_before_the_oldest_turns_are_dropped(make_window, qtbot, wait_response,
-                                                                            quick_settings):
+def test_meter_warns_near_the_limit_and_before_the_oldest_turns_are_dropped(
+    make_window, qtbot, wait_response, quick_settings
+):
     turns = []
     for i in range(4):
-        turns += [("user", f"Question {i}: tell me about the history of bridge number {i} in the old town.", None),
-                  ("assistant", f"Bridge {i} was built of stone in the year {1500 + i * 37} and rebuilt twice.",
-                   {"tokens_per_s": 30.0})]
+        turns += [
+            ("user", f"Question {i}: tell me about the history of bridge number {i} in the old town.", None),
+            (
+                "assistant",
+                f"Bridge {i} was built of stone in the year {1500 + i * 37} and rebuilt twice.",
+                {"tokens_per_s": 30.0},
+            ),
+        ]
     store_conversation(*turns)
     window = make_window(replace(quick_settings, n_ctx=256, max_tokens=24))
     m = wait_measured(qtbot, window, formatter_count(window))
     assert 0.85 * m.budget <= m.tokens < m.budget == 256 - 24  # it fits, just
     assert window.meter.warning.isVisible()
-    assert window.meter.warning.text() == f"Nearly full: {m.budget - m.tokens:,} tokens left before the oldest " \
-                                          "messages are left out."
+    assert (
+        window.meter.warning.text() == f"Nearly full: {m.budget - m.tokens:,} tokens left before the oldest "
+        "messages are left out."
+    )
 
     # A draft long enough that sending it leaves the oldest turns out: the meter says so, and how many.
     window.input.setPlainText("Now compare all of those bridges with each other, one by one, in detail. " * 3)
@@ -79,8 +92,10 @@ def test_warning_texts_for_each_state():
 
 
 def test_meter_counts_again_when_the_chat_settings_change(make_window, qtbot, quick_settings):
-    store_conversation(("user", "Name three rivers in Europe.", None),
-                       ("assistant", "The Danube, the Rhine and the Loire.", {"tokens_per_s": 30.0}))
+    store_conversation(
+        ("user", "Name three rivers in Europe.", None),
+        ("assistant", "The Danube, the Rhine and the Loire.", {"tokens_per_s": 30.0}),
+    )
     window = make_window(quick_settings)
     wait_measured(qtbot, window, formatter_count(window))
     dialog = window.chat_settings_button.open_dialog()

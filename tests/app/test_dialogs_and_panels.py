@@ -1,19 +1,19 @@
 """The parts around the chat: the input box, the conversation list, the Settings dialog, the
 notices, and the hooks to the Models dialog and the Speculation lab."""
+
 import sys
 import types
-
-import pytest
 from dataclasses import replace
 
+import pytest
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QDialog, QMessageBox, QWidget
 
-from app.conversations.sidebar import ConversationPanel
 from app.chat.input_box import ChatInput
-from app.settings.values import AppSettings, load_settings, what_changed
-from app.settings.dialog import SettingsDialog
+from app.conversations.sidebar import ConversationPanel
 from app.conversations.store import Message, open_store
+from app.settings.dialog import SettingsDialog
+from app.settings.values import AppSettings, load_settings, what_changed
 
 
 def test_enter_sends_and_shift_enter_adds_a_line(qtbot):
@@ -150,8 +150,9 @@ def test_settings_notices_are_shown_in_the_window(make_window, dirs, quick_setti
 
     settings_path().write_text("{broken")
     settings, notices = load_settings()
-    window = make_window(replace(settings, **{k: getattr(quick_settings, k) for k in ("n_ctx", "threads")}),
-                         notices=notices)
+    window = make_window(
+        replace(settings, **{k: getattr(quick_settings, k) for k in ("n_ctx", "threads")}), notices=notices
+    )
     assert any("could not be read" in t for t in window.notices.texts())
     assert any("built-in demo model" in t for t in window.notices.texts())  # first launch explains itself
     assert window.notices.isVisible()
@@ -160,8 +161,8 @@ def test_settings_notices_are_shown_in_the_window(make_window, dirs, quick_setti
 def test_long_conversation_opens_a_page_at_a_time(qtbot):
     import time
 
-    from app.chat.model import ChatModel
     from app.chat.message_view import PAGE, ChatView
+    from app.chat.model import ChatModel
 
     model = ChatModel()
     view = ChatView()
@@ -170,8 +171,15 @@ def test_long_conversation_opens_a_page_at_a_time(qtbot):
     view.resize(800, 600)
     view.show()
     answer = "Some **markdown** with `code`.\n\n```python\nprint('hi')\n```\n\n- a\n- b\n"
-    messages = [Message(i, "user" if i % 2 == 0 else "assistant", f"message {i}\n\n" + answer,
-                        stats={"tokens_per_s": 10.0 + i, "method": "lookup"}) for i in range(300)]
+    messages = [
+        Message(
+            i,
+            "user" if i % 2 == 0 else "assistant",
+            f"message {i}\n\n" + answer,
+            stats={"tokens_per_s": 10.0 + i, "method": "lookup"},
+        )
+        for i in range(300)
+    ]
     started = time.perf_counter()
     model.set_messages(messages)
     opened = time.perf_counter() - started
@@ -198,6 +206,7 @@ def test_an_unexpected_error_in_a_slot_is_shown_and_the_app_goes_on(make_window,
 
     def broken_slot():
         raise ValueError("a bug in a slot")
+
     QTimer.singleShot(0, broken_slot)
     qtbot.waitUntil(lambda: any("a bug in a slot" in t for t in window.notices.texts()), timeout=5000)
     assert window.isVisible()

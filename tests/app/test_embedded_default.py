@@ -1,5 +1,6 @@
 """The first launch: the window on default settings chats with the embedded SmolLM2-135M-Instruct, says
 honestly what it is, and Gemma 3 270M base stays one setting away."""
+
 from __future__ import annotations
 
 from dataclasses import replace

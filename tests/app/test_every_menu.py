@@ -1,6 +1,7 @@
 """Every menu item, triggered as a person triggers it (QAction.trigger(), the signal a click sends), with file
 dialogs answered by this test and message boxes closed as a person would close them. A menu item added later
 is covered without a new test. (File → Export once failed at once: triggered(bool) reached its path.)"""
+
 from __future__ import annotations
 
 import json

@@ -1,10 +1,9 @@
 """Every window and dialog the menus open, at its default size: nothing cut off, no needless scroll bar, no error."""
+
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtWidgets import (QAbstractScrollArea, QApplication, QHeaderView, QLabel, QScrollArea, QStyle,
-                               QTabWidget)
-
+from PySide6.QtWidgets import QAbstractScrollArea, QApplication, QHeaderView, QLabel, QScrollArea, QStyle, QTabWidget
 from test_every_menu import answered_dialogs, menu_actions  # noqa: F401 - answered_dialogs is a fixture
 
 QUIT = "File → Quit"
@@ -32,8 +31,11 @@ def problems_in(window) -> list[str]:
         # Lists, tables and logs may scroll down through their content; a scroll area around a whole form may not.
         bars = [area.horizontalScrollBar(), *([area.verticalScrollBar()] if isinstance(area, QScrollArea) else [])]
         for bar in bars:
-            asked_for = (area.horizontalScrollBarPolicy() if bar.orientation() == Qt.Orientation.Horizontal
-                         else area.verticalScrollBarPolicy()) == Qt.ScrollBarPolicy.ScrollBarAlwaysOn
+            asked_for = (
+                area.horizontalScrollBarPolicy()
+                if bar.orientation() == Qt.Orientation.Horizontal
+                else area.verticalScrollBarPolicy()
+            ) == Qt.ScrollBarPolicy.ScrollBarAlwaysOn
             if bar.isVisible() and not asked_for:  # a bar shown always is the widget's design, not a misfit
                 found.append(f"{type(area).__name__} shows a {bar.orientation().name.lower()} scroll bar")
     for label in mine(QLabel):
@@ -49,11 +51,14 @@ def problems_in(window) -> list[str]:
 
 def open_windows(main) -> list:
     """The main window and every other window shown now (menus, tooltips and other popups are not windows)."""
-    return [main] + [w for w in QApplication.topLevelWidgets() if w.isVisible() and w is not main
-                     and w.windowType() not in (Qt.WindowType.Popup, Qt.WindowType.ToolTip)]
+    return [main] + [
+        w
+        for w in QApplication.topLevelWidgets()
+        if w.isVisible() and w is not main and w.windowType() not in (Qt.WindowType.Popup, Qt.WindowType.ToolTip)
+    ]
 
 
-def test_every_window_fits_its_default_size(make_window, qtbot, wait_response, answered_dialogs, monkeypatch):
+def test_every_window_fits_its_default_size(make_window, qtbot, wait_response, answered_dialogs, monkeypatch):  # noqa: F811
     problems, looked_at = {}, set()  # a dict keeps each problem once, in the order found
 
     def look_at(window) -> None:
@@ -63,8 +68,11 @@ def test_every_window_fits_its_default_size(make_window, qtbot, wait_response, a
     # Modal boxes block the menu item until closed: the answered_dialogs closer takes one only once this
     # test has looked at it, a timer turn after it showed (its delayed layouts and column sizes ran).
     real_modal = QApplication.activeModalWidget
-    monkeypatch.setattr(QApplication, "activeModalWidget", staticmethod(
-        lambda: box if (box := real_modal()) is not None and box.property("looked_at") else None))
+    monkeypatch.setattr(
+        QApplication,
+        "activeModalWidget",
+        staticmethod(lambda: box if (box := real_modal()) is not None and box.property("looked_at") else None),
+    )
 
     def look_at_modal() -> None:
         box = real_modal()
@@ -103,7 +111,16 @@ def test_every_window_fits_its_default_size(make_window, qtbot, wait_response, a
     watcher.stop()
     for shown in open_windows(window)[1:]:
         shown.close()
-    expected = {"Settings", "Chat settings", "Models", "Speculation lab", "Compare plain vs speculation", "Server",
-                "About SpecChat", "The figures under each response", "System check"}
+    expected = {
+        "Settings",
+        "Chat settings",
+        "Models",
+        "Speculation lab",
+        "Compare plain vs speculation",
+        "Server",
+        "About SpecChat",
+        "The figures under each response",
+        "System check",
+    }
     assert expected <= looked_at, f"not checked: {expected - looked_at}"
     assert not problems, "\n".join(problems)

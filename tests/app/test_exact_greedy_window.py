@@ -1,19 +1,20 @@
 """Exact greedy through the window (issue 52): Settings → "Exact greedy" reaches the engine, and a greedy answer
 with it is plain decoding's word for word; the smoke test takes --exact and says so on its line."""
+
 import json
 import subprocess
 import sys
 from dataclasses import replace
 
+from conftest import PASSAGE
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QApplication
-
-from conftest import PASSAGE
 from test_kill_and_smoke import ROOT, child_env
 
 
 def set_in_settings(window, qtbot, **checks):
     """Open Model → Settings…, set the check boxes named, press OK (as a person does)."""
+
     def fill():
         dialog = QApplication.activeModalWidget()
         for name, on in checks.items():
@@ -34,8 +35,7 @@ def ask(window, qtbot, wait_response, text: str) -> str:
     return reply.content
 
 
-def test_exact_greedy_set_in_settings_answers_as_plain_decoding_does(make_window, qtbot, wait_response,
-                                                                      quick_settings):
+def test_exact_greedy_set_in_settings_answers_as_plain_decoding_does(make_window, qtbot, wait_response, quick_settings):
     window = make_window(replace(quick_settings, max_tokens=48, method="lookup"))
     set_in_settings(window, qtbot, exact_greedy=True)
     assert window.settings.exact_greedy
@@ -48,11 +48,23 @@ def test_exact_greedy_set_in_settings_answers_as_plain_decoding_does(make_window
 
 
 def test_the_smoke_test_runs_exact_greedy(dirs):
-    result = subprocess.run([sys.executable, "-m", "app", "--smoke-test", "--exact"], cwd=ROOT, env=child_env(dirs),
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-m", "app", "--smoke-test", "--exact"],
+        cwd=ROOT,
+        env=child_env(dirs),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     line = json.loads(result.stdout.strip().splitlines()[-1])
     assert line["exact_greedy"] is True and "Point Arden" in line["text"]
-    refused = subprocess.run([sys.executable, "-m", "app", "--exact"], cwd=ROOT, env=child_env(dirs),
-                             capture_output=True, text=True, timeout=120)
+    refused = subprocess.run(
+        [sys.executable, "-m", "app", "--exact"],
+        cwd=ROOT,
+        env=child_env(dirs),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert refused.returncode != 0 and "--exact goes with --smoke-test" in refused.stderr

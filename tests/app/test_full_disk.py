@@ -4,6 +4,7 @@ closing with it unsaved asks instead of raising. Nothing saved before is touched
 
 The full disk is the store's own connection with a switch: while it is on, every write fails with the error
 SQLite raises on a full disk (SQLITE_FULL, made by SQLite itself), as every write did in the report."""
+
 from __future__ import annotations
 
 import json
@@ -11,13 +12,12 @@ import sqlite3
 import sys
 from dataclasses import replace
 
+from conftest import PASSAGE  # tests/app/conftest.py
 from PySide6.QtWidgets import QMessageBox
 
 import app.chat.session as session_module
 from app.conversations import held_answers
 from app.conversations.store import Message, default_path, open_store
-
-from conftest import PASSAGE  # tests/app/conftest.py
 
 WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE")
 
@@ -44,7 +44,7 @@ class FullDisk:
         self.db, self.full, self.refused = db, False, 0
 
     @classmethod
-    def under(cls, store) -> "FullDisk":
+    def under(cls, store) -> FullDisk:
         store.db = disk = cls(store.db)
         return disk
 
@@ -66,6 +66,7 @@ def count_unhandled() -> list[str]:
     def hook(kind, value, tb):
         seen.append(f"{kind.__name__}: {value}")
         before(kind, value, tb)
+
     sys.excepthook = hook
     return seen
 
@@ -74,8 +75,9 @@ def answer_close_questions(monkeypatch, answer=QMessageBox.StandardButton.Yes) -
     """The window's questions get `answer` instead of waiting for a click that never comes (pytest-qt closes the
     windows before any fixture's teardown, maybe with the disk still full): the texts asked."""
     asked = []
-    monkeypatch.setattr(QMessageBox, "question", staticmethod(lambda parent, title, text, *a: asked.append(text)
-                                                              or answer))
+    monkeypatch.setattr(
+        QMessageBox, "question", staticmethod(lambda parent, title, text, *a: asked.append(text) or answer)
+    )
     return asked
 
 
@@ -88,6 +90,7 @@ def fill_mid_answer(window, disk: FullDisk, after: int = 2) -> None:
         if streaming is not None and streaming.content and len(steps) < after:  # once: later answers are not
             steps.append(len(streaming.content))
             disk.full = len(steps) == after
+
     window.session.model.dataChanged.connect(step)  # in _progress, after the text is added, before the save
 
 
@@ -110,7 +113,8 @@ def answer_with_full_disk(window, qtbot, disk: FullDisk, text: str = PASSAGE) ->
     as the window was the moment it ended."""
     ended = []
     window.session.responseFinished.connect(
-        lambda stats: ended.append((window.send_button.text(), window.session.busy)))
+        lambda stats: ended.append((window.send_button.text(), window.session.busy))
+    )
     fill_mid_answer(window, disk)
     window.input.setPlainText(text)
     window.send_message()
@@ -119,7 +123,8 @@ def answer_with_full_disk(window, qtbot, disk: FullDisk, text: str = PASSAGE) ->
 
 
 def test_an_answer_the_full_disk_refuses_is_kept_told_once_and_saved_when_there_is_space(
-        make_window, quick_settings, qtbot, monkeypatch):
+    make_window, quick_settings, qtbot, monkeypatch
+):
     monkeypatch.setattr(session_module, "SAVE_EVERY_S", 0.0)  # a save at every step: many refused, one notice
     monkeypatch.setattr(session_module, "RETRY_EVERY_S", 0.3, raising=False)
     asked = answer_close_questions(monkeypatch)
@@ -169,7 +174,8 @@ def nowhere_to_keep(monkeypatch, tmp_path) -> None:
 
 
 def test_closing_with_an_answer_nothing_can_keep_asks_and_keeps_what_was_saved(
-        make_window, quick_settings, qtbot, monkeypatch, wait_response, tmp_path):
+    make_window, quick_settings, qtbot, monkeypatch, wait_response, tmp_path
+):
     from app.__main__ import _install_excepthook
 
     monkeypatch.setattr(session_module, "SAVE_EVERY_S", 0.0)
@@ -205,13 +211,14 @@ def test_closing_with_an_answer_nothing_can_keep_asks_and_keeps_what_was_saved(
     assert len(asked) == 1 and unhandled == []
 
     after = saved_rows()
-    assert after[:len(before)] == before  # what was saved before is intact
-    assert [r[1:3] for r in after[len(before):]][0] == ("user", PASSAGE)  # the question was saved
+    assert after[: len(before)] == before  # what was saved before is intact
+    assert [r[1:3] for r in after[len(before) :]][0] == ("user", PASSAGE)  # the question was saved
     assert answer.content.startswith(after[-1][2]) and len(after[-1][2]) < len(answer.content)
 
 
 def test_an_answer_still_refused_at_close_is_kept_and_saved_at_the_next_start(
-        make_window, quick_settings, qtbot, monkeypatch):
+    make_window, quick_settings, qtbot, monkeypatch
+):
     """Closing with the disk still full: the answer goes to a file of its own (held_answers.py), the window closes
     without asking, and the next start puts the whole answer into its conversation, says so, and removes the file."""
     monkeypatch.setattr(session_module, "SAVE_EVERY_S", 0.0)
@@ -244,8 +251,21 @@ def test_held_answers_in_a_file_another_user_could_write_are_not_read(dirs, monk
     mid = store.add_message(cid, Message(id=None, role="assistant", content="kept", status="done"))
     store.close()
     place = held_answers.places()[0]
-    place.write_text(json.dumps({"format": held_answers.FORMAT, "answers": [
-        {"conversation": cid, "id": mid, "content": "kept, and words put there by another user", "status": "done"}]}))
+    place.write_text(
+        json.dumps(
+            {
+                "format": held_answers.FORMAT,
+                "answers": [
+                    {
+                        "conversation": cid,
+                        "id": mid,
+                        "content": "kept, and words put there by another user",
+                        "status": "done",
+                    }
+                ],
+            }
+        )
+    )
     place.chmod(0o666)
     store, notices = held_answers.open_store_with_held()
     try:
@@ -261,7 +281,8 @@ def test_held_answers_in_a_file_another_user_could_write_are_not_read(dirs, monk
 
 
 def test_a_file_held_by_an_import_never_makes_the_window_wait_and_the_answer_is_saved_once_free(
-        make_window, quick_settings, qtbot, monkeypatch, stall_probe):
+    make_window, quick_settings, qtbot, monkeypatch, stall_probe
+):
     """An import stores on its own thread and holds the file's write lock for seconds (a 60 MB chat: ~2 s here).
     The window's saves meanwhile fail at once (store.WRITE_WAIT_S) instead of waiting SQLite's 5 s: the answer
     streams and ends, one notice says the file is busy, and the retry saves it once the file is free."""
@@ -275,6 +296,7 @@ def test_a_file_held_by_an_import_never_makes_the_window_wait_and_the_answer_is_
         if window.session.streaming is not None and window.session.streaming.content and not started:
             started.append(other.execute("BEGIN IMMEDIATE"))  # the import's transaction, from the first text on
             stall_probe.start()
+
     window.session.model.dataChanged.connect(hold)
     window.input.setPlainText(PASSAGE)
     window.send_message()
@@ -294,7 +316,8 @@ def test_a_file_held_by_an_import_never_makes_the_window_wait_and_the_answer_is_
 
 
 def test_renaming_or_deleting_while_the_file_is_held_says_so_and_changes_nothing(
-        make_window, quick_settings, qtbot, monkeypatch, wait_response):
+    make_window, quick_settings, qtbot, monkeypatch, wait_response
+):
     import app.conversations.sidebar as sidebar_module
 
     said = []

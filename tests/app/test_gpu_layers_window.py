@@ -2,21 +2,21 @@
 answer's memory figure follows where its layers went. On the CPU build here the field says n/a and the figure is RAM
 either way; packaging/vulkan_check.sh runs this file on Vulkan over lavapipe, where 0 layers show RAM and all
 layers show VRAM with the device's name, as the stats line under the answer reads it."""
-from __future__ import annotations
 
+from __future__ import annotations
 
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
-
-from engine import hardware
-from engine.modelfiles.embedded import EMBEDDED
 from this_build import GPU_OFFLOAD, MEMORY_KIND
 
 from app.settings.values import AppSettings
+from engine import hardware
+from engine.modelfiles.embedded import EMBEDDED
 
 
 def set_gpu_layers_in_the_dialog(qtbot, window, layers: int) -> None:
     """Open Model → Settings…, set GPU layers, press OK (the dialog is modal: set from its own event loop)."""
+
     def fill_in() -> None:
         dialog = QApplication.activeModalWidget()
         assert dialog.n_gpu_layers.isVisibleTo(dialog) is GPU_OFFLOAD  # n/a on a build that cannot offload
@@ -37,10 +37,10 @@ def answer_memory(qtbot, window, wait_response) -> tuple[dict, str]:
     return reply.stats, shown
 
 
-def test_gpu_layers_from_the_settings_dialog_move_the_model_and_its_memory_figure(qtbot, make_window,
-                                                                                  wait_response):
-    window = make_window(AppSettings(model=EMBEDDED, temperature=0.0, max_tokens=8, n_ctx=1024, threads=2,
-                                     n_gpu_layers=0))
+def test_gpu_layers_from_the_settings_dialog_move_the_model_and_its_memory_figure(qtbot, make_window, wait_response):
+    window = make_window(
+        AppSettings(model=EMBEDDED, temperature=0.0, max_tokens=8, n_ctx=1024, threads=2, n_gpu_layers=0)
+    )
     stats, shown = answer_memory(qtbot, window, wait_response)
     assert stats["backend"] == "CPU" and stats["memory_kind"] == "RAM"
     assert stats["memory_label"] in shown and stats["memory_label"].startswith("RAM ")

@@ -7,6 +7,7 @@ held it 5-9 s) and on the token counter. Now the file goes through engine.safe_f
 window asks its threads to stop and closes; the app's exit waits for them, with the window gone.
 
 These tests assert where work ran and what was opened, never how long anything took."""
+
 from __future__ import annotations
 
 import json
@@ -18,12 +19,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from fifo_trap import FifoTrap
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QFileDialog
+from test_import_and_secrets import menu_action
 
 from app.conversations import importing
-from fifo_trap import FifoTrap
-from test_import_and_secrets import menu_action
 
 linux_only = pytest.mark.skipif(sys.platform != "linux", reason="FIFOs and /dev/zero as Linux has them")
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,7 +48,9 @@ def where_imports_run(monkeypatch) -> dict[str, list[str]]:
         def call(*args, **kwargs):
             ran[kind].append(threading.current_thread().name)
             return real(*args, **kwargs)
+
         return call
+
     monkeypatch.setattr(importing, "read_conversation_file", recorded("read", importing.read_conversation_file))
     monkeypatch.setattr(importing, "add_conversation", recorded("store", importing.add_conversation))
     return ran
@@ -61,8 +64,11 @@ def memory_bound(extra: int = 1 << 30):
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
-    data = next(int(line.split()[1]) * 1024 for line in Path("/proc/self/status").read_text().splitlines()
-                if line.startswith("VmData:"))
+    data = next(
+        int(line.split()[1]) * 1024
+        for line in Path("/proc/self/status").read_text().splitlines()
+        if line.startswith("VmData:")
+    )
     limit = data + extra
     resource.setrlimit(resource.RLIMIT_DATA, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
     try:
@@ -73,10 +79,19 @@ def memory_bound(extra: int = 1 << 30):
 
 def big_conversation(path: Path, messages: int, chars: int) -> Path:
     """A valid export of `messages` turns of `chars` characters each, as a crafted file would be."""
-    turns = [{"id": n, "parent": n - 1 if n > 1 else None, "role": "user" if n % 2 else "assistant",
-              "content": f"{n} " + "lorem ipsum " * (chars // 12)} for n in range(1, messages + 1)]
-    path.write_text(json.dumps({"format": "specchat-conversation", "version": 1, "title": "Long chat",
-                                "messages": turns}), encoding="utf-8")
+    turns = [
+        {
+            "id": n,
+            "parent": n - 1 if n > 1 else None,
+            "role": "user" if n % 2 else "assistant",
+            "content": f"{n} " + "lorem ipsum " * (chars // 12),
+        }
+        for n in range(1, messages + 1)
+    ]
+    path.write_text(
+        json.dumps({"format": "specchat-conversation", "version": 1, "title": "Long chat", "messages": turns}),
+        encoding="utf-8",
+    )
     return path
 
 
@@ -120,8 +135,9 @@ def test_a_folder_is_refused_with_what_it_is(make_window, qtbot, dirs, quick_set
     assert import_notice(window) == "exports.json is a folder, not a conversation file, so nothing was imported."
 
 
-def test_a_large_import_is_read_checked_and_stored_off_the_gui_thread(make_window, qtbot, dirs, quick_settings,
-                                                                      monkeypatch):
+def test_a_large_import_is_read_checked_and_stored_off_the_gui_thread(
+    make_window, qtbot, dirs, quick_settings, monkeypatch
+):
     path = big_conversation(dirs / "long.json", messages=2000, chars=2400)  # ~5 MB, as the crafted one in the issue
     assert path.stat().st_size > 4_800_000
     window = make_window(quick_settings)
@@ -146,6 +162,7 @@ def test_a_second_import_meanwhile_is_refused_with_a_word(make_window, qtbot, di
         entered.set()
         release.wait()
         return real(p)
+
     monkeypatch.setattr(importing, "read_conversation_file", held)
     results = []
 
@@ -155,6 +172,7 @@ def test_a_second_import_meanwhile_is_refused_with_a_word(make_window, qtbot, di
             return
         results.append(("second", window.import_conversation(path)))
         release.set()
+
     QTimer.singleShot(0, second)
     results.append(("first", window.import_conversation(path)))
     assert results[0] == ("second", None)
@@ -162,8 +180,9 @@ def test_a_second_import_meanwhile_is_refused_with_a_word(make_window, qtbot, di
     assert results[1] == ("first", window.session.conversation_id)
 
 
-def test_closing_during_an_import_ends_its_wait_and_imports_nothing(make_window, qtbot, dirs, quick_settings,
-                                                                     monkeypatch):
+def test_closing_during_an_import_ends_its_wait_and_imports_nothing(
+    make_window, qtbot, dirs, quick_settings, monkeypatch
+):
     """Closed while the file is still read: the import's wait ends with the window, and nothing half-done is kept
     (no one is left to ask about its settings); the import thread finishes its read on its own."""
     from app.conversations.store import ConversationStore
@@ -181,6 +200,7 @@ def test_closing_during_an_import_ends_its_wait_and_imports_nothing(make_window,
             return real_read(p)
         finally:
             read.set()
+
     monkeypatch.setattr(importing, "read_conversation_file", held)
 
     def close_meanwhile() -> None:
@@ -189,6 +209,7 @@ def test_closing_during_an_import_ends_its_wait_and_imports_nothing(make_window,
             return
         window.close()
         release.set()
+
     QTimer.singleShot(0, close_meanwhile)
     assert window.import_conversation(path) is None  # the window closed first: its wait ended with it
     assert not window.isVisible()
@@ -211,6 +232,7 @@ def test_closing_does_not_wait_for_a_model_still_loading(make_window, qtbot, qui
         entered.set()
         release.wait()
         return real(settings, *args, **kwargs)
+
     monkeypatch.setattr(worker_module, "load_target", held)
     window = make_window(quick_settings, wait_loaded=False)
     qtbot.waitUntil(entered.is_set, timeout=60_000)
@@ -263,8 +285,14 @@ sys.exit(code)
 
 def test_the_app_closed_mid_load_exits_cleanly(dirs):
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", CLOSE_WHILE_LOADING], cwd=ROOT, env=env, capture_output=True,
-                          text=True, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [sys.executable, "-c", CLOSE_WHILE_LOADING],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
     assert "closed False True" in done.stdout, done.stdout + done.stderr  # gone while the engine still loaded
     assert "exited loop" in done.stdout, done.stdout + done.stderr
     assert done.returncode == 0, done.stderr

@@ -1,6 +1,7 @@
 """Text a server sends that Python keeps but no encoder takes (a lone surrogate, valid JSON as "\\ud800"), and bidi
 controls that make one name read as another (issue 63, items 1 and 6): the answer is shown, saved and reloaded
 after a restart; the controls are shown by their code in the answer and gone from the model's name."""
+
 import json
 import os
 import sqlite3
@@ -9,9 +10,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
-from remote_server import DONE, HostileServer  # noqa: E402  (tests/engine/remote_server.py)
-
 from PySide6.QtWidgets import QFileDialog  # noqa: E402
+from remote_server import DONE, HostileServer  # noqa: E402  (tests/engine/remote_server.py)
 
 from app.chat.engine_picker import REMOTE  # noqa: E402
 from app.conversations.files import conversation_data  # noqa: E402
@@ -20,16 +20,22 @@ from app.conversations.store import ConversationStore, default_path  # noqa: E40
 ROOT = Path(__file__).resolve().parents[2]
 RLO = "\u202e"
 # As servers write JSON with ensure_ascii: the surrogate is an escape, valid JSON, and no UTF-8 encoder takes it.
-CHUNKS = [r'{"model":"gnp\u202e.exe","choices":[{"index":0,"delta":{"role":"assistant","content":"half "}}]}',
-          r'{"model":"gnp\u202e.exe","choices":[{"index":0,"delta":{"content":"\ud83d an emoji, '
-          r'file \u202egnp.exe, then \ud83d\ude00"}}]}',
-          r'{"model":"gnp\u202e.exe","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}']
+CHUNKS = [
+    r'{"model":"gnp\u202e.exe","choices":[{"index":0,"delta":{"role":"assistant","content":"half "}}]}',
+    r'{"model":"gnp\u202e.exe","choices":[{"index":0,"delta":{"content":"\ud83d an emoji, '
+    r'file \u202egnp.exe, then \ud83d\ude00"}}]}',
+    r'{"model":"gnp\u202e.exe","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}',
+]
 
 
 def menu_action(window, text: str):
     """The menu bar's item that reads text, as a person finds it."""
-    return next(action for top in window.menuBar().actions() for action in top.menu().actions()
-                if action.text().replace("&", "") == text)
+    return next(
+        action
+        for top in window.menuBar().actions()
+        for action in top.menu().actions()
+        if action.text().replace("&", "") == text
+    )
 
 
 def use_server(window, url: str) -> None:
@@ -50,7 +56,8 @@ def answers(conn):
 
 
 def test_a_lone_surrogate_and_bidi_controls_from_a_server_are_saved_reloaded_and_shown_plainly(
-        make_window, qtbot, wait_response, quick_settings):
+    make_window, qtbot, wait_response, quick_settings
+):
     with HostileServer({"POST /v1/chat/completions": answers, "GET /v1/models": models}) as server:
         window = make_window(quick_settings)
         use_server(window, server.url)
@@ -58,7 +65,7 @@ def test_a_lone_surrogate_and_bidi_controls_from_a_server_are_saved_reloaded_and
         window.send_message()
         reply = wait_response(window)
     assert reply.status == "done", reply.notice
-    assert reply.content == f"half \ufffd an emoji, file {RLO}gnp.exe, then \U0001F600"
+    assert reply.content == f"half \ufffd an emoji, file {RLO}gnp.exe, then \U0001f600"
     shown = window.view.widget_for(1).text.answer.toPlainText()
     assert "⟨U+202E⟩gnp.exe" in shown and RLO not in shown
     assert RLO not in reply.model and "gnp.exe" in reply.model
@@ -76,7 +83,8 @@ def test_a_lone_surrogate_and_bidi_controls_from_a_server_are_saved_reloaded_and
 
 
 def test_an_import_holding_a_lone_surrogate_and_a_bidi_title_is_imported_with_both_made_safe(
-        make_window, qtbot, quick_settings, monkeypatch, tmp_path):
+    make_window, qtbot, quick_settings, monkeypatch, tmp_path
+):
     """A chat exported elsewhere with "\\ud800" escapes (valid JSON) in its title and text: imported through
     File → Import, not refused with "Something went wrong: UnicodeEncodeError"; its title reads as it is."""
     window = make_window(quick_settings)
@@ -97,8 +105,9 @@ def test_an_import_holding_a_lone_surrogate_and_a_bidi_title_is_imported_with_bo
     assert not any("went wrong" in t for t in window.notices.texts())
 
 
-def test_a_files_and_a_models_name_lose_their_bidi_controls_where_they_are_shown(make_window, qtbot, quick_settings,
-                                                                                 tmp_path):
+def test_a_files_and_a_models_name_lose_their_bidi_controls_where_they_are_shown(
+    make_window, qtbot, quick_settings, tmp_path
+):
     from app.models.model_names import model_label
 
     evil = tmp_path / f"notes{RLO}txt.exe.md"
@@ -114,12 +123,22 @@ def test_a_files_and_a_models_name_lose_their_bidi_controls_where_they_are_shown
 
 def test_the_smoke_test_saves_and_prints_an_answer_holding_a_lone_surrogate(dirs):
     """`specchat --smoke-test --engine-url` on that server: it exited 1 with the save's UnicodeEncodeError."""
-    env = {**os.environ, "SPECCHAT_CONFIG_DIR": str(dirs / "config"), "SPECCHAT_DATA_DIR": str(dirs / "data"),
-           "QT_QPA_PLATFORM": "offscreen"}
+    env = {
+        **os.environ,
+        "SPECCHAT_CONFIG_DIR": str(dirs / "config"),
+        "SPECCHAT_DATA_DIR": str(dirs / "data"),
+        "QT_QPA_PLATFORM": "offscreen",
+    }
     with HostileServer({"POST /v1/chat/completions": answers, "GET /v1/models": models}) as server:
-        result = subprocess.run([sys.executable, "-m", "app", "--smoke-test", "--engine-url", server.url,
-                                 "--timeout", "120"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        result = subprocess.run(
+            [sys.executable, "-m", "app", "--smoke-test", "--engine-url", server.url, "--timeout", "120"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     assert result.returncode == 0, result.stderr[-3000:]
     stats = json.loads(result.stdout.strip().splitlines()[-1])
-    assert stats["text"] == f"half \ufffd an emoji, file {RLO}gnp.exe, then \U0001F600"
+    assert stats["text"] == f"half \ufffd an emoji, file {RLO}gnp.exe, then \U0001f600"
     assert stats["model"].startswith("gnp.exe @ ")

@@ -2,11 +2,12 @@
 and 2 MB of words, streamed into the window or opened from a saved chat, folded with "Show all" (render.fold_point),
 whose viewer takes the whole text a slice at a time. (A 50 MB answer from a remote server: test_remote_engine_window.)
 On the code before the fold, a 256K-character line alone held the window 11 s."""
+
 from __future__ import annotations
 
 import pytest
-from PySide6.QtCore import Qt
 from conftest import STALL_LIMIT_S  # noqa: E402 - tests/app/conftest.py
+from PySide6.QtCore import Qt
 from test_untrusted_rendering import streams
 
 LINE = "x" * 2_000_000
@@ -15,8 +16,9 @@ WORDS = " ".join(f"word{i % 977}" for i in range(250_000))[:2_000_000]
 
 
 @pytest.mark.parametrize("text", [LINE, TABLE, WORDS], ids=["2MB-line", "5000-row-table", "2MB-words"])
-def test_a_huge_answer_streams_and_opens_whole_without_stalling(make_window, qtbot, wait_response, quick_settings,
-                                                                 stall_probe, text):
+def test_a_huge_answer_streams_and_opens_whole_without_stalling(
+    make_window, qtbot, wait_response, quick_settings, stall_probe, text
+):
     window = make_window(quick_settings)
     window.engine.worker.decoder.generate = streams(text, piece=64_000)
     stall_probe.start()
@@ -55,10 +57,14 @@ def test_a_saved_chat_with_huge_messages_opens_without_stalling(make_window, qtb
     qtbot.waitUntil(lambda: window.session.conversation_id == small, timeout=60_000)
     stall_probe.start()
     sidebar = window.panel.list
-    qtbot.mouseClick(sidebar.viewport(), Qt.MouseButton.LeftButton,
-                     pos=sidebar.visualRect(window.panel.model.index(window.panel.model.row_of(cid))).center())
-    qtbot.waitUntil(lambda: window.session.conversation_id == cid and window.view.widget_for(1) is not None,
-                    timeout=60_000)
+    qtbot.mouseClick(
+        sidebar.viewport(),
+        Qt.MouseButton.LeftButton,
+        pos=sidebar.visualRect(window.panel.model.index(window.panel.model.row_of(cid))).center(),
+    )
+    qtbot.waitUntil(
+        lambda: window.session.conversation_id == cid and window.view.widget_for(1) is not None, timeout=60_000
+    )
     qtbot.wait(300)
     stall_probe._timer.stop()
     worst = max(stall_probe.gaps, default=float("inf"))  # the first gap too: the click's own rendering

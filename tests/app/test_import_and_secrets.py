@@ -5,6 +5,7 @@ in full and used only if the person says so (the default drops them); the chat s
 in a server's URL is refused, and found in no file, export or label. Settings, conversations and the log are the
 user's alone (0600 files in 0700 folders), the API server's key in the keyring. A title's bidi controls and
 invisible characters reach neither the window title nor the suggested file name."""
+
 import json
 import os
 import sqlite3
@@ -31,11 +32,22 @@ posix_only = pytest.mark.skipif(os.name != "posix", reason="file modes are POSIX
 
 def conversation_file(path: Path, settings: dict, title: str = "Shared chat") -> Path:
     """A SpecChat export, as another machine (or someone else) made it."""
-    path.write_text(json.dumps({
-        "format": "specchat-conversation", "version": 1, "title": title, "settings": settings, "active_root": 1,
-        "messages": [{"id": 1, "parent": None, "role": "user", "content": "Name a colour.", "active_child": 2},
-                     {"id": 2, "parent": 1, "role": "assistant", "content": "Red.", "model": "elsewhere"}]}),
-        encoding="utf-8")
+    path.write_text(
+        json.dumps(
+            {
+                "format": "specchat-conversation",
+                "version": 1,
+                "title": title,
+                "settings": settings,
+                "active_root": 1,
+                "messages": [
+                    {"id": 1, "parent": None, "role": "user", "content": "Name a colour.", "active_child": 2},
+                    {"id": 2, "parent": 1, "role": "assistant", "content": "Red.", "model": "elsewhere"},
+                ],
+            }
+        ),
+        encoding="utf-8",
+    )
     return path
 
 
@@ -81,6 +93,7 @@ def import_through_the_menu(window, monkeypatch, path: Path, button_text: str) -
 
 def chat_server(requests: list) -> HostileServer:
     """A server that keeps each chat request it gets and answers "Blue."."""
+
     def answer(conn) -> None:
         requests.append(json.loads(conn.body))
         conn.head()
@@ -105,12 +118,20 @@ def ask(window, wait_response, text: str = "And another colour?"):
 
 # --- item 3: an import never puts a server or a system prompt into use unasked -----------------------
 def test_an_imported_chats_server_and_system_prompt_are_shown_and_dropped_by_default(
-        make_window, qtbot, wait_response, quick_settings, dirs, monkeypatch):
+    make_window, qtbot, wait_response, quick_settings, dirs, monkeypatch
+):
     requests: list = []
     with chat_server(requests) as server:
-        path = conversation_file(dirs / "shared.json", {"preset": "Default", "engine_url": server.url,
-                                                        "engine_model": "hostile", "system_prompt": PROMPT,
-                                                        "temperature": 0.0})
+        path = conversation_file(
+            dirs / "shared.json",
+            {
+                "preset": "Default",
+                "engine_url": server.url,
+                "engine_model": "hostile",
+                "system_prompt": PROMPT,
+                "temperature": 0.0,
+            },
+        )
         window = make_window(quick_settings)
         sent = sent_requests(window, monkeypatch)
         seen = import_through_the_menu(window, monkeypatch, path, "Import without them")
@@ -132,8 +153,9 @@ def test_an_imported_chats_server_and_system_prompt_are_shown_and_dropped_by_def
     assert requests == [] and server.conns == {}  # nothing at all reached the file's server
 
 
-def test_an_imported_chats_settings_are_used_when_the_person_says_so(make_window, qtbot, wait_response,
-                                                                      quick_settings, dirs, monkeypatch):
+def test_an_imported_chats_settings_are_used_when_the_person_says_so(
+    make_window, qtbot, wait_response, quick_settings, dirs, monkeypatch
+):
     requests: list = []
     with chat_server(requests) as server:
         path = conversation_file(dirs / "shared.json", {"engine_url": server.url, "system_prompt": PROMPT})
@@ -154,8 +176,9 @@ def every_byte(folder: Path) -> bytes:
     return b"".join(p.read_bytes() for p in folder.rglob("*") if p.is_file() and p.name != "keyring.cfg")
 
 
-def test_a_password_in_a_servers_url_is_refused_and_kept_nowhere(make_window, qtbot, wait_response,
-                                                                  quick_settings, dirs, monkeypatch):
+def test_a_password_in_a_servers_url_is_refused_and_kept_nowhere(
+    make_window, qtbot, wait_response, quick_settings, dirs, monkeypatch
+):
     window = make_window(quick_settings)
     dialog = window.chat_settings_button.open_dialog()
     dialog.engine.setCurrentIndex(dialog.engine.findData(REMOTE))
@@ -175,21 +198,36 @@ def test_a_password_in_a_servers_url_is_refused_and_kept_nowhere(make_window, qt
     assert PASSWORD.encode() not in every_byte(dirs)  # the database (and its WAL), the settings, the exports
 
 
-def test_a_password_an_older_version_kept_reaches_no_export_and_no_label(make_window, qtbot, quick_settings, dirs,
-                                                                          monkeypatch):
+def test_a_password_an_older_version_kept_reaches_no_export_and_no_label(
+    make_window, qtbot, quick_settings, dirs, monkeypatch
+):
     window = make_window(quick_settings, wait_loaded=False)
     store, url = window.store, f"http://alice:{PASSWORD}@127.0.0.1:9"
     cid = store.create_conversation("Older chat")
     store.set_conversation_settings(cid, {"preset": "Default", "engine_url": url})
     from app.conversations.store import Message
+
     question = store.add_message(cid, Message(None, "user", "Hello?"), parent=None)
-    store.add_message(cid, Message(None, "assistant", "Hi.", model=f"smollm2 @ alice:{PASSWORD}@127.0.0.1:9",
-                                   stats={"backend": f"remote alice:{PASSWORD}@127.0.0.1:9", "generated": 2},
-                                   notice=f"Could not reach {url}/v1/chat/completions."), parent=question)
+    store.add_message(
+        cid,
+        Message(
+            None,
+            "assistant",
+            "Hi.",
+            model=f"smollm2 @ alice:{PASSWORD}@127.0.0.1:9",
+            stats={"backend": f"remote alice:{PASSWORD}@127.0.0.1:9", "generated": 2},
+            notice=f"Could not reach {url}/v1/chat/completions.",
+        ),
+        parent=question,
+    )
     window.panel.reload(cid)
     window.open_conversation(cid)
-    shown = [window.chat_settings_button.text(), window.chat_settings_button.toolTip(), window.engine_label.text(),
-             window.windowTitle()]
+    shown = [
+        window.chat_settings_button.text(),
+        window.chat_settings_button.toolTip(),
+        window.engine_label.text(),
+        window.windowTitle(),
+    ]
     assert not any(PASSWORD in text for text in shown)
     for name in ("old.json", "old.md"):
         monkeypatch.setattr(QFileDialog, "getSaveFileName", staticmethod(lambda *a, n=name, **k: (str(dirs / n), "")))
@@ -197,8 +235,9 @@ def test_a_password_an_older_version_kept_reaches_no_export_and_no_label(make_wi
         text = (dirs / name).read_text(encoding="utf-8")
         assert PASSWORD not in text and "127.0.0.1:9" in text
     # Imported again, nothing of it asks for the password either.
-    seen = import_through_the_menu(window, monkeypatch, conversation_file(dirs / "again.json", {"engine_url": url}),
-                                   "Import without them")
+    seen = import_through_the_menu(
+        window, monkeypatch, conversation_file(dirs / "again.json", {"engine_url": url}), "Import without them"
+    )
     assert seen and "http://127.0.0.1:9" in seen["text"] and PASSWORD not in seen["text"]
 
 
@@ -209,8 +248,10 @@ def mode(path: Path) -> int:
 def start_logging(dirs: Path) -> Path:
     """The app's logging set up as it starts (in a process of its own: it configures the root logger)."""
     env = {**os.environ, "SPECCHAT_DATA_DIR": str(dirs / "data"), "SPECCHAT_CONFIG_DIR": str(dirs / "config")}
-    code = ("import logging; from app.__main__ import _setup_logging; _setup_logging(); "
-            "logging.getLogger('specchat').warning('log line')")
+    code = (
+        "import logging; from app.__main__ import _setup_logging; _setup_logging(); "
+        "logging.getLogger('specchat').warning('log line')"
+    )
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True, timeout=60, capture_output=True)
     log = dirs / "data" / "specchat.log"
     assert "log line" in log.read_text(encoding="utf-8")
@@ -225,8 +266,9 @@ def loose_umask():
 
 
 @posix_only
-def test_settings_conversations_and_the_log_are_created_for_the_user_alone(make_window, qtbot, wait_response,
-                                                                            quick_settings, dirs, loose_umask):
+def test_settings_conversations_and_the_log_are_created_for_the_user_alone(
+    make_window, qtbot, wait_response, quick_settings, dirs, loose_umask
+):
     from app.settings.values import load_settings
 
     window = make_window(replace(quick_settings, server_api_key="sk-server-key-5678"))
@@ -270,14 +312,18 @@ def test_files_an_older_version_left_readable_are_tightened(dirs, loose_umask):
 
 
 # --- item 10: a title's invisible characters -------------------------------------------------------
-def test_a_titles_bidi_controls_reach_neither_the_window_title_nor_the_file_name(make_window, qtbot, wait_response,
-                                                                                 quick_settings, monkeypatch):
-    title = "-rf \u202eInvoice fdp.exe `id` $(id) \"y\" 請求書 café\u200b\u2066"  # a pasted first message: the title
+def test_a_titles_bidi_controls_reach_neither_the_window_title_nor_the_file_name(
+    make_window, qtbot, wait_response, quick_settings, monkeypatch
+):
+    title = '-rf \u202eInvoice fdp.exe `id` $(id) "y" 請求書 café\u200b\u2066'  # a pasted first message: the title
     window = make_window(quick_settings)
     ask(window, wait_response, title)
     # Stored as it reads: a title names a conversation, so its controls are gone from the store too (text_rules).
-    assert window.store.conversation(window.session.conversation_id).title == "-rf Invoice fdp.exe `id` $(id) \"y\" 請求書 café"
-    assert window.windowTitle() == "-rf Invoice fdp.exe `id` $(id) \"y\" 請求書 café — SpecChat"
+    assert (
+        window.store.conversation(window.session.conversation_id).title
+        == '-rf Invoice fdp.exe `id` $(id) "y" 請求書 café'
+    )
+    assert window.windowTitle() == '-rf Invoice fdp.exe `id` $(id) "y" 請求書 café — SpecChat'
     asked = []
 
     def save(parent, caption, start, *args, **kwargs):

@@ -1,5 +1,6 @@
 """The app as a user runs it, in child processes: killed with SIGKILL mid-response then reopened,
 and the --smoke-test command line (on the default embedded model, SmolLM2-135M-Instruct)."""
+
 import json
 import os
 import signal
@@ -10,13 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
-
-from app.chat.session import title_from
-from app.settings.values import AppSettings, save_settings
-from app.conversations.store import Message, default_path, open_store
-from engine.modelfiles.embedded import EMBEDDED_GEMMA, SMOLLM2_FILE
 from this_build import BACKEND, MEMORY_KIND  # tests/this_build.py: read from the build
 
+from app.chat.session import title_from
+from app.conversations.store import Message, default_path, open_store
+from app.settings.values import AppSettings, save_settings
+from engine.modelfiles.embedded import EMBEDDED_GEMMA, SMOLLM2_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
 COUNTING = "Count from 1 to 500, separated by commas: " + ", ".join(str(i) for i in range(1, 31)) + ","
@@ -24,8 +24,13 @@ COUNTING = "Count from 1 to 500, separated by commas: " + ", ".join(str(i) for i
 
 def child_env(dirs):
     # PYTHONFAULTHANDLER: a child that crashes in native code (once rc -11 in CI, not reproduced) leaves a stack.
-    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", SPECCHAT_CONFIG_DIR=str(dirs / "config"),
-               SPECCHAT_DATA_DIR=str(dirs / "data"), PYTHONFAULTHANDLER="1")
+    env = dict(
+        os.environ,
+        QT_QPA_PLATFORM="offscreen",
+        SPECCHAT_CONFIG_DIR=str(dirs / "config"),
+        SPECCHAT_DATA_DIR=str(dirs / "data"),
+        PYTHONFAULTHANDLER="1",
+    )
     env.pop("SPECCHAT_CACHE_DIR", None)
     return env
 
@@ -34,8 +39,9 @@ def newest_reply(db_path):
     """(status, content) of the newest assistant message, read as another process would."""
     db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=1)
     try:
-        return db.execute("SELECT status, content FROM messages WHERE role='assistant' "
-                          "ORDER BY id DESC LIMIT 1").fetchone()
+        return db.execute(
+            "SELECT status, content FROM messages WHERE role='assistant' ORDER BY id DESC LIMIT 1"
+        ).fetchone()
     except sqlite3.OperationalError:  # the child has not created the tables yet
         return None
     finally:
@@ -51,11 +57,17 @@ def test_kill_9_mid_response_loses_nothing_saved(dirs, model_file, make_window, 
     store.close()
     # A long answer (the base model Gemma keeps counting) in plain decoding, so it streams for seconds even on
     # a quiet machine: a copied passage ends within about a second, sometimes before the kill.
-    save_settings(AppSettings(model=EMBEDDED_GEMMA, temperature=0.0, max_tokens=1000, n_ctx=1024, threads=2,
-                              speculation=False))
+    save_settings(
+        AppSettings(model=EMBEDDED_GEMMA, temperature=0.0, max_tokens=1000, n_ctx=1024, threads=2, speculation=False)
+    )
 
-    child = subprocess.Popen([sys.executable, "-m", "app", "--send", COUNTING], cwd=ROOT, env=child_env(dirs),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "app", "--send", COUNTING],
+        cwd=ROOT,
+        env=child_env(dirs),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     seen, seen_at = "", None
     try:
         deadline = time.monotonic() + 180
@@ -81,8 +93,10 @@ def test_kill_9_mid_response_loses_nothing_saved(dirs, model_file, make_window, 
     assert "cut off" in notices[0]
     conversations = store.conversations()
     assert {c.title for c in conversations} == {"Earlier chat", title_from(COUNTING)}
-    assert [(m.role, m.content) for m in store.messages(earlier)] == [("user", "An earlier question"),
-                                                                     ("assistant", "An earlier answer")]
+    assert [(m.role, m.content) for m in store.messages(earlier)] == [
+        ("user", "An earlier question"),
+        ("assistant", "An earlier answer"),
+    ]
     killed = next(c.id for c in conversations if c.id != earlier)
     user, reply = store.messages(killed)
     assert user.content == COUNTING
@@ -97,8 +111,14 @@ def test_kill_9_mid_response_loses_nothing_saved(dirs, model_file, make_window, 
 
 
 def smoke_test(dirs, *args, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "app", "--smoke-test", *args], cwd=ROOT, env=env or child_env(dirs),
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "app", "--smoke-test", *args],
+        cwd=ROOT,
+        env=env or child_env(dirs),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_smoke_test_prints_real_stats(dirs):
@@ -127,13 +147,17 @@ def test_smoke_test_sends_the_prompt_given_and_prints_the_answer(dirs):
     assert stats["finish_reason"] == "stop"  # the instruct model ends its own answer
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--prompt", "Hello"], "--prompt goes with --smoke-test"),
-    (["--smoke-test", "--prompt", "   "], "--prompt needs some text"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--prompt", "Hello"], "--prompt goes with --smoke-test"),
+        (["--smoke-test", "--prompt", "   "], "--prompt needs some text"),
+    ],
+)
 def test_a_prompt_without_the_smoke_test_or_without_text_is_refused(dirs, args, message):
-    result = subprocess.run([sys.executable, "-m", "app", *args], cwd=ROOT, env=child_env(dirs),
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "app", *args], cwd=ROOT, env=child_env(dirs), capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 2 and message in result.stderr and result.stdout == ""
 
 

@@ -2,15 +2,16 @@
 columns, no header is cut, the advice and the recommendation agree on the draft length, and the model
 field names the built-in model while the run gets its key. A saved results document is loaded, as with
 "Load results…", so no model has to run."""
+
 import json
 
 import pytest
+from conftest import collect_garbage_now  # noqa: E402 - tests/app/conftest.py
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox, QStyle
 
 from engine.lab.report import best_draft_length
 from engine.modelfiles.embedded import DISPLAY_NAMES, EMBEDDED, EMBEDDED_GEMMA
-from conftest import collect_garbage_now  # noqa: E402 - tests/app/conftest.py
 
 # Acceptance by draft slot and step times by verified rows, as a CPU run of prompt lookup reads them: the
 # best fixed draft length for one chat comes out at 6, well under the chat's cap of 48.
@@ -21,17 +22,30 @@ STEP_MS_BY_ROWS = {1: 20.0, 2: 23.0, 4: 27.0, 8: 36.0, 16: 58.0}
 def cell(method, concurrency, aggregate, per_request, kind="CPU", memory="RAM"):
     lookup = method == "lookup"
     return {
-        "method": method, "concurrency": concurrency, "requests": 2 * concurrency,
-        "generated_tokens": 256 * concurrency, "wall_s": 256 * concurrency / aggregate,
-        "aggregate_tokens_per_s": aggregate, "per_request_tokens_per_s": per_request,
+        "method": method,
+        "concurrency": concurrency,
+        "requests": 2 * concurrency,
+        "generated_tokens": 256 * concurrency,
+        "wall_s": 256 * concurrency / aggregate,
+        "aggregate_tokens_per_s": aggregate,
+        "per_request_tokens_per_s": per_request,
         "full_tokens_per_s": round(1.1 * aggregate, 2),
-        "itl_p50_ms": 1000 / per_request, "itl_p95_ms": 3000 / per_request, "e2e_p50_s": 14.25, "e2e_p95_s": 17.5,
-        "ttft_p50_s": 0.8, "drafted": 100 if lookup else 0, "accepted": 60 if lookup else 0,
-        "verify_steps": 40 if lookup else 0, "acceptance_rate": 0.6 if lookup else None,
+        "itl_p50_ms": 1000 / per_request,
+        "itl_p95_ms": 3000 / per_request,
+        "e2e_p50_s": 14.25,
+        "e2e_p95_s": 17.5,
+        "ttft_p50_s": 0.8,
+        "drafted": 100 if lookup else 0,
+        "accepted": 60 if lookup else 0,
+        "verify_steps": 40 if lookup else 0,
+        "acceptance_rate": 0.6 if lookup else None,
         "mean_acceptance_length": 2.5 if lookup else None,
-        "per_position_acceptance": ACCEPTANCE_BY_SLOT if lookup else [], "batch_steps": 200, "rows_per_step": 1.0,
+        "per_position_acceptance": ACCEPTANCE_BY_SLOT if lookup else [],
+        "batch_steps": 200,
+        "rows_per_step": 1.0,
         "step_time_by_rows": {str(r): {"steps": 20, "mean_ms": ms} for r, ms in STEP_MS_BY_ROWS.items()},
-        "draft_ms_per_token": None, "prefill_s": 1.2,
+        "draft_ms_per_token": None,
+        "prefill_s": 1.2,
         "utilisation": {"kind": kind, "percent": 100.0, "source": "test"},
         "memory": {"kind": memory, "bytes": 12.4 * 2**30, "source": "test"},
     }
@@ -40,15 +54,32 @@ def cell(method, concurrency, aggregate, per_request, kind="CPU", memory="RAM"):
 def results_document(kind="CPU", memory="RAM"):
     levels = (1, 2, 4, 8, 16)
     return {
-        "schema": 1, "created": "2025-01-01T00:00:00+0000",
-        "settings": {"prompts": "grounded.jsonl", "prompt_set": "grounded", "prompt_count": 2, "model": "embedded",
-                     "draft": None, "methods": ["none", "lookup"], "concurrency": list(levels), "max_tokens": 128,
-                     "max_draft": 10, "adaptive": False, "temperature": 0.0, "repeats": 1},
+        "schema": 1,
+        "created": "2025-01-01T00:00:00+0000",
+        "settings": {
+            "prompts": "grounded.jsonl",
+            "prompt_set": "grounded",
+            "prompt_count": 2,
+            "model": "embedded",
+            "draft": None,
+            "methods": ["none", "lookup"],
+            "concurrency": list(levels),
+            "max_tokens": 128,
+            "max_draft": 10,
+            "adaptive": False,
+            "temperature": 0.0,
+            "repeats": 1,
+        },
         "env": {"backend": kind, "threads": 2, "model_name": "SmolLM2"},
         # aggregate 7.8 beside per-request 29.2 at concurrency 1, as the user saw
-        "cells": [c for level in levels
-                  for c in (cell("none", level, 7.8 * level ** 0.5, 29.2 / level ** 0.3, kind, memory),
-                            cell("lookup", level, 12.0 * level ** 0.4, 48.0 / level ** 0.4, kind, memory))],
+        "cells": [
+            c
+            for level in levels
+            for c in (
+                cell("none", level, 7.8 * level**0.5, 29.2 / level**0.3, kind, memory),
+                cell("lookup", level, 12.0 * level**0.4, 48.0 / level**0.4, kind, memory),
+            )
+        ],
     }
 
 
@@ -83,7 +114,10 @@ def test_the_table_says_what_aggregate_and_per_request_tok_s_measure(lab, qtbot,
     load(lab, tmp_path, results_document())
     columns = {header_text(lab.table, c).replace("\n", " "): c for c in range(lab.table.columnCount())}
     # each tok/s column says what it counts: all requests' tokens, or one request's after its first token
-    aggregate, per_request = columns["all requests' tok/s: full · aggregate"], columns["per-request tok/s after 1st token"]
+    aggregate, per_request = (
+        columns["all requests' tok/s: full · aggregate"],
+        columns["per-request tok/s after 1st token"],
+    )
     assert lab.table.item(0, aggregate).text() == "8.6\n7.8" and lab.table.item(0, per_request).text() == "29.2"
 
     tip = header_tip(lab.table, aggregate)
@@ -152,8 +186,9 @@ def test_every_header_is_readable_at_the_default_size(lab, qtbot, tmp_path, docu
         assert header.sectionSize(column) >= wide + 2 * margin, f"{lines} is cut"
         assert header.height() >= len(lines) * metrics.lineSpacing(), f"{lines} is cut"
         right = header.sectionViewportPosition(column) + header.sectionSize(column)
-        assert 0 <= header.sectionViewportPosition(column) and right <= table.viewport().width(), \
+        assert header.sectionViewportPosition(column) >= 0 and right <= table.viewport().width(), (
             f"{lines} is out of sight without scrolling"
+        )
     assert not table.horizontalScrollBar().isVisible()
 
 

@@ -3,11 +3,12 @@ results of the chat's own models and sends only what the lab measured that the c
 decoding turns speculation off without touching the chosen method; the verdict names the models and the measure
 it rests on, quotes the table's own ratios, and calls a small sample a hint. Results are loaded as "Load results…"
 loads them, so no model has to run; one test goes through the chat window's menu and its settings."""
+
 import json
 
 import pytest
-
 from conftest import collect_garbage_now  # tests/app/conftest.py
+
 from engine.lab.compare import compare
 from engine.modelfiles.embedded import DISPLAY_NAMES, EMBEDDED
 
@@ -16,23 +17,49 @@ QWEN_DRAFT = "/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 
 
 def cell(method, concurrency, full, per_request, itl, tokens=192):
-    return {"method": method, "concurrency": concurrency, "requests": 2, "generated_tokens": tokens,
-            "wall_s": tokens / full, "full_tokens_per_s": full, "aggregate_tokens_per_s": 0.9 * full,
-            "per_request_tokens_per_s": per_request, "itl_p50_ms": itl, "itl_p95_ms": 2 * itl,
-            "e2e_p50_s": 5.0, "e2e_p95_s": 6.0, "drafted": 0 if method == "none" else 100,
-            "accepted": 0 if method == "none" else 40, "verify_steps": 0 if method == "none" else 60,
-            "acceptance_rate": None if method == "none" else 0.4,
-            "mean_acceptance_length": None if method == "none" else 1.67, "per_position_acceptance": [],
-            "repeats": 1}
+    return {
+        "method": method,
+        "concurrency": concurrency,
+        "requests": 2,
+        "generated_tokens": tokens,
+        "wall_s": tokens / full,
+        "full_tokens_per_s": full,
+        "aggregate_tokens_per_s": 0.9 * full,
+        "per_request_tokens_per_s": per_request,
+        "itl_p50_ms": itl,
+        "itl_p95_ms": 2 * itl,
+        "e2e_p50_s": 5.0,
+        "e2e_p95_s": 6.0,
+        "drafted": 0 if method == "none" else 100,
+        "accepted": 0 if method == "none" else 40,
+        "verify_steps": 0 if method == "none" else 60,
+        "acceptance_rate": None if method == "none" else 0.4,
+        "mean_acceptance_length": None if method == "none" else 1.67,
+        "per_position_acceptance": [],
+        "repeats": 1,
+    }
 
 
 def document(model, cells, draft=None, methods=("none", "lookup"), max_draft=8, adaptive=True, name="SmolLM2"):
-    return {"schema": "specchat-lab/1", "created": "",
-            "settings": {"prompts": "grounded.jsonl", "prompt_set": "grounded", "model": model, "draft": draft,
-                         "methods": list(methods), "concurrency": [1], "max_tokens": 96, "max_draft": max_draft,
-                         "adaptive": adaptive, "temperature": 0.0, "repeats": 1},
-            "env": {"backend": "CPU", "threads": 2, "model": model, "model_name": name, "draft": draft},
-            "cells": cells}
+    return {
+        "schema": "specchat-lab/1",
+        "created": "",
+        "settings": {
+            "prompts": "grounded.jsonl",
+            "prompt_set": "grounded",
+            "model": model,
+            "draft": draft,
+            "methods": list(methods),
+            "concurrency": [1],
+            "max_tokens": 96,
+            "max_draft": max_draft,
+            "adaptive": adaptive,
+            "temperature": 0.0,
+            "repeats": 1,
+        },
+        "env": {"backend": "CPU", "threads": 2, "model": model, "model_name": name, "draft": draft},
+        "cells": cells,
+    }
 
 
 def lookup_pays(model="embedded", **kw):  # lookup 1.5× plain by every measure
@@ -85,8 +112,7 @@ def test_the_form_starts_on_the_chats_models(lab):
     assert lab.model_edit.currentText() == QWEN and lab.draft_edit.text() == QWEN_DRAFT
 
 
-def test_plain_decoding_turns_speculation_off_and_keeps_the_chats_method(make_window, qtbot, tmp_path,
-                                                                          quick_settings):
+def test_plain_decoding_turns_speculation_off_and_keeps_the_chats_method(make_window, qtbot, tmp_path, quick_settings):
     """Model → Speculation lab…, results of the chat's own model where plain decoding wins: Apply turns speculation
     off and nothing else, so turning it back on finds the method the user chose."""
     from test_every_menu import menu_actions
@@ -123,16 +149,22 @@ def test_a_new_method_comes_with_the_drafting_it_was_measured_with_and_nothing_e
 def test_the_verdict_names_its_measure_and_quotes_the_tables_own_ratios(lab, tmp_path):
     """What a user saw: "prompt lookup did not pay even at 1 concurrent chat (0.83×…)" above a table where lookup was
     ahead per request (41.5 vs 40.7 tok/s) and on latency (20.3 vs 23.8 ms); 192 tokens a cell, one run."""
-    doc = document("embedded", [cell("none", 1, 50.0, 40.7, 23.8), cell("lookup", 1, 41.5, 41.5, 20.3)],
-                   name="SmolLM2-135M-Instruct")
+    doc = document(
+        "embedded",
+        [cell("none", 1, 50.0, 40.7, 23.8), cell("lookup", 1, 41.5, 41.5, 20.3)],
+        name="SmolLM2-135M-Instruct",
+    )
     load(lab, tmp_path, doc)
     verdict = lab.advice.text()
     assert f"Measured: {DISPLAY_NAMES[EMBEDDED]}, on this machine" in verdict  # the model it rests on, by name
     found = compare(lab.results)[("lookup", 1)]
     row = next(r for r in range(lab.table.rowCount()) if lab.table.item(r, 0).text() == "prompt lookup")
     shown = [lab.table.item(row, c).text() for c in range(lab.table.columnCount())]
-    for measure, words in (("per_request", "by per-request tok/s"), ("throughput", "By throughput at full load"),
-                           ("latency", "ITL p50")):
+    for measure, words in (
+        ("per_request", "by per-request tok/s"),
+        ("throughput", "By throughput at full load"),
+        ("latency", "ITL p50"),
+    ):
         ratio = found[measure].ratio_text()
         assert any(f"{ratio} plain" in text for text in shown), (measure, shown)  # the table's figure …
         assert words in verdict and ratio in verdict  # … is the verdict's, under the measure's name

@@ -1,9 +1,9 @@
 """The lab window with the real embedded model (offscreen): a tiny run fills the chart and table and
 ends in advice that can be applied; cancel stops it; results survive a save and a load."""
+
 import json
 
 import pytest
-
 from conftest import collect_garbage_now  # tests/app/conftest.py
 
 RUN_TIMEOUT_MS = 180_000
@@ -16,7 +16,9 @@ OPEN = "The best way to spend three days in Kyoto is"
 @pytest.fixture
 def tiny_prompts(tmp_path):
     path = tmp_path / "tiny.jsonl"  # short prompts: the run is about decoding, not prefill
-    path.write_text(json.dumps({"id": "copy", "prompt": COPY}) + "\n" + json.dumps({"id": "open", "prompt": OPEN}) + "\n")
+    path.write_text(
+        json.dumps({"id": "copy", "prompt": COPY}) + "\n" + json.dumps({"id": "open", "prompt": OPEN}) + "\n"
+    )
     return path
 
 
@@ -101,7 +103,7 @@ def test_cancel_stops_the_run_and_keeps_nothing(lab, qtbot):
 
 def test_unreadable_results_are_refused(lab, tmp_path):
     bad = tmp_path / "bad.json"
-    bad.write_text("{\"not\": \"lab results\"}")
+    bad.write_text('{"not": "lab results"}')
     with pytest.raises(ValueError, match="no lab results"):
         lab.load_results(bad)
     assert lab.results is None

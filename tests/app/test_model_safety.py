@@ -1,6 +1,7 @@
 """The app and damaged or unusual model files, as a user meets them: a saved damaged model does not
 crash every launch, a crash while loading is not repeated at the next start, and a recurrent model
 chats without speculation and says why."""
+
 import os
 import shutil
 import signal
@@ -20,11 +21,17 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def launch(dirs) -> subprocess.Popen:
-    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", SPECCHAT_CONFIG_DIR=str(dirs / "config"),
-               SPECCHAT_DATA_DIR=str(dirs / "data"), GGML_NO_BACKTRACE="1")
+    env = dict(
+        os.environ,
+        QT_QPA_PLATFORM="offscreen",
+        SPECCHAT_CONFIG_DIR=str(dirs / "config"),
+        SPECCHAT_DATA_DIR=str(dirs / "data"),
+        GGML_NO_BACKTRACE="1",
+    )
     env.pop("SPECCHAT_CACHE_DIR", None)
-    return subprocess.Popen([sys.executable, "-m", "app"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [sys.executable, "-m", "app"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
 
 
 def wait_for(condition, timeout: float, what: str):
@@ -83,11 +90,11 @@ def test_a_recurrent_model_chats_without_speculation_and_says_why(dirs, make_win
 
 def test_pasted_text_with_a_lone_surrogate_is_answered_and_saved(make_window, wait_response, quick_settings):
     window = make_window(quick_settings)
-    assert window.session.send("Broken paste: \ud800 end. Pairs stay: \U0001F600")  # as --send or a paste passes it
+    assert window.session.send("Broken paste: \ud800 end. Pairs stay: \U0001f600")  # as --send or a paste passes it
     reply = wait_response(window)
     assert reply.status == "done" and reply.content
     saved = window.store.messages(window.session.conversation_id)
-    assert saved[0].content == "Broken paste: \ufffd end. Pairs stay: \U0001F600"
+    assert saved[0].content == "Broken paste: \ufffd end. Pairs stay: \U0001f600"
 
 
 def test_a_failed_continue_leaves_the_answer_as_it_was(make_window, wait_response, quick_settings, dirs, qtbot):

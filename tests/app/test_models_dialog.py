@@ -1,6 +1,7 @@
 """The Models dialog against a local hub: a pair downloads with visible progress, survives a cut
 connection, can be cancelled and resumed, and shows up as selectable; the draft picker offers only
 compatible drafts and says why the others are not usable."""
+
 import sys
 import threading
 from pathlib import Path
@@ -12,8 +13,8 @@ from PySide6.QtWidgets import QFileDialog, QMessageBox
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 from hub_server import Fault, LocalHub, default_tokens, write_tiny_gguf  # noqa: E402
 
-from app.models.dialog import BAR_STEPS, ModelsDialog  # noqa: E402
 from app.models.builtin_models import gemma_assembled  # noqa: E402
+from app.models.dialog import BAR_STEPS, ModelsDialog  # noqa: E402
 from app.models.model_names import NO_QUANT  # noqa: E402
 from engine.modelfiles import downloads, model_store  # noqa: E402
 from engine.modelfiles.catalog import CatalogPair, ModelFile  # noqa: E402
@@ -49,11 +50,18 @@ def hub(files, tmp_path, monkeypatch):
 
 @pytest.fixture
 def catalog(files):
-    return [CatalogPair(
-        id="tiny", name="Tiny pair", family="Tiny", chat_template="none", note="For tests.", verified=True,
-        target=ModelFile(TARGET_REPO, "target.gguf", "F32", files["target"].stat().st_size),
-        draft=ModelFile(DRAFT_REPO, "draft.gguf", "F32", files["draft"].stat().st_size),
-    )]
+    return [
+        CatalogPair(
+            id="tiny",
+            name="Tiny pair",
+            family="Tiny",
+            chat_template="none",
+            note="For tests.",
+            verified=True,
+            target=ModelFile(TARGET_REPO, "target.gguf", "F32", files["target"].stat().st_size),
+            draft=ModelFile(DRAFT_REPO, "draft.gguf", "F32", files["draft"].stat().st_size),
+        )
+    ]
 
 
 def open_dialog(qtbot, target=EMBEDDED, draft=None, catalog=None):
@@ -71,8 +79,10 @@ def wait_for_check(qtbot, dialog):
 def drafts(dialog):
     model = dialog.draft_model
     items = [model.item(i) for i in range(model.rowCount())]
-    return ([i.data(Qt.UserRole) for i in items if i.isEnabled()],
-            {i.data(Qt.UserRole): i.text() for i in items if not i.isEnabled()})
+    return (
+        [i.data(Qt.UserRole) for i in items if i.isEnabled()],
+        {i.data(Qt.UserRole): i.text() for i in items if not i.isEnabled()},
+    )
 
 
 def test_a_pair_downloads_with_progress_survives_a_cut_and_becomes_selectable(qtbot, hub, catalog, files):
@@ -204,7 +214,7 @@ def test_models_are_named_by_file_or_added_name_and_quantization_never_their_int
     installed = {dialog.installed_table.item(r, 0).text() for r in range(dialog.installed_table.rowCount())}
     assert installed == BUILT_IN | want
     targets = {dialog.target_combo.itemText(i) for i in range(dialog.target_combo.count())}
-    assert BUILT_IN <= targets and {t.rsplit(" (", 1)[0] for t in targets - BUILT_IN} == want  # "(size)" after a file
+    assert targets >= BUILT_IN and {t.rsplit(" (", 1)[0] for t in targets - BUILT_IN} == want  # "(size)" after a file
     model = dialog.draft_model
     offered = {model.item(r).text() for r in range(1, model.rowCount()) if model.item(r).isEnabled()}
     assert want <= offered  # both copies can draft for the built-in SmolLM2
@@ -247,11 +257,13 @@ def test_choosing_a_target_preselects_its_one_compatible_draft_but_keeps_a_chose
 
 
 def test_the_built_in_gemma_drafts_once_assembled_and_costs_nothing_for_other_vocabularies(
-        qtbot, hub, model_file, tmp_path, monkeypatch):
+    qtbot, hub, model_file, tmp_path, monkeypatch
+):
     loaded = []
     check = model_store.check_drafts
-    monkeypatch.setattr(model_store, "check_drafts",
-                        lambda target, drafts, *a: check(target, loaded.extend(drafts) or drafts, *a))
+    monkeypatch.setattr(
+        model_store, "check_drafts", lambda target, drafts, *a: check(target, loaded.extend(drafts) or drafts, *a)
+    )
     model_store.add_local_model(model_file)  # a Gemma target: the built-in Gemma (the same file) can draft for it
     gemma = str(model_file.resolve())
     dialog = open_dialog(qtbot)

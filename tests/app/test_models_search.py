@@ -5,6 +5,7 @@ with auto. "On this machine" lists models other apps keep, and one added from th
 
 The Qwen2.5-Coder 1.5B + 0.5B pair is used where it has been fetched (python -m engine.measure.real_pair);
 SmolLM2 135M (whose second copy stands in as its draft) and Gemma 3 270M otherwise, as on CI."""
+
 import json
 import os
 import shutil
@@ -15,15 +16,14 @@ import pytest
 from PySide6.QtCore import Qt
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
+from conftest import PASSAGE  # noqa: E402
 from hub_server import LocalHub, write_tiny_gguf  # noqa: E402
 
 from app.models import search_tab as search_tab_module  # noqa: E402
 from app.models.dialog import ModelsDialog  # noqa: E402
+from engine.measure.real_pair import DRAFT, TARGET, pair_dir  # noqa: E402
 from engine.modelfiles import downloads  # noqa: E402
 from engine.modelfiles.embedded import embedded_model_path  # noqa: E402
-from engine.measure.real_pair import DRAFT, TARGET, pair_dir  # noqa: E402
-
-from conftest import PASSAGE  # noqa: E402
 
 SMOL_REPO, SMOL_FILE = "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF", "smollm2-135m-instruct-q4_1.gguf"
 SMOL_TWIN = "second-uploader/SmolLM2-135M-Instruct-GGUF"  # the same file from another uploader: a usable draft
@@ -73,8 +73,10 @@ def search_and_pick(qtbot, tab, query: str, repo_id: str, filename: str):
     qtbot.waitUntil(lambda: _row_of(tab.files_table, filename) is not None, timeout=30_000)
     with qtbot.waitSignal(tab.draftsFound, timeout=60_000):
         tab.files_table.selectRow(_row_of(tab.files_table, filename))
-    return {tab.drafts_table.item(r, 0).text(): (tab.drafts_table.item(r, 2).text(), tab.drafts_table.item(r, 3).text())
-            for r in range(tab.drafts_table.rowCount())}
+    return {
+        tab.drafts_table.item(r, 0).text(): (tab.drafts_table.item(r, 2).text(), tab.drafts_table.item(r, 3).text())
+        for r in range(tab.drafts_table.rowCount())
+    }
 
 
 def _row_of(table, key: str):
@@ -115,8 +117,9 @@ def test_search_pick_a_file_and_see_which_drafts_fit_from_headers_alone(qtbot, h
     assert "16384" in tab.files_table.item(_row_of(tab.files_table, SMOL_FILE), 3).text()
 
 
-def test_downloading_target_and_draft_lets_the_chat_answer_with_auto(qtbot, hub, make_window, quick_settings,
-                                                                    wait_response):
+def test_downloading_target_and_draft_lets_the_chat_answer_with_auto(
+    qtbot, hub, make_window, quick_settings, wait_response
+):
     window = make_window(quick_settings)
     window.open_models_dialog()
     dialog = window._models_dialog
@@ -133,8 +136,14 @@ def test_downloading_target_and_draft_lets_the_chat_answer_with_auto(qtbot, hub,
         drafts = search_and_pick(qtbot, tab, "smollm2 135m", SMOL_REPO, SMOL_FILE)
         assert tab.selected_draft() is not None and tab.selected_draft().path is not None
         assert drafts[f"{SMOL_TWIN} / {SMOL_FILE}"][0] == "yes"
-        tab.drafts_table.selectRow(_row_of(tab.drafts_table, next(  # ... and a person picks the hub's copy
-            i for i, c in enumerate(tab.drafts.candidates) if c.repo_id == SMOL_TWIN)))
+        tab.drafts_table.selectRow(
+            _row_of(
+                tab.drafts_table,
+                next(  # ... and a person picks the hub's copy
+                    i for i, c in enumerate(tab.drafts.candidates) if c.repo_id == SMOL_TWIN
+                ),
+            )
+        )
         expected = (SMOL_REPO, SMOL_TWIN)
     assert tab.download_button.text() == "Download target + draft"
     with qtbot.waitSignal(dialog.downloadFinished, timeout=300_000) as done:
@@ -147,8 +156,7 @@ def test_downloading_target_and_draft_lets_the_chat_answer_with_auto(qtbot, hub,
     qtbot.waitUntil(dialog.apply_button.isEnabled, timeout=60_000)
     with qtbot.waitSignal(window.modelLoaded, timeout=180_000):
         qtbot.mouseClick(dialog.apply_button, Qt.MouseButton.LeftButton)
-    assert (window.settings.model, window.settings.draft, window.settings.method) == (target_path, draft_path,
-                                                                                       "auto")
+    assert (window.settings.model, window.settings.draft, window.settings.method) == (target_path, draft_path, "auto")
     window.input.setPlainText(PASSAGE)
     qtbot.keyClick(window.input, Qt.Key.Key_Return)
     reply = wait_response(window, timeout=180_000)
@@ -191,8 +199,9 @@ def test_a_hub_that_stops_answering_never_freezes_the_window(qtbot, hub, monkeyp
     hub.release()
 
 
-def test_models_other_apps_keep_are_listed_and_one_added_loads_where_it_is(qtbot, tmp_path, monkeypatch, dirs,
-                                                                          make_window, quick_settings):
+def test_models_other_apps_keep_are_listed_and_one_added_loads_where_it_is(
+    qtbot, tmp_path, monkeypatch, dirs, make_window, quick_settings
+):
     home = tmp_path / "home"
     smol = embedded_model_path()
     lmstudio = home / ".lmstudio" / "models" / "bartowski" / "SmolLM2-GGUF"
@@ -211,8 +220,20 @@ def test_models_other_apps_keep_are_listed_and_one_added_loads_where_it_is(qtbot
     shutil.copyfile(smol, blobs / f"sha256-{digest}")  # Ollama's own copy, named by its digest
     manifest = home / ".ollama" / "models" / "manifests" / "registry.ollama.ai" / "library" / "smollm2" / "135m"
     manifest.parent.mkdir(parents=True)
-    manifest.write_text(json.dumps({"schemaVersion": 2, "layers": [
-        {"mediaType": "application/vnd.ollama.image.model", "digest": f"sha256:{digest}", "size": smol.stat().st_size}]}))
+    manifest.write_text(
+        json.dumps(
+            {
+                "schemaVersion": 2,
+                "layers": [
+                    {
+                        "mediaType": "application/vnd.ollama.image.model",
+                        "digest": f"sha256:{digest}",
+                        "size": smol.stat().st_size,
+                    }
+                ],
+            }
+        )
+    )
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("HF_HUB_CACHE", str(home / "hf"))
     monkeypatch.delenv("OLLAMA_MODELS", raising=False)

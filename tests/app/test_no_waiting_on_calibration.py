@@ -2,6 +2,7 @@
 (and says what it is doing meanwhile), and sizes timed once are not timed again (for a day), so stopping the
 server gives the chat its engine back at once and a model loaded again is usable at once. (Start → first answer
 → Stop is timed in test_server_panel.py.)"""
+
 from __future__ import annotations
 
 import time
@@ -9,11 +10,11 @@ from dataclasses import replace
 
 import pytest
 from PySide6.QtCore import Qt
+from test_server_panel import start
 
 import engine.decoding.calibration as calibration
 from engine.decoding import step_timings
 from engine.decoding.cost_model import calibration_sizes
-from test_server_panel import start
 from tests.app.conftest import handled_on_gui
 
 
@@ -39,24 +40,26 @@ def first_start(monkeypatch, tmp_path):
     monkeypatch.setattr(step_timings, "_measured_at", {})
 
 
-def test_the_model_is_usable_before_its_steps_are_timed_and_the_window_says_so(make_window, qtbot, quick_settings,
-                                                                               first_start):
+def test_the_model_is_usable_before_its_steps_are_timed_and_the_window_says_so(
+    make_window, qtbot, quick_settings, first_start
+):
     # Drafts of up to 8, so that only 9 sizes are timed.
     seen = {}
     window = make_window(replace(quick_settings, max_draft=8), wait_loaded=False)
-    window.modelLoaded.connect(lambda info: seen.setdefault(
-        "calibrated_when_loaded", window.engine.worker.decoder.loop.planner.steps.calibrated))
+    window.modelLoaded.connect(
+        lambda info: seen.setdefault(
+            "calibrated_when_loaded", window.engine.worker.decoder.loop.planner.steps.calibrated
+        )
+    )
     qtbot.waitUntil(lambda: "calibrated_when_loaded" in seen, timeout=120_000)
     assert seen["calibrated_when_loaded"] is False
-    qtbot.waitUntil(lambda: window.statusBar().currentMessage().startswith("Timing steps"),
-                    timeout=10_000)
+    qtbot.waitUntil(lambda: window.statusBar().currentMessage().startswith("Timing steps"), timeout=10_000)
     assert window.progress.isVisible() and window.input.isEnabled()
     qtbot.waitUntil(lambda: window.statusBar().currentMessage() == "", timeout=120_000)
     assert window.engine.worker.decoder.loop.planner.steps.calibrated and not window.progress.isVisible()
 
 
-def test_closing_the_window_stops_a_step_timing_at_once(make_window, qtbot, gemma_settings, first_start,
-                                                       monkeypatch):
+def test_closing_the_window_stops_a_step_timing_at_once(make_window, qtbot, gemma_settings, first_start, monkeypatch):
     """Closing while the steps are timed ends the timing mid-way (Gemma's first took ~20 s here, and the window
     waited for it); of what it timed, only sizes timed in all their rounds are kept."""
     timed: list[int] = []
@@ -69,8 +72,7 @@ def test_closing_the_window_stops_a_step_timing_at_once(make_window, qtbot, gemm
 
     monkeypatch.setattr(calibration, "time_decode", watched)
     window = make_window(gemma_settings, wait_loaded=False)
-    qtbot.waitUntil(lambda: window.statusBar().currentMessage().startswith("Timing steps"),
-                    timeout=120_000)
+    qtbot.waitUntil(lambda: window.statusBar().currentMessage().startswith("Timing steps"), timeout=120_000)
     qtbot.wait(300)  # into the wide batches
     started = time.perf_counter()
     window.close()

@@ -1,5 +1,6 @@
 """Presets and per-chat settings: the presets file, the Chat settings dialog in the real window, and the
 requests each chat sends to the real embedded model."""
+
 from __future__ import annotations
 
 import json
@@ -34,6 +35,7 @@ def capture_requests(window, monkeypatch) -> list:
     def generate(request):
         sent.append(request)
         return real(request)
+
     monkeypatch.setattr(window.engine, "generate", generate)
     return sent
 
@@ -43,8 +45,16 @@ def test_without_a_file_the_default_preset_is_made_from_the_app_settings(dirs):
     settings = AppSettings(temperature=0.3, top_k=12, seed=5, max_tokens=77, system_prompt="Be brief.")
     book, notices = load_presets(settings)
     assert notices == [] and book.names() == [DEFAULT_NAME] and book.default == DEFAULT_NAME
-    assert book.default_preset == Preset(DEFAULT_NAME, system_prompt="Be brief.", temperature=0.3, top_k=12,
-                                         top_p=settings.top_p, min_p=settings.min_p, seed=5, max_tokens=77)
+    assert book.default_preset == Preset(
+        DEFAULT_NAME,
+        system_prompt="Be brief.",
+        temperature=0.3,
+        top_k=12,
+        top_p=settings.top_p,
+        min_p=settings.min_p,
+        seed=5,
+        max_tokens=77,
+    )
     assert not presets_path().exists()  # nothing is written until a preset is saved
 
 
@@ -93,10 +103,18 @@ def test_an_unreadable_presets_file_is_set_aside_and_the_default_preset_is_used(
 def test_invalid_presets_and_values_are_reset_and_the_file_kept_as_it_was(dirs):
     path = presets_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    content = json.dumps({"default": ["not", "a", "name"], "presets": [
-        {"name": "Good", "temperature": 0.1, "seed": 4},
-        {"name": "Odd", "temperature": "hot", "top_k": -1, "max_tokens": 50},
-        {"temperature": 0.5}, {"name": "good"}, "junk"]})
+    content = json.dumps(
+        {
+            "default": ["not", "a", "name"],
+            "presets": [
+                {"name": "Good", "temperature": 0.1, "seed": 4},
+                {"name": "Odd", "temperature": "hot", "top_k": -1, "max_tokens": 50},
+                {"temperature": 0.5},
+                {"name": "good"},
+                "junk",
+            ],
+        }
+    )
     path.write_text(content, encoding="utf-8")
     book, notices = load_presets(AppSettings(temperature=0.7, top_k=33))
     assert book.names() == ["Good", "Odd"] and book.default == "Good"
@@ -110,8 +128,9 @@ def test_invalid_presets_and_values_are_reset_and_the_file_kept_as_it_was(dirs):
 
 
 # --- the real window ---------------------------------------------------------------------------
-def test_presets_saved_edited_and_made_default_survive_a_restart(make_window, qtbot, monkeypatch, quick_settings,
-                                                                 wait_response):
+def test_presets_saved_edited_and_made_default_survive_a_restart(
+    make_window, qtbot, monkeypatch, quick_settings, wait_response
+):
     window = make_window(quick_settings)
     assert window.chat_settings_button.text() == "Preset: Default"
     assert window.chat_settings_button.isVisible()
@@ -151,9 +170,16 @@ def test_presets_saved_edited_and_made_default_survive_a_restart(make_window, qt
 
     again = make_window(quick_settings, wait_loaded=False)
     assert again.presets.names() == ["Default", "Sea dog"] and again.presets.default == "Sea dog"
-    assert again.presets.get("Sea dog") == Preset("Sea dog", system_prompt="Answer like a pirate.", temperature=1.1,
-                                                  top_k=7, top_p=quick_settings.top_p, min_p=quick_settings.min_p,
-                                                  seed=None, max_tokens=quick_settings.max_tokens)
+    assert again.presets.get("Sea dog") == Preset(
+        "Sea dog",
+        system_prompt="Answer like a pirate.",
+        temperature=1.1,
+        top_k=7,
+        top_p=quick_settings.top_p,
+        min_p=quick_settings.min_p,
+        seed=None,
+        max_tokens=quick_settings.max_tokens,
+    )
     assert again.session.conversation_id == cid and again.chat_settings_button.text() == "Preset: Sea dog (changed)"
     again.new_chat()
     assert again.chat_settings_button.text() == "Preset: Sea dog"  # new chats start from the default preset
@@ -172,8 +198,9 @@ def test_presets_saved_edited_and_made_default_survive_a_restart(make_window, qt
     assert again.chat_settings_button.text() == "Preset: Default (changed)"  # its own seed is kept
 
 
-def test_two_chats_send_their_own_system_prompt_and_sampling(make_window, qtbot, monkeypatch, wait_response,
-                                                             quick_settings):
+def test_two_chats_send_their_own_system_prompt_and_sampling(
+    make_window, qtbot, monkeypatch, wait_response, quick_settings
+):
     # Speculation off: a fixed seed then repeats an answer exactly (README, Settings).
     window = make_window(AppSettings(temperature=0.0, max_tokens=24, n_ctx=1024, threads=2, speculation=False))
     sent = capture_requests(window, monkeypatch)
@@ -227,8 +254,9 @@ def test_two_chats_send_their_own_system_prompt_and_sampling(make_window, qtbot,
     assert window.presets.get("Hot").seed == 7
 
 
-def test_a_corrupt_presets_file_is_set_aside_with_a_notice_in_the_window(make_window, qtbot, quick_settings,
-                                                                         monkeypatch):
+def test_a_corrupt_presets_file_is_set_aside_with_a_notice_in_the_window(
+    make_window, qtbot, quick_settings, monkeypatch
+):
     path = presets_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"\xff\xfe{ garbage")

@@ -1,5 +1,6 @@
 """Startup and saving when the disk does not cooperate: the window opens, nothing raises into the UI,
 and every problem is told in a notice."""
+
 import os
 import subprocess
 import sys
@@ -31,13 +32,16 @@ def test_saving_never_raises_into_the_window(make_window, dirs, monkeypatch):
 def test_the_app_starts_when_its_folders_cannot_be_written(tmp_path, qapp, qtbot, model_file):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", SPECCHAT_CONFIG_DIR=str(blocker / "config"),
-               SPECCHAT_DATA_DIR=str(blocker / "data"))  # mkdir fails in both: NotADirectoryError
+    env = dict(
+        os.environ,
+        QT_QPA_PLATFORM="offscreen",
+        SPECCHAT_CONFIG_DIR=str(blocker / "config"),
+        SPECCHAT_DATA_DIR=str(blocker / "data"),
+    )  # mkdir fails in both: NotADirectoryError
     env.pop("SPECCHAT_CACHE_DIR", None)
     log_path = tmp_path / "app.log"
     with open(log_path, "wb") as log:
-        app = subprocess.Popen([sys.executable, "-m", "app"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                               stderr=log)
+        app = subprocess.Popen([sys.executable, "-m", "app"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log)
     name = instance_name(blocker / "data")
     try:
         deadline = time.monotonic() + 120

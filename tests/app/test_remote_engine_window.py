@@ -1,6 +1,7 @@
 """A chat answered by a remote engine, as a person sets it up: the chat settings dialog (server URL, List models,
 API key), then Send, Stop, Continue, Regenerate, the context meter and the figures under each answer; a server that is
 not there; and `specchat --smoke-test --engine-url`. The server is a real SpecChat server the test starts."""
+
 import json
 import subprocess
 import sys
@@ -18,8 +19,10 @@ from engine.remote.keys import saved_key  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-remote-test-key-1234"
-PASSAGE = ("Passage: The lighthouse at Point Arden was built in 1871 from granite quarried on the island itself.\n\n"
-           "Copy the passage above word for word.")
+PASSAGE = (
+    "Passage: The lighthouse at Point Arden was built in 1871 from granite quarried on the island itself.\n\n"
+    "Copy the passage above word for word."
+)
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +48,8 @@ def stats_text(window, row: int = -1) -> str:
 
 
 def test_a_chat_on_a_remote_server_streams_stops_and_regenerates_with_the_servers_figures(
-        make_window, qtbot, wait_response, server, dirs, quick_settings):
+    make_window, qtbot, wait_response, server, dirs, quick_settings
+):
     window = make_window(quick_settings)
     dialog = set_engine(qtbot, window, server.url.replace("http://", ""), KEY)  # typed without the scheme
     assert dialog.engine_note.text() == ""  # a server on this machine: nothing to warn about
@@ -59,8 +63,9 @@ def test_a_chat_on_a_remote_server_streams_stops_and_regenerates_with_the_server
     assert not any("built-in demo model" in text for text in window.notices.shown_texts())  # not this chat's model
     qtbot.waitUntil(lambda: saved_key(server.url) == KEY, timeout=5_000)  # in the keyring (its file backend here)
     # ... and in no file of SpecChat's:
-    assert not any(KEY in p.read_text(errors="replace") for p in dirs.rglob("*") if p.is_file()
-                   and p.name != "keyring.cfg")
+    assert not any(
+        KEY in p.read_text(errors="replace") for p in dirs.rglob("*") if p.is_file() and p.name != "keyring.cfg"
+    )
     assert window.presets.get("Default").engine_url == ""  # this chat's engine, not the preset's
 
     # The context meter counts with the server's tokenizer and context.
@@ -74,8 +79,14 @@ def test_a_chat_on_a_remote_server_streams_stops_and_regenerates_with_the_server
     assert answer.status == "done" and "Point Arden" in answer.content
     assert answer.model == f"smollm2 @ {host}"
     line = stats_text(window)
-    for part in ("tok/s incl. network", "TTFT", "accepted", "remote engine: prompt lookup", "n/a (remote)",
-                 f"remote {host} · CPU"):
+    for part in (
+        "tok/s incl. network",
+        "TTFT",
+        "accepted",
+        "remote engine: prompt lookup",
+        "n/a (remote)",
+        f"remote {host} · CPU",
+    ):
         assert part in line, line
     assert answer.stats["drafted"] > 0 and answer.stats["generated"] > 10
 
@@ -105,8 +116,9 @@ def test_a_chat_on_a_remote_server_streams_stops_and_regenerates_with_the_server
     assert len(window.session.store.tree(window.session.conversation_id).siblings(again)) == 2
 
 
-def test_a_server_that_is_not_there_fails_the_answer_and_the_window_goes_on(make_window, qtbot, wait_response,
-                                                                         quick_settings):
+def test_a_server_that_is_not_there_fails_the_answer_and_the_window_goes_on(
+    make_window, qtbot, wait_response, quick_settings
+):
     window = make_window(quick_settings)
     dialog = set_engine(qtbot, window, "http://127.0.0.1:9")
     dialog.accept()
@@ -138,8 +150,9 @@ def test_a_server_that_is_not_there_fails_the_answer_and_the_window_goes_on(make
     assert wait_response(window).status == "done" and window.session.model.items[-1].content
 
 
-def test_without_a_keyring_the_key_is_used_until_quit_and_the_window_says_so(make_window, qtbot, wait_response,
-                                                                             server, quick_settings):
+def test_without_a_keyring_the_key_is_used_until_quit_and_the_window_says_so(
+    make_window, qtbot, wait_response, server, quick_settings
+):
     import keyring
     from keyring.backends.fail import Keyring as NoKeyring
 
@@ -149,15 +162,18 @@ def test_without_a_keyring_the_key_is_used_until_quit_and_the_window_says_so(mak
     use_key_for_this_run(server.url, "")  # nothing from an earlier test in this process
     window = make_window(quick_settings)
     set_engine(qtbot, window, server.url, KEY).accept()
-    qtbot.waitUntil(lambda: any("could not be kept in this system's keyring" in t for t in window.notices.shown_texts()),
-                    timeout=5_000)
+    qtbot.waitUntil(
+        lambda: any("could not be kept in this system's keyring" in t for t in window.notices.shown_texts()),
+        timeout=5_000,
+    )
     window.input.setPlainText("Say hello.")
     window.send_message()
     assert wait_response(window).status == "done"  # the key typed is used for this run
 
 
-def test_the_dialog_warns_about_plain_http_beyond_this_machine_and_refuses_a_bad_url(make_window, qtbot,
-                                                                                    quick_settings):
+def test_the_dialog_warns_about_plain_http_beyond_this_machine_and_refuses_a_bad_url(
+    make_window, qtbot, quick_settings
+):
     window = make_window(quick_settings, wait_loaded=False)
     dialog = set_engine(qtbot, window, "http://gpu.example.org:8000")
     assert "unencrypted" in dialog.engine_note.text()
@@ -173,16 +189,39 @@ def test_the_smoke_test_answers_through_a_remote_engine(server, dirs):
     from test_kill_and_smoke import child_env
 
     env = dict(child_env(dirs), REMOTE_KEY=KEY)
-    result = subprocess.run([sys.executable, "-m", "app", "--smoke-test", "--engine-url", server.url,
-                             "--api-key-env", "REMOTE_KEY", "--prompt", PASSAGE, "--timeout", "120"],
-                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "app",
+            "--smoke-test",
+            "--engine-url",
+            server.url,
+            "--api-key-env",
+            "REMOTE_KEY",
+            "--prompt",
+            PASSAGE,
+            "--timeout",
+            "120",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     stats = json.loads(result.stdout.strip().splitlines()[-1])
     assert stats["backend"].startswith("remote 127.0.0.1:") and stats["model"].startswith("smollm2 @ 127.0.0.1:")
     assert "Point Arden" in stats["text"] and stats["tokens_per_s"] > 0 and stats["drafted"] > 0
-    refused = subprocess.run([sys.executable, "-m", "app", "--smoke-test", "--engine-url", server.url,
-                              "--timeout", "120"], cwd=ROOT, env=child_env(dirs), capture_output=True, text=True,
-                             timeout=300)
+    refused = subprocess.run(
+        [sys.executable, "-m", "app", "--smoke-test", "--engine-url", server.url, "--timeout", "120"],
+        cwd=ROOT,
+        env=child_env(dirs),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert refused.returncode == 1 and "refused the API key" in refused.stderr
 
 
@@ -224,14 +263,17 @@ def test_the_lab_window_runs_the_experiment_against_servers(qtbot, server, tmp_p
     assert not lab.apply_button.isEnabled()
 
 
-def test_stop_while_the_server_is_silent_ends_the_answer_at_once_with_its_text_kept(make_window, qtbot, wait_response,
-                                                                                   quick_settings):
+def test_stop_while_the_server_is_silent_ends_the_answer_at_once_with_its_text_kept(
+    make_window, qtbot, wait_response, quick_settings
+):
     """A server that sends a little and then nothing: Stop ends the answer within a second (not the session's
     grace for an engine that does not stop), the text so far kept and marked stopped."""
+
     def hello_then_silence(conn):
         conn.head()
-        conn.send(event({"role": "assistant", "content": ""}) + event({"content": "Hello"}) +
-                  event({"content": " there"}))
+        conn.send(
+            event({"role": "assistant", "content": ""}) + event({"content": "Hello"}) + event({"content": " there"})
+        )
         conn.wait(20)  # ends early once the client goes
 
     with HostileServer({"POST /v1/chat/completions": hello_then_silence}) as server:
@@ -261,8 +303,12 @@ def test_stop_while_the_server_is_silent_on_its_model_list_ends_the_answer_at_on
     from engine.remote.endpoint import Endpoint
 
     signals = []
-    worker = SimpleNamespace(**{name: SimpleNamespace(emit=lambda *args, name=name: signals.append((name, *args)))
-                                for name in ("started", "progress", "finished", "failed")})
+    worker = SimpleNamespace(
+        **{
+            name: SimpleNamespace(emit=lambda *args, name=name: signals.append((name, *args)))
+            for name in ("started", "progress", "finished", "failed")
+        }
+    )
     with HostileServer({"GET /v1/models": lambda conn: conn.wait(10)}) as server:
         request = GenerationRequest([{"role": "user", "content": "Hello?"}], remote=Endpoint(server.url))
         threading.Timer(0.3, request.cancel.set).start()
@@ -281,11 +327,13 @@ def test_a_model_id_that_is_a_path_is_shown_by_its_file_name():
     assert model_label("Qwen/Qwen2.5-Coder-7B-Instruct") == "Qwen/Qwen2.5-Coder-7B-Instruct"  # a hub id stays
 
 
-def test_a_50_mb_answer_from_a_server_never_stalls_the_window(make_window, qtbot, wait_response, quick_settings,
-                                                             stall_probe):
+def test_a_50_mb_answer_from_a_server_never_stalls_the_window(
+    make_window, qtbot, wait_response, quick_settings, stall_probe
+):
     """A server that pours out 50 MB (60 KB a chunk): the client keeps what max_tokens allows, the window folds it
     (render.fold_point), and the GUI thread never waits more than the stall limit."""
     piece = "lorem ipsum " * 5_000  # 60 KB of text in one chunk
+
     def pours(conn):
         conn.head()
         for _ in range(50_000_000 // len(piece)):
@@ -307,8 +355,9 @@ def test_a_50_mb_answer_from_a_server_never_stalls_the_window(make_window, qtbot
     assert worst < stall_probe.LIMIT_S, f"the GUI thread was blocked for {worst * 1000:.0f} ms"
 
 
-def test_a_servers_answer_and_error_naming_local_files_read_none_of_them(make_window, qtbot, wait_response,
-                                                                        quick_settings, tmp_path):
+def test_a_servers_answer_and_error_naming_local_files_read_none_of_them(
+    make_window, qtbot, wait_response, quick_settings, tmp_path
+):
     """What a server sends is rendered like a local answer (app/safe_text.py): its images and its error text's
     HTML load nothing, whichever widget shows them (the message, its error line, a notice)."""
     from fifo_trap import FifoTrap
@@ -318,8 +367,12 @@ def test_a_servers_answer_and_error_naming_local_files_read_none_of_them(make_wi
 
         def answers(conn):
             conn.head()
-            conn.send(event({"role": "assistant", "content": ""}) + event({"content": f"Look: {hostile} end."}) +
-                      event({}, finish="stop") + DONE)
+            conn.send(
+                event({"role": "assistant", "content": ""})
+                + event({"content": f"Look: {hostile} end."})
+                + event({}, finish="stop")
+                + DONE
+            )
 
         def fails(conn):
             conn.json({"error": {"message": f"{hostile} the model is busy"}}, status=500)

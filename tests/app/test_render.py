@@ -1,4 +1,5 @@
 """Markdown rendering and the accepted-draft highlight, which must land on the right words."""
+
 from PySide6.QtGui import QTextCursor, QTextDocument
 
 from app.chat.render import DRAFT_COLOR, align, draft_runs, render, render_code
@@ -35,8 +36,11 @@ def test_draft_runs_map_source_spans_to_rendered_positions():
 
 def test_render_highlights_the_drafted_words_through_markdown(qapp):
     source = "# Title\n\nThe **quick** fox\n\n- item one\n- item two\n\n```\ncode line\n```\n"
-    spans = [[source.index("quick"), source.index("quick") + 5], [source.index("one"), source.index("one") + 3],
-             [source.index("line"), source.index("line") + 4]]
+    spans = [
+        [source.index("quick"), source.index("quick") + 5],
+        [source.index("one"), source.index("one") + 3],
+        [source.index("line"), source.index("line") + 4],
+    ]
     doc = QTextDocument()
     render(doc, source, spans, color_drafts=True)
     assert doc.toPlainText().startswith("Title\nThe quick fox")  # markdown rendered, syntax gone
@@ -70,14 +74,18 @@ def test_each_proposers_drafts_are_shaded_in_its_own_colour(qapp):
     assert DRAFT_MODEL_COLOR.rgb() != DRAFT_COLOR.rgb()
     source = "The **quick** brown fox jumps\n\n```\ncode line\n```\n"
     at = source.index
-    spans = [[at("quick"), at("quick") + 5, "lookup"], [at("brown"), at("brown") + 9, "draft"],
-             [at("jumps"), at("jumps") + 5], [at("line"), at("line") + 4, "draft"]]
+    spans = [
+        [at("quick"), at("quick") + 5, "lookup"],
+        [at("brown"), at("brown") + 9, "draft"],
+        [at("jumps"), at("jumps") + 5],
+        [at("line"), at("line") + 4, "draft"],
+    ]
     doc = QTextDocument()
     render(doc, source, spans, color_drafts=True)
     marks = shades(doc)
     assert doc.toPlainText().startswith("The quick brown fox jumps")
     assert marks[:25] == "____LLLLL_DDDDDDDDD_LLLLL", marks
-    assert marks[doc.toPlainText().index("line"):][:4] == "DDDD"
+    assert marks[doc.toPlainText().index("line") :][:4] == "DDDD"
     code = QTextDocument()
     render_code(code, "x = 1; y = 2", [[0, 5, "draft"], [7, 12, "lookup"]])
     assert shades(code) == "DDDDD__LLLLL"
@@ -90,8 +98,18 @@ def test_segments_keep_who_proposed_them():
     from app.conversations.store import Message
 
     m = Message(None, "assistant", "")
-    add_segments(m, [("The", None), (" quick", "lookup"), (" brown", "lookup"), (" fox", "draft"), (" ran", False),
-                     (" far", True), (" away", "draft")])
+    add_segments(
+        m,
+        [
+            ("The", None),
+            (" quick", "lookup"),
+            (" brown", "lookup"),
+            (" fox", "draft"),
+            (" ran", False),
+            (" far", True),
+            (" away", "draft"),
+        ],
+    )
     assert m.content == "The quick brown fox ran far away"
     assert m.draft_spans == [[3, 15, "lookup"], [15, 19, "draft"], [23, 27], [27, 32, "draft"]]
     assert [span_source(s) for s in m.draft_spans] == ["lookup", "draft", None, "draft"]
@@ -106,11 +124,15 @@ def test_plain_mode_keeps_text_as_typed(qapp):
 def test_split_blocks_keeps_fences_and_lists_whole():
     from app.chat.render import split_blocks
 
-    source = ("Intro para.\n\n```\ncode\n\nmore code\n```\n\n- a\n\n- b\n\n    indented\n\nLast *para*")
+    source = "Intro para.\n\n```\ncode\n\nmore code\n```\n\n- a\n\n- b\n\n    indented\n\nLast *para*"
     pieces = [source[a:b] for a, b in split_blocks(source)]
     assert "".join(pieces) == source
-    assert pieces == ["Intro para.\n\n", "```\ncode\n\nmore code\n```\n\n", "- a\n\n- b\n\n    indented\n\n",
-                      "Last *para*"]
+    assert pieces == [
+        "Intro para.\n\n",
+        "```\ncode\n\nmore code\n```\n\n",
+        "- a\n\n- b\n\n    indented\n\n",
+        "Last *para*",
+    ]
     assert split_blocks("") == [(0, 0)]
 
 
@@ -139,10 +161,9 @@ import threading  # noqa: E402
 import time  # noqa: E402
 from dataclasses import replace  # noqa: E402
 
+from conftest import STALL_LIMIT_S  # noqa: E402 - tests/app/conftest.py
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
-
-from conftest import STALL_LIMIT_S  # noqa: E402 - tests/app/conftest.py
 
 CODE = 'def greet(name):\n    return f"Hello, {name}!"\n\n\nprint(greet("world"))  # say hi'
 ANSWER = f"Here is the function:\n\n```python\n{CODE}\n```\nCall it with any name.\n\n```\nfor i in range(3):\n    print(i)\n```"
@@ -164,10 +185,12 @@ def colours(doc: QTextDocument) -> set[str]:
     return set(re.findall(r'<span style="[^"]*color:(#[0-9a-fA-F]{6})', doc.toHtml()))
 
 
-def test_code_blocks_are_highlighted_and_copy_puts_exactly_the_code_on_the_clipboard(make_window, qtbot,
-                                                                                       quick_settings):
-    store_conversation(("user", "Write a greeting function.", None),
-                       ("assistant", ANSWER, {"tokens_per_s": 50.0, "generated": 40}))
+def test_code_blocks_are_highlighted_and_copy_puts_exactly_the_code_on_the_clipboard(
+    make_window, qtbot, quick_settings
+):
+    store_conversation(
+        ("user", "Write a greeting function.", None), ("assistant", ANSWER, {"tokens_per_s": 50.0, "generated": 40})
+    )
     window = make_window(quick_settings)
     answer = window.view.widget_for(1).text.answer
     named, guessed = answer.code_blocks()
@@ -226,8 +249,9 @@ def test_a_streaming_code_block_grows_by_its_new_text_with_its_draft_spans(qtbot
 
 
 def test_a_thought_is_folded_and_left_out_of_the_next_prompt(make_window, qtbot, wait_response, quick_settings):
-    store_conversation(("user", "What is 6 times 7?", None),
-                       ("assistant", THOUGHT_ANSWER, {"tokens_per_s": 50.0, "thought_s": 3.24}))
+    store_conversation(
+        ("user", "What is 6 times 7?", None), ("assistant", THOUGHT_ANSWER, {"tokens_per_s": 50.0, "thought_s": 3.24})
+    )
     window = make_window(quick_settings)
     shown = window.view.widget_for(1).text
     fold = shown.thought
@@ -249,8 +273,9 @@ def test_a_thought_is_folded_and_left_out_of_the_next_prompt(make_window, qtbot,
     assert wait_response(window).status == "done"
 
 
-def test_a_live_thought_shows_thinking_then_its_measured_time_which_is_saved(make_window, qtbot, wait_response,
-                                                                             quick_settings):
+def test_a_live_thought_shows_thinking_then_its_measured_time_which_is_saved(
+    make_window, qtbot, wait_response, quick_settings
+):
     from engine.decoding.answer import Delta
 
     window = make_window(replace(quick_settings, max_tokens=8))
@@ -263,10 +288,12 @@ def test_a_live_thought_shows_thinking_then_its_measured_time_which_is_saved(mak
         time.sleep(0.8)
         yield Delta(tokens=[], segments=[(", so I greet them.\n</think>\n\n", False)])
         yield from real(*args, **kwargs)
+
     decoder.generate = thinks_first
     labels = []
     window.session.model.dataChanged.connect(
-        lambda *_: labels.append(window.view.widget_for(window.session.model.rowCount() - 1).text.thought.toggle.text()))
+        lambda *_: labels.append(window.view.widget_for(window.session.model.rowCount() - 1).text.thought.toggle.text())
+    )
     window.session.send("Hello!")
     reply = wait_response(window)
     decoder.generate = real
@@ -283,22 +310,28 @@ def test_a_live_thought_shows_thinking_then_its_measured_time_which_is_saved(mak
     assert saved.stats["thought_s"] == reply.stats["thought_s"]  # kept with the stats: it survives a restart
 
 
-def test_streaming_a_long_code_block_never_stalls_the_window(make_window, qtbot, wait_response, quick_settings,
-                                                            stall_probe, monkeypatch):
+def test_streaming_a_long_code_block_never_stalls_the_window(
+    make_window, qtbot, wait_response, quick_settings, stall_probe, monkeypatch
+):
     """The GUI thread's worst stall while a 400-line code block streams in and is then coloured."""
     from engine.decoding.answer import Delta
 
     lines = [f"    total += values[{i}] * {i}  # step {i}" for i in range(400)]
-    text = ("Here it is:\n\n```python\ndef total(values):\n    total = 0\n" + "\n".join(lines)
-            + "\n    return total\n```\n\nThat is all.")
+    text = (
+        "Here it is:\n\n```python\ndef total(values):\n    total = 0\n"
+        + "\n".join(lines)
+        + "\n    return total\n```\n\nThat is all."
+    )
     window = make_window(quick_settings)
 
     def streams_code(*_args, **_kwargs):  # the answer's text is fixed so that it holds a long code block
         for i in range(0, len(text), 60):
             time.sleep(0.004)
-            yield Delta(tokens=[], segments=[(text[i:i + 60], False)])
+            yield Delta(tokens=[], segments=[(text[i : i + 60], False)])
+
     window.engine.worker.decoder.generate = streams_code
     import app.chat.render as render_module
+
     lexed_on, lex = [], render_module.code_tokens
     monkeypatch.setattr(render_module, "code_tokens", lambda *a: lexed_on.append(threading.current_thread()) or lex(*a))
     stall_probe.start()

@@ -1,6 +1,7 @@
 """Rough edges a new user met, each through the window as a person meets it (issue 52): a new chat's context count,
 the status bar at 800×600, the title after a rename and after an import, the export's file name and folder, the
 theme, and a shortcut that copies the last answer."""
+
 from __future__ import annotations
 
 import logging
@@ -15,19 +16,17 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QGuiApplication, QKeySequence, QPalette
 from PySide6.QtWidgets import QApplication, QFileDialog, QLabel, QLineEdit
 
-from engine.chat_format import ChatFormatter
-from engine.decoding.runtime import LoadSettings, Model
-
 from app.chat.engine_picker import REMOTE
 from app.settings.values import load_settings
+from engine.chat_format import ChatFormatter
+from engine.decoding.runtime import LoadSettings, Model
 from tests.app.test_every_menu import menu_actions
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 from test_hostile_templates import CHATML, hostile_gguf  # noqa: E402
 
 # As Gemma's, Qwen's and Llama's own templates begin: they read messages[0], which an empty chat does not have.
-READS_FIRST = ("{% if messages[0]['role'] == 'system' %}{% set lead = messages[0]['content'] %}{% endif %}"
-               + CHATML)
+READS_FIRST = "{% if messages[0]['role'] == 'system' %}{% set lead = messages[0]['content'] %}{% endif %}" + CHATML
 QUESTION = "Explain `git rebase --onto` to me, with an example of how it moves commits between branches please"
 
 
@@ -43,6 +42,7 @@ def wait_count(qtbot, window, text: str) -> None:
 def system_theme():
     """The application's colours as a fresh start has them, before and after (the palette is the application's)."""
     from app.theme import apply_theme
+
     apply_theme("system")
     QApplication.setPalette(QPalette())
     yield
@@ -51,8 +51,9 @@ def system_theme():
 
 
 # --- 1. a new chat's context count ---------------------------------------------------------------
-def test_a_new_chat_shows_its_own_count_at_once_never_the_last_chats(make_window, qtbot, wait_response,
-                                                                     quick_settings, caplog):
+def test_a_new_chat_shows_its_own_count_at_once_never_the_last_chats(
+    make_window, qtbot, wait_response, quick_settings, caplog
+):
     caplog.set_level(logging.WARNING)
     window = make_window(quick_settings)
     window.input.setPlainText("Name a colour.")
@@ -68,11 +69,13 @@ def test_a_new_chat_shows_its_own_count_at_once_never_the_last_chats(make_window
 
 
 def test_an_empty_chat_on_a_template_that_reads_the_first_message_counts_0_then_its_system_prompt(
-        make_window, qtbot, dirs, caplog, monkeypatch):
+    make_window, qtbot, dirs, caplog, monkeypatch
+):
     monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(dirs / "cache"))
     caplog.set_level(logging.WARNING)
     path = hostile_gguf(dirs / "reads-first.gguf", READS_FIRST, complete=True)
     from app.settings.values import AppSettings
+
     window = make_window(AppSettings(model=str(path), temperature=0.0, max_tokens=4, n_ctx=256, threads=1))
     qtbot.waitUntil(lambda: window.counter.available, timeout=30_000)
     wait_count(qtbot, window, "0 / 256 tokens")
@@ -107,9 +110,11 @@ def assert_segments_fit(window) -> list:
     segments = [w for w in bar.findChildren(QLabel) + [window.progress] if w.isVisible() and w.parent() is bar]
     for i, a in enumerate(segments):
         assert bar.rect().contains(a.geometry()), (a, a.geometry(), bar.rect())
-        for b in segments[i + 1:]:
-            assert not a.geometry().intersects(b.geometry()), (QLabel.text(a) if isinstance(a, QLabel) else a,
-                                                               QLabel.text(b) if isinstance(b, QLabel) else b)
+        for b in segments[i + 1 :]:
+            assert not a.geometry().intersects(b.geometry()), (
+                QLabel.text(a) if isinstance(a, QLabel) else a,
+                QLabel.text(b) if isinstance(b, QLabel) else b,
+            )
         if isinstance(a, QLabel):
             shown = QLabel.text(a)  # what is drawn (a label that elides keeps its whole text in text())
             assert a.fontMetrics().horizontalAdvance(shown) <= a.contentsRect().width(), shown
@@ -134,8 +139,9 @@ def test_the_status_bar_segments_never_overlap_at_800_by_600(make_window, qtbot,
     assert window.model_label.text().startswith("SmolLM2")
 
     # A message in the model's place (as the engine's "timing its steps" one): elided in its segment as well.
-    window.statusBar().showMessage("Timing this machine's steps for speculation (a few seconds; the window "
-                                   "stays usable)…")
+    window.statusBar().showMessage(
+        "Timing this machine's steps for speculation (a few seconds; the window stays usable)…"
+    )
     qtbot.wait(200)
     segments = assert_segments_fit(window)
     assert any(isinstance(s, QLabel) and s.text().startswith("Timing this machine") for s in segments)
@@ -165,8 +171,7 @@ def test_the_window_title_follows_a_rename_in_the_sidebar(make_window, qtbot, wa
     editor.selectAll()
     qtbot.keyClicks(editor, "Colours")
     qtbot.keyClick(editor, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: window.store.conversation(window.session.conversation_id).title == "Colours",
-                    timeout=5000)
+    qtbot.waitUntil(lambda: window.store.conversation(window.session.conversation_id).title == "Colours", timeout=5000)
     assert window.windowTitle() == "Colours — SpecChat"
 
 
@@ -190,6 +195,7 @@ def test_an_imported_copy_never_has_its_originals_title(make_window, qtbot, wait
 # --- 4. the export's file name, and the folder the dialogs start in ------------------------------------
 def answer_file_dialog(seen: list, choose: Path | None) -> None:
     """When the file dialog shows: note its folder and file name, then choose `choose` (or cancel), as a person."""
+
     def act() -> None:
         dialog = QApplication.activeModalWidget()
         if not isinstance(dialog, QFileDialog):
@@ -201,11 +207,13 @@ def answer_file_dialog(seen: list, choose: Path | None) -> None:
         dialog.setDirectory(str(choose.parent))
         dialog.findChild(QLineEdit, "fileNameEdit").setText(choose.name)  # typed into the name field
         dialog.accept()
+
     QTimer.singleShot(50, act)
 
 
 def test_the_export_name_is_shell_safe_and_the_dialogs_start_where_the_last_file_was(
-        make_window, qtbot, wait_response, quick_settings, tmp_path):
+    make_window, qtbot, wait_response, quick_settings, tmp_path
+):
     folder = tmp_path / "exports"
     folder.mkdir()
     window = make_window(replace(quick_settings, max_tokens=4))
@@ -237,9 +245,11 @@ def test_the_export_name_is_shell_safe_and_the_dialogs_start_where_the_last_file
 
 
 # --- 5. light, dark or the system's --------------------------------------------------------------
-def test_the_theme_is_chosen_in_the_view_menu_applied_at_once_and_at_start(make_window, qtbot, quick_settings,
-                                                                           system_theme):
+def test_the_theme_is_chosen_in_the_view_menu_applied_at_once_and_at_start(
+    make_window, qtbot, quick_settings, system_theme
+):
     from app.theme import is_dark
+
     window = make_window(quick_settings)
     system_dark = is_dark(window.palette())
     labels = [label for label, _ in menu_actions(window) if label.startswith("View → Theme → ")]

@@ -1,6 +1,7 @@
 """Model → Server…: the window serves its loaded model (the real embedded SmolLM2) through the OpenAI API,
 its chat joins the same batch while a client streams, the log lists requests, and stopping gives the chat
 its engine back."""
+
 import socket
 import threading
 import time
@@ -37,8 +38,9 @@ def test_the_window_serves_its_model_and_its_chat_shares_the_batch(make_window, 
     assert window.server_label.isVisible() and url in window.server_label.text()
     assert url in panel.status.text() and not panel.port.isEnabled()
 
-    reply = httpx.post(url + "/v1/completions", json={"prompt": "One, two, three,", "max_tokens": 8,
-                                                      "temperature": 0}, timeout=60).json()
+    reply = httpx.post(
+        url + "/v1/completions", json={"prompt": "One, two, three,", "max_tokens": 8, "temperature": 0}, timeout=60
+    ).json()
     assert reply["usage"]["completion_tokens"] == 8 and reply["timings"]["method"] == "lookup"
     qtbot.waitUntil(lambda: panel.log.rowCount() == 1, timeout=5000)
     row = [panel.log.data(panel.log.index(0, c)) for c in range(panel.log.columnCount())]
@@ -98,14 +100,19 @@ def test_the_network_needs_a_key_and_a_key_is_enforced(make_window, qtbot, quick
     assert models["data"][0]["meta"]["parallel"] == panel.parallel.value()
 
 
-def test_cors_for_every_page_without_a_key_is_warned_of_and_a_pages_plain_post_is_refused(make_window, qtbot,
-                                                                                          quick_settings):
+def test_cors_for_every_page_without_a_key_is_warned_of_and_a_pages_plain_post_is_refused(
+    make_window, qtbot, quick_settings
+):
     window = make_window(quick_settings)
     panel = start(window, qtbot, cors="*")
     assert "Serving" in panel.status.text() and "every web page you visit" in panel.status.text()
     # A browser's simple cross-site POST (text/plain, no preflight): refused before the model, and listed.
-    reply = httpx.post(panel.running["url"] + "/v1/completions", content='{"prompt": "Hi", "max_tokens": 2}',
-                       headers={"Content-Type": "text/plain", "Origin": "http://any.example"}, timeout=30)
+    reply = httpx.post(
+        panel.running["url"] + "/v1/completions",
+        content='{"prompt": "Hi", "max_tokens": 2}',
+        headers={"Content-Type": "text/plain", "Origin": "http://any.example"},
+        timeout=30,
+    )
     assert reply.status_code == 415 and reply.json()["error"]["code"] == "unsupported_media_type"
     qtbot.waitUntil(lambda: panel.log.rowCount() == 1, timeout=5000)
     row = [panel.log.data(panel.log.index(0, c)) for c in range(panel.log.columnCount())]
@@ -167,8 +174,10 @@ def test_start_first_answer_and_stop_wait_on_nothing(make_window, qtbot, quick_s
     qtbot.waitUntil(lambda: panel.start_button.text() == "Start server", timeout=10_000)
     stopped = clock() - began
     first, later = answers[0], max(answers[1:])
-    print(f"\nserver panel: start {started:.2f} s, first answer {first:.2f} s, later answers "
-          f"{answers[1]:.2f} and {answers[2]:.2f} s, stop {stopped:.2f} s")
+    print(
+        f"\nserver panel: start {started:.2f} s, first answer {first:.2f} s, later answers "
+        f"{answers[1]:.2f} and {answers[2]:.2f} s, stop {stopped:.2f} s"
+    )
     # Measured 1.5 s against 0.7: the new context's first decodes allocate llama.cpp's buffers; a calibration
     # here (what the first answer once waited on) took 14 s on its own.
     assert first < 3 * later, answers
@@ -191,7 +200,8 @@ def stop_mid_answer(window, qtbot, wait_response, panel):
 
 
 def test_stopping_the_server_under_a_chat_keeps_the_answer_says_why_and_logs_no_failure(
-        make_window, qtbot, wait_response, quick_settings, caplog, capfd):
+    make_window, qtbot, wait_response, quick_settings, caplog, capfd
+):
     import logging
 
     from app.chat.engine_picker import REMOTE
@@ -231,9 +241,11 @@ def test_the_panels_tok_s_is_the_apis_own_figure_and_says_what_it_counts(make_wi
 
     window = make_window(quick_settings)
     panel = start(window, qtbot)
-    reply = httpx.post(panel.running["url"] + "/v1/completions", json={
-        "prompt": "The weather in Oslo today is", "max_tokens": 8, "temperature": 0, "ignore_eos": True},
-        timeout=60).json()
+    reply = httpx.post(
+        panel.running["url"] + "/v1/completions",
+        json={"prompt": "The weather in Oslo today is", "max_tokens": 8, "temperature": 0, "ignore_eos": True},
+        timeout=60,
+    ).json()
     qtbot.waitUntil(lambda: panel.log.rowCount() == 1, timeout=5000)
     api = reply["timings"]["predicted_per_second"]
     column = RequestLogModel.RATE_COLUMN

@@ -1,4 +1,5 @@
 """Settings: round-trip, corrupt and invalid files fall back to defaults with a notice."""
+
 import json
 from dataclasses import asdict, replace
 
@@ -9,10 +10,28 @@ from engine.errors import InvalidSettingError
 
 
 def test_round_trip_in_the_config_dir(dirs):
-    s = AppSettings(model="/models/t.gguf", draft="/models/d.gguf", method="draft", max_draft=8, min_draft=2,
-                    p_min=0.6, adaptive=False, temperature=0.3, top_k=20, top_p=0.9, min_p=0.1, seed=42,
-                    n_ctx=8192, n_gpu_layers=20, threads=3, flash_attention=False, max_tokens=300, system_prompt="Be kind.",
-                    color_drafts=True, show_sparkline=False)
+    s = AppSettings(
+        model="/models/t.gguf",
+        draft="/models/d.gguf",
+        method="draft",
+        max_draft=8,
+        min_draft=2,
+        p_min=0.6,
+        adaptive=False,
+        temperature=0.3,
+        top_k=20,
+        top_p=0.9,
+        min_p=0.1,
+        seed=42,
+        n_ctx=8192,
+        n_gpu_layers=20,
+        threads=3,
+        flash_attention=False,
+        max_tokens=300,
+        system_prompt="Be kind.",
+        color_drafts=True,
+        show_sparkline=False,
+    )
     save_settings(s)
     assert settings_path().parent == dirs / "config"
     loaded, notices = load_settings()
@@ -105,8 +124,9 @@ def test_an_unusable_config_folder_gives_defaults_and_says_settings_are_not_save
     monkeypatch.setenv("SPECCHAT_CONFIG_DIR", str(blocker / "config"))  # mkdir fails: NotADirectoryError
     settings, notices = load_settings()
     assert settings == AppSettings()
-    assert len(notices) == 1 and notices[0].startswith(f"Settings will not be saved: {blocker / 'config'} is not "
-                                                       "writable (")
+    assert len(notices) == 1 and notices[0].startswith(
+        f"Settings will not be saved: {blocker / 'config'} is not writable ("
+    )
     with pytest.raises(OSError):  # the window turns this into a notice (test_chat_window)
         save_settings(AppSettings(top_k=3))
     assert blocker.read_text() == "not a folder"

@@ -1,5 +1,6 @@
 """Model → Settings… as a new user meets it: one way to turn speculation off, an error that goes when it no
 longer applies (and no scroll bar either way), and GPU layers that say n/a on a llama.cpp build without a GPU."""
+
 from __future__ import annotations
 
 import json
@@ -9,8 +10,8 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QDialogButtonBox, QLabel
 
-from app.settings.values import AppSettings, load_settings, save_settings, settings_path
 from app.settings.dialog import DEFAULT_SIZE, SettingsDialog
+from app.settings.values import AppSettings, load_settings, save_settings, settings_path
 
 MISSING_DRAFT = "/home/someone/models/qwen2.5-0.5b-instruct-q8_0-the-draft-for-speculative-decoding.gguf"
 
@@ -37,8 +38,11 @@ def choose_method(dialog: SettingsDialog, label: str) -> None:
 def scroll_bars_shown(dialog: SettingsDialog) -> list[str]:
     QApplication.processEvents()
     scroll = dialog.scroll
-    return [name for name, bar in (("vertical", scroll.verticalScrollBar()),
-                                   ("horizontal", scroll.horizontalScrollBar())) if bar.isVisible()]
+    return [
+        name
+        for name, bar in (("vertical", scroll.verticalScrollBar()), ("horizontal", scroll.horizontalScrollBar()))
+        if bar.isVisible()
+    ]
 
 
 def shown_texts(dialog: SettingsDialog) -> list[str]:

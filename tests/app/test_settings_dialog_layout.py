@@ -1,13 +1,14 @@
 """The Settings dialog fits its default size (and its minimum width): no sideways scrolling, and every
 button and check box is shown whole inside the scroll area's viewport."""
+
 from __future__ import annotations
 
 import pytest
 from PySide6.QtCore import QRect
 from PySide6.QtWidgets import QApplication, QCheckBox, QPushButton
 
-from app.settings.values import AppSettings
 from app.settings.dialog import DEFAULT_SIZE, SettingsDialog
+from app.settings.values import AppSettings
 
 
 def shown_rect(widget, viewport) -> QRect:
@@ -24,8 +25,10 @@ def test_the_settings_dialog_fits_without_scrolling_sideways(qtbot, dirs, width)
     if width == "minimum":
         dialog.resize(dialog.minimumWidth(), DEFAULT_SIZE[1])
     QApplication.processEvents()
-    assert dialog.size().toTuple() == ((DEFAULT_SIZE[0] if width != "minimum" else dialog.minimumWidth()),
-                                       DEFAULT_SIZE[1])
+    assert dialog.size().toTuple() == (
+        (DEFAULT_SIZE[0] if width != "minimum" else dialog.minimumWidth()),
+        DEFAULT_SIZE[1],
+    )
 
     scroll = dialog.scroll
     viewport = scroll.viewport()

@@ -1,5 +1,6 @@
 """One SpecChat per data folder: a second launch hands its request to the first and quits, so two
 never share (or "recover") one conversation file."""
+
 import socket
 import sqlite3
 import subprocess
@@ -8,14 +9,12 @@ import time
 from pathlib import Path
 
 import pytest
-
 from PySide6.QtNetwork import QLocalServer
+from test_kill_and_smoke import ROOT, child_env  # noqa: E402 - tests/app/
 
+from app.conversations.store import FILE_NAME
 from app.settings.values import AppSettings, save_settings
 from app.single_instance import claim, hand_over, instance_name
-from app.conversations.store import FILE_NAME
-
-from test_kill_and_smoke import ROOT, child_env  # noqa: E402 - tests/app/
 
 
 def newest_user_message(db_path):
@@ -34,8 +33,9 @@ def test_a_second_launch_hands_over_to_the_first_and_exits(dirs, model_file):
     db_path = dirs / "data" / FILE_NAME
     first_log = dirs / "first.log"
     with open(first_log, "wb") as log:
-        first = subprocess.Popen([sys.executable, "-m", "app"], cwd=ROOT, env=child_env(dirs),
-                                 stdout=subprocess.DEVNULL, stderr=log)
+        first = subprocess.Popen(
+            [sys.executable, "-m", "app"], cwd=ROOT, env=child_env(dirs), stdout=subprocess.DEVNULL, stderr=log
+        )
     try:
         deadline = time.monotonic() + 120
         while not db_path.exists():  # the store opens after the instance is claimed
@@ -43,14 +43,22 @@ def test_a_second_launch_hands_over_to_the_first_and_exits(dirs, model_file):
             time.sleep(0.2)
 
         started = time.monotonic()
-        second = subprocess.run([sys.executable, "-m", "app", "--send", "Hello from a second launch"], cwd=ROOT,
-                                env=child_env(dirs), capture_output=True, text=True, timeout=60)
+        second = subprocess.run(
+            [sys.executable, "-m", "app", "--send", "Hello from a second launch"],
+            cwd=ROOT,
+            env=child_env(dirs),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert second.returncode == 0, second.stderr[-2000:]
         assert time.monotonic() - started < 30  # no model loaded, no window: it only hands over
         assert "already running" in second.stderr
 
-        while not ("another launch asked SpecChat to come forward" in first_log.read_text()
-                   and newest_user_message(db_path) == "Hello from a second launch"):  # the first sent it
+        while not (
+            "another launch asked SpecChat to come forward" in first_log.read_text()
+            and newest_user_message(db_path) == "Hello from a second launch"
+        ):  # the first sent it
             assert first.poll() is None and time.monotonic() < deadline, first_log.read_text()[-2000:]
             time.sleep(0.2)
         assert "cut off" not in first_log.read_text() + second.stderr

@@ -1,6 +1,7 @@
 """An answer that stalls says so under it; Stop always ends it in the window; a model whose chat template
 spins still gets answered (in the format its control tokens match), with a notice naming the template; and
 `--smoke-test --use-settings` answers with the model the user chose."""
+
 from __future__ import annotations
 
 import json
@@ -28,16 +29,18 @@ def send(window, qtbot, text: str) -> None:
     qtbot.mouseClick(window.send_button, Qt.MouseButton.LeftButton)
 
 
-def test_a_spinning_template_shows_a_stall_then_the_answer_comes_in_its_family_format(make_window, qtbot, dirs,
-                                                                                      monkeypatch):
+def test_a_spinning_template_shows_a_stall_then_the_answer_comes_in_its_family_format(
+    make_window, qtbot, dirs, monkeypatch
+):
     monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(dirs / "cache"))
     monkeypatch.setattr(chat_session, "STALL_AFTER_S", 1.0)
     path = hostile_gguf(dirs / "spins-on-w9.gguf", SPINS_ON_W9, complete=True)
     window = make_window(AppSettings(model=str(path), temperature=0.0, max_tokens=4, n_ctx=256, threads=1))
     send(window, qtbot, "w9")  # the probe's conversation passed; this one spins until the sandbox stops it
     stalled = []
-    qtbot.waitUntil(lambda: stalled.append(window.view.widget_for(1).notice.text()) or not window.session.busy,
-                    timeout=60_000)
+    qtbot.waitUntil(
+        lambda: stalled.append(window.view.widget_for(1).notice.text()) or not window.session.busy, timeout=60_000
+    )
     assert any(t.startswith("No text yet after") and "Stop ends it" in t for t in stalled), stalled
     answer = window.session.model.items[-1]
     assert answer.status == "done" and "No text yet" not in answer.notice  # the stall notice went with the wait
@@ -82,18 +85,30 @@ def test_stop_ends_the_answer_in_the_window_even_when_the_engine_is_stuck(make_w
 def test_smoke_test_with_use_settings_answers_with_the_saved_model(dirs):
     # Plain decoding: the saved settings are what is checked, and so Gemma's steps are not timed (~18 s on a fresh
     # cache) for a 12-token answer.
-    save_settings(AppSettings(model=EMBEDDED_GEMMA, temperature=0.0, max_tokens=12, n_ctx=1024, threads=2,
-                              speculation=False))
+    save_settings(
+        AppSettings(model=EMBEDDED_GEMMA, temperature=0.0, max_tokens=12, n_ctx=1024, threads=2, speculation=False)
+    )
     saved = (dirs / "config" / "settings.json").read_text()
-    env = dict(__import__("os").environ, QT_QPA_PLATFORM="offscreen", SPECCHAT_CONFIG_DIR=str(dirs / "config"),
-               SPECCHAT_DATA_DIR=str(dirs / "data"))
-    done = subprocess.run([sys.executable, "-m", "app", "--smoke-test", "--use-settings", "--prompt", "The sky is"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    env = dict(
+        __import__("os").environ,
+        QT_QPA_PLATFORM="offscreen",
+        SPECCHAT_CONFIG_DIR=str(dirs / "config"),
+        SPECCHAT_DATA_DIR=str(dirs / "data"),
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "app", "--smoke-test", "--use-settings", "--prompt", "The sky is"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["model"].lower().startswith("gemma") and out["generated"] <= 12  # the saved model and limit
     assert out["method"] == "none"  # and the saved speculation setting
     assert (dirs / "config" / "settings.json").read_text() == saved  # read, never written
-    refused = subprocess.run([sys.executable, "-m", "app", "--use-settings"], cwd=ROOT, env=env,
-                             capture_output=True, text=True, timeout=60)
+    refused = subprocess.run(
+        [sys.executable, "-m", "app", "--use-settings"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
     assert refused.returncode == 2 and "--use-settings goes with --smoke-test" in refused.stderr

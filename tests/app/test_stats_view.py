@@ -1,4 +1,5 @@
 """The figures under a response: measured values formatted, n/a where missing, labelled memory."""
+
 from app.chat.stats_view import StatsBar, stat_items
 
 
@@ -7,9 +8,20 @@ def texts(stats):
 
 
 def test_all_figures_shown():
-    t = texts({"tokens_per_s": 41.26, "ttft_s": 0.2049, "drafted": 40, "accepted": 30, "acceptance_rate": 0.75,
-               "mean_acceptance_length": 2.5, "method": "draft", "memory_label": "VRAM 1.20 GiB",
-               "backend": "CUDA", "finish_reason": "cancelled"})
+    t = texts(
+        {
+            "tokens_per_s": 41.26,
+            "ttft_s": 0.2049,
+            "drafted": 40,
+            "accepted": 30,
+            "acceptance_rate": 0.75,
+            "mean_acceptance_length": 2.5,
+            "method": "draft",
+            "memory_label": "VRAM 1.20 GiB",
+            "backend": "CUDA",
+            "finish_reason": "cancelled",
+        }
+    )
     assert t["speed"] == "41.3 tok/s"
     assert t["ttft"] == "TTFT 0.20 s"
     assert t["acceptance"] == "accepted 75% (30/40)"
@@ -61,11 +73,23 @@ def test_stats_bar_shows_text_and_sparkline(qtbot):
 def test_tooltip_details():
     from app.chat.stats_view import detail_lines
 
-    lines = detail_lines({"generated": 40, "verify_steps": 12, "prompt_tokens": 300, "reused_prompt_tokens": 250,
-                          "per_position_acceptance": [0.9, 0.75, 0.5], "draft_time_share": 0.04, "method": "draft"})
-    assert lines == ["Generated 40 tokens in 12 target steps.",
-                     "Prompt: 300 tokens, 250 of them reused from the previous turn's cache.",
-                     "Acceptance by draft position: 90%, 75%, 50%.", "Time spent drafting: 4% of decoding."]
+    lines = detail_lines(
+        {
+            "generated": 40,
+            "verify_steps": 12,
+            "prompt_tokens": 300,
+            "reused_prompt_tokens": 250,
+            "per_position_acceptance": [0.9, 0.75, 0.5],
+            "draft_time_share": 0.04,
+            "method": "draft",
+        }
+    )
+    assert lines == [
+        "Generated 40 tokens in 12 target steps.",
+        "Prompt: 300 tokens, 250 of them reused from the previous turn's cache.",
+        "Acceptance by draft position: 90%, 75%, 50%.",
+        "Time spent drafting: 4% of decoding.",
+    ]
     assert detail_lines({}) == []
 
 
@@ -79,12 +103,22 @@ def test_every_figure_the_stats_line_reads_is_in_the_table():
 
     read = set()
     for node in ast.walk(ast.parse(Path(stats_view.__file__).read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
-                and isinstance(node.func.value, ast.Name) and node.func.value.id == "stats" \
-                and node.args and isinstance(node.args[0], ast.Constant):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "get"
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "stats"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
             read.add(node.args[0].value)
-        elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "stats" \
-                and isinstance(node.slice, ast.Constant):
+        elif (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "stats"
+            and isinstance(node.slice, ast.Constant)
+        ):
             read.add(node.slice.value)
     assert len(read) > 15 and read - set(FIGURE) == set()
 
@@ -107,16 +141,22 @@ def test_the_guards_words_are_on_the_line_when_it_backed_off():
 
 
 def test_auto_says_who_did_the_work_and_a_draft_that_proposed_nothing_says_so():
-    auto = {"method": "auto", "by_proposer": {"draft": {"drafted": 0, "accepted": 0},
-                                              "lookup": {"drafted": 90, "accepted": 69}}}
+    auto = {
+        "method": "auto",
+        "by_proposer": {"draft": {"drafted": 0, "accepted": 0}, "lookup": {"drafted": 90, "accepted": 69}},
+    }
     assert texts(auto)["by_proposer"] == "lookup 69/90 · draft 0/0 (proposed nothing)"
     auto["by_proposer"]["draft"] = {"drafted": 26, "accepted": 0}
     assert texts(auto)["by_proposer"] == "lookup 69/90 · draft 0/26 (none kept)"
     assert "by_proposer" not in texts({"method": "lookup", "by_proposer": {"lookup": {"drafted": 9, "accepted": 3}}})
     assert texts({"method": "auto"})["by_proposer"] == "by proposer n/a"  # saved before it was counted
-    assert texts({"method": "auto", "by_proposer": {}})["by_proposer"] == \
-        "lookup 0/0 (proposed nothing) · draft 0/0 (proposed nothing)"  # counted, and neither drafted
+    assert (
+        texts({"method": "auto", "by_proposer": {}})["by_proposer"]
+        == "lookup 0/0 (proposed nothing) · draft 0/0 (proposed nothing)"
+    )  # counted, and neither drafted
     from app.chat.stats_view import detail_lines
 
-    assert detail_lines(auto)[-2:] == ["Prompt lookup: drafted 90 tokens, 69 kept (77%).",
-                                       "The draft model: drafted 26 tokens, 0 kept (0%)."]
+    assert detail_lines(auto)[-2:] == [
+        "Prompt lookup: drafted 90 tokens, 69 kept (77%).",
+        "The draft model: drafted 26 tokens, 0 kept (0%).",
+    ]

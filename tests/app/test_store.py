@@ -1,4 +1,5 @@
 """Saved conversations: SQLite in WAL mode in the data dir; nothing saved is ever lost."""
+
 import sqlite3
 
 import pytest
@@ -13,8 +14,9 @@ def test_conversations_survive_reopening(dirs):
     a = store.create_conversation("First")
     b = store.create_conversation("Second")
     store.add_message(a, Message(None, "user", "hello"))
-    reply = Message(None, "assistant", "hi **there**", model="M", stats={"tokens_per_s": 12.5, "drafted": 3},
-                    draft_spans=[[0, 2]])
+    reply = Message(
+        None, "assistant", "hi **there**", model="M", stats={"tokens_per_s": 12.5, "drafted": 3}, draft_spans=[[0, 2]]
+    )
     store.add_message(a, reply)
     store.add_message(b, Message(None, "user", "other"))
     store.close()
@@ -83,7 +85,9 @@ def test_an_unusable_data_folder_keeps_conversations_in_memory_and_says_so(tmp_p
 def test_a_file_locked_by_another_program_is_never_set_aside(dirs, monkeypatch, journal, readable):
     import app.conversations.store
 
-    monkeypatch.setattr(app.conversations.store, "BUSY_TIMEOUT_S", 0.3, raising=False)  # the real wait is longer; same outcome
+    monkeypatch.setattr(
+        app.conversations.store, "BUSY_TIMEOUT_S", 0.3, raising=False
+    )  # the real wait is longer; same outcome
     store, _ = open_store()
     store.add_message(store.create_conversation("Mine"), Message(None, "user", "keep me"))
     store.close()
@@ -111,8 +115,9 @@ def _damage_a_page(path, btree):
     """Overwrite one leaf page in the middle of this table or index with garbage, as a bad disk sector would."""
     db = sqlite3.connect(path)
     page_size = db.execute("PRAGMA page_size").fetchone()[0]
-    leaves = [r[0] for r in db.execute("SELECT pageno FROM dbstat WHERE name=? AND pagetype='leaf' "
-                                       "ORDER BY pageno", (btree,))]
+    leaves = [
+        r[0] for r in db.execute("SELECT pageno FROM dbstat WHERE name=? AND pagetype='leaf' ORDER BY pageno", (btree,))
+    ]
     db.close()
     page = leaves[len(leaves) // 2]
     with open(path, "r+b") as f:
@@ -147,7 +152,8 @@ def test_a_damaged_page_is_noticed_at_open_kept_aside_and_the_rest_salvaged(dirs
     assert 250 < saved < 300 if btree == "messages" else saved == 300  # all but those on the damaged page
     assert f"{saved} of 300 messages were recovered" in notices[0]
     assert [store.conversation_settings(cid) for cid in ids] == [  # each chat keeps its own settings
-        {"preset": "Precise", "temperature": 0.1 * c} for c in range(5)]
+        {"preset": "Precise", "temperature": 0.1 * c} for c in range(5)
+    ]
 
 
 def test_a_database_from_a_newer_version_is_left_untouched(dirs):
@@ -170,9 +176,11 @@ def test_a_database_from_a_newer_version_is_left_untouched(dirs):
 def test_schema_version_is_recorded_and_an_unversioned_file_is_upgraded(dirs):
     path = default_path()
     db = sqlite3.connect(path)  # a file from before versions were recorded: tables, user_version 0
-    db.executescript("CREATE TABLE conversations (id INTEGER PRIMARY KEY, title TEXT NOT NULL, "
-                     "created_at REAL NOT NULL, updated_at REAL NOT NULL);"
-                     "INSERT INTO conversations VALUES (1, 'Old', 0, 0);")
+    db.executescript(
+        "CREATE TABLE conversations (id INTEGER PRIMARY KEY, title TEXT NOT NULL, "
+        "created_at REAL NOT NULL, updated_at REAL NOT NULL);"
+        "INSERT INTO conversations VALUES (1, 'Old', 0, 0);"
+    )
     db.close()
     store, notices = open_store()
     assert notices == [] and [c.title for c in store.conversations()] == ["Old"]

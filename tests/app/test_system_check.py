@@ -2,6 +2,7 @@
 Measure speed times the window's own model there (the real engine.doctor, the real embedded SmolLM2): its steps
 counted as they happen with an estimate of the time left, RAM as the OS has it available, the window's own
 method named when it runs slower than plain decoding, and a CPU busy with other work named as such."""
+
 import re
 import subprocess
 import sys
@@ -10,11 +11,10 @@ from dataclasses import replace
 import psutil
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QGuiApplication
+from test_every_menu import menu_actions  # tests/app/test_every_menu.py
 
 from engine.lab.doctor import BUSY_CPU_PERCENT
 from engine.modelfiles.embedded import resolve_model
-
-from test_every_menu import menu_actions  # tests/app/test_every_menu.py
 
 GIB = 2**30
 
@@ -32,8 +32,9 @@ def measure(dialog, qtbot, rounds: int = 1) -> list[tuple[str, int, int, bool]]:
     dialog.bench_rounds = rounds  # the path, not the length
     seen = []
     timer = QTimer(dialog)
-    timer.timeout.connect(lambda: seen.append((dialog.status.text(), dialog.busy.value(), dialog.busy.maximum(),
-                                               dialog.busy.isVisible())))
+    timer.timeout.connect(
+        lambda: seen.append((dialog.status.text(), dialog.busy.value(), dialog.busy.maximum(), dialog.busy.isVisible()))
+    )
     timer.start(20)
     qtbot.mouseClick(dialog.bench_button, Qt.MouseButton.LeftButton)
     assert dialog.running and not dialog.bench_button.isEnabled() and dialog.busy.isVisible()
@@ -78,8 +79,11 @@ def test_measuring_says_what_it_measures_and_n_of_m_with_an_estimate_from_the_ru
     took = re.search(r"The check took ([\d.]+) s \(measured\): (.*)", dialog.text.toPlainText())
     steps = re.findall(r"(\d) of 4 ([^;]+?) ([\d.]+) s", took.group(2))
     assert [(n, doing) for n, doing, _ in steps] == [
-        ("1", "loading the model"), ("2", "timing each step size once (calibration)"),
-        ("3", "plain decoding, run 1 of 1"), ("4", "prompt lookup, run 1 of 1")]
+        ("1", "loading the model"),
+        ("2", "timing each step size once (calibration)"),
+        ("3", "plain decoding, run 1 of 1"),
+        ("4", "prompt lookup, run 1 of 1"),
+    ]
     assert sum(float(t) for *_, t in steps) <= float(took.group(1)) + 0.5
     # no fixed time promised: every "s left" is the estimate, labelled so
     assert all("(an estimate from the runs timed so far)" in s for s in statuses if " s left" in s)
@@ -106,8 +110,9 @@ def test_free_ram_is_what_the_os_has_available_and_specchats_own_memory_is_shown
     assert total == round(ram.total / GIB, 2)
     assert free < total  # never the total: some memory is always in use, this window's for one
     assert abs(free - ram.available / GIB) < 1.0  # the OS's available figure, read a moment apart
-    own = float(re.search(r"SpecChat's own resident memory \(the SpecChat window, pid (\d+)\): ([\d.]+) GiB",
-                          text).group(2))
+    own = float(
+        re.search(r"SpecChat's own resident memory \(the SpecChat window, pid (\d+)\): ([\d.]+) GiB", text).group(2)
+    )
     assert re.search(rf"the SpecChat window, pid {psutil.Process().pid}\)", text)  # this window, not the child
     assert abs(own - psutil.Process().memory_info().rss / GIB) < 0.25  # the model loaded here is in it
     assert "No problems found." in text
@@ -129,8 +134,10 @@ def test_the_windows_method_slower_than_plain_here_is_named_with_a_choice(make_w
     assert lookup["vs_plain"] < 1.0 or "the figures above are not reliable" in shown, (lookup, shown)
     if named:
         assert "Settings → Speculation:" in shown and "No problems found." not in dialog.text.toPlainText()
-        assert "<- the window's method" in [line for line in dialog.text.toPlainText().splitlines()
-                                             if line.strip().startswith("lookup")][0]
+        assert (
+            "<- the window's method"
+            in [line for line in dialog.text.toPlainText().splitlines() if line.strip().startswith("lookup")][0]
+        )
 
 
 def test_a_cpu_busy_with_other_processes_makes_the_figures_unreliable_and_says_so(make_window, qtbot):

@@ -2,15 +2,15 @@
 file, and its links open only http(s) and mailto, after the user has seen the address (app/safe_text.py).
 
 Each case uses a FIFO trap (fifo_trap.py): on the code before safe_text, Qt opened it on the GUI thread."""
+
 from __future__ import annotations
 
 import time
 
+from fifo_trap import FifoTrap
 from PySide6.QtCore import QEvent, QObject, QPoint, Qt, QTimer, QUrl, Slot
 from PySide6.QtGui import QDesktopServices, QHelpEvent, QTextCursor
 from PySide6.QtWidgets import QApplication, QMessageBox
-
-from fifo_trap import FifoTrap
 
 
 def streams(text: str, piece: int = 40):
@@ -20,7 +20,8 @@ def streams(text: str, piece: int = 40):
     def generate(*_args, **_kwargs):
         for i in range(0, len(text), piece):
             time.sleep(0.002)
-            yield Delta(tokens=[], segments=[(text[i:i + piece], False)])
+            yield Delta(tokens=[], segments=[(text[i : i + piece], False)])
+
     return generate
 
 
@@ -38,6 +39,7 @@ class UrlCatcher(QObject):
 
 def answer_modal(clicks: str, seen: list[str], delay_ms: int = 300) -> None:
     """Once a modal message box is up, keep its text in seen and press the button named clicks."""
+
     def act() -> None:
         box = QApplication.activeModalWidget()
         if not isinstance(box, QMessageBox):
@@ -49,6 +51,7 @@ def answer_modal(clicks: str, seen: list[str], delay_ms: int = 300) -> None:
                 button.click()
                 return
         box.reject()
+
     QTimer.singleShot(delay_ms, act)
 
 
@@ -74,17 +77,19 @@ def click_link(qtbot, text_widget, href: str) -> None:
     """Click the anchor whose href is href in a rendered message, as a person would."""
     for fragment in fragments(text_widget.document()):
         if fragment.charFormat().anchorHref() == href:
-            qtbot.mouseClick(text_widget.viewport(), Qt.MouseButton.LeftButton,
-                             pos=word_position(text_widget, fragment.position()))
+            qtbot.mouseClick(
+                text_widget.viewport(), Qt.MouseButton.LeftButton, pos=word_position(text_widget, fragment.position())
+            )
             return
     raise AssertionError(f"no link to {href} in {text_widget.document().toPlainText()!r}")
 
 
-def test_an_answer_naming_local_images_reads_none_of_them(make_window, qtbot, wait_response, quick_settings,
-                                                          tmp_path):
+def test_an_answer_naming_local_images_reads_none_of_them(make_window, qtbot, wait_response, quick_settings, tmp_path):
     with FifoTrap(tmp_path / "image.fifo") as trap:
-        text = (f"Here: ![a picture]({trap.url})\n\nand <img src=\"{trap.url}\"> inline, "
-                f"and a reference ![b][pic].\n\n[pic]: {trap.url}\n\nThe end.")
+        text = (
+            f'Here: ![a picture]({trap.url})\n\nand <img src="{trap.url}"> inline, '
+            f"and a reference ![b][pic].\n\n[pic]: {trap.url}\n\nThe end."
+        )
         window = make_window(quick_settings)
         window.engine.worker.decoder.generate = streams(text)
         window.session.send("Show me a picture.")
@@ -116,8 +121,10 @@ def test_a_file_link_is_text_and_a_web_link_asks_first(make_window, qtbot, wait_
     for scheme in ("http", "https", "file", "smb", "javascript"):
         QDesktopServices.setUrlHandler(scheme, catcher, "open")
     try:
-        text = ("Read [the file](file:///etc/hostname), [a share](smb://host/share), [script](javascript:alert(1)) "
-                "or [the docs](https://example.org/docs?q=1).")
+        text = (
+            "Read [the file](file:///etc/hostname), [a share](smb://host/share), [script](javascript:alert(1)) "
+            "or [the docs](https://example.org/docs?q=1)."
+        )
         window = make_window(quick_settings)
         window.engine.worker.decoder.generate = streams(text)
         window.session.send("Links?")
@@ -135,7 +142,8 @@ def test_a_file_link_is_text_and_a_web_link_asks_first(make_window, qtbot, wait_
         seen: list[str] = []
         answer_modal("OK", seen)
         window.notices.show_notice("See [the file](file:///etc/hostname).", "info").label.linkActivated.emit(
-            "file:///etc/hostname")
+            "file:///etc/hostname"
+        )
         assert seen and "not opened" in seen[0] and "file:///etc/hostname" in seen[0]
         assert catcher.urls == []
 
@@ -157,7 +165,7 @@ def test_a_file_link_is_text_and_a_web_link_asks_first(make_window, qtbot, wait_
 def test_notices_message_boxes_and_tooltips_read_no_file(make_window, qtbot, quick_settings, tmp_path):
     window = make_window(quick_settings)
     with FifoTrap(tmp_path / "text.fifo") as trap:
-        hostile = f"<img src=\"{trap.url}\"> ![x]({trap.url}) failed"
+        hostile = f'<img src="{trap.url}"> ![x]({trap.url}) failed'
         window.notices.show_notice(f"The server said: {hostile}", "error")
         qtbot.wait(200)
         assert any("failed" in t for t in window.notices.texts())
@@ -174,8 +182,9 @@ def test_notices_message_boxes_and_tooltips_read_no_file(make_window, qtbot, qui
         assert trap.opened == 0
 
 
-def test_a_model_whose_name_is_html_loads_and_shows_it_as_text(make_window, qtbot, quick_settings, tmp_path,
-                                                               monkeypatch):
+def test_a_model_whose_name_is_html_loads_and_shows_it_as_text(
+    make_window, qtbot, quick_settings, tmp_path, monkeypatch
+):
     """A GGUF's general.name is the file's word: the window's model line once rendered it as rich text."""
     from dataclasses import replace
 
@@ -185,7 +194,7 @@ def test_a_model_whose_name_is_html_loads_and_shows_it_as_text(make_window, qtbo
     name = b"Smollm2 135M 8k Lc100K Mix1 Ep2"
     hostile = b'<img src="n.fifo"' + b" " * (len(name) - 18) + b">"
     assert len(hostile) == len(name) and data.count(name) == 1
-    data[data.find(name):data.find(name) + len(name)] = hostile
+    data[data.find(name) : data.find(name) + len(name)] = hostile
     model = tmp_path / "renamed.gguf"
     model.write_bytes(bytes(data))
     monkeypatch.chdir(tmp_path)  # Qt resolves a relative image against the working folder

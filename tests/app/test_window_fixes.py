@@ -1,11 +1,12 @@
 """Chat window fixes: even draft shading, a steady sidebar while editing, and titles that follow an edit."""
+
 from dataclasses import replace
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QTextDocument
+from test_render import highlighted  # tests/app/test_render.py
 
 from app.chat.render import render, render_code
-from test_render import highlighted  # tests/app/test_render.py
 
 
 def shaded_runs(doc: QTextDocument) -> list[str]:
@@ -73,8 +74,9 @@ def test_editing_the_first_question_retitles_the_chat(make_window, qtbot, wait_r
     assert sidebar_title(window).startswith("What is the capital")
 
 
-def test_a_title_the_user_chose_stays_when_the_first_question_is_edited(make_window, qtbot, wait_response,
-                                                                         quick_settings):
+def test_a_title_the_user_chose_stays_when_the_first_question_is_edited(
+    make_window, qtbot, wait_response, quick_settings
+):
     window = make_window(replace(quick_settings, max_tokens=8))
     window.session.send("What is the capital of France?")
     wait_response(window)

@@ -1,4 +1,5 @@
 """The freedesktop entry and the icons it names: valid, complete, and installable per user."""
+
 from __future__ import annotations
 
 import os
@@ -20,7 +21,8 @@ INSTALL = ROOT / "packaging" / "install_desktop.sh"
 ICONS = ROOT / "resources" / "icons"
 VALIDATOR = shutil.which("desktop-file-validate")
 needs_validator = pytest.mark.skipif(
-    VALIDATOR is None, reason="desktop-file-validate not found: apt-get install -y desktop-file-utils")
+    VALIDATOR is None, reason="desktop-file-validate not found: apt-get install -y desktop-file-utils"
+)
 
 
 def entry(path: Path) -> dict[str, str]:
@@ -42,9 +44,9 @@ def png_size(path: Path) -> tuple[int, int]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path.name} is not a PNG"
     pos, chunks = 8, []
     while pos < len(data):
-        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        body = data[pos + 8:pos + 8 + length]
-        (crc,) = struct.unpack(">I", data[pos + 8 + length:pos + 12 + length])
+        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        body = data[pos + 8 : pos + 8 + length]
+        (crc,) = struct.unpack(">I", data[pos + 8 + length : pos + 12 + length])
         assert zlib.crc32(kind + body) == crc, f"{path.name}: bad CRC in {kind!r}"
         chunks.append(kind)
         pos += 12 + length

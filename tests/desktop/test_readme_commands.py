@@ -3,6 +3,7 @@
 README.md must have a section whose heading starts with "Run" (e.g. "## Run") and one whose heading
 starts with "Test" ("## Test", "### Testing"), each with a ```bash fenced block holding the one command.
 """
+
 from __future__ import annotations
 
 import re
@@ -23,7 +24,9 @@ def section_command(text: str, first_word: str) -> str:
         if in_block:
             if line.strip().startswith("```"):
                 commands = [c.strip() for c in lines if c.strip() and not c.strip().startswith("#")]
-                assert len(commands) == 1, f"the {first_word!r} section's bash block should hold one command: {commands}"
+                assert len(commands) == 1, (
+                    f"the {first_word!r} section's bash block should hold one command: {commands}"
+                )
                 return commands[0]
             lines.append(line)
             continue

@@ -1,5 +1,6 @@
 """packaging/vulkan_headers.py, on the lines of llama-cpp-python 0.3.36's ggml-vulkan.cpp it rewrites (kept in
 tests/data): Debian 12's Vulkan headers lack VK_EXT_layer_settings, and packaging/vulkan_check.sh builds with them."""
+
 import importlib.util
 from pathlib import Path
 

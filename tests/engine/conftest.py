@@ -2,10 +2,11 @@
 
 Gemma, not the default embedded SmolLM2, on purpose: the engine tests rely on its properties (a 262k
 vocabulary, base-model continuation that prompt lookup can copy, no chat template)."""
+
 import pytest
 
-from engine.modelfiles.embedded import embedded_gemma_path
 from engine.decoding.runtime import LoadSettings, Model
+from engine.modelfiles.embedded import embedded_gemma_path
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,6 @@
 """Damaged copies of a real GGUF file, the way one bit flip or a careless converter makes them,
 and a tiny recurrent (Mamba) model: real files llama.cpp reads, for the model-file safety tests."""
+
 from __future__ import annotations
 
 import shutil
@@ -9,7 +10,6 @@ from pathlib import Path
 
 import gguf
 import numpy as np
-
 from hub_server import default_tokens
 
 ALIGNMENT = 32  # GGUF's default: tensor data starts at a multiple of it
@@ -23,7 +23,7 @@ _STRING, _ARRAY = 8, 9
 def _layout(src: Path, mtime_ns: int) -> tuple[dict[str, int], list[tuple[int, bytes]]]:
     """Where each key's value starts in the file, and each token text's (offset, bytes): one walk over the
     header with struct (gguf.GGUFReader takes ~27 s over Gemma's 262k-token vocabulary; this, under one)."""
-    data = Path(src).read_bytes()[:64 << 20]  # the header sits at the start
+    data = Path(src).read_bytes()[: 64 << 20]  # the header sits at the start
     _, _, _, kvs = struct.unpack_from("<4sIQQ", data)
     pos, values, tokens = 24, {}, []
 
@@ -31,7 +31,7 @@ def _layout(src: Path, mtime_ns: int) -> tuple[dict[str, int], list[tuple[int, b
         if kind == _STRING:
             (n,) = struct.unpack_from("<Q", data, at)
             if collect is not None:
-                collect.append((at + 8, data[at + 8:at + 8 + n]))
+                collect.append((at + 8, data[at + 8 : at + 8 + n]))
             return at + 8 + n
         if kind == _ARRAY:
             inner, count = struct.unpack_from("<IQ", data, at)
@@ -45,7 +45,7 @@ def _layout(src: Path, mtime_ns: int) -> tuple[dict[str, int], list[tuple[int, b
 
     for _ in range(kvs):
         (n,) = struct.unpack_from("<Q", data, pos)
-        key = data[pos + 8:pos + 8 + n].decode()
+        key = data[pos + 8 : pos + 8 + n].decode()
         (kind,) = struct.unpack_from("<I", data, pos + 8 + n)
         values[key] = pos + 12 + n
         pos = skip(kind, pos + 12 + n, tokens if key == "tokenizer.ggml.tokens" else None)
@@ -137,11 +137,17 @@ def write_tiny_mamba(path: Path, eos: int = 2) -> Path:
     writer.add_eos_token_id(eos)
     rng = np.random.default_rng(0)
     shapes = {  # llama.cpp's (ne0, ne1) order; numpy wants them reversed
-        "token_embd.weight": (n_embd, n_vocab), "output_norm.weight": (n_embd,),
-        "blk.0.attn_norm.weight": (n_embd,), "blk.0.ssm_in.weight": (n_embd, 2 * d_inner),
-        "blk.0.ssm_conv1d.weight": (d_conv, d_inner), "blk.0.ssm_conv1d.bias": (d_inner,),
-        "blk.0.ssm_x.weight": (d_inner, dt_rank + 2 * d_state), "blk.0.ssm_dt.weight": (dt_rank, d_inner),
-        "blk.0.ssm_dt.bias": (d_inner,), "blk.0.ssm_a": (d_state, d_inner), "blk.0.ssm_d": (d_inner,),
+        "token_embd.weight": (n_embd, n_vocab),
+        "output_norm.weight": (n_embd,),
+        "blk.0.attn_norm.weight": (n_embd,),
+        "blk.0.ssm_in.weight": (n_embd, 2 * d_inner),
+        "blk.0.ssm_conv1d.weight": (d_conv, d_inner),
+        "blk.0.ssm_conv1d.bias": (d_inner,),
+        "blk.0.ssm_x.weight": (d_inner, dt_rank + 2 * d_state),
+        "blk.0.ssm_dt.weight": (dt_rank, d_inner),
+        "blk.0.ssm_dt.bias": (d_inner,),
+        "blk.0.ssm_a": (d_state, d_inner),
+        "blk.0.ssm_d": (d_inner,),
         "blk.0.ssm_out.weight": (d_inner, n_embd),
     }
     for name, shape in shapes.items():

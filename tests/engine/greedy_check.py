@@ -1,6 +1,7 @@
 """Whether a greedy answer is the model's own, given that batches round differently (DESIGN.md): every token the
 argmax of its true prefix, or within a near-tie of it, and most tokens the exact argmax. For tests that compare a
 batched or speculative answer with decoding alone, where byte equality holds on one CPU and not on another."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -8,6 +8,7 @@
 3. the server under hostile requests (the embedded SmolLM2 for sizes, a tiny GGUF whose template spins or hogs
    memory): status, time, the slowest /health answer meanwhile, memory growth.
 Run it on a quiet machine: two cores shared with anything else make every time here several times longer."""
+
 from __future__ import annotations
 
 import json
@@ -23,6 +24,8 @@ os.environ.setdefault("SPECCHAT_CACHE_DIR", tempfile.mkdtemp())
 
 import httpx  # noqa: E402
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter  # noqa: E402
+from test_hostile_templates import CHATML, HELLO, HOGS, HOSTILE, hostile_gguf, tree_rss  # noqa: E402
+from test_server_limits import SPINS_ON_W9, while_healthy  # noqa: E402
 
 from engine.decoding.cost_model import SpeculationConfig  # noqa: E402
 from engine.decoding.proposers.lookup import LookupProposer  # noqa: E402
@@ -30,8 +33,6 @@ from engine.decoding.runtime import LoadSettings, Model  # noqa: E402
 from engine.modelfiles.embedded import embedded_model_path  # noqa: E402
 from engine.serving.service import ServeOptions, Service  # noqa: E402
 from engine.template_sandbox import TemplateRefused, TemplateSandbox  # noqa: E402
-from test_hostile_templates import CHATML, HELLO, HOGS, HOSTILE, hostile_gguf, tree_rss  # noqa: E402
-from test_server_limits import SPINS_ON_W9, while_healthy  # noqa: E402
 
 
 def renders() -> None:
@@ -42,7 +43,10 @@ def renders() -> None:
     chat = [{"role": "user" if i % 2 == 0 else "assistant", "content": "hello there " * 20} for i in range(9)]
     chat.append({"role": "user", "content": "x"})
     direct = Jinja2ChatFormatter(template=CHATML, eos_token="", bos_token="")
-    for label, render in (("sandbox", lambda: sandbox.render(CHATML, chat)), ("in-process", lambda: direct(messages=chat))):
+    for label, render in (
+        ("sandbox", lambda: sandbox.render(CHATML, chat)),
+        ("in-process", lambda: direct(messages=chat)),
+    ):
         started = time.perf_counter()
         for _ in range(500):
             render()
@@ -50,7 +54,7 @@ def renders() -> None:
     for name, template in HOSTILE.items():
         base, peak, out = tree_rss(), 0, {}
 
-        def run(template=template):
+        def run(template=template, out=out):
             started = time.perf_counter()
             try:
                 sandbox.render(template, HELLO)
@@ -72,34 +76,59 @@ def report(label: str, url: str, work) -> None:
     started = time.monotonic()
     reply, slowest, grew = while_healthy(url, work)
     code = reply.json().get("error", {}).get("code")
-    print(f"{label}: {reply.status_code} {code} in {time.monotonic() - started:.2f} s; slowest /health "
-          f"{slowest * 1000:.0f} ms; memory +{grew >> 20} MB")
+    print(
+        f"{label}: {reply.status_code} {code} in {time.monotonic() - started:.2f} s; slowest /health "
+        f"{slowest * 1000:.0f} ms; memory +{grew >> 20} MB"
+    )
 
 
 def server() -> None:
     model = Model(embedded_model_path(), LoadSettings(n_ctx=4096, threads=2, n_seq_max=4))
-    service = Service(model, LookupProposer(), SpeculationConfig(), ServeOptions(port=0, parallel=4),
-                      model_id="smollm2").start()
+    service = Service(
+        model, LookupProposer(), SpeculationConfig(), ServeOptions(port=0, parallel=4), model_id="smollm2"
+    ).start()
     url = service.url
     body = json.dumps({"messages": [{"role": "user", "content": "The quick brown fox. " * 1_000_000}]}).encode()
-    report(f"SmolLM2, a {len(body) >> 20} MiB body", url, lambda: httpx.post(
-        url + "/v1/chat/completions", content=body, headers={"content-type": "application/json"}, timeout=120))
+    report(
+        f"SmolLM2, a {len(body) >> 20} MiB body",
+        url,
+        lambda: httpx.post(
+            url + "/v1/chat/completions", content=body, headers={"content-type": "application/json"}, timeout=120
+        ),
+    )
     giant = "The quick brown fox jumps over the lazy dog. " * 140_000
-    report(f"SmolLM2, a {len(giant) / 2**20:.1f} MiB message", url, lambda: httpx.post(
-        url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": giant}]}, timeout=120))
-    report(f"SmolLM2, a {len(giant) / 2**20:.1f} MiB raw prompt", url, lambda: httpx.post(
-        url + "/v1/completions", json={"prompt": giant}, timeout=120))
+    report(
+        f"SmolLM2, a {len(giant) / 2**20:.1f} MiB message",
+        url,
+        lambda: httpx.post(
+            url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": giant}]}, timeout=120
+        ),
+    )
+    report(
+        f"SmolLM2, a {len(giant) / 2**20:.1f} MiB raw prompt",
+        url,
+        lambda: httpx.post(url + "/v1/completions", json={"prompt": giant}, timeout=120),
+    )
     service.stop()
     model.close()
     folder = Path(tempfile.mkdtemp())
     for name, template in (("spins on w9", SPINS_ON_W9), ("hogs memory", HOGS)):
-        model = Model(hostile_gguf(folder / f"{name.replace(' ', '-')}.gguf", template, complete=True),
-                      LoadSettings(n_ctx=512, threads=1, n_seq_max=2))
-        service = Service(model, LookupProposer(), SpeculationConfig(max_draft=4), ServeOptions(port=0, parallel=2),
-                          model_id="tiny").start()
-        report(f"tiny GGUF, a template that {name}", service.url, lambda url=service.url: httpx.post(
-            url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "w9"}], "max_tokens": 4},
-            timeout=120))
+        model = Model(
+            hostile_gguf(folder / f"{name.replace(' ', '-')}.gguf", template, complete=True),
+            LoadSettings(n_ctx=512, threads=1, n_seq_max=2),
+        )
+        service = Service(
+            model, LookupProposer(), SpeculationConfig(max_draft=4), ServeOptions(port=0, parallel=2), model_id="tiny"
+        ).start()
+        report(
+            f"tiny GGUF, a template that {name}",
+            service.url,
+            lambda url=service.url: httpx.post(
+                url + "/v1/chat/completions",
+                json={"messages": [{"role": "user", "content": "w9"}], "max_tokens": 4},
+                timeout=120,
+            ),
+        )
         service.stop()
         model.close()
 

@@ -22,6 +22,7 @@ content hash (as a plain mirror or a proxy sends). With valid_tokens set, any ot
 (401), as the hub refuses a revoked one. The API can be made to answer an HTML page,
 text that is no JSON, JSON of the wrong shape, or nothing at all (api_fault). Every request is logged.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -30,7 +31,7 @@ import re
 import socket
 import threading
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
@@ -62,7 +63,7 @@ class HubFile:
 
     def read(self, start: int, length: int) -> bytes:
         if isinstance(self.source, bytes):
-            return self.source[start:start + length]
+            return self.source[start : start + length]
         with open(self.source, "rb") as f:
             f.seek(start)
             return f.read(length)
@@ -80,6 +81,7 @@ class Fault:
 @dataclass
 class RepoInfo:
     """What the hub's API says about a repo besides its files."""
+
     downloads: int = 0
     likes: int = 0
     last_modified: str = "2026-01-01T00:00:00.000Z"
@@ -128,7 +130,7 @@ class LocalHub:
     def cdn_url(self) -> str:
         return _url(self._servers[1])
 
-    def start(self) -> "LocalHub":
+    def start(self) -> LocalHub:
         for server in self._servers:
             threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         return self
@@ -171,10 +173,17 @@ class LocalHub:
         """GETs of file contents (CDN), optionally of one file."""
         shas = None
         if filename is not None:
-            shas = {f.advertised_sha256 or f.sha256 for files in self.repos.values()
-                    for name, f in files.items() if name == filename}
-        return [r for r in self.requests if r.method == "GET" and r.path.startswith("/cdn/")
-                and (shas is None or r.path.split("/")[2] in shas)]
+            shas = {
+                f.advertised_sha256 or f.sha256
+                for files in self.repos.values()
+                for name, f in files.items()
+                if name == filename
+            }
+        return [
+            r
+            for r in self.requests
+            if r.method == "GET" and r.path.startswith("/cdn/") and (shas is None or r.path.split("/")[2] in shas)
+        ]
 
     # --- internals ----------------------------------------------------------------------------
     def _take_fault(self, filename: str, where: str) -> Fault | None:
@@ -214,17 +223,33 @@ class LocalHub:
             if blobs and hub_file.lfs:  # git holds an LFS pointer: blobId is the pointer's hash
                 sha = hub_file.advertised_sha256 or hub_file.sha256
                 pointer = f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha}\nsize {hub_file.size}\n"
-                sibling.update(size=hub_file.size, blobId=_git_sha1(pointer.encode()),
-                               lfs={"sha256": sha, "size": hub_file.size, "pointerSize": len(pointer)})
+                sibling.update(
+                    size=hub_file.size,
+                    blobId=_git_sha1(pointer.encode()),
+                    lfs={"sha256": sha, "size": hub_file.size, "pointerSize": len(pointer)},
+                )
             elif blobs:
                 sibling.update(size=hub_file.size, blobId=hub_file.git_sha1)
             siblings.append(sibling)
         card = {"base_model": info.base_model} if info.base_model is not None else {}
-        data = {"_id": hashlib.sha1(repo_id.encode()).hexdigest()[:24], "id": repo_id, "modelId": repo_id,
-                "author": repo_id.split("/")[0], "sha": COMMIT, "lastModified": info.last_modified,
-                "createdAt": "2025-01-01T00:00:00.000Z", "private": False, "gated": info.gated,
-                "disabled": False, "downloads": info.downloads, "likes": info.likes, "library_name": "gguf",
-                "tags": self._tags(repo_id), "cardData": card, "siblings": siblings}
+        data = {
+            "_id": hashlib.sha1(repo_id.encode()).hexdigest()[:24],
+            "id": repo_id,
+            "modelId": repo_id,
+            "author": repo_id.split("/")[0],
+            "sha": COMMIT,
+            "lastModified": info.last_modified,
+            "createdAt": "2025-01-01T00:00:00.000Z",
+            "private": False,
+            "gated": info.gated,
+            "disabled": False,
+            "downloads": info.downloads,
+            "likes": info.likes,
+            "library_name": "gguf",
+            "tags": self._tags(repo_id),
+            "cardData": card,
+            "siblings": siblings,
+        }
         if fields is not None:
             data = {key: value for key, value in data.items() if key in ("_id", "id") or key in fields}
         return data
@@ -235,8 +260,11 @@ class LocalHub:
         if self.phrase_search:  # the hub's documented rule: the search string is one substring of the id
             words = [" ".join(words)] if words else []
         tags = [t for value in query.get("filter", []) for t in value.split(",") if t]
-        found = [repo_id for repo_id in self.repos
-                 if all(w in repo_id.lower() for w in words) and all(t in self._tags(repo_id) for t in tags)]
+        found = [
+            repo_id
+            for repo_id in self.repos
+            if all(w in repo_id.lower() for w in words) and all(t in self._tags(repo_id) for t in tags)
+        ]
         found.sort()  # ties in id order, so results are repeatable
         key = _SORT_KEYS.get((query.get("sort") or [""])[0])
         if key:
@@ -247,6 +275,7 @@ class LocalHub:
 
 class _ApiAnswers:
     """The hub's JSON API, for the request handler below (self.hub is the LocalHub)."""
+
     hub: LocalHub
 
     def _serve_api(self, path: str, body: bool):
@@ -254,8 +283,12 @@ class _ApiAnswers:
             self.hub._release.wait(timeout=30)  # answer nothing until released (or the hub stops)
             return self._cut()
         if self.hub.api_fault == "html":
-            return self._send(200, "text/html; charset=utf-8",
-                              b"<!doctype html><html><body><h1>Welcome to our proxy</h1></body></html>", body)
+            return self._send(
+                200,
+                "text/html; charset=utf-8",
+                b"<!doctype html><html><body><h1>Welcome to our proxy</h1></body></html>",
+                body,
+            )
         if self.hub.api_fault == "not-json":
             return self._send(200, "application/json", b"{'models': [oops", body)
         query = parse_qs(urlsplit(self.path).query)
@@ -278,7 +311,7 @@ class _ApiAnswers:
         found = self.hub._search(query)
         limit = int((query.get("limit") or ["1000"])[0])
         start = int((query.get("cursor") or ["0"])[0])  # the hub's cursor is opaque; an offset does here
-        page = found[start:start + limit]
+        page = found[start : start + limit]
         expand = query.get("expand", []) + query.get("expand[]", [])
         fields = tuple(expand) if expand else _DEFAULT_LIST_FIELDS
         data = [self.hub._model_json(repo_id, blobs=False, fields=fields) for repo_id in page]
@@ -294,14 +327,14 @@ class _ApiAnswers:
         self._send(200, "application/json; charset=utf-8", json.dumps(data).encode(), body, extra)
 
     def _send(self, status: int, content_type: str, payload: bytes, body: bool, extra: dict | None = None):
-        self._headers(status, {**(extra or {}), "Content-Type": content_type,
-                               "Content-Length": str(len(payload))})
+        self._headers(status, {**(extra or {}), "Content-Type": content_type, "Content-Length": str(len(payload))})
         if body:
             self.wfile.write(payload)
 
 
 class _Handler(_ApiAnswers, BaseHTTPRequestHandler):
     """Answers one request; _make_handler binds it to a hub (self.hub)."""
+
     protocol_version = "HTTP/1.1"
 
     def log_message(self, *args):  # keep test output quiet
@@ -314,8 +347,9 @@ class _Handler(_ApiAnswers, BaseHTTPRequestHandler):
         self._serve(body=True)
 
     def _serve(self, body: bool):
-        self.hub.requests.append(LoggedRequest(self.command, self.path, self.headers.get("Range"),
-                                               self.headers.get("Authorization")))
+        self.hub.requests.append(
+            LoggedRequest(self.command, self.path, self.headers.get("Range"), self.headers.get("Authorization"))
+        )
         path = unquote(urlsplit(self.path).path)
         if path.startswith("/cdn/"):
             return self._serve_bytes(path.split("/")[2], body)
@@ -346,9 +380,17 @@ class _Handler(_ApiAnswers, BaseHTTPRequestHandler):
             sha = hub_file.advertised_sha256 or hub_file.sha256
             etag = hub_file.etag or sha
             signed = f"?signature={self.hub._signature(sha)}" if self.hub._info(repo_id).gated else ""
-            self._headers(302, {**common, "Location": f"{self.hub.cdn_url}/cdn/{sha}{signed}", "ETag": f'"{etag}"',
-                                "X-Linked-Etag": f'"{etag}"', "X-Linked-Size": str(hub_file.size),
-                                "Content-Length": "0"})
+            self._headers(
+                302,
+                {
+                    **common,
+                    "Location": f"{self.hub.cdn_url}/cdn/{sha}{signed}",
+                    "ETag": f'"{etag}"',
+                    "X-Linked-Etag": f'"{etag}"',
+                    "X-Linked-Size": str(hub_file.size),
+                    "Content-Length": "0",
+                },
+            )
             return
         self._send_range(filename, hub_file, body, {**common, "ETag": f'"{hub_file.etag or hub_file.git_sha1}"'})
 
@@ -364,8 +406,12 @@ class _Handler(_ApiAnswers, BaseHTTPRequestHandler):
         self._send_range(filename, hub_file, body, {"ETag": f'"{sha}"'})
 
     def _gated(self, repo_id: str):
-        return self._error(401, "GatedRepo", f"Access to model {repo_id} is restricted. You must have access "
-                                             "to it and be authenticated to access it. Please log in.")
+        return self._error(
+            401,
+            "GatedRepo",
+            f"Access to model {repo_id} is restricted. You must have access "
+            "to it and be authenticated to access it. Please log in.",
+        )
 
     def _send_range(self, filename: str, hub_file: HubFile, body: bool, extra: dict):
         fault = self.hub._take_fault(filename, "bytes") if body else None
@@ -439,7 +485,7 @@ def _url(server: ThreadingHTTPServer) -> str:
     return f"http://{host}:{port}"
 
 
-@lru_cache(maxsize=None)
+@cache
 def _sha256_of_file(path: str) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -456,9 +502,16 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def write_tiny_gguf(path: Path, tokens: list[str] | None = None, payload_bytes: int = 0, seed: int = 0,
-                    control_tokens: list[str] = (), chat_template: str | None = None, complete: bool = False,
-                    context_length: int = 64) -> Path:
+def write_tiny_gguf(
+    path: Path,
+    tokens: list[str] | None = None,
+    payload_bytes: int = 0,
+    seed: int = 0,
+    control_tokens: list[str] = (),
+    chat_template: str | None = None,
+    complete: bool = False,
+    context_length: int = 64,
+) -> Path:
     """A real, llama.cpp-loadable (vocab_only) GGUF: a 1-layer llama header and a SentencePiece vocab.
 
     payload_bytes of random weights make the file big enough to download in several pieces.
@@ -493,10 +546,18 @@ def write_tiny_gguf(path: Path, tokens: list[str] | None = None, payload_bytes: 
     writer.add_eos_token_id(2)
     writer.add_tensor("token_embd.weight", np.zeros((len(tokens), 8), dtype=np.float32))
     if complete:
-        for name, shape in (("output_norm", (8,)), ("blk.0.attn_norm", (8,)), ("blk.0.attn_q", (8, 8)),
-                            ("blk.0.attn_k", (8, 8)), ("blk.0.attn_v", (8, 8)), ("blk.0.attn_output", (8, 8)),
-                            ("blk.0.ffn_norm", (8,)), ("blk.0.ffn_gate", (16, 8)), ("blk.0.ffn_up", (16, 8)),
-                            ("blk.0.ffn_down", (8, 16))):
+        for name, shape in (
+            ("output_norm", (8,)),
+            ("blk.0.attn_norm", (8,)),
+            ("blk.0.attn_q", (8, 8)),
+            ("blk.0.attn_k", (8, 8)),
+            ("blk.0.attn_v", (8, 8)),
+            ("blk.0.attn_output", (8, 8)),
+            ("blk.0.ffn_norm", (8,)),
+            ("blk.0.ffn_gate", (16, 8)),
+            ("blk.0.ffn_up", (16, 8)),
+            ("blk.0.ffn_down", (8, 16)),
+        ):
             writer.add_tensor(f"{name}.weight", np.zeros(shape, dtype=np.float32))
     if payload_bytes:
         rng = np.random.default_rng(seed)

@@ -1,15 +1,17 @@
 """Servers on 127.0.0.1 for the remote-engine tests: a real SpecChat server (the embedded SmolLM2, prompt lookup),
 and a hostile one that sends what a test says (lines without end, huge bodies, silence, a byte now and then)."""
+
 import json
 import select
 import socket
 import socketserver
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator
 
 import pytest
+from step_costs import ONE_ROW_S, pin_step_costs  # tests/engine/step_costs.py
 
 from engine.decoding.cost_model import SpeculationConfig
 from engine.decoding.proposers.base import NoProposer
@@ -18,14 +20,17 @@ from engine.decoding.runtime import LoadSettings, Model
 from engine.modelfiles.embedded import embedded_model_path
 from engine.serving.service import ServeOptions, Service
 
-from step_costs import ONE_ROW_S, pin_step_costs  # tests/engine/step_costs.py
-
 
 def specchat_server(api_key: str | None = None, n_ctx: int = 1024, plain: bool = False) -> tuple[Service, Model]:
     """(the running service, its model): stop the one, then close the other. plain: no speculation."""
     model = Model(embedded_model_path(), LoadSettings(n_ctx=n_ctx, threads=2, n_seq_max=2))
-    service = Service(model, NoProposer() if plain else LookupProposer(), SpeculationConfig(max_draft=8),
-                      ServeOptions(port=0, parallel=2, api_key=api_key), model_id="smollm2").start()
+    service = Service(
+        model,
+        NoProposer() if plain else LookupProposer(),
+        SpeculationConfig(max_draft=8),
+        ServeOptions(port=0, parallel=2, api_key=api_key),
+        model_id="smollm2",
+    ).start()
     return service, model
 
 
@@ -50,8 +55,13 @@ MIB = 1 << 20
 
 def event(delta: dict | None = None, finish: str | None = None, end: bytes = b"\n\n", **extra) -> bytes:
     """One chat.completion.chunk as a server-sent event, its text as UTF-8 (not \\u escapes, as servers write it)."""
-    chunk = {"id": "c", "object": "chat.completion.chunk", "model": "hostile",
-             "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+    chunk = {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "model": "hostile",
+        "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}],
+        **extra,
+    }
     return b"data: " + json.dumps(chunk, ensure_ascii=False).encode() + end
 
 
@@ -78,8 +88,9 @@ class Conn:
     def head(self, status: int = 200, content_type: str = "text/event-stream", length: int | None = None) -> bool:
         """The status line and headers; the body ends when the connection closes, unless length is given."""
         sized = f"Content-Length: {length}\r\n" if length is not None else ""
-        return self.send(f"HTTP/1.1 {status} X\r\nContent-Type: {content_type}\r\n{sized}Connection: close\r\n\r\n"
-                         .encode())
+        return self.send(
+            f"HTTP/1.1 {status} X\r\nContent-Type: {content_type}\r\n{sized}Connection: close\r\n\r\n".encode()
+        )
 
     def json(self, body, status: int = 200) -> bool:
         data = json.dumps(body).encode()
@@ -149,8 +160,9 @@ class HostileServer:
         head, _, body = data.partition(b"\r\n\r\n")
         lines = head.decode("latin-1").split("\r\n")
         method, path = lines[0].split(" ")[:2]
-        length = next((int(line.split(":", 1)[1]) for line in lines[1:] if line.lower().startswith("content-length:")),
-                      0)
+        length = next(
+            (int(line.split(":", 1)[1]) for line in lines[1:] if line.lower().startswith("content-length:")), 0
+        )
         while len(body) < length:
             more = sock.recv(65536)
             if not more:

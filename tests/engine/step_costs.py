@@ -1,5 +1,6 @@
 """Pinned target step times for tests of the draft policy: its decisions then follow the real model's
 acceptance, not what else the shared machine is running."""
+
 from __future__ import annotations
 
 ONE_ROW_S = 0.0137  # one 1-row step of Gemma 3 270M on this 2-core CPU
@@ -15,8 +16,9 @@ def step_seconds(cost: dict[int, float], rows: int) -> float:
     return ONE_ROW_S * known[-1][1]
 
 
-def pin_step_costs(monkeypatch, cost: dict[int, float] | None = None, one_row_s: float | None = None,
-                   extra_row_s: float | None = None) -> None:
+def pin_step_costs(
+    monkeypatch, cost: dict[int, float] | None = None, one_row_s: float | None = None, extra_row_s: float | None = None
+) -> None:
     """Make the planner see pinned step times (from `cost`, or one_row_s + extra_row_s per extra row)
     instead of live timings, both at calibration and at every step."""
     from engine.decoding.cost_model import StepCosts
@@ -27,10 +29,12 @@ def pin_step_costs(monkeypatch, cost: dict[int, float] | None = None, one_row_s:
         return one_row_s + extra_row_s * (rows - 1)
 
     record, take = StepCosts.record, StepCosts.take_calibration
-    monkeypatch.setattr(StepCosts, "record",
-                        lambda self, rows, seconds, drafted=False: record(self, rows, pinned(rows), drafted))
-    monkeypatch.setattr(StepCosts, "take_calibration",
-                        lambda self, timings: take(self, {r: pinned(r) for r in timings}))
+    monkeypatch.setattr(
+        StepCosts, "record", lambda self, rows, seconds, drafted=False: record(self, rows, pinned(rows), drafted)
+    )
+    monkeypatch.setattr(
+        StepCosts, "take_calibration", lambda self, timings: take(self, {r: pinned(r) for r in timings})
+    )
 
 
 def pin_draft_costs(monkeypatch, token_s: float, catch_up_row_s: float | None = None) -> None:
@@ -42,7 +46,9 @@ def pin_draft_costs(monkeypatch, token_s: float, catch_up_row_s: float | None = 
 
     record_draft, record_catch_up = DraftPlanner.record_draft, DraftPlanner.record_catch_up
     row_s = token_s / 3 if catch_up_row_s is None else catch_up_row_s
-    monkeypatch.setattr(DraftPlanner, "record_draft",
-                        lambda self, tokens, seconds: record_draft(self, tokens, token_s * tokens))
-    monkeypatch.setattr(DraftPlanner, "record_catch_up",
-                        lambda self, rows, seconds: record_catch_up(self, rows, row_s * rows))
+    monkeypatch.setattr(
+        DraftPlanner, "record_draft", lambda self, tokens, seconds: record_draft(self, tokens, token_s * tokens)
+    )
+    monkeypatch.setattr(
+        DraftPlanner, "record_catch_up", lambda self, rows, seconds: record_catch_up(self, rows, row_s * rows)
+    )

@@ -2,9 +2,12 @@
 
 The real Gemma 3 270M is the target and a second copy of it the draft; step and draft costs are pinned (as in
 test_draft_path), so what is chosen follows the real acceptance and the pinned machine, not what else runs."""
+
 import pytest
+from step_costs import ONE_ROW_S, pin_draft_costs, pin_step_costs
 
 from engine.decoding.cost_model import SpeculationConfig
+from engine.decoding.drafting import DRAFT_FEATURE
 from engine.decoding.generate import SpeculativeDecoder
 from engine.decoding.loader import DecoderSettings, make_proposer
 from engine.decoding.proposers.auto import AutoProposer
@@ -12,17 +15,16 @@ from engine.decoding.proposers.draft_model import DraftModelProposer
 from engine.decoding.proposers.lookup import LookupProposer
 from engine.decoding.runtime import LoadSettings, Model
 from engine.decoding.sampling import SamplingParams
-from engine.decoding.drafting import DRAFT_FEATURE
 from engine.decoding.step import StepLoop
 from engine.errors import InvalidSettingError
 
-from step_costs import ONE_ROW_S, pin_draft_costs, pin_step_costs
-
 GREEDY = SamplingParams(temperature=0.0)
 OPEN = "The best way to spend three days in Kyoto is"  # nothing to copy: the draft's to guess
-COPY = ("Passage: The lighthouse at Point Arden was built in 1871 from granite quarried on the island itself. "
-          "For ninety years its keepers climbed one hundred and twelve steps every evening to light the lamp.\n\n"
-          "The same passage, copied word for word:\nPassage: The lighthouse at")
+COPY = (
+    "Passage: The lighthouse at Point Arden was built in 1871 from granite quarried on the island itself. "
+    "For ninety years its keepers climbed one hundred and twelve steps every evening to light the lamp.\n\n"
+    "The same passage, copied word for word:\nPassage: The lighthouse at"
+)
 
 
 @pytest.fixture(scope="module")
@@ -38,13 +40,17 @@ def run_traced(target, draft, monkeypatch, draft_token_s: float):
     and per step (lookup tokens verified, draft tokens verified, rows the draft model decoded proposing)."""
     pin_step_costs(monkeypatch, one_row_s=ONE_ROW_S, extra_row_s=0.02 * ONE_ROW_S)
     pin_draft_costs(monkeypatch, draft_token_s)
-    decoder = SpeculativeDecoder(target, AutoProposer(LookupProposer(), DraftModelProposer(draft, target, p_min=0.0)),
-                                 SpeculationConfig(max_draft=8))
+    decoder = SpeculativeDecoder(
+        target,
+        AutoProposer(LookupProposer(), DraftModelProposer(draft, target, p_min=0.0)),
+        SpeculationConfig(max_draft=8),
+    )
     decoder.calibrate()
     draft_rows = []
     real_decode = draft.decode_multi
-    monkeypatch.setattr(draft, "decode_multi", lambda tokens, *a, **k: draft_rows.append(len(tokens)) or
-                        real_decode(tokens, *a, **k))
+    monkeypatch.setattr(
+        draft, "decode_multi", lambda tokens, *a, **k: draft_rows.append(len(tokens)) or real_decode(tokens, *a, **k)
+    )
     steps = []
     real_propose = StepLoop._propose
 
@@ -59,8 +65,9 @@ def run_traced(target, draft, monkeypatch, draft_token_s: float):
     answers = []
     for text in (OPEN, COPY):
         steps = []
-        out = [t for d in decoder.generate(target.tokenize(text), GREEDY, max_tokens=40, ignore_eos=True)
-               for t in d.tokens]
+        out = [
+            t for d in decoder.generate(target.tokenize(text), GREEDY, max_tokens=40, ignore_eos=True) for t in d.tokens
+        ]
         answers.append((out, steps))
     return decoder, answers
 
@@ -100,8 +107,11 @@ def test_auto_proposer_is_built_from_settings(target, draft):
 def test_with_fixed_lengths_auto_guesses_with_the_draft_where_lookup_has_no_copy(target, draft):
     """adaptive off (Settings' check box): no plan bets on anything, yet the draft still guesses where lookup offers
     nothing (it never did before this was fixed: only rate-bearing plans could win over lookup's empty one)."""
-    decoder = SpeculativeDecoder(target, AutoProposer(LookupProposer(), DraftModelProposer(draft, target, p_min=0.0)),
-                                 SpeculationConfig(max_draft=4, adaptive=False))
+    decoder = SpeculativeDecoder(
+        target,
+        AutoProposer(LookupProposer(), DraftModelProposer(draft, target, p_min=0.0)),
+        SpeculationConfig(max_draft=4, adaptive=False),
+    )
     for _ in decoder.generate(target.tokenize(OPEN), GREEDY, max_tokens=24, ignore_eos=True):
         pass
     assert decoder.loop.draft_planner.acceptance.mean_acceptance(DRAFT_FEATURE)[0] > 0.5
@@ -112,6 +122,7 @@ def test_auto_proposes_on_its_own_as_any_proposer_does(target, draft):
     """Asked directly (the Proposer interface, unplanned): lookup's copy where the history repeats, else the draft
     model's guess, which for a draft that is the target's own copy starts with the target's greedy token."""
     import torch
+
     proposer = AutoProposer(LookupProposer(), DraftModelProposer(draft, target, p_min=0.0))
     copy, fresh = target.tokenize(COPY), target.tokenize(OPEN)
     proposer.start(0, copy, GREEDY, torch.device("cpu"), 1)

@@ -1,18 +1,18 @@
 """The chat's adaptive mode (SpeculativeDecoder, prompt lookup, adaptive on) with the real model:
 speculation stays on while an answer copies its prompt, backs off on open-ended text, and the live
 stats say when it changed."""
+
 from dataclasses import dataclass
 
 import pytest
+from step_costs import pin_step_costs
 
-from engine.lab.bench import read_prompts
 from engine.decoding.cost_model import SpeculationConfig
 from engine.decoding.generate import SpeculativeDecoder
-from engine.paths import resources_dir
 from engine.decoding.proposers.lookup import LookupProposer
 from engine.decoding.sampling import SamplingParams
-
-from step_costs import pin_step_costs
+from engine.lab.bench import read_prompts
+from engine.paths import resources_dir
 
 GREEDY = SamplingParams(temperature=0.0)
 TOKENS = 48
@@ -103,7 +103,7 @@ def test_speculation_backs_off_when_the_conversation_turns_open(adaptive_lookup)
     start = len(trace) // 3
     later = trace[start:]
     # Off: the planner paused it, or the step drafted nothing (the guard holds an answer that ran below plain)
-    off = [s.paused or s.speculative_steps == before.speculative_steps for before, s in zip(trace[start - 1:], later)]
+    off = [s.paused or s.speculative_steps == before.speculative_steps for before, s in zip(trace[start - 1 :], later)]
     assert sum(off) >= 0.75 * len(later), compact(trace)
     stats = adaptive_lookup.stats  # (its last steps may keep a drafted step's verdict: no room to choose)
     assert stats.speculative_steps <= 0.25 * stats.verify_steps, compact(trace)

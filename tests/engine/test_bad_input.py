@@ -1,20 +1,20 @@
 """Bad input gets a clear exception type and message, and the process lives on."""
+
 import shutil
 
 import pytest
+from hub_server import write_tiny_gguf
 
-from engine.lab.bench import main as bench_main
-from engine.errors import ContextOverflowError, InvalidSettingError, ModelFileError, VocabMismatchError
 from engine.decoding.cost_model import SpeculationConfig
 from engine.decoding.generate import SpeculativeDecoder
 from engine.decoding.loader import DecoderSettings
 from engine.decoding.proposers.lookup import LookupProposer
 from engine.decoding.runtime import LoadSettings, Model
-from engine.modelfiles.embedded import embedded_model_path
 from engine.decoding.sampling import SamplingParams
+from engine.errors import ContextOverflowError, InvalidSettingError, ModelFileError, VocabMismatchError
+from engine.lab.bench import main as bench_main
+from engine.modelfiles.embedded import embedded_model_path
 from engine.modelfiles.vocab_check import require_compatible
-
-from hub_server import write_tiny_gguf
 
 
 def test_missing_file(tmp_path):
@@ -63,19 +63,30 @@ def test_prompt_longer_than_the_context(model_path):
 def test_generation_stops_cleanly_when_the_context_fills():
     model = Model(embedded_model_path(), LoadSettings(n_ctx=64, threads=2))  # SmolLM2: 240 tokens at half Gemma's cost
     decoder = SpeculativeDecoder(model, LookupProposer(), SHORT_DRAFTS)
-    out = [t for d in decoder.generate(model.tokenize("Count: 1 2 3 4 5 6 7 8 9 10"), SamplingParams(temperature=0),
-                                       max_tokens=500, ignore_eos=True) for t in d.tokens]
+    out = [
+        t
+        for d in decoder.generate(
+            model.tokenize("Count: 1 2 3 4 5 6 7 8 9 10"),
+            SamplingParams(temperature=0),
+            max_tokens=500,
+            ignore_eos=True,
+        )
+        for t in d.tokens
+    ]
     assert decoder.stats.finish_reason == "context"
     assert decoder.stats.prompt_tokens + len(out) <= model.n_ctx  # llama.cpp rounds n_ctx up to 256
     model.close()
 
 
-@pytest.mark.parametrize("settings", [
-    dict(method="draft"),  # no draft model given
-    dict(method="medusa"),
-    dict(max_draft=-3),
-    dict(max_draft=100),
-])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(method="draft"),  # no draft model given
+        dict(method="medusa"),
+        dict(max_draft=-3),
+        dict(max_draft=100),
+    ],
+)
 def test_out_of_range_speculation_settings(settings):
     with pytest.raises(InvalidSettingError):
         DecoderSettings(**settings).speculation()
@@ -84,8 +95,20 @@ def test_out_of_range_speculation_settings(settings):
 def test_bench_cli_reports_bad_input_and_exits_non_zero(tmp_path, capsys):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"id": 1, "prompt": "Hi"}\n')
-    code = bench_main(["--model", str(tmp_path / "missing.gguf"), "--method", "none", "--max-tokens", "4",
-                       "--prompts", str(prompts), "--out", str(tmp_path / "out.json")])
+    code = bench_main(
+        [
+            "--model",
+            str(tmp_path / "missing.gguf"),
+            "--method",
+            "none",
+            "--max-tokens",
+            "4",
+            "--prompts",
+            str(prompts),
+            "--out",
+            str(tmp_path / "out.json"),
+        ]
+    )
     assert code == 2
     assert "not found" in capsys.readouterr().err
     assert not (tmp_path / "out.json").exists()
@@ -93,13 +116,45 @@ def test_bench_cli_reports_bad_input_and_exits_non_zero(tmp_path, capsys):
 
 def test_bench_cli_end_to_end(tmp_path):
     import json
+
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"id": "a", "prompt": "One, two, three, one, two, three, one,"}\n')
     out = tmp_path / "out.json"
     shutil.copy(embedded_model_path(), tmp_path / "m.gguf")  # a copy is a new file: checked and timed afresh
-    assert bench_main(["--model", str(tmp_path / "m.gguf"), "--method", "lookup", "--max-tokens", "12",
-                       "--ignore-eos", "--threads", "2", "--max-draft", "8", "--prompts", str(prompts), "--out", str(out)]) == 0
+    assert (
+        bench_main(
+            [
+                "--model",
+                str(tmp_path / "m.gguf"),
+                "--method",
+                "lookup",
+                "--max-tokens",
+                "12",
+                "--ignore-eos",
+                "--threads",
+                "2",
+                "--max-draft",
+                "8",
+                "--prompts",
+                str(prompts),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     run = json.loads(out.read_text())["runs"][0]
-    assert set(run) >= {"id", "method", "text", "tokens", "decode_tokens_per_s", "ttft_s", "drafted", "accepted",
-                        "acceptance_rate", "mean_acceptance_length", "verify_steps"}
+    assert set(run) >= {
+        "id",
+        "method",
+        "text",
+        "tokens",
+        "decode_tokens_per_s",
+        "ttft_s",
+        "drafted",
+        "accepted",
+        "acceptance_rate",
+        "mean_acceptance_length",
+        "verify_steps",
+    }
     assert len(run["tokens"]) == 12 and run["method"] == "lookup" and run["id"] == "a"

@@ -1,13 +1,14 @@
 """python -m engine.bench as a real subprocess on the embedded SmolLM2: the sampling flags, --repeats
 and --chat are recorded, and --chat really sends the prompt through the model's chat template."""
+
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 from engine.chat_format import ChatFormatter
-from engine.modelfiles.embedded import embedded_model_path
 from engine.decoding.runtime import Model
+from engine.modelfiles.embedded import embedded_model_path
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPTS = {"capital": "What is the capital of France?", "count": "Count from one to five."}
@@ -18,10 +19,41 @@ def test_bench_records_sampling_repeats_and_the_chat_template(tmp_path):
     prompts.write_text("".join(json.dumps({"id": k, "prompt": v}) + "\n" for k, v in PROMPTS.items()))
     out = tmp_path / "out.json"
     done = subprocess.run(
-        [sys.executable, "-m", "engine.bench", "--model", "embedded", "--method", "lookup", "--max-tokens", "8",
-         "--top-k", "5", "--top-p", "0.9", "--min-p", "0.05", "--temperature", "0.8", "--seed", "3",
-         "--repeats", "2", "--chat", "--threads", "2", "--prompts", str(prompts), "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "engine.bench",
+            "--model",
+            "embedded",
+            "--method",
+            "lookup",
+            "--max-tokens",
+            "8",
+            "--top-k",
+            "5",
+            "--top-p",
+            "0.9",
+            "--min-p",
+            "0.05",
+            "--temperature",
+            "0.8",
+            "--seed",
+            "3",
+            "--repeats",
+            "2",
+            "--chat",
+            "--threads",
+            "2",
+            "--prompts",
+            str(prompts),
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     result = json.loads(out.read_text())
 
@@ -36,7 +68,14 @@ def test_bench_records_sampling_repeats_and_the_chat_template(tmp_path):
 
     settings = result["settings"]
     assert {k: settings[k] for k in ("temperature", "top_k", "top_p", "min_p", "seed", "repeats", "chat")} == {
-        "temperature": 0.8, "top_k": 5, "top_p": 0.9, "min_p": 0.05, "seed": 3, "repeats": 2, "chat": True}
+        "temperature": 0.8,
+        "top_k": 5,
+        "top_p": 0.9,
+        "min_p": 0.05,
+        "seed": 3,
+        "repeats": 2,
+        "chat": True,
+    }
     assert settings["chat_template"] == "model" and settings["stop"] == stops
 
     assert [run["id"] for run in result["runs"]] == list(PROMPTS)

@@ -1,5 +1,6 @@
 """engine.measure.bench_compare compares like with like: llama-cpp-python's create_completion and SpecChat's
 loop count tokens the same way and follow the same end-token rule, and the output says so."""
+
 import json
 import statistics
 
@@ -14,8 +15,24 @@ def compare(tmp_path, *flags: str) -> dict:
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"id": "sum", "prompt": PROMPT}) + "\n")
     out = tmp_path / "out.json"
-    assert main(["--model", "embedded", "--prompts", str(prompts), "--max-tokens", str(MAX_TOKENS),
-                 "--threads", "2", "--out", str(out), *flags]) == 0
+    assert (
+        main(
+            [
+                "--model",
+                "embedded",
+                "--prompts",
+                str(prompts),
+                "--max-tokens",
+                str(MAX_TOKENS),
+                "--threads",
+                "2",
+                "--out",
+                str(out),
+                *flags,
+            ]
+        )
+        == 0
+    )
     return json.loads(out.read_text())
 
 
@@ -57,8 +74,10 @@ def test_plain_decoding_runs_beside_every_method_and_each_is_compared_with_its_n
 
     orders = [bracketed(["none", "lookup", "auto"], turn) for turn in range(2)]
     assert orders == [["none", "lookup", "none", "auto", "none"], ["none", "auto", "none", "lookup", "none"]]
-    rows = [{"none": 20.0, "lookup": 30.0, "plain_beside": {"lookup": 30.0}},
-            {"none": 25.0, "lookup": 25.0}]  # a row from before bracketing: its one plain run
+    rows = [
+        {"none": 20.0, "lookup": 30.0, "plain_beside": {"lookup": 30.0}},
+        {"none": 25.0, "lookup": 25.0},
+    ]  # a row from before bracketing: its one plain run
     assert median_ratio(rows, "lookup", "none") == 1.0
 
 
@@ -68,23 +87,61 @@ def test_seeds_run_every_prompt_once_each_and_the_kinds_get_a_geomean(tmp_path, 
     import pytest
 
     prompts = tmp_path / "p.jsonl"
-    prompts.write_text("".join(json.dumps({"id": name, "kind": kind, "prompt": PROMPT.replace("2+2", sum_)}) + "\n"
-                               for name, kind, sum_ in (("a", "edits", "2+2"), ("b", "edits", "3+5"),
-                                                        ("c", "open", "7+1"))))
+    prompts.write_text(
+        "".join(
+            json.dumps({"id": name, "kind": kind, "prompt": PROMPT.replace("2+2", sum_)}) + "\n"
+            for name, kind, sum_ in (("a", "edits", "2+2"), ("b", "edits", "3+5"), ("c", "open", "7+1"))
+        )
+    )
     out = tmp_path / "out.json"
-    assert main(["--model", "embedded", "--prompts", str(prompts), "--max-tokens", "8", "--threads", "2",
-                 "--temperature", "0.8", "--seeds", "1-2", "--methods", "lookup", "--no-reference",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "--model",
+                "embedded",
+                "--prompts",
+                str(prompts),
+                "--max-tokens",
+                "8",
+                "--threads",
+                "2",
+                "--temperature",
+                "0.8",
+                "--seeds",
+                "1-2",
+                "--methods",
+                "lookup",
+                "--no-reference",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     result = json.loads(out.read_text())
-    assert [(r["id"], r["seed"]) for r in result["rows"]] == [("a", 1), ("a", 2), ("b", 1), ("b", 2), ("c", 1),
-                                                               ("c", 2)]
-    assert all(set(r) - {"id", "seed"} == {"none", "none_detail", "lookup", "lookup_detail", "plain_beside",
-                                            "plain_runs"} and len(r["plain_runs"]) == 2 for r in result["rows"])
+    assert [(r["id"], r["seed"]) for r in result["rows"]] == [
+        ("a", 1),
+        ("a", 2),
+        ("b", 1),
+        ("b", 2),
+        ("c", 1),
+        ("c", 2),
+    ]
+    assert all(
+        set(r) - {"id", "seed"} == {"none", "none_detail", "lookup", "lookup_detail", "plain_beside", "plain_runs"}
+        and len(r["plain_runs"]) == 2
+        for r in result["rows"]
+    )
     assert "seeds 1, 2" in result["compared"] and "create_completion" not in result["compared"]  # not run
-    medians = {i: statistics.median(r["lookup"] / statistics.geometric_mean(r["plain_runs"]) for r in result["rows"]
-                                    if r["id"] == i) for i in "abc"}
-    assert result["by_kind"]["edits"]["lookup"] == pytest.approx(statistics.geometric_mean([medians["a"],
-                                                                                             medians["b"]]))
+    medians = {
+        i: statistics.median(
+            r["lookup"] / statistics.geometric_mean(r["plain_runs"]) for r in result["rows"] if r["id"] == i
+        )
+        for i in "abc"
+    }
+    assert result["by_kind"]["edits"]["lookup"] == pytest.approx(
+        statistics.geometric_mean([medians["a"], medians["b"]])
+    )
     assert result["by_kind"]["open"]["lookup"] == pytest.approx(medians["c"])
     assert "edits: lookup" in capsys.readouterr().out
     with pytest.raises(SystemExit):  # greedy answers do not depend on a seed

@@ -1,6 +1,7 @@
 """A step timing says how far it is (timings done of all, and an estimate of the time left), can be cut short
 without losing what it timed, goes on from there, and meanwhile answers plan on the sizes timed so far
 (engine/decoding/calibration.py; the window's side: tests/app/test_calibration_progress.py)."""
+
 from __future__ import annotations
 
 import pytest
@@ -64,8 +65,18 @@ def test_the_time_left_is_estimated_from_what_each_timing_took(target, monkeypat
 
     monkeypatch.setattr(calibration, "time_decode", decode)
     reports = []
-    calibrate_steps(target, StepCosts(), MAX_DRAFT, 0, 0, 0, 1, False, clock=lambda: now[0],
-                    on_progress=lambda *report: reports.append(report))
+    calibrate_steps(
+        target,
+        StepCosts(),
+        MAX_DRAFT,
+        0,
+        0,
+        0,
+        1,
+        False,
+        clock=lambda: now[0],
+        on_progress=lambda *report: reports.append(report),
+    )
     left = [seconds for _, _, seconds in reports]
     assert left[3] == pytest.approx((4 + 5 + 6 + 7 + sum(range(1, 8))) / 1000)  # 1-3 timed: 1 ms a row
     assert left[7] == pytest.approx(sum(range(1, 8)) / 1000)  # round one done: round two as it went
@@ -92,7 +103,7 @@ def test_a_timing_cut_short_keeps_what_it_timed_and_the_next_goes_on_from_there(
     steps = StepCosts()
     calibrate(target, steps, on_progress)
     assert steps.calibrated and len(target.step_timings) == 7
-    timed = [rows for rows, _ in fresh[CALIBRATION_WARMUP + 1:]]
+    timed = [rows for rows, _ in fresh[CALIBRATION_WARMUP + 1 :]]
     assert timed == [3, 4, 5, 6, 7]  # their second round only
     assert reports == list(range(9, 15))
 
@@ -103,7 +114,7 @@ def test_an_answer_meanwhile_plans_on_the_sizes_timed_so_far_and_the_next_timing
     with pytest.raises(GenerationCancelled):
         calibrate(target, StepCosts(), lambda done, total, left: done == 4 and stop.append(True))
     target.set_interrupt(None)
-    part = dict(fresh[CALIBRATION_WARMUP + 1:])
+    part = dict(fresh[CALIBRATION_WARMUP + 1 :])
     assert sorted(part) == [1, 2, 3, 4] and target.step_timings == {}  # timed once each: none complete
     fresh.clear()
     steps = StepCosts()
@@ -114,7 +125,7 @@ def test_an_answer_meanwhile_plans_on_the_sizes_timed_so_far_and_the_next_timing
     assert steps.calibrated
     assert [steps.seconds(rows) for rows in part] == pytest.approx(list(part.values()))
     calibrate(target, steps)  # after the answer
-    assert sorted(rows for rows, _ in fresh[CALIBRATION_WARMUP + 1:]) == [1, 2, 3, 4, 5, 5, 6, 6, 7, 7]
+    assert sorted(rows for rows, _ in fresh[CALIBRATION_WARMUP + 1 :]) == [1, 2, 3, 4, 5, 5, 6, 6, 7, 7]
     kept = {rows: seconds for (_, rows), seconds in target.step_timings.items()}
     assert sorted(kept) == list(range(1, 8))
     assert [steps.seconds(rows) for rows in range(1, 8)] == pytest.approx([kept[rows] for rows in range(1, 8)])

@@ -1,4 +1,5 @@
 """The pair catalog, installed models and the pair compatibility check (llama.cpp's rules)."""
+
 import json
 import os
 import subprocess
@@ -6,14 +7,13 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from hub_server import LocalHub, default_tokens, write_tiny_gguf
 
+from engine.errors import ModelFileError
 from engine.modelfiles import model_store
 from engine.modelfiles.catalog import CatalogError, find_pair, load_catalog
 from engine.modelfiles.downloads import DownloadJob, local_path
 from engine.modelfiles.embedded import embedded_gemma_path
-from engine.errors import ModelFileError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -70,14 +70,17 @@ def test_unverified_entries_are_marked_as_such(tmp_path):
         load_catalog(tmp_path / "c.json")
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda c: c["pairs"][0]["target"].update(filename="model.bin"), "not a .gguf file"),
-    (lambda c: c["pairs"][0]["draft"].pop("repo_id"), "draft: 'repo_id' must be a non-empty string"),
-    (lambda c: c["pairs"][0]["target"].update(repo_id="no-owner"), "must look like owner/name"),
-    (lambda c: c["pairs"][0]["target"].update(size_bytes=-1), "size_bytes must be a positive"),
-    (lambda c: c["pairs"].append(dict(c["pairs"][0])), "repeats pair ids"),
-    (lambda c: c.pop("pairs"), "no list of 'pairs'"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda c: c["pairs"][0]["target"].update(filename="model.bin"), "not a .gguf file"),
+        (lambda c: c["pairs"][0]["draft"].pop("repo_id"), "draft: 'repo_id' must be a non-empty string"),
+        (lambda c: c["pairs"][0]["target"].update(repo_id="no-owner"), "must look like owner/name"),
+        (lambda c: c["pairs"][0]["target"].update(size_bytes=-1), "size_bytes must be a positive"),
+        (lambda c: c["pairs"].append(dict(c["pairs"][0])), "repeats pair ids"),
+        (lambda c: c.pop("pairs"), "no list of 'pairs'"),
+    ],
+)
 def test_a_malformed_catalog_is_refused_with_a_clear_message(tmp_path, edit, message):
     raw = json.loads((ROOT / "resources" / "catalog.json").read_text())
     edit(raw)
@@ -117,8 +120,14 @@ def test_a_catalog_pair_downloads_from_the_hub_and_becomes_a_ready_pair(data_dir
     assert listed[pair.draft.filename].repo_id == pair.draft.repo_id
     assert listed[pair.draft.filename].size_bytes == vocab_files["a_twin"].stat().st_size
 
-    result = subprocess.run([sys.executable, "-m", "engine.models", "list"], cwd=ROOT, capture_output=True,
-                            text=True, timeout=60, env=os.environ.copy())
+    result = subprocess.run(
+        [sys.executable, "-m", "engine.models", "list"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=os.environ.copy(),
+    )
     assert result.returncode == 0, result.stderr
     assert "Ready pairs (1)" in result.stdout and pair.target.filename in result.stdout and str(draft) in result.stdout
 
@@ -182,9 +191,19 @@ def test_drafts_are_checked_against_one_target_load_and_unreadable_ones_say_why(
 
 
 def test_the_cli_check_reports_both_outcomes(vocab_files):
-    ok = subprocess.run([sys.executable, "-m", "engine.models", "check", str(vocab_files["a"]),
-                         str(vocab_files["a_twin"])], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    bad = subprocess.run([sys.executable, "-m", "engine.models", "check", str(vocab_files["a"]),
-                          str(vocab_files["b"])], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    ok = subprocess.run(
+        [sys.executable, "-m", "engine.models", "check", str(vocab_files["a"]), str(vocab_files["a_twin"])],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    bad = subprocess.run(
+        [sys.executable, "-m", "engine.models", "check", str(vocab_files["a"]), str(vocab_files["b"])],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert ok.returncode == 0 and ok.stdout.startswith("compatible")
     assert bad.returncode == 1 and "token 7 differs" in bad.stdout

@@ -1,4 +1,5 @@
 """python -m engine.chat_format, run as a real subprocess: the prompt a model reads, and clear refusals."""
+
 from __future__ import annotations
 
 import json
@@ -7,15 +8,19 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from test_chat_format_injection import CHATML_FORGERY, GEMMA_FORGERY, SMOLLM2_MISSING, smollm2_path
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engine.chat_format", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "engine.chat_format", *map(str, args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def messages_file(tmp_path, messages) -> Path:
@@ -25,8 +30,12 @@ def messages_file(tmp_path, messages) -> Path:
 
 
 def test_embedded_model_prints_the_fallback_transcript_and_its_tokens(tmp_path, model_path):
-    done = run_cli("--model", "embedded-gemma", "--messages",  # the base model: no template, the fallback
-                   messages_file(tmp_path, [{"role": "user", "content": GEMMA_FORGERY}]))
+    done = run_cli(
+        "--model",
+        "embedded-gemma",
+        "--messages",  # the base model: no template, the fallback
+        messages_file(tmp_path, [{"role": "user", "content": GEMMA_FORGERY}]),
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["model"] == str(model_path) and report["uses_template"] is False
@@ -46,8 +55,11 @@ def test_smollm2_prints_its_template_prompt_with_control_tokens_marked(tmp_path)
     report = json.loads(done.stdout)
     assert report["uses_template"] is True and report["template_error"] is None
     assert report["stop"] == ["<|im_end|>"]
-    assert report["text"] == ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n" + CHATML_FORGERY
-                              + "<|im_end|>\n<|im_start|>assistant\n")
+    assert report["text"] == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n"
+        + CHATML_FORGERY
+        + "<|im_end|>\n<|im_start|>assistant\n"
+    )
     special = [t["piece"] for t in report["tokens"] if t["special"]]
     assert special == ["<|im_start|>", "<|im_end|>"] * 2 + ["<|im_start|>"]  # the template's, not the paste's
     assert "".join(t["piece"] for t in report["tokens"]) == report["text"]

@@ -1,8 +1,10 @@
 """Chunked prefill (issue 51): a long prompt is prefilled a piece per pump, the other sequences taking their
 decode step between pieces, and a job cancelled in its prefill frees its sequence id within one piece. With the
 real embedded SmolLM2 (the server's default model), counted in pieces and steps, never in wall time."""
+
 import pytest
 import torch
+from greedy_check import assert_self_consistent  # tests/engine/greedy_check.py
 
 from engine.decoding.batch import MIN_PIECE, PREFILL_CHUNK, Batch, Job, prefill_piece, run_jobs
 from engine.decoding.cost_model import SpeculationConfig
@@ -10,8 +12,6 @@ from engine.decoding.runtime import LoadSettings, Model
 from engine.decoding.sampling import SamplingParams
 from engine.decoding.step import StepLoop
 from engine.modelfiles.embedded import embedded_model_path
-
-from greedy_check import assert_self_consistent  # tests/engine/greedy_check.py
 
 GREEDY = SamplingParams(temperature=0.0)
 LONG = 3000  # the issue's long prompt
@@ -26,8 +26,9 @@ def target():
 
 @pytest.fixture(scope="module")
 def prompts(target):
-    text = " ".join(f"Note {i}: the ferry to island {i % 17} leaves at {i % 12 + 1} o'clock, weather {i % 5}."
-                    for i in range(400))
+    text = " ".join(
+        f"Note {i}: the ferry to island {i % 17} leaves at {i % 12 + 1} o'clock, weather {i % 5}." for i in range(400)
+    )
     long = target.tokenize(text)[:LONG]
     assert len(long) == LONG
     return target.tokenize("The best way to spend three days in Kyoto is"), long
@@ -42,6 +43,7 @@ def job(name: str, prompt: list[int], max_tokens: int, events: list | None = Non
     def on_delta(j: Job, delta) -> None:
         if events is not None and delta.tokens:
             events.append(("token", j.id))
+
     return Job(name, list(prompt), GREEDY, max_tokens=max_tokens, ignore_eos=True, on_delta=on_delta)
 
 
@@ -111,7 +113,7 @@ def test_a_streaming_job_takes_a_step_between_every_piece_of_a_long_prompt(targe
     assert sum(events[i][1] for i in pieces) == LONG
     assert max(events[i][1] for i in pieces) <= PREFILL_CHUNK and len(pieces) >= LONG // PREFILL_CHUNK
     for a, b in zip(pieces, pieces[1:]):
-        assert ("token", "first") in events[a + 1:b], (a, b, events[a:b + 1])
+        assert ("token", "first") in events[a + 1 : b], (a, b, events[a : b + 1])
     assert first.finish_reason == second.finish_reason == "length"
     assert second.run.stats.prefill_s == second.run.stats.ttft_s > 0
     # Each answer is its model's own: the argmax of its prefix, up to a near-tie. Not always byte for byte the

@@ -3,6 +3,7 @@ reading, every layer on the CPU; on a GPU build, what tests/this_build.py reads)
 a measured bench on the real embedded SmolLM2, each step announced as it begins, with the method asked about named
 when it runs slower than plain decoding; and the usual mistake, an NVIDIA GPU beside a CPU-only build, named with its fix (the GPU is a
 stand-in `nvidia-smi`, as none is here)."""
+
 import json
 import os
 import re
@@ -15,17 +16,18 @@ import llama_cpp
 import psutil
 import pytest
 import torch
+from this_build import BACKEND, GPU_OFFLOAD, MEMORY_KIND, ON_GPU  # tests/this_build.py: read from the build
 
 from engine import hardware
 from engine.lab import doctor
-from this_build import BACKEND, GPU_OFFLOAD, MEMORY_KIND, ON_GPU  # tests/this_build.py: read from the build
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_doctor(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engine.doctor", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "engine.doctor", *args], cwd=ROOT, capture_output=True, text=True, timeout=600, env=env
+    )
 
 
 # Prompt lookup with the planner off, verifying 64 rows a step: slower than plain decoding on this CPU (0.21x here)
@@ -95,8 +97,12 @@ def test_the_bench_is_measured_for_each_method(report):
 def test_each_step_is_announced_n_of_m_with_the_time_left_estimated_from_the_runs_so_far(run):
     progress, report = run
     assert [(p["step"], p["steps"]) for p in progress] == [(1, 4), (2, 4), (3, 4), (4, 4)]
-    assert [p["doing"] for p in progress] == ["loading the model", "timing each step size once (calibration)",
-                                              "plain decoding, run 1 of 1", "prompt lookup, run 1 of 1"]
+    assert [p["doing"] for p in progress] == [
+        "loading the model",
+        "timing each step size once (calibration)",
+        "plain decoding, run 1 of 1",
+        "prompt lookup, run 1 of 1",
+    ]
     assert [p["left_s"] for p in progress[:3]] == [None, None, None]  # nothing timed to estimate from
     assert progress[3]["left_is_estimate"] and 0 < progress[3]["left_s"] <= report["bench"]["seconds"]
     assert report["seconds"] >= report["bench"]["seconds"]  # the whole check, measured
@@ -113,7 +119,9 @@ def test_the_method_asked_about_slower_than_plain_is_a_problem(report):
     if not found:
         return
     assert f"{lookup['vs_plain']:g}× plain decoding on this machine" in found[0]["problem"]
-    assert found[0]["fix"].endswith("Settings → Speculation: turn speculation off (plain decoding was the fastest here)")
+    assert found[0]["fix"].endswith(
+        "Settings → Speculation: turn speculation off (plain decoding was the fastest here)"
+    )
     assert found[0]["fix"].startswith("measure again once the CPU is quiet") is busy
     text = doctor.describe(report)
     assert f"PROBLEM: lookup ran at {lookup['vs_plain']:g}×" in text and "No problems found." not in text
@@ -153,8 +161,14 @@ def test_an_nvidia_gpu_beside_a_cpu_only_build_is_named_with_the_rebuild_command
 
 @pytest.mark.skipif(GPU_OFFLOAD, reason="needs a CPU-only llama.cpp build")
 def test_the_command_line_says_the_problem_and_specchat_doctor_runs_it(fake_nvidia_smi):
-    done = subprocess.run([sys.executable, "-m", "app", "doctor", "--no-model"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300, env=dict(os.environ))
+    done = subprocess.run(
+        [sys.executable, "-m", "app", "doctor", "--no-model"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ),
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "NVIDIA GPUs: NVIDIA H200 (nvidia-smi)" in done.stdout and "-DGGML_CUDA=on" in done.stdout
     free, total = map(float, re.search(r"RAM: available ([\d.]+) GiB of ([\d.]+) GiB", done.stdout).groups())
@@ -175,8 +189,10 @@ def test_with_a_draft_the_bench_times_draft_and_auto_each_with_a_planner_of_its_
     from engine.modelfiles.embedded import embedded_model_path
 
     path = embedded_model_path()
-    with Model(path, LoadSettings(n_ctx=1024, threads=2)) as target, \
-            Model(path, LoadSettings(n_ctx=1024, threads=2)) as draft:
+    with (
+        Model(path, LoadSettings(n_ctx=1024, threads=2)) as target,
+        Model(path, LoadSettings(n_ctx=1024, threads=2)) as draft,
+    ):
         result = doctor.bench(target, draft, rounds=1)
     assert list(result["methods"]) == ["plain", "lookup", "draft", "auto"]
     assert all(run["tokens_per_s"] and run["runs"] == 1 for run in result["methods"].values())

@@ -5,6 +5,7 @@ itself, and across a restart of the CLI), a wrong checksum, HTTP errors, a full 
 traversal, the token staying off the CDN, two downloads of one file at once, an error page from a
 mirror that sends no content hash, and a malformed HF_ENDPOINT.
 """
+
 import errno
 import hashlib
 import os
@@ -15,7 +16,6 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from hub_server import COMMIT, Fault, LocalHub, write_tiny_gguf
 
 from engine.modelfiles import downloads
@@ -134,8 +134,14 @@ def test_a_download_cut_for_good_resumes_after_a_restart_of_the_cli(hub, files):
     kept = partial_bytes(FileRequest(REPO, "target.gguf"))
     assert kept > 0
 
-    result = subprocess.run([sys.executable, "-m", "engine.models", "download", REPO, "target.gguf"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=60, env=os.environ.copy())
+    result = subprocess.run(
+        [sys.executable, "-m", "engine.models", "download", REPO, "target.gguf"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=os.environ.copy(),
+    )
     assert result.returncode == 0, result.stderr
     path = Path(result.stdout.strip().splitlines()[-1])
     assert path == local_path(REPO, "target.gguf") and sha256(path) == sha256(files["target.gguf"])
@@ -156,12 +162,15 @@ def test_a_small_non_lfs_file_is_checked_by_its_git_hash(hub):
     assert path.read_bytes() == b"# tiny\n" * 10 and path.parent.name == "notes"
 
 
-@pytest.mark.parametrize("repo, filename, fault, message", [
-    (REPO, "missing.gguf", None, "missing.gguf is not in tester/tiny-GGUF"),
-    ("tester/nowhere", "x.gguf", None, "Repository tester/nowhere was not found"),
-    (REPO, "target.gguf", Fault(status=500, on="resolve"), "answered HTTP 500"),
-    (REPO, "target.gguf", Fault(status=503), "answered HTTP 503"),
-])
+@pytest.mark.parametrize(
+    "repo, filename, fault, message",
+    [
+        (REPO, "missing.gguf", None, "missing.gguf is not in tester/tiny-GGUF"),
+        ("tester/nowhere", "x.gguf", None, "Repository tester/nowhere was not found"),
+        (REPO, "target.gguf", Fault(status=500, on="resolve"), "answered HTTP 500"),
+        (REPO, "target.gguf", Fault(status=503), "answered HTTP 503"),
+    ],
+)
 def test_http_errors_give_clear_messages_and_write_nothing(hub, repo, filename, fault, message):
     if fault:
         hub.add_fault(filename, fault)
@@ -199,11 +208,21 @@ def test_a_disk_that_fills_up_midway_keeps_what_arrived(hub, monkeypatch):
     assert partial_bytes(FileRequest(REPO, "target.gguf")) == sum(calls[:2])
 
 
-@pytest.mark.parametrize("repo, filename", [
-    (REPO, "../evil.gguf"), (REPO, "a/../../evil.gguf"), (REPO, "/etc/passwd"), (REPO, "C:/evil.gguf"),
-    (REPO, "..\\evil.gguf"), (REPO, ""), (REPO, "a//b.gguf"), ("../tiny", "x.gguf"),
-    ("tester/../../x", "x.gguf"), ("lonely", "x.gguf"),
-])
+@pytest.mark.parametrize(
+    "repo, filename",
+    [
+        (REPO, "../evil.gguf"),
+        (REPO, "a/../../evil.gguf"),
+        (REPO, "/etc/passwd"),
+        (REPO, "C:/evil.gguf"),
+        (REPO, "..\\evil.gguf"),
+        (REPO, ""),
+        (REPO, "a//b.gguf"),
+        ("../tiny", "x.gguf"),
+        ("tester/../../x", "x.gguf"),
+        ("lonely", "x.gguf"),
+    ],
+)
 def test_names_that_would_escape_the_models_folder_are_refused_before_asking_the_hub(hub, repo, filename):
     with pytest.raises(UnsafePathError):
         download(repo, filename)
@@ -253,8 +272,14 @@ def test_two_downloads_of_one_file_at_once_are_refused(hub, files):
 
 
 def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engine.models", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "engine.models", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
 
 
 MIRROR_ETAG = "66e1f2a0-2d5c"  # what nginx and most plain servers send: mtime and size, no content hash
@@ -268,8 +293,10 @@ def test_an_error_page_from_a_mirror_is_refused_and_nothing_is_installed(hub):
     result = run_cli("download", REPO, "mirror.gguf")
 
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
-    assert (f"mirror.gguf from {hub.url} is not a GGUF model (it starts with b'<htm'): the server sent "
-            "something else, perhaps an error page. Nothing was installed.") in result.stderr
+    assert (
+        f"mirror.gguf from {hub.url} is not a GGUF model (it starts with b'<htm'): the server sent "
+        "something else, perhaps an error page. Nothing was installed."
+    ) in result.stderr
     folder = local_path(REPO, "mirror.gguf").parent
     assert sorted(p.name for p in folder.iterdir()) == []  # no model, no part to resume, no record
     assert partial_bytes(FileRequest(REPO, "mirror.gguf")) == 0
@@ -278,8 +305,11 @@ def test_an_error_page_from_a_mirror_is_refused_and_nothing_is_installed(hub):
 def test_a_gguf_header_of_an_unsupported_version_is_refused_too(hub):
     header = struct.pack("<4sIQQ", b"GGUF", 99, 1, 1)  # magic, version, tensors, metadata keys
     hub.add_file(REPO, "future.gguf", header + bytes(5000), lfs=False, etag=MIRROR_ETAG)
-    with pytest.raises(DownloadError, match=r"future\.gguf from .* is not a usable GGUF model \(future\.gguf .*"
-                                            r"version 99.*\)\. Nothing was installed\.$"):
+    with pytest.raises(
+        DownloadError,
+        match=r"future\.gguf from .* is not a usable GGUF model \(future\.gguf .*"
+        r"version 99.*\)\. Nothing was installed\.$",
+    ):
         download(REPO, "future.gguf")
     assert list(local_path(REPO, "future.gguf").parent.iterdir()) == []
 
@@ -330,8 +360,8 @@ def test_a_malformed_hf_endpoint_keeps_a_partial_download_for_later(hub, monkeyp
 
 
 def test_the_embedded_gemma_downloads_from_the_local_hub_and_loads(hub, tmp_path):
-    from engine.modelfiles.embedded import embedded_gemma_path
     from engine.decoding.runtime import Model
+    from engine.modelfiles.embedded import embedded_gemma_path
 
     gemma = embedded_gemma_path()
     hub.add_file("google/gemma-3-270m-GGUF", gemma.name, gemma)

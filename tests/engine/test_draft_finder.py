@@ -2,18 +2,18 @@
 are checked with llama.cpp's vocabulary rules from their headers alone (range reads, nothing downloaded), a
 decoy of another vocabulary is marked as not fitting with the reason, and the same comes out of
 `python -m engine.models search` and `drafts` with --json."""
+
 import json
 
 import pytest
-
 from hub_server import LocalHub, write_tiny_gguf
 
+from engine.measure.real_pair import DRAFT, TARGET, pair_dir
 from engine.modelfiles import model_store
 from engine.modelfiles.cli import main
 from engine.modelfiles.draft_finder import family_of, find_drafts, find_drafts_for_file
 from engine.modelfiles.embedded import embedded_gemma_path, embedded_model_path
 from engine.modelfiles.gguf_header import read_gguf_metadata
-from engine.measure.real_pair import DRAFT, TARGET, pair_dir
 
 SMOL_REPO, SMOL_FILE = "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF", "smollm2-135m-instruct-q4_1.gguf"
 GEMMA_REPO, GEMMA_FILE = "ggml-org/gemma-3-270m-GGUF", "gemma-3-270m-Q4_K_M.gguf"
@@ -27,10 +27,16 @@ def hub(tmp_path_factory):
     hub.add_file(SMOL_REPO, SMOL_FILE, smol)
     hub.set_info(SMOL_REPO, downloads=900)
     hub.add_file("second/SmolLM2-135M-Instruct-GGUF", SMOL_FILE, smol)
-    hub.add_file("decoy/SmolLM2-135M-Instruct-GGUF", "smollm2-tiny-q8_0.gguf",
-                 write_tiny_gguf(folder / "decoy.gguf", payload_bytes=100_000))
-    hub.add_file("bigger/SmolLM2-1.7B-Instruct-GGUF", "smollm2-1.7b-instruct-q4_k_m.gguf",
-                 write_tiny_gguf(folder / "big.gguf", payload_bytes=smol.stat().st_size + 1))
+    hub.add_file(
+        "decoy/SmolLM2-135M-Instruct-GGUF",
+        "smollm2-tiny-q8_0.gguf",
+        write_tiny_gguf(folder / "decoy.gguf", payload_bytes=100_000),
+    )
+    hub.add_file(
+        "bigger/SmolLM2-1.7B-Instruct-GGUF",
+        "smollm2-1.7b-instruct-q4_k_m.gguf",
+        write_tiny_gguf(folder / "big.gguf", payload_bytes=smol.stat().st_size + 1),
+    )
     hub.add_file(GEMMA_REPO, GEMMA_FILE, gemma)
     hub.add_file("unsloth/gemma-3-270m-it-GGUF", "gemma-3-270m-it-Q4_K_M.gguf", gemma)
     hub.add_file("decoy/gemma-3-270m-GGUF", "gemma-3-270m-Q2_K.gguf", smol)  # SmolLM2's vocabulary
@@ -65,8 +71,7 @@ def no_file_was_downloaded(hub) -> bool:
 
 def test_the_family_comes_from_the_header_else_the_repo_name():
     assert family_of(read_gguf_metadata(embedded_model_path())) == "smollm2"
-    assert family_of({"general.architecture": b"llama"}, "someone/Mistral-7B-Instruct-v0.3-GGUF") == \
-        "Mistral"
+    assert family_of({"general.architecture": b"llama"}, "someone/Mistral-7B-Instruct-v0.3-GGUF") == "Mistral"
     assert family_of({}, "bartowski/Llama-3.2-3B-Instruct-GGUF") == "Llama-3.2"
     assert family_of({}, "microsoft/phi-4-GGUF") == "phi-4"
 
@@ -124,8 +129,14 @@ def test_the_cli_searches_and_lists_drafts_as_json(on_hub, capsys):
     repos = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     smol = next(r for r in repos if r["repo_id"] == SMOL_REPO)
     assert smol["downloads"] == 900
-    assert smol["files"] == [{"filename": SMOL_FILE, "parts": [SMOL_FILE], "quantization": "Q4_1",
-                              "size": embedded_model_path().stat().st_size}]
+    assert smol["files"] == [
+        {
+            "filename": SMOL_FILE,
+            "parts": [SMOL_FILE],
+            "quantization": "Q4_1",
+            "size": embedded_model_path().stat().st_size,
+        }
+    ]
 
     assert main(["drafts", SMOL_REPO, SMOL_FILE, "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

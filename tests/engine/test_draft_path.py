@@ -1,19 +1,19 @@
 """The chat's draft-model path with the real model, draft = target (a separate copy of the same file):
 adaptive mode turns speculation off when the draft never stops on its own, and the draft's prompt
 processing does not delay the first token."""
+
 import time
 from types import SimpleNamespace
 
 import pytest
+from step_costs import ONE_ROW_S, pin_draft_costs, pin_step_costs
 
+import engine.decoding.proposers.draft_model as draft_model_module
 from engine.decoding.cost_model import HORIZON_FLOOR, DraftPlanner, SpeculationConfig
 from engine.decoding.generate import SpeculativeDecoder
-import engine.decoding.proposers.draft_model as draft_model_module
 from engine.decoding.proposers.draft_model import DraftModelProposer
 from engine.decoding.runtime import LoadSettings, Model
 from engine.decoding.sampling import SamplingParams
-
-from step_costs import ONE_ROW_S, pin_draft_costs, pin_step_costs
 
 GREEDY = SamplingParams(temperature=0.0)
 PROMPT = "The best way to spend three days in Kyoto is"
@@ -42,8 +42,9 @@ def test_a_draft_that_never_stops_is_switched_off_when_it_cannot_pay(target, dra
     the first answer of draft = target on SmolLM2)."""
     pin_step_costs(monkeypatch, STEP_COST)
     pin_draft_costs(monkeypatch, ONE_ROW_S)
-    decoder = SpeculativeDecoder(target, DraftModelProposer(draft, target, p_min=0.0),
-                                 SpeculationConfig(max_draft=16, adaptive=True))
+    decoder = SpeculativeDecoder(
+        target, DraftModelProposer(draft, target, p_min=0.0), SpeculationConfig(max_draft=16, adaptive=True)
+    )
     decoder.calibrate()  # times the draft's token too: those decodes are not proposals
     assert decoder.loop.planner.draft_timed
     draft_decodes = []
@@ -66,8 +67,9 @@ def test_a_draft_that_can_pay_is_used_from_the_start(target, draft, monkeypatch)
     before any draft runs) and, being the target itself, is nearly always right."""
     pin_step_costs(monkeypatch, one_row_s=ONE_ROW_S, extra_row_s=ONE_ROW_S / 10)
     pin_draft_costs(monkeypatch, ONE_ROW_S / 20)
-    decoder = SpeculativeDecoder(target, DraftModelProposer(draft, target, p_min=0.0),
-                                 SpeculationConfig(max_draft=16, adaptive=True))
+    decoder = SpeculativeDecoder(
+        target, DraftModelProposer(draft, target, p_min=0.0), SpeculationConfig(max_draft=16, adaptive=True)
+    )
     decoder.calibrate()
     lengths = []
     for _ in decoder.generate(target.tokenize(PROMPT), GREEDY, max_tokens=64, ignore_eos=True):
@@ -91,14 +93,16 @@ def test_the_first_token_does_not_wait_for_the_drafts_prompt(target, draft, monk
             out = real_decode(tokens, *args, **kwargs)
             prefills.append((len(deltas), len(tokens), time.perf_counter() - t))
             return out
+
         return watched_decode
 
     for name in ("decode", "decode_multi"):  # the prompt goes through decode, drafting through decode_multi
         monkeypatch.setattr(draft, name, watched(getattr(draft, name)))
     draft.forget_all()  # nothing of this prompt cached: the draft must process all of it
     prompt = target.tokenize(PROMPT)
-    decoder = SpeculativeDecoder(target, DraftModelProposer(draft, target, p_min=0.0),
-                                 SpeculationConfig(max_draft=4, adaptive=False))
+    decoder = SpeculativeDecoder(
+        target, DraftModelProposer(draft, target, p_min=0.0), SpeculationConfig(max_draft=4, adaptive=False)
+    )
     for delta in decoder.generate(prompt, GREEDY, max_tokens=8, ignore_eos=True):
         deltas.append(delta)
     prompt_prefill = next(p for p in prefills if p[1] >= len(prompt) - 1)
@@ -121,18 +125,26 @@ def test_the_drafts_catch_up_is_timed_apart_from_its_tokens(target, draft, monke
     def slowed_prefill(*a, **k):
         added[0] += slow
         return real_prefill(*a, **k)
+
     monkeypatch.setattr(draft, "prefill", slowed_prefill)
     monkeypatch.setattr(draft_model_module, "time", SimpleNamespace(perf_counter=fake_clock))
     drafts, catch_ups = [], []
     record_draft, record_catch_up = DraftPlanner.record_draft, DraftPlanner.record_catch_up
-    monkeypatch.setattr(DraftPlanner, "record_draft",
-                        lambda self, tokens, seconds: drafts.append((tokens, seconds)) or record_draft(self, tokens, seconds))
-    monkeypatch.setattr(DraftPlanner, "record_catch_up", lambda self, rows, seconds:
-                        catch_ups.append((rows, seconds)) or record_catch_up(self, rows, seconds))
+    monkeypatch.setattr(
+        DraftPlanner,
+        "record_draft",
+        lambda self, tokens, seconds: drafts.append((tokens, seconds)) or record_draft(self, tokens, seconds),
+    )
+    monkeypatch.setattr(
+        DraftPlanner,
+        "record_catch_up",
+        lambda self, rows, seconds: catch_ups.append((rows, seconds)) or record_catch_up(self, rows, seconds),
+    )
     draft.forget_all()
     prompt = target.tokenize(PROMPT + " Kyoto, the old capital, has temples, gardens and markets." * 6)
-    decoder = SpeculativeDecoder(target, DraftModelProposer(draft, target, p_min=0.0),
-                                 SpeculationConfig(max_draft=4, adaptive=False))
+    decoder = SpeculativeDecoder(
+        target, DraftModelProposer(draft, target, p_min=0.0), SpeculationConfig(max_draft=4, adaptive=False)
+    )
     decoder.loop.clock = decoder.loop.drafting.clock = fake_clock
     for _ in decoder.generate(prompt, GREEDY, max_tokens=8, ignore_eos=True):
         pass
@@ -157,8 +169,9 @@ def test_a_draft_is_probed_only_where_the_answer_can_repay_its_catch_up():
         planner.record_catch_up(1, 0.0005)
         made = []
         for generated in range(300):
-            lengths = planner.plan([feature], [4], lags=[lag + generated if lag else 0],
-                                   horizon=[max(generated, HORIZON_FLOOR)]).lengths
+            lengths = planner.plan(
+                [feature], [4], lags=[lag + generated if lag else 0], horizon=[max(generated, HORIZON_FLOOR)]
+            ).lengths
             if any(lengths):
                 made.append(generated)
             planner.record_step(1 + sum(lengths), sum(lengths), planner.steps.seconds(1 + sum(lengths)))

@@ -1,5 +1,6 @@
 """A draft model's proposals recorded along greedy answers and replayed (engine.measure.draft_replay): what it
 would draft and what the answer keeps, position by position; the real StepLoop's draft and auto on a virtual clock."""
+
 import json
 import random
 
@@ -55,15 +56,18 @@ def test_the_runs_count_what_the_answer_keeps_and_what_the_draft_drafts():
     truth = prompt + answer
 
     def guess(history):
-        if history[len(prompt):len(prompt) + 3] == answer[:3] and len(history) > len(prompt) + 3 \
-                and history[len(prompt) + 3] == 99:
+        if (
+            history[len(prompt) : len(prompt) + 3] == answer[:3]
+            and len(history) > len(prompt) + 3
+            and history[len(prompt) + 3] == 99
+        ):
             return 150 + len(history)  # its own continuation after the mistake
         i = len(history)
         return 99 if i == len(prompt) + 3 else truth[i] if i < len(truth) else 0
 
     def confidence(history):
         i = len(history) - len(prompt)  # answer tokens written
-        if history[len(prompt) + 3:len(prompt) + 4] == [99]:
+        if history[len(prompt) + 3 : len(prompt) + 4] == [99]:
             return 0.9 if len(history) <= len(prompt) + 5 else 0.5  # 2 more confident tokens, then unsure
         return 0.5 if i >= 6 else 0.9
 
@@ -71,8 +75,10 @@ def test_the_runs_count_what_the_answer_keeps_and_what_the_draft_drafts():
     kept, made = draft_runs(draft, prompt, answer, p_min=0.75)
     assert kept == [0, 2, 1, 0, 2, 1, 0, 0]
     assert made == [0, 5, 4, 3, 2, 1, 0, 0]
-    assert draft_runs(draft, prompt, answer, p_min=0.75, longest=3) == ([0, 2, 1, 0, 2, 1, 0, 0],
-                                                                          [0, 3, 3, 3, 2, 1, 0, 0])
+    assert draft_runs(draft, prompt, answer, p_min=0.75, longest=3) == (
+        [0, 2, 1, 0, 2, 1, 0, 0],
+        [0, 3, 3, 3, 2, 1, 0, 0],
+    )
 
 
 def well_guessed(n_answers: int = 3) -> list[Answer]:
@@ -115,20 +121,34 @@ def count_replayed(rec: Recording, max_draft: int) -> list[tuple[int, int]]:
     """(drafted, accepted) per answer of the draft method at fixed lengths."""
     steps = []
     replay.replay_method(rec, "draft", max_draft, on_step=steps.append, adaptive=False)
-    return [(sum(t.drafted for t in steps if t.answer == a.id), sum(t.accepted for t in steps if t.answer == a.id))
-            for a in rec.answers]
+    return [
+        (sum(t.drafted for t in steps if t.answer == a.id), sum(t.accepted for t in steps if t.answer == a.id))
+        for a in rec.answers
+    ]
 
 
 def count_live(target_path, draft_path, rec: Recording, max_draft: int) -> list[tuple[int, int]]:
     from engine.decoding.loader import DecoderSettings, build_decoder
-    decoder = build_decoder(DecoderSettings(model=str(target_path), draft=str(draft_path), method="draft",
-                                            max_draft=max_draft, adaptive=False, threads=2,
-                                            remember_requests=False))
+
+    decoder = build_decoder(
+        DecoderSettings(
+            model=str(target_path),
+            draft=str(draft_path),
+            method="draft",
+            max_draft=max_draft,
+            adaptive=False,
+            threads=2,
+            remember_requests=False,
+        )
+    )
     out = []
     try:
         for a in rec.answers:
-            written = [t for d in decoder.generate(a.prompt, replay.GREEDY, max_tokens=len(a.answer), ignore_eos=True)
-                       for t in d.tokens]
+            written = [
+                t
+                for d in decoder.generate(a.prompt, replay.GREEDY, max_tokens=len(a.answer), ignore_eos=True)
+                for t in d.tokens
+            ]
             assert written == a.answer
             out.append((decoder.stats.drafted, decoder.stats.accepted))
     finally:
@@ -144,11 +164,34 @@ def test_recorded_drafts_replay_as_the_live_draft_drafts(tmp_path, capsys):
 
     model = embedded_model_path()
     prompts = tmp_path / "p.jsonl"
-    prompts.write_text('{"id": "list", "prompt": "Repeat this list exactly: apples, pears, plums, figs, limes."}\n'
-                       '{"id": "story", "prompt": "Write two sentences about a lighthouse keeper."}\n')
+    prompts.write_text(
+        '{"id": "list", "prompt": "Repeat this list exactly: apples, pears, plums, figs, limes."}\n'
+        '{"id": "story", "prompt": "Write two sentences about a lighthouse keeper."}\n'
+    )
     out = tmp_path / "rec.json"
-    assert replay.main(["record", "--model", str(model), "--draft", str(model), "--prompts", str(prompts),
-                        "--max-tokens", "40", "--threads", "2", "--chat", "--max-rows", "17", "--out", str(out)]) == 0
+    assert (
+        replay.main(
+            [
+                "record",
+                "--model",
+                str(model),
+                "--draft",
+                str(model),
+                "--prompts",
+                str(prompts),
+                "--max-tokens",
+                "40",
+                "--threads",
+                "2",
+                "--chat",
+                "--max-rows",
+                "17",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     rec = Recording.load(out)
     assert rec.has_draft and rec.draft_curve[1] > 0
     for a in rec.answers:  # the draft is the target: whatever it drafts, the answer keeps
@@ -161,24 +204,51 @@ def test_recorded_drafts_replay_as_the_live_draft_drafts(tmp_path, capsys):
     table = capsys.readouterr().out
     assert "| draft | auto |" in table and "geomean: lookup" in table
     with pytest.raises(SystemExit):
-        replay.main(["record", "--model", str(model), "--draft", str(model), "--prompts", str(prompts),
-                     "--temperature", "0.7", "--out", str(out)])
+        replay.main(
+            [
+                "record",
+                "--model",
+                str(model),
+                "--draft",
+                str(model),
+                "--prompts",
+                str(prompts),
+                "--temperature",
+                "0.7",
+                "--out",
+                str(out),
+            ]
+        )
 
 
 def test_a_prediction_charges_the_draft_its_own_shapes_curve(tmp_path, capsys):
     rec_path, curves = tmp_path / "rec.json", tmp_path / "curves.json"
     with_draft(CPU, CPU).save(rec_path)
-    seconds = lambda curve: {str(rows): s for rows, s in curve.items()}
-    curves.write_text(json.dumps({"shapes": {
-        "qwen2-1.5b": {"backend": "CUDA", "seconds_by_rows": seconds(GPU)},
-        "qwen2-0.5b": {"backend": "CUDA", "seconds_by_rows": seconds({r: 0.1 * s for r, s in GPU.items()})}}}))
+
+    def seconds(curve):
+        return {str(rows): s for rows, s in curve.items()}
+
+    curves.write_text(
+        json.dumps(
+            {
+                "shapes": {
+                    "qwen2-1.5b": {"backend": "CUDA", "seconds_by_rows": seconds(GPU)},
+                    "qwen2-0.5b": {"backend": "CUDA", "seconds_by_rows": seconds({r: 0.1 * s for r, s in GPU.items()})},
+                }
+            }
+        )
+    )
     on_gpu = recording.on_device(Recording.load(rec_path), curves, "qwen2-1.5b", "qwen2-0.5b")
     assert on_gpu.has_draft and on_gpu.draft_seconds(1) == pytest.approx(0.001)
     assert min(replay.replay_method(on_gpu, "draft")[:3]) > 2.5
     assert not recording.on_device(Recording.load(rec_path), curves, "qwen2-1.5b").has_draft
     capsys.readouterr()
-    assert replay.main(["replay", str(rec_path), "--curves", str(curves), "--shape", "qwen2-1.5b",
-                        "--draft-shape", "qwen2-0.5b"]) == 0
+    assert (
+        replay.main(
+            ["replay", str(rec_path), "--curves", str(curves), "--shape", "qwen2-1.5b", "--draft-shape", "qwen2-0.5b"]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "(draft on qwen2-0.5b's)" in out and "| draft | auto |" in out
 
@@ -193,8 +263,9 @@ def test_the_real_pair_replays_as_it_drafts_live(tmp_path):
         pytest.skip("the Qwen2.5-Coder pair is not fetched (python -m engine.measure.real_pair)")
     prompts = tmp_path / "p.jsonl"  # early in its answer the 0.5B is confidently wrong (from open.jsonl)
     prompts.write_text('{"id": "science", "prompt": "Photosynthesis is the process by which plants"}\n')
-    rec = recording.record(str(target), replay.read_prompts(prompts), 32, chat=True, threads=2, draft=str(draft),
-                           max_rows=17)
+    rec = recording.record(
+        str(target), replay.read_prompts(prompts), 32, chat=True, threads=2, draft=str(draft), max_rows=17
+    )
     a = rec.answers[0]
     assert any(m > k for k, m in zip(a.draft_kept, a.draft_made)), "no confident mistake to follow"
     assert count_replayed(rec, 6) == count_live(target, draft, rec, 6)
@@ -214,7 +285,22 @@ def test_a_draft_whose_vocabulary_does_not_fit_is_refused_with_a_message(tmp_pat
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"id": "hi", "prompt": "Hello"}\n')
     out = tmp_path / "rec.json"
-    code = replay.main(["record", "--model", str(embedded_model_path()), "--draft", str(embedded_gemma_path()),
-                        "--prompts", str(prompts), "--max-tokens", "4", "--max-rows", "2", "--out", str(out)])
+    code = replay.main(
+        [
+            "record",
+            "--model",
+            str(embedded_model_path()),
+            "--draft",
+            str(embedded_gemma_path()),
+            "--prompts",
+            str(prompts),
+            "--max-tokens",
+            "4",
+            "--max-rows",
+            "2",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 2 and not out.exists()
     assert "vocabular" in capsys.readouterr().err.lower()

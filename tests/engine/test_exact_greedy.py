@@ -1,6 +1,9 @@
 """Exact greedy (issue 52): the widest verify this build decodes bit for bit like one-row steps is measured per
 model, every verify stays within it, and greedy answers are then plain decoding's token for token."""
+
 import json
+
+from step_costs import ONE_ROW_S, pin_step_costs  # tests/engine/step_costs.py
 
 from engine.decoding.cost_model import SpeculationConfig
 from engine.decoding.exactness import exact_verify_rows
@@ -9,7 +12,6 @@ from engine.decoding.proposers.base import NoProposer
 from engine.decoding.proposers.lookup import LookupProposer
 from engine.decoding.sampling import SamplingParams
 from engine.lab.bench import main as bench_main
-from step_costs import ONE_ROW_S, pin_step_costs  # tests/engine/step_costs.py
 
 GREEDY = SamplingParams(temperature=0.0)
 PROMPTS = (
@@ -21,8 +23,9 @@ PROMPTS = (
 
 
 def answer(decoder, target, prompt: str, n: int = 48) -> list[int]:
-    return [t for d in decoder.generate(target.tokenize(prompt), GREEDY, max_tokens=n, ignore_eos=True)
-            for t in d.tokens]
+    return [
+        t for d in decoder.generate(target.tokenize(prompt), GREEDY, max_tokens=n, ignore_eos=True) for t in d.tokens
+    ]
 
 
 def test_the_exact_width_is_measured_and_rows_beyond_it_are_what_differ(target):
@@ -54,8 +57,27 @@ def test_bench_takes_exact_and_says_the_width(tmp_path, model_path):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"id": "copy", "prompt": PROMPTS[2]}) + "\n")
     out = tmp_path / "out.json"
-    assert bench_main(["--model", str(model_path), "--method", "lookup", "--exact", "--prompts", str(prompts),
-                       "--max-tokens", "24", "--ignore-eos", "--threads", "2", "--out", str(out)]) == 0
+    assert (
+        bench_main(
+            [
+                "--model",
+                str(model_path),
+                "--method",
+                "lookup",
+                "--exact",
+                "--prompts",
+                str(prompts),
+                "--max-tokens",
+                "24",
+                "--ignore-eos",
+                "--threads",
+                "2",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     result = json.loads(out.read_text())
     assert result["settings"]["exact"] is True and result["settings"]["exact_rows"] >= 1
     assert result["runs"][0]["speedup_vs_plain"] is not None

@@ -1,10 +1,27 @@
 """engine/figures.py is the one list of an answer's figures: the engines give exactly its keys, and the
 README's table is the one it writes."""
+
 from pathlib import Path
 
 from engine.decoding.stats import GenerationStats
-from engine.figures import (ANSWER, COUNTS, FIGURE, FIGURES, FLAG, LOCAL, NUMBER, NUMBER_LIST, PAIR_LIST, REMOTE, SHOWN,
-                            TEXT, keys_set_by, main, markdown_table, unlisted)
+from engine.figures import (
+    ANSWER,
+    COUNTS,
+    FIGURE,
+    FIGURES,
+    FLAG,
+    LOCAL,
+    NUMBER,
+    NUMBER_LIST,
+    PAIR_LIST,
+    REMOTE,
+    SHOWN,
+    TEXT,
+    keys_set_by,
+    main,
+    markdown_table,
+    unlisted,
+)
 from engine.hardware import MemoryReading
 from engine.remote.client import RemoteFigures
 
@@ -12,8 +29,16 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def _busy_stats() -> GenerationStats:
-    stats = GenerationStats(method="draft", generated=9, drafted=6, accepted=4, verify_steps=5, decode_s=0.5,
-                            draft_s=0.1, memory=MemoryReading(bytes_used=2**30, kind="RAM", source="test"))
+    stats = GenerationStats(
+        method="draft",
+        generated=9,
+        drafted=6,
+        accepted=4,
+        verify_steps=5,
+        decode_s=0.5,
+        draft_s=0.1,
+        memory=MemoryReading(bytes_used=2**30, kind="RAM", source="test"),
+    )
     stats.record_verdict(3, 2)
     return stats
 
@@ -34,9 +59,19 @@ def test_a_figure_missing_from_the_table_is_caught():
 
 
 def test_a_remote_engine_gives_exactly_the_listed_figures():
-    for figures in (RemoteFigures(backend="remote example.org", model="m"),
-                    RemoteFigures(backend="remote example.org", model="m", drafted=3, accepted=2, generated=4,
-                                  decode_s=0.3, server_method="lookup", rate_history=[(0.1, 9.0)])):
+    for figures in (
+        RemoteFigures(backend="remote example.org", model="m"),
+        RemoteFigures(
+            backend="remote example.org",
+            model="m",
+            drafted=3,
+            accepted=2,
+            generated=4,
+            decode_s=0.3,
+            server_method="lookup",
+            rate_history=[(0.1, 9.0)],
+        ),
+    ):
         assert set(figures.to_dict()) == keys_set_by(REMOTE)
 
 
@@ -59,8 +94,9 @@ def test_the_readme_table_is_the_one_the_table_writes(capsys):
     main(["--markdown"])
     printed = capsys.readouterr().out
     assert printed == markdown_table()
-    assert printed in README.read_text(encoding="utf-8"), \
+    assert printed in README.read_text(encoding="utf-8"), (
         "README.md's figures table is stale: paste `python -m engine.figures --markdown` over it"
+    )
     assert README.read_text(encoding="utf-8").count("| figure | key | meaning |") == 1
 
 

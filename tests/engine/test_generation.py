@@ -1,4 +1,5 @@
 """The decode loop on the real embedded Gemma 270M: lossless, seeded, cancellable, text-safe."""
+
 import json
 import threading
 import time
@@ -8,12 +9,12 @@ import pytest
 
 from engine.decoding.cost_model import SpeculationConfig
 from engine.decoding.generate import SpeculativeDecoder
-from engine.paths import resources_dir
 from engine.decoding.proposers.auto import AutoProposer
 from engine.decoding.proposers.draft_model import DraftModelProposer
 from engine.decoding.proposers.lookup import LookupProposer
 from engine.decoding.runtime import LoadSettings, Model
 from engine.decoding.sampling import SamplingParams
+from engine.paths import resources_dir
 
 GREEDY = SamplingParams(temperature=0.0)
 # llama.cpp's CPU kernels switch to a repacked GEMM for batches of 4+ rows, whose logits differ from
@@ -63,10 +64,11 @@ def checker(model_path):
 
 @pytest.mark.parametrize("method", ["lookup", "draft", "auto"])
 def test_greedy_speculation_emits_only_the_targets_argmax(target, draft_model, checker, method):
-    proposer = {"lookup": lambda: LookupProposer(),
-                "draft": lambda: DraftModelProposer(draft_model, target, p_min=0.0),
-                "auto": lambda: AutoProposer(LookupProposer(), DraftModelProposer(draft_model, target, p_min=0.0)),
-                }[method]()
+    proposer = {
+        "lookup": lambda: LookupProposer(),
+        "draft": lambda: DraftModelProposer(draft_model, target, p_min=0.0),
+        "auto": lambda: AutoProposer(LookupProposer(), DraftModelProposer(draft_model, target, p_min=0.0)),
+    }[method]()
     decoder = SpeculativeDecoder(target, proposer, SpeculationConfig(max_draft=8, adaptive=False))
     prompt, out, _ = generate(decoder, grounded_prompt(0), sampling=GREEDY, max_tokens=48, ignore_eos=True)
     assert len(out) == 48
@@ -94,14 +96,17 @@ def test_same_seed_gives_the_same_sampled_output(target):
     """Bit-exact repeats need a fixed draft length: adaptive lengths follow live timings, and llama.cpp's
     logits depend slightly on the verify batch's size (see LOGIT_TOLERANCE), and the same drafts: lookup
     here does not search earlier answers, which the second run would find."""
-    decoder = SpeculativeDecoder(target, LookupProposer(remember_requests=False),
-                                 SpeculationConfig(max_draft=6, adaptive=False))
+    decoder = SpeculativeDecoder(
+        target, LookupProposer(remember_requests=False), SpeculationConfig(max_draft=6, adaptive=False)
+    )
     sampling = SamplingParams(temperature=0.9, seed=42)
-    runs = [generate(decoder, grounded_prompt(4), sampling=sampling, max_tokens=30, ignore_eos=True)[1]
-            for _ in range(2)]
+    runs = [
+        generate(decoder, grounded_prompt(4), sampling=sampling, max_tokens=30, ignore_eos=True)[1] for _ in range(2)
+    ]
     assert runs[0] == runs[1]
-    other = generate(decoder, grounded_prompt(4), sampling=SamplingParams(temperature=0.9, seed=43),
-                     max_tokens=30, ignore_eos=True)[1]
+    other = generate(
+        decoder, grounded_prompt(4), sampling=SamplingParams(temperature=0.9, seed=43), max_tokens=30, ignore_eos=True
+    )[1]
     assert other != runs[0]
 
 
@@ -143,8 +148,9 @@ def test_cancel_stops_within_a_step_even_mid_verify(target):
     done = threading.Event()
     worker = threading.Thread(target=press_stop)
     worker.start()
-    prompt, out, _ = generate(decoder, grounded_prompt(0), sampling=GREEDY, max_tokens=400, ignore_eos=True,
-                              cancel=cancel)
+    prompt, out, _ = generate(
+        decoder, grounded_prompt(0), sampling=GREEDY, max_tokens=400, ignore_eos=True, cancel=cancel
+    )
     done.set()
     worker.join()
     assert decoder.stats.finish_reason == "cancelled"
@@ -169,13 +175,16 @@ def test_kv_prefix_is_reused_across_turns(target):
 def test_tokens_past_a_stop_string_are_not_counted(target):
     """A verify step can accept draft tokens beyond a stop string; they are neither shown nor counted, so
     tokens and tok/s describe the same answer with and without speculation."""
-    passage = ("The lighthouse at Point Arden was built in 1871 from granite quarried on the island itself. "
-               "For ninety years its keepers climbed one hundred and twelve steps every evening.\n\n")
+    passage = (
+        "The lighthouse at Point Arden was built in 1871 from granite quarried on the island itself. "
+        "For ninety years its keepers climbed one hundred and twelve steps every evening.\n\n"
+    )
     prompt = target.tokenize(passage + "Copy the text above exactly:\n\n" + passage)
     runs = {}
     for name, proposer, speculation in (
-            ("plain", None, None),
-            ("lookup", LookupProposer(), SpeculationConfig(max_draft=16, adaptive=False))):
+        ("plain", None, None),
+        ("lookup", LookupProposer(), SpeculationConfig(max_draft=16, adaptive=False)),
+    ):
         decoder = SpeculativeDecoder(target, proposer, speculation)
         text = "".join(d.text for d in decoder.generate(prompt, GREEDY, max_tokens=80, stop=("twelve",)))
         runs[name] = (text, decoder.stats.generated, decoder.stats.finish_reason, decoder.stats.accepted)

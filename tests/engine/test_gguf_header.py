@@ -1,12 +1,12 @@
 """gguf_header parses from any source with size and read(at, n): a source that hands out a few KB at a
 time gives what the mapped local file gives, and counts a file cannot hold are refused, naming the key,
 before any loop runs over them."""
+
 import struct
 import time
 from pathlib import Path
 
 import pytest
-
 from hub_server import write_tiny_gguf
 
 from engine.errors import ModelFileError
@@ -22,7 +22,7 @@ class Trickle:
 
     def read(self, at: int, n: int) -> bytes:
         self.reads.append((at, n))
-        return self.data[at:at + max(n, self.step)]
+        return self.data[at : at + max(n, self.step)]
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,7 @@ def tiny(tmp_path_factory) -> Path:
 
 def test_a_source_read_piece_by_piece_gives_what_the_mapped_file_gives():
     path = embedded_model_path()
-    head = path.read_bytes()[:8 << 20]  # the whole header and more; size stays the file's
+    head = path.read_bytes()[: 8 << 20]  # the whole header and more; size stays the file's
     source = Trickle(head, step=64 * 1024)
     source.size = path.stat().st_size
     meta, _ = parse_gguf(source, path.name)
@@ -48,10 +48,16 @@ def patched(tiny: Path, key: bytes, after_key: int, value: int) -> bytes:
     return bytes(data)
 
 
-@pytest.mark.parametrize("key, message", [
-    (b"tokenizer.ggml.tokens", "tokenizer.ggml.tokens claims 1,000,000,000 strings"),
-    (b"tokenizer.ggml.scores", "tokenizer.ggml.scores claims 1,000,000,000 entries, more than the rest of the file"),
-])
+@pytest.mark.parametrize(
+    "key, message",
+    [
+        (b"tokenizer.ggml.tokens", "tokenizer.ggml.tokens claims 1,000,000,000 strings"),
+        (
+            b"tokenizer.ggml.scores",
+            "tokenizer.ggml.scores claims 1,000,000,000 entries, more than the rest of the file",
+        ),
+    ],
+)
 def test_a_count_the_file_cannot_hold_names_its_key(tiny, tmp_path, key, message):
     damaged = tmp_path / "damaged.gguf"
     damaged.write_bytes(patched(tiny, key, 4 + 4, 1_000_000_000))  # past the value type and the item type

@@ -1,5 +1,6 @@
 """engine.measure.gpu_kit: random-weight GGUF files in real model shapes that the real llama.cpp loads and runs,
 and a step-cost curve timed on this machine's backend (the CPU here; a GPU where the build has one)."""
+
 import json
 import subprocess
 import sys
@@ -7,16 +8,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from this_build import BACKEND  # tests/this_build.py: read from the build
 
 from engine.decoding.runtime import LoadSettings, Model
 from engine.measure import gpu_kit
-from this_build import BACKEND  # tests/this_build.py: read from the build
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("name, published", [("qwen2-0.5b", 0.494e9), ("qwen2-1.5b", 1.54e9), ("qwen2-7b", 7.62e9),
-                                             ("llama3-8b", 8.03e9)])
+@pytest.mark.parametrize(
+    "name, published", [("qwen2-0.5b", 0.494e9), ("qwen2-1.5b", 1.54e9), ("qwen2-7b", 7.62e9), ("llama3-8b", 8.03e9)]
+)
 def test_the_shapes_have_their_models_parameter_counts(name, published):
     assert gpu_kit.SHAPES[name].parameters == pytest.approx(published, rel=0.02)
 
@@ -34,16 +36,49 @@ def test_a_real_shape_loads_in_llama_cpp_and_decodes(tmp_path):
 
 def test_curves_are_timed_on_this_backend_from_the_command_line(tmp_path):
     models = tmp_path / "kit"
-    done = subprocess.run([sys.executable, "-m", "engine.measure.gpu_kit", "write", "--out", str(models),
-                           "--shapes", "tiny-test", "--quant", "Q4_1"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "engine.measure.gpu_kit",
+            "write",
+            "--out",
+            str(models),
+            "--shapes",
+            "tiny-test",
+            "--quant",
+            "Q4_1",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     out = tmp_path / "curves.json"
-    done = subprocess.run([sys.executable, "-m", "engine.measure.gpu_kit", "curves", "--models", str(models),
-                           "--out", str(out), "--max-rows", "16", "--threads", "2"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "engine.measure.gpu_kit",
+            "curves",
+            "--models",
+            str(models),
+            "--out",
+            str(out),
+            "--max-rows",
+            "16",
+            "--threads",
+            "2",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     from engine.modelfiles.gguf_header import read_gguf_metadata
+
     assert read_gguf_metadata(models / "tiny-test.gguf")["general.file_type"] == 3  # llama.cpp's MOSTLY_Q4_1
     tiny = json.loads(out.read_text())["shapes"]["tiny-test"]
     assert tiny["backend"] == BACKEND and tiny["context_cells"] == 257
@@ -53,6 +88,11 @@ def test_curves_are_timed_on_this_backend_from_the_command_line(tmp_path):
 
 
 def test_an_unknown_shape_is_refused_by_name(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "engine.measure.gpu_kit", "write", "--out", str(tmp_path),
-                           "--shapes", "qwen9-700b"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "engine.measure.gpu_kit", "write", "--out", str(tmp_path), "--shapes", "qwen9-700b"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 2 and "unknown shape qwen9-700b" in done.stderr and "qwen2-7b" in done.stderr

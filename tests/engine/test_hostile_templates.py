@@ -1,6 +1,7 @@
 """Chat templates are untrusted code: one that loops, takes gigabytes or writes megabytes is refused within
 engine/template_sandbox.py's limits, by the model check's probe, the chat formatter, `python -m
 engine.chat_format`; a normal one renders exactly as llama-cpp-python renders it."""
+
 from __future__ import annotations
 
 import json
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from hub_server import default_tokens, write_tiny_gguf
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from engine.chat_format import ChatFormatter
@@ -19,25 +21,35 @@ from engine.decoding.runtime import LoadSettings, Model
 from engine.errors import EngineError
 from engine.modelfiles.model_check import check_model_file
 from engine.template_sandbox import MEMORY_LIMIT_BYTES, TIME_LIMIT_S, TemplateRefused, TemplateSandbox
-from hub_server import default_tokens, write_tiny_gguf
 
 ROOT = Path(__file__).resolve().parents[2]
-CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 # Each within the Jinja sandbox's own rules (range() under its 100,000 cap, no attribute escapes).
 SPINS = "{% for i in range(99999) %}{% for j in range(99999) %}{% set x = i * j %}{% endfor %}{% endfor %}"
 # Writes a character every 100 turns: written every turn, its output filled the 512 MB before 3 s had passed on a
 # faster machine (the memory limit then refused it, rightly, but this one is the time limit's case).
-SPINS_WRITING = ("{% for i in range(99999) %}{% for j in range(99999) %}{% if j % 100 == 0 %}x{% endif %}{% endfor %}"
-                 "{% endfor %}")
+SPINS_WRITING = (
+    "{% for i in range(99999) %}{% for j in range(99999) %}{% if j % 100 == 0 %}x{% endif %}{% endfor %}{% endfor %}"
+)
 HOGS = "{{ 'x' * 8000000000 }}"
 CENTRES = "{{ 'x' | center(4000000000) }}"
 WRITES_MEGABYTES = "{{ 'x' * 50000000 }}"
 RECURSES = "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"
 ESCAPES = "{{ ''.__class__.__mro__[1].__subclasses__() }}"
 UNREADABLE = "{% for %}"
-HOSTILE = {"spins": SPINS, "spins writing": SPINS_WRITING, "hogs memory": HOGS, "centres": CENTRES,
-           "writes megabytes": WRITES_MEGABYTES, "recurses": RECURSES, "escapes": ESCAPES, "unreadable": UNREADABLE}
+HOSTILE = {
+    "spins": SPINS,
+    "spins writing": SPINS_WRITING,
+    "hogs memory": HOGS,
+    "centres": CENTRES,
+    "writes megabytes": WRITES_MEGABYTES,
+    "recurses": RECURSES,
+    "escapes": ESCAPES,
+    "unreadable": UNREADABLE,
+}
 HELLO = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there"}]
 CONTROL = ["<|im_start|>", "<|im_end|>"]
 # With byte tokens: llama.cpp's SentencePiece tokenizer aborts on a character it has no token for.
@@ -45,8 +57,9 @@ BYTES = default_tokens() + [f"<0x{b:02X}>" for b in range(256)]
 
 
 def hostile_gguf(path: Path, template: str, control=CONTROL, complete=False) -> Path:
-    return write_tiny_gguf(path, tokens=BYTES, control_tokens=control, chat_template=template, complete=complete,
-                           context_length=512)
+    return write_tiny_gguf(
+        path, tokens=BYTES, control_tokens=control, chat_template=template, complete=complete, context_length=512
+    )
 
 
 @pytest.fixture(scope="module")
@@ -82,9 +95,16 @@ def test_each_hostile_template_is_refused_within_the_limits_and_the_sandbox_live
     assert took < TIME_LIMIT_S + 5, took
     assert peak - before < MEMORY_LIMIT_BYTES + (256 << 20)
     reason = refused.value.reason
-    expected = {"spins": "took over 3 s", "spins writing": "took over 3 s", "hogs memory": "512 MB of memory",
-                "centres": "512 MB of memory", "writes megabytes": "characters for", "recurses": "recursed",
-                "escapes": "sandbox forbids", "unreadable": "could not be read"}[name]
+    expected = {
+        "spins": "took over 3 s",
+        "spins writing": "took over 3 s",
+        "hogs memory": "512 MB of memory",
+        "centres": "512 MB of memory",
+        "writes megabytes": "characters for",
+        "recurses": "recursed",
+        "escapes": "sandbox forbids",
+        "unreadable": "could not be read",
+    }[name]
     assert expected in reason, reason
     assert sandbox.render(CHATML, HELLO).endswith("<|im_start|>assistant\n")  # the next render is served
 
@@ -113,14 +133,23 @@ def test_a_refused_template_gives_way_to_the_family_format_its_control_tokens_ma
         assert "hogs.gguf was refused" in formatter.template_error and "512 MB" in formatter.template_error
         prompt = formatter.prompt([{"role": "user", "content": "w1 w2"}], reserve=8)
         # As llama-cpp-python's chat_format="chatml" writes it (an empty system turn included).
-        assert prompt.text == ("<|im_start|>system\n<|im_end|>\n<|im_start|>user\nw1 w2<|im_end|>\n"
-                               "<|im_start|>assistant\n")
-        assert [model.token_text(t) for t in prompt.tokens if model.token_text(t).startswith(b"<|")] == \
-            [b"<|im_start|>", b"<|im_end|>", b"<|im_start|>", b"<|im_end|>", b"<|im_start|>"]
+        assert prompt.text == (
+            "<|im_start|>system\n<|im_end|>\n<|im_start|>user\nw1 w2<|im_end|>\n<|im_start|>assistant\n"
+        )
+        assert [model.token_text(t) for t in prompt.tokens if model.token_text(t).startswith(b"<|")] == [
+            b"<|im_start|>",
+            b"<|im_end|>",
+            b"<|im_start|>",
+            b"<|im_end|>",
+            b"<|im_start|>",
+        ]
         assert prompt.stop == ("</s>", "<|im_end|>") and not prompt.notices
     # Refused while rendering (the probe's conversation passed): said once, with the first prompt.
-    path = hostile_gguf(tmp_path / "no-family.gguf", CHATML.replace(
-        "{% endfor %}", "{% if 'w9' in m['content'] %}" + SPINS + "{% endif %}{% endfor %}"), control=[])
+    path = hostile_gguf(
+        tmp_path / "no-family.gguf",
+        CHATML.replace("{% endfor %}", "{% if 'w9' in m['content'] %}" + SPINS + "{% endif %}{% endfor %}"),
+        control=[],
+    )
     with Model(path, LoadSettings(n_gpu_layers=0), vocab_only=True) as model:
         model.n_ctx = 256
         formatter = ChatFormatter(model)

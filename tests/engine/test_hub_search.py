@@ -6,25 +6,19 @@ as one model, incomplete sets, projectors and non-GGUF files left out), a found 
 and reading as GGUF, a gated repo, a repo without GGUF, and a hub that is offline, refuses, hangs or
 answers HTML or JSON of another shape.
 """
+
 import socket
 import time
 
 import pytest
-from huggingface_hub import constants as hub_constants
-
 from hub_server import COMMIT, LocalHub, write_tiny_gguf
+from huggingface_hub import constants as hub_constants
 
 from engine.errors import InvalidSettingError
 from engine.modelfiles.downloads import DownloadError, HubUnreachable, download
 from engine.modelfiles.embedded import embedded_gemma_path, embedded_model_path
 from engine.modelfiles.gguf_header import read_gguf_metadata
-from engine.modelfiles.hub_search import (
-    GGUFFile,
-    group_gguf_files,
-    quantization_of,
-    repo_files,
-    search_repos,
-)
+from engine.modelfiles.hub_search import GGUFFile, group_gguf_files, quantization_of, repo_files, search_repos
 
 SMOL = "bartowski/SmolLM2-135M-Instruct-GGUF"
 GEMMA = "unsloth/gemma-3-270m-GGUF"
@@ -42,12 +36,16 @@ def model_files(tmp_path_factory):
     data = gemma.read_bytes()
     third = len(data) // 3
     parts = []
-    for i, piece in enumerate((data[:third], data[third:2 * third], data[2 * third:])):
+    for i, piece in enumerate((data[:third], data[third : 2 * third], data[2 * third :])):
         path = folder / f"part{i}.gguf"
         path.write_bytes(piece)
         parts.append(path)
-    return {"smol": embedded_model_path(), "gemma": gemma, "parts": parts,
-            "tiny": write_tiny_gguf(folder / "tiny.gguf", payload_bytes=200_000)}
+    return {
+        "smol": embedded_model_path(),
+        "gemma": gemma,
+        "parts": parts,
+        "tiny": write_tiny_gguf(folder / "tiny.gguf", payload_bytes=200_000),
+    }
 
 
 @pytest.fixture
@@ -59,11 +57,21 @@ def hub(model_files, tmp_path, monkeypatch):
     hub.add_file(SMOL, "SmolLM2-135M-Instruct-BF16-00001-of-00002.gguf", b"GGUF half a set")  # part 2 missing
     hub.add_file(SMOL, "mmproj-SmolLM2-f16.gguf", b"GGUF projector")
     hub.add_file(SMOL, "README.md", b"# SmolLM2 GGUF\n", lfs=False)
-    hub.set_info(SMOL, downloads=500, likes=7, last_modified="2026-02-01T10:00:00.000Z",
-                 base_model="HuggingFaceTB/SmolLM2-135M-Instruct")
+    hub.set_info(
+        SMOL,
+        downloads=500,
+        likes=7,
+        last_modified="2026-02-01T10:00:00.000Z",
+        base_model="HuggingFaceTB/SmolLM2-135M-Instruct",
+    )
     hub.add_file(GEMMA, "gemma-3-270m-Q4_K_M.gguf", model_files["gemma"])
-    hub.set_info(GEMMA, downloads=900, likes=3, last_modified="2026-03-01T10:00:00.000Z",
-                 base_model=["google/gemma-3-270m", "google/gemma-3-270m-it"])
+    hub.set_info(
+        GEMMA,
+        downloads=900,
+        likes=3,
+        last_modified="2026-03-01T10:00:00.000Z",
+        base_model=["google/gemma-3-270m", "google/gemma-3-270m-it"],
+    )
     hub.add_file(GATED, "gemma-3-270m-qat-Q4_0.gguf", model_files["tiny"])
     hub.set_info(GATED, downloads=100, likes=50, last_modified="2026-05-01T10:00:00.000Z", gated="manual")
     hub.add_file(NO_GGUF, "model.safetensors", b"\x00" * 64)
@@ -111,7 +119,7 @@ def test_a_hub_that_matches_the_search_as_one_substring_still_finds_every_word(h
 
 
 def test_a_result_carries_the_listing_facts_and_no_files(hub):
-    smol, = search_repos("smollm2")
+    (smol,) = search_repos("smollm2")
     assert (smol.downloads, smol.likes, smol.gated) == (500, 7, False)
     assert smol.last_modified == "2026-02-01T10:00:00+00:00"
     assert smol.base_model == "HuggingFaceTB/SmolLM2-135M-Instruct" and smol.files == ()
@@ -160,7 +168,7 @@ def test_repo_files_at_a_commit_and_at_a_revision_that_does_not_exist(hub):
 
 
 def test_a_found_file_downloads_and_reads_as_the_model(hub, model_files):
-    gemma, = search_repos("unsloth gemma")
+    (gemma,) = search_repos("unsloth gemma")
     found = repo_files(gemma.repo_id).files[0]
     path = download(gemma.repo_id, found.filename)
     assert path.stat().st_size == found.size
@@ -170,8 +178,9 @@ def test_a_found_file_downloads_and_reads_as_the_model(hub, model_files):
 def test_a_repo_without_gguf_files_says_so(hub):
     with pytest.raises(DownloadError, match=f"{NO_GGUF} has no GGUF model to download \\(no .gguf file\\)"):
         repo_files(NO_GGUF)
-    with pytest.raises(DownloadError, match="only mmproj-model-f16.gguf: projector, importance-matrix or "
-                                            "incomplete split files"):
+    with pytest.raises(
+        DownloadError, match="only mmproj-model-f16.gguf: projector, importance-matrix or incomplete split files"
+    ):
         repo_files(PROJECTOR_ONLY)
 
 
@@ -241,29 +250,40 @@ def test_a_hub_that_hangs_is_given_up_on_after_the_timeout(hub):
 
 
 # --- names --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name, quant", [
-    ("SmolLM2-135M-Instruct.Q4_1.gguf", "Q4_1"),
-    ("gemma-3-270m-it-Q4_K_M.gguf", "Q4_K_M"),
-    ("ggml-model-q8_0.gguf", "Q8_0"),
-    ("qwen2.5-0.5b-instruct-fp16.gguf", "F16"),
-    ("gemma-3-270m-BF16.gguf", "BF16"),
-    ("Llama-3.2-1B-Instruct-IQ4_XS.gguf", "IQ4_XS"),
-    ("Qwen3-30B-A3B-UD-Q4_K_XL.gguf", "UD-Q4_K_XL"),
-    ("Q6_K/Meta-Llama-3.1-70B-Instruct-Q6_K-00001-of-00002.gguf", "Q6_K"),
-    ("gpt-oss-20b-mxfp4.gguf", "MXFP4"),
-    ("model.gguf", "unknown"),
-    ("SQ4_K_M-free.gguf", "unknown"),  # letters glued to it: not a quantization name
-])
+@pytest.mark.parametrize(
+    "name, quant",
+    [
+        ("SmolLM2-135M-Instruct.Q4_1.gguf", "Q4_1"),
+        ("gemma-3-270m-it-Q4_K_M.gguf", "Q4_K_M"),
+        ("ggml-model-q8_0.gguf", "Q8_0"),
+        ("qwen2.5-0.5b-instruct-fp16.gguf", "F16"),
+        ("gemma-3-270m-BF16.gguf", "BF16"),
+        ("Llama-3.2-1B-Instruct-IQ4_XS.gguf", "IQ4_XS"),
+        ("Qwen3-30B-A3B-UD-Q4_K_XL.gguf", "UD-Q4_K_XL"),
+        ("Q6_K/Meta-Llama-3.1-70B-Instruct-Q6_K-00001-of-00002.gguf", "Q6_K"),
+        ("gpt-oss-20b-mxfp4.gguf", "MXFP4"),
+        ("model.gguf", "unknown"),
+        ("SQ4_K_M-free.gguf", "unknown"),  # letters glued to it: not a quantization name
+    ],
+)
 def test_the_quantization_is_read_from_the_file_name(name, quant):
     assert quantization_of(name) == quant
 
 
 def test_split_sets_group_by_folder_and_stem_and_leave_out_incomplete_ones():
-    files = group_gguf_files([
-        ("a/m-Q8_0-00002-of-00002.gguf", 5), ("a/m-Q8_0-00001-of-00002.gguf", 6),
-        ("b/m-Q8_0-00001-of-00002.gguf", 1),  # its part 2 is missing
-        ("m-Q2_K-00001-of-00003.gguf", 1), ("m-Q2_K-00003-of-00003.gguf", 1),  # so is this one's part 2
-        ("m-Q4_K_M.gguf", 7), ("m.imatrix.gguf", 1), ("notes.txt", 1),
-    ])
-    assert files == (GGUFFile(("m-Q4_K_M.gguf",), 7, "Q4_K_M"),  # smallest first
-                     GGUFFile(("a/m-Q8_0-00001-of-00002.gguf", "a/m-Q8_0-00002-of-00002.gguf"), 11, "Q8_0"))
+    files = group_gguf_files(
+        [
+            ("a/m-Q8_0-00002-of-00002.gguf", 5),
+            ("a/m-Q8_0-00001-of-00002.gguf", 6),
+            ("b/m-Q8_0-00001-of-00002.gguf", 1),  # its part 2 is missing
+            ("m-Q2_K-00001-of-00003.gguf", 1),
+            ("m-Q2_K-00003-of-00003.gguf", 1),  # so is this one's part 2
+            ("m-Q4_K_M.gguf", 7),
+            ("m.imatrix.gguf", 1),
+            ("notes.txt", 1),
+        ]
+    )
+    assert files == (
+        GGUFFile(("m-Q4_K_M.gguf",), 7, "Q4_K_M"),  # smallest first
+        GGUFFile(("a/m-Q8_0-00001-of-00002.gguf", "a/m-Q8_0-00002-of-00002.gguf"), 11, "Q8_0"),
+    )

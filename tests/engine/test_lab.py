@@ -1,19 +1,30 @@
 """The speculation lab CLI end to end on tiny settings with the real model, and its reading of results."""
+
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from this_build import MEMORY_KIND, UTILISATION_KIND  # tests/this_build.py: read from the build
 
 from engine.lab import cli
 from engine.lab import local as lab
 from engine.lab.report import advise, crossover
-from this_build import MEMORY_KIND, UTILISATION_KIND  # tests/this_build.py: read from the build
 
 ROOT = Path(__file__).resolve().parents[2]
-CELL_FIELDS = {"aggregate_tokens_per_s", "per_request_tokens_per_s", "itl_p50_ms", "itl_p95_ms", "e2e_p50_s",
-               "e2e_p95_s", "acceptance_rate", "mean_acceptance_length", "utilisation", "memory"}
+CELL_FIELDS = {
+    "aggregate_tokens_per_s",
+    "per_request_tokens_per_s",
+    "itl_p50_ms",
+    "itl_p95_ms",
+    "e2e_p50_s",
+    "e2e_p95_s",
+    "acceptance_rate",
+    "mean_acceptance_length",
+    "utilisation",
+    "memory",
+}
 
 
 COPY = "Colours: red, green, blue, yellow, purple, orange, white.\nThe same colours again: red, green,"
@@ -23,23 +34,51 @@ OPEN = "The best way to spend three days in Kyoto is"
 @pytest.fixture
 def tiny_prompts(tmp_path):
     path = tmp_path / "tiny.jsonl"  # short prompts: the run is about decoding, not prefill
-    path.write_text(json.dumps({"id": "copy", "prompt": COPY}) + "\n" + json.dumps({"id": "open", "prompt": OPEN}) + "\n")
+    path.write_text(
+        json.dumps({"id": "copy", "prompt": COPY}) + "\n" + json.dumps({"id": "open", "prompt": OPEN}) + "\n"
+    )
     return path
 
 
 def test_cli_writes_results_plot_and_summary(tiny_prompts, tmp_path):
     # A real `python -m engine.lab`, in a process of its own (its sys.path, not pytest's).
     out = tmp_path / "out"
-    done = subprocess.run([sys.executable, "-m", "engine.lab", "--model", "embedded", "--methods", "none,lookup",
-                           "--concurrency", "1,2", "--prompts", str(tiny_prompts), "--max-tokens", "8",
-                           "--out", str(out), "--threads", "2", "--no-adaptive", "--max-draft", "4", "--repeats", "2"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "engine.lab",
+            "--model",
+            "embedded",
+            "--methods",
+            "none,lookup",
+            "--concurrency",
+            "1,2",
+            "--prompts",
+            str(tiny_prompts),
+            "--max-tokens",
+            "8",
+            "--out",
+            str(out),
+            "--threads",
+            "2",
+            "--no-adaptive",
+            "--max-draft",
+            "4",
+            "--repeats",
+            "2",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     results = json.loads((out / "results.json").read_text())
     cells = {(c["method"], c["concurrency"]): c for c in results["cells"]}
     assert set(cells) == {("none", 1), ("lookup", 1), ("none", 2), ("lookup", 2)}
     for cell in cells.values():
-        assert CELL_FIELDS <= set(cell)
+        assert set(cell) >= CELL_FIELDS
         assert cell["requests"] == 2 and cell["generated_tokens"] == 16  # end tokens ignored: equal work
         assert cell["aggregate_tokens_per_s"] > 0 and cell["itl_p95_ms"] >= cell["itl_p50_ms"] > 0
         assert cell["e2e_p95_s"] >= cell["e2e_p50_s"] > 0
@@ -47,8 +86,10 @@ def test_cli_writes_results_plot_and_summary(tiny_prompts, tmp_path):
         assert cell["memory"]["kind"] == MEMORY_KIND and cell["memory"]["bytes"] > 100 * 2**20
         assert cell["repeats"] == 2 and cell["full_tokens_per_s"] == max(cell["full_tokens_per_s_runs"])
         # every token but each request's first (its prefill's) came from a step with every slot busy
-        assert cell["full_tokens"] == cell["generated_tokens"] + cell["filler_tokens"] - cell["requests"] - \
-            cell["filler_requests"]
+        assert (
+            cell["full_tokens"]
+            == cell["generated_tokens"] + cell["filler_tokens"] - cell["requests"] - cell["filler_requests"]
+        )
         assert cell["full_tokens_per_s"] > cell["aggregate_tokens_per_s"]  # prefills left out
     assert cells[("none", 1)]["acceptance_rate"] is None and cells[("none", 1)]["mean_acceptance_length"] == 1.0
     spec = cells[("lookup", 2)]
@@ -76,8 +117,20 @@ def test_cli_writes_results_plot_and_summary(tiny_prompts, tmp_path):
 
 
 def test_cli_refuses_the_draft_method_without_a_draft_model(tiny_prompts, tmp_path, capsys):
-    code = cli.main(["--model", "embedded", "--methods", "none,draft", "--prompts", str(tiny_prompts),
-                     "--max-tokens", "4", "--out", str(tmp_path / "x")])
+    code = cli.main(
+        [
+            "--model",
+            "embedded",
+            "--methods",
+            "none,draft",
+            "--prompts",
+            str(tiny_prompts),
+            "--max-tokens",
+            "4",
+            "--out",
+            str(tmp_path / "x"),
+        ]
+    )
     assert code == 2 and "draft model" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
 
@@ -86,14 +139,25 @@ def synthetic(ratios: dict[int, float], plain=(80.0, 90.0, 130.0, 180.0)) -> dic
     """A results document with given lookup speed-ups (analysis input only: no figure here is reported)."""
     cells = []
     for level, base in zip(sorted(ratios), plain):
-        cells.append({"method": "none", "concurrency": level, "aggregate_tokens_per_s": base, "per_position_acceptance": []})
-        cells.append({"method": "lookup", "concurrency": level, "aggregate_tokens_per_s": base * ratios[level],
-                      "per_position_acceptance": [0.9, 0.8, 0.5, 0.1]})
+        cells.append(
+            {"method": "none", "concurrency": level, "aggregate_tokens_per_s": base, "per_position_acceptance": []}
+        )
+        cells.append(
+            {
+                "method": "lookup",
+                "concurrency": level,
+                "aggregate_tokens_per_s": base * ratios[level],
+                "per_position_acceptance": [0.9, 0.8, 0.5, 0.1],
+            }
+        )
     for c in cells:  # step time by rows at concurrency 1: 1 row 10 ms, each extra row +3 ms
         if c["concurrency"] == 1:
             c["step_time_by_rows"] = {str(r): {"steps": 10, "mean_ms": 10.0 + 3.0 * (r - 1)} for r in (1, 3, 5)}
-    return {"settings": {"prompt_set": "grounded", "max_draft": 8}, "env": {"backend": "CPU", "threads": 2},
-            "cells": cells}
+    return {
+        "settings": {"prompt_set": "grounded", "max_draft": 8},
+        "env": {"backend": "CPU", "threads": 2},
+        "cells": cells,
+    }
 
 
 def test_crossover_is_where_speculation_stops_beating_plain_decoding():
@@ -129,8 +193,18 @@ def test_a_chat_run_with_auto_measures_what_drafting_costs(tiny_prompts):
     with Model(resolve_model("embedded"), vocab_only=True) as vocab:
         chat = lab.prompt_tokenizer(vocab, chat=True)(COPY)
         assert len(chat) > len(vocab.tokenize(COPY)) + 3  # the template's turn markers around the text
-    results = lab.run_lab(lab.LabConfig(prompts=str(tiny_prompts), model="embedded", draft="embedded", chat=True,
-                                        methods=("none", "auto"), concurrency=(1,), max_tokens=6, threads=2))
+    results = lab.run_lab(
+        lab.LabConfig(
+            prompts=str(tiny_prompts),
+            model="embedded",
+            draft="embedded",
+            chat=True,
+            methods=("none", "auto"),
+            concurrency=(1,),
+            max_tokens=6,
+            threads=2,
+        )
+    )
     cells = {c["method"]: c for c in results["cells"]}
     assert cells["none"]["draft_share"] is None and cells["none"]["draft_model_bytes"] is None
     assert 0.0 <= cells["auto"]["draft_share"] < 1.0 and cells["auto"]["draft_model_bytes"] > 50 * 2**20

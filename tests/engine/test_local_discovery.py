@@ -5,6 +5,7 @@ The trees are built the way each app lays them out, in tmp_path, from the real e
 where the app itself uses them (the HF cache), and one real copy where a link could hide a bug (the Ollama
 blob that is added and loaded: add_local_model resolves links, which would turn it back into a .gguf name).
 """
+
 import errno
 import hashlib
 import json
@@ -13,7 +14,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from hub_server import write_tiny_gguf
 
 from engine.modelfiles import local_discovery, model_store
@@ -70,8 +70,17 @@ def hf_repo(cache: Path, repo_id: str, files: dict[str, Path], kind: str = "mode
     return repo
 
 
-def ollama_model(models: Path, name: str, tag: str, blob_source: Path | None, *, registry="registry.ollama.ai",
-                 namespace="library", copy=False, projector: Path | None = None) -> Path | None:
+def ollama_model(
+    models: Path,
+    name: str,
+    tag: str,
+    blob_source: Path | None,
+    *,
+    registry="registry.ollama.ai",
+    namespace="library",
+    copy=False,
+    projector: Path | None = None,
+) -> Path | None:
     """A pulled model as Ollama stores it: a manifest of config/model/template/params layers, blobs by digest.
     blob_source None: the manifest names a model blob that is not there. Returns the model blob's path."""
     blobs = models / "blobs"
@@ -87,8 +96,11 @@ def ollama_model(models: Path, name: str, tag: str, blob_source: Path | None, *,
                 shutil.copyfile(source, blob)
             else:
                 link(source, blob)
-        return {"mediaType": media_type, "digest": f"sha256:{digest}",
-                "size": len(data) if data is not None else source.stat().st_size}
+        return {
+            "mediaType": media_type,
+            "digest": f"sha256:{digest}",
+            "size": len(data) if data is not None else source.stat().st_size,
+        }
 
     config = layer("application/vnd.docker.container.image.v1+json", json.dumps({"model_format": "gguf"}).encode())
     if blob_source is None:
@@ -98,10 +110,16 @@ def ollama_model(models: Path, name: str, tag: str, blob_source: Path | None, *,
     layers = [model]
     if projector is not None:
         layers.append(layer("application/vnd.ollama.image.projector", source=projector))
-    layers += [layer("application/vnd.ollama.image.template", b"{{ .Prompt }}"),
-               layer("application/vnd.ollama.image.params", json.dumps({"stop": ["<|im_end|>"]}).encode())]
-    manifest = {"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
-                "config": config, "layers": layers}
+    layers += [
+        layer("application/vnd.ollama.image.template", b"{{ .Prompt }}"),
+        layer("application/vnd.ollama.image.params", json.dumps({"stop": ["<|im_end|>"]}).encode()),
+    ]
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+        "config": config,
+        "layers": layers,
+    }
     path = models / "manifests" / registry / namespace / name / tag
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(manifest))
@@ -123,9 +141,17 @@ def named(found: Discovery) -> list[tuple[str, str]]:
 # --- every app's layout -------------------------------------------------------------------------------------
 def test_each_app_s_models_are_found_in_place_with_the_app_s_names(tmp_path, smol, gemma, tiny):
     home, cache = tmp_path / "home", tmp_path / "hf-cache"
-    hf = hf_repo(cache, "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF",
-                 {"smollm2-135m-instruct-q4_1.gguf": smol, "mmproj-f16.gguf": gemma, "README.md": smol,
-                  "Q4_K_M/gemma-00001-of-00002.gguf": gemma, "Q4_K_M/gemma-00002-of-00002.gguf": tiny[0]})
+    hf = hf_repo(
+        cache,
+        "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF",
+        {
+            "smollm2-135m-instruct-q4_1.gguf": smol,
+            "mmproj-f16.gguf": gemma,
+            "README.md": smol,
+            "Q4_K_M/gemma-00001-of-00002.gguf": gemma,
+            "Q4_K_M/gemma-00002-of-00002.gguf": tiny[0],
+        },
+    )
     hf_repo(cache, "someone/a-dataset", {"data.gguf": gemma}, kind="datasets")  # not a model repo
     lms = link(smol, home / ".lmstudio/models/lmstudio-community/SmolLM2-GGUF/SmolLM2-135M-Q4_1.gguf")
     link(gemma, home / ".lmstudio/models/lmstudio-community/SmolLM2-GGUF/mmproj-model-f16.gguf")  # a projector
@@ -153,7 +179,9 @@ def test_each_app_s_models_are_found_in_place_with_the_app_s_names(tmp_path, smo
         ("ollama", "hf.co/bartowski/SmolLM2-GGUF:Q4_1"),
         ("ollama", "qwen2.5-coder:1.5b"),
         ("ollama", "someone/tiny:latest"),
-        ("jan", "gemma.gguf"), ("jan", "model.gguf"), ("jan", "smollm2-135m.Q4_1.gguf"),
+        ("jan", "gemma.gguf"),
+        ("jan", "model.gguf"),
+        ("jan", "smollm2-135m.Q4_1.gguf"),
         ("gpt4all", "gemma-3-270m.Q4_K_M.gguf"),
     ]
     paths = [m.path for m in found.models]
@@ -198,11 +226,19 @@ def test_the_default_locations_follow_home_and_the_environment(tmp_path, monkeyp
     hf_repo(tmp_path / "hf-home/hub", "owner/home-GGUF", {"g.gguf": smol})
 
     def ours(found: Discovery) -> list[tuple[str, str]]:  # a real /usr/share/ollama of this machine is not ours
-        return [(m.source, m.name) for m in found.models if m.path.is_relative_to(tmp_path.resolve())
-                or m.path.is_relative_to(tmp_path)]
+        return [
+            (m.source, m.name)
+            for m in found.models
+            if m.path.is_relative_to(tmp_path.resolve()) or m.path.is_relative_to(tmp_path)
+        ]
 
-    assert ours(discover_models()) == [("huggingface", "owner/default-GGUF/d.gguf"), ("lmstudio", "pub/repo/a.gguf"),
-                                       ("ollama", "e:latest"), ("jan", "c.gguf"), ("gpt4all", "b.gguf")]
+    assert ours(discover_models()) == [
+        ("huggingface", "owner/default-GGUF/d.gguf"),
+        ("lmstudio", "pub/repo/a.gguf"),
+        ("ollama", "e:latest"),
+        ("jan", "c.gguf"),
+        ("gpt4all", "b.gguf"),
+    ]
     monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "elsewhere"))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub-cache"))
     moved = ours(discover_models())
@@ -219,8 +255,9 @@ def test_the_default_locations_follow_home_and_the_environment(tmp_path, monkeyp
 def test_roots_replace_the_folders_of_the_sources_they_name(tmp_path, smol):
     link(smol, tmp_path / "mine/pub/repo/x.gguf")
     link(smol, tmp_path / "home/.local/share/nomic.ai/GPT4All/y.gguf")
-    found = discover_models(home=tmp_path / "home", hf_cache=tmp_path / "none",
-                            roots={"lmstudio": [tmp_path / "mine"], "gpt4all": []})
+    found = discover_models(
+        home=tmp_path / "home", hf_cache=tmp_path / "none", roots={"lmstudio": [tmp_path / "mine"], "gpt4all": []}
+    )
     assert named(found) == [("lmstudio", "pub/repo/x.gguf")]
 
 
@@ -235,16 +272,22 @@ def test_bad_files_and_manifests_are_problems_not_errors(tmp_path, smol, gemma):
     broken.write_text('{"schemaVersion": 2, "layers": [')
     odd = ollama / "manifests/registry.ollama.ai/library/odd/latest"
     odd.parent.mkdir(parents=True)
-    odd.write_text(json.dumps({"layers": [{"mediaType": "application/vnd.ollama.image.model",
-                                           "digest": "sha256:../../../../etc/passwd"}]}))
+    odd.write_text(
+        json.dumps(
+            {"layers": [{"mediaType": "application/vnd.ollama.image.model", "digest": "sha256:../../../../etc/passwd"}]}
+        )
+    )
     (ollama / "manifests/registry.ollama.ai/library/good/.DS_Store").write_bytes(b"\0\0\0\1Bud1")  # not a tag
     huge = ollama / "manifests/registry.ollama.ai/library/huge/latest"
     huge.parent.mkdir(parents=True)
     huge.write_bytes(b" " * (local_discovery.MAX_MANIFEST_BYTES + 10))
     tensors = ollama / "manifests/registry.ollama.ai/library/safetensors/latest"
     tensors.parent.mkdir(parents=True)
-    tensors.write_text(json.dumps({"layers": [{"mediaType": "application/vnd.ollama.image.tensor; name=x",
-                                               "digest": "sha256:" + "0" * 64}]}))
+    tensors.write_text(
+        json.dumps(
+            {"layers": [{"mediaType": "application/vnd.ollama.image.tensor; name=x", "digest": "sha256:" + "0" * 64}]}
+        )
+    )
     lms = home / ".lmstudio/models/pub/repo"
     link(gemma, lms / "fine.gguf")
     (lms / "notes.gguf").write_bytes(b"PK\x03\x04" + b"\0" * 4000)  # a zip named .gguf
@@ -372,8 +415,13 @@ def test_the_list_of_added_models_reads_the_old_format_and_keeps_what_it_cannot_
     model_store.add_local_model(b, "  gemma3:270m  ")  # a new name renames
     model_store.add_local_model(b)  # no name: the kept one stays
     assert {m.name for m in model_store.list_models()} == {"a.gguf", "gemma3:270m"}
-    assert json.loads(registry.read_text()) == [str(a), {"path": str(b), "name": "gemma3:270m"}, 42, {"path": 7},
-                                                {"future": "entry"}]
+    assert json.loads(registry.read_text()) == [
+        str(a),
+        {"path": str(b), "name": "gemma3:270m"},
+        42,
+        {"path": 7},
+        {"future": "entry"},
+    ]
     assert model_store.delete_model(b) is False and b.is_file()
     assert json.loads(registry.read_text()) == [str(a), 42, {"path": 7}, {"future": "entry"}]
 
@@ -393,8 +441,12 @@ def test_discover_json_ends_with_one_json_line(tmp_path, monkeypatch, capsys, sm
     report = json.loads(last)
     ours = [m for m in report["models"] if not m["path"].startswith("/usr/share/ollama")]
     assert ours == [
-        {"path": str(lms), "source": "lmstudio", "name": "google/gemma-GGUF/gemma.gguf",
-         "size_bytes": gemma.stat().st_size},
+        {
+            "path": str(lms),
+            "source": "lmstudio",
+            "name": "google/gemma-GGUF/gemma.gguf",
+            "size_bytes": gemma.stat().st_size,
+        },
         {"path": str(blob), "source": "ollama", "name": "smollm2:135m", "size_bytes": smol.stat().st_size},
     ]
     assert len(report["problems"]) == 1 and "gone:latest" in report["problems"][0]

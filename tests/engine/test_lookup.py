@@ -40,11 +40,12 @@ def test_longest_match_agrees_with_brute_force():
     for trial in range(3000):
         corpus = rng.integers(0, int(rng.integers(2, 6)), int(rng.integers(1, 90))).astype(np.int64)
         if trial % 4 == 0:  # a copy: the end repeats an earlier stretch
-            corpus = np.concatenate([corpus, corpus[:int(rng.integers(1, len(corpus) + 1))]])
+            corpus = np.concatenate([corpus, corpus[: int(rng.integers(1, len(corpus) + 1))]])
         query = corpus if trial % 3 else rng.integers(0, 4, int(rng.integers(1, 20))).astype(np.int64)
         end, min_n, max_n = int(rng.integers(0, len(corpus) + 1)), int(rng.integers(1, 4)), int(rng.integers(1, 17))
-        assert longest_match(corpus, query, end, min_n, max_n) == \
-            _longest_match_by_brute_force(corpus, query, end, min_n, max_n), (corpus, query, end, min_n, max_n)
+        assert longest_match(corpus, query, end, min_n, max_n) == _longest_match_by_brute_force(
+            corpus, query, end, min_n, max_n
+        ), (corpus, query, end, min_n, max_n)
 
 
 def test_history_array_follows_a_growing_history_and_notices_another():
@@ -162,8 +163,13 @@ def test_drafts_stop_at_an_end_token_unless_end_tokens_are_ignored(target):
     history = [target.bos, 300, 301, 302, target.eos, 303, 304, 305, 306, 300, 301]
 
     def proposed(stops_at_end: bool) -> list[int]:
-        seq = SequenceState(0, list(history), Verifier(SamplingParams(temperature=0), loop.device, 0),
-                            GenerationStats(), stops_at_end=stops_at_end)
+        seq = SequenceState(
+            0,
+            list(history),
+            Verifier(SamplingParams(temperature=0), loop.device, 0),
+            GenerationStats(),
+            stops_at_end=stops_at_end,
+        )
         return loop._propose([seq], [8], [32])[0].tokens
 
     assert proposed(True) == [302, target.eos]
@@ -174,13 +180,16 @@ def test_history_array_self_match_agrees_with_longest_match():
     """The indexed match (Python over few candidates, numpy over many) gives longest_match's answer as a
     history grows token by token, over few symbols (many candidates) and over many (few)."""
     rng = np.random.default_rng(11)
-    for trial in range(200):
+    for _trial in range(200):
         symbols = int(rng.choice([2, 3, 5, 40]))
         history, index = [], HistoryArray()
         min_n, max_n = int(rng.integers(1, 4)), int(rng.integers(1, 17))
         for _ in range(int(rng.integers(1, 120))):
-            history.append(int(rng.integers(0, symbols)) if rng.random() < 0.7 or not history
-                           else history[int(rng.integers(0, len(history)))])
+            history.append(
+                int(rng.integers(0, symbols))
+                if rng.random() < 0.7 or not history
+                else history[int(rng.integers(0, len(history)))]
+            )
             array = index.of(history)
             assert index.self_match(min_n, max_n) == longest_match(array, array, len(array) - 1, min_n, max_n)
 

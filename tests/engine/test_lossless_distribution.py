@@ -20,8 +20,11 @@ def chi_square_p_value(observed: torch.Tensor, expected: torch.Tensor) -> float:
     keep = exp > 0
     stat = float((((obs - exp) ** 2) / exp)[keep].sum())
     df = int(keep.sum()) - 1
-    return float(torch.special.gammaincc(torch.tensor(df / 2.0, dtype=torch.float64),
-                                         torch.tensor(stat / 2.0, dtype=torch.float64)))
+    return float(
+        torch.special.gammaincc(
+            torch.tensor(df / 2.0, dtype=torch.float64), torch.tensor(stat / 2.0, dtype=torch.float64)
+        )
+    )
 
 
 def test_first_token_follows_the_target_with_padded_draft_rows():
@@ -53,5 +56,7 @@ def test_first_token_follows_the_target_with_padded_draft_rows():
         observed[first] += 1
     assert expected[0] / DRAWS > 0.03  # token 0, where the padding sits, carries real mass under p
     p_value = chi_square_p_value(observed, expected)
-    assert p_value > 1e-3, (f"the first token does not follow p (chi-square p = {p_value:.2e}); token 0: "
-                            f"{int(observed[0])} drawn, {expected[0]:.0f} expected")
+    assert p_value > 1e-3, (
+        f"the first token does not follow p (chi-square p = {p_value:.2e}); token 0: "
+        f"{int(observed[0])} drawn, {expected[0]:.0f} expected"
+    )

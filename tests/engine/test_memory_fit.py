@@ -1,17 +1,11 @@
 """Memory estimates from the embedded models' real GGUF headers (SmolLM2 135M, Gemma 3 270M)."""
+
 import pytest
 
 from engine.errors import InvalidSettingError
 from engine.modelfiles.embedded import embedded_gemma_path, embedded_model_path
 from engine.modelfiles.gguf_header import read_gguf_metadata
-from engine.modelfiles.memory_fit import (
-    GIB,
-    MIB,
-    RAM_MARGIN_BYTES,
-    VRAM_MARGIN_BYTES,
-    estimate_fit,
-    kv_cache_bytes,
-)
+from engine.modelfiles.memory_fit import GIB, MIB, RAM_MARGIN_BYTES, VRAM_MARGIN_BYTES, estimate_fit, kv_cache_bytes
 
 PLENTY = 64 * GIB
 
@@ -52,8 +46,9 @@ def test_per_layer_kv_heads_count_only_the_layers_that_have_them(smol):
     assert kv_cache_bytes(hybrid, 4096) == kv_cache_bytes(meta, 4096) // 3
 
 
-@pytest.mark.parametrize("drop", ["llama.block_count", "llama.attention.head_count", "general.architecture",
-                                  "llama.embedding_length"])
+@pytest.mark.parametrize(
+    "drop", ["llama.block_count", "llama.attention.head_count", "general.architecture", "llama.embedding_length"]
+)
 def test_a_header_without_the_counts_gives_no_kv_figure(smol, drop):
     meta, size = smol
     partial = {k: v for k, v in meta.items() if k != drop}
@@ -98,8 +93,13 @@ def test_vram_verdicts_layer_by_layer(gemma):
     none = estimate_fit(meta, size, 4096, free_vram=VRAM_MARGIN_BYTES // 2, free_ram=PLENTY)
     assert (none.verdict, none.layers_on_gpu) == ("fits in RAM", 0)
     # The six layers left for RAM need more than RAM has to spare.
-    short = estimate_fit(meta, size, 4096, free_vram=VRAM_MARGIN_BYTES + int(per_layer * 12.5),
-                         free_ram=RAM_MARGIN_BYTES + int(per_layer * 5))
+    short = estimate_fit(
+        meta,
+        size,
+        4096,
+        free_vram=VRAM_MARGIN_BYTES + int(per_layer * 12.5),
+        free_ram=RAM_MARGIN_BYTES + int(per_layer * 5),
+    )
     assert (short.verdict, short.layers_on_gpu) == ("too large", 12)
 
 
@@ -111,8 +111,7 @@ def test_the_draft_takes_its_place_on_the_card_first(gemma):
     fit = estimate_fit(meta, size, 4096, draft_bytes=draft, free_vram=VRAM_MARGIN_BYTES + model, free_ram=PLENTY)
     assert (fit.verdict, fit.layers_on_gpu) == ("partly offloaded (16/18 layers)", 16)
     # A draft larger than the card leaves it for RAM; the target's layers still go to the card.
-    huge = estimate_fit(meta, size, 4096, draft_bytes=PLENTY // 2, free_vram=VRAM_MARGIN_BYTES + model,
-                        free_ram=PLENTY)
+    huge = estimate_fit(meta, size, 4096, draft_bytes=PLENTY // 2, free_vram=VRAM_MARGIN_BYTES + model, free_ram=PLENTY)
     assert (huge.verdict, huge.layers_on_gpu) == ("fits in VRAM (draft in RAM)", 18)
 
 

@@ -1,15 +1,16 @@
 """Where a model's layers went and the memory figure beside each answer, read from llama.cpp on this build (the CPU
 build here; packaging/vulkan_check.sh runs this file on the Vulkan backend over lavapipe, and gpu_check.sh could on
 CUDA), and from a real lavapipe load log kept in tests/engine/data."""
+
 from pathlib import Path
 
 import pytest
+from this_build import BACKEND, GPU_OFFLOAD, MEMORY_KIND, ON_GPU
 
 from engine import hardware
 from engine.decoding.load_log import placement
 from engine.decoding.runtime import LoadSettings, Model
 from engine.modelfiles.embedded import resolve_model
-from this_build import BACKEND, GPU_OFFLOAD, MEMORY_KIND, ON_GPU
 
 SMOLLM2_LAYERS = 31  # 30 blocks and the output layer, as llama.cpp counts them
 LAVAPIPE_LOG = Path(__file__).parent / "data" / "lavapipe_load_log.txt"
@@ -30,7 +31,7 @@ def test_the_placement_is_read_from_llama_cpps_own_load_log(smollm2):
     on_device = [b for b in where["buffers"] if b["buffer"] in where["device_bytes"]]
     weights = sum(b["bytes"] for b in (on_device if ON_GPU else where["buffers"]) if b["kind"] == "model")
     assert 80 * 2**20 < weights < 100 * 2**20  # the 98 MB file's weights (a GPU build keeps a copy of the input
-    if ON_GPU:                                 # embeddings on the CPU besides), with the KV cache and compute
+    if ON_GPU:  # embeddings on the CPU besides), with the KV cache and compute
         assert {b["kind"] for b in on_device} >= {"model", "KV", "compute"}  # buffers on the device
         assert sum(where["device_bytes"].values()) == sum(b["bytes"] for b in on_device) > weights
     else:
@@ -52,8 +53,11 @@ def test_gpu_layers_zero_keeps_every_layer_on_the_cpu():
     with Model(resolve_model("embedded"), LoadSettings(n_ctx=512, n_gpu_layers=0)) as model:
         assert model.placement["layers_on_gpu"] == 0 and model.backend == "CPU"
         # No weights on a GPU (a GPU build still puts compute buffers there, for the big batches it offloads)
-        assert not [b for b in model.placement["buffers"] if b["kind"] == "model" and b["buffer"] in
-                    model.placement["device_bytes"]]
+        assert not [
+            b
+            for b in model.placement["buffers"]
+            if b["kind"] == "model" and b["buffer"] in model.placement["device_bytes"]
+        ]
         assert hardware.read_memory(model.backend).kind == "RAM"
 
 

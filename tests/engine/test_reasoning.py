@@ -1,4 +1,5 @@
 """Think blocks: split from the answer as the reasoning models write them, also mid-stream."""
+
 from engine.reasoning import find_thinking, split_thinking, without_thinking
 
 
@@ -7,7 +8,7 @@ def test_a_closed_think_block_is_split_from_the_answer():
     assert split_thinking(text) == ("The user wants 2+2. That is 4.", "It is **4**.", True)
     assert without_thinking(text) == "It is **4**."
     span = find_thinking(text)
-    assert text[span.answer_start:] == "It is **4**." and span.closed
+    assert text[span.answer_start :] == "It is **4**." and span.closed
 
 
 def test_while_thinking_the_thought_is_open_and_there_is_no_answer_yet():

@@ -1,6 +1,7 @@
 """Remote engines (engine/remote): a real SpecChat server the test starts (the embedded SmolLM2), llama-server
 where SPECCHAT_LLAMA_SERVER names a binary, vLLM's /metrics text in its documented format, and a stand-in for
 vLLM's streaming (vLLM needs a GPU: the real path is the same code, named in docs/remote-engines.md)."""
+
 import json
 import os
 import shutil
@@ -14,8 +15,9 @@ import httpx
 import keyring
 import pytest
 from keyring.backends.fail import Keyring as NoKeyring
+from remote_server import DONE, MIB, HostileServer, drafting_specchat_server, event, specchat_server  # noqa: E501
 from starlette.applications import Starlette
-from starlette.responses import PlainTextResponse, StreamingResponse, JSONResponse
+from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.routing import Route
 
 from engine.decoding.runtime import LoadSettings, Model
@@ -25,11 +27,15 @@ from engine.modelfiles.embedded import embedded_model_path
 from engine.remote import keys, prometheus
 from engine.remote.client import EventStream, RemoteEngine, RemoteModel
 from engine.remote.endpoint import Endpoint, normalised_url, url_warning
-from remote_server import DONE, MIB, HostileServer, drafting_specchat_server, event, specchat_server  # noqa: E501
 
 GREEDY = SamplingParams(temperature=0.0)
-COPY = [{"role": "user", "content": "Passage: The lighthouse at Point Arden was built in 1871 from granite quarried "
-                                    "on the island itself.\n\nCopy the passage above word for word."}]
+COPY = [
+    {
+        "role": "user",
+        "content": "Passage: The lighthouse at Point Arden was built in 1871 from granite quarried "
+        "on the island itself.\n\nCopy the passage above word for word.",
+    }
+]
 COUNTING = [{"role": "user", "content": "Write the numbers from 1 to 40, separated by commas."}]
 
 
@@ -93,8 +99,9 @@ def test_models_and_the_prompt_counted_by_the_servers_tokenizer(engine, server):
     finally:
         local.close()
     assert count.exact and count.tokens == expected and count.n_ctx == 1024
-    raw = httpx.post(server.url + "/tokenize", json={"content": "Hello world"},
-                     headers={"Authorization": "Bearer right-key"}).json()  # llama-server's shape
+    raw = httpx.post(
+        server.url + "/tokenize", json={"content": "Hello world"}, headers={"Authorization": "Bearer right-key"}
+    ).json()  # llama-server's shape
     assert raw["count"] == len(raw["tokens"]) > 0 and raw["max_model_len"] == 1024
     answered = COPY + [{"role": "assistant", "content": "The lighthouse"}]  # counted, though not an answerable end
     assert engine.count_prompt(answered, model).tokens > count.tokens
@@ -103,9 +110,12 @@ def test_models_and_the_prompt_counted_by_the_servers_tokenizer(engine, server):
 
 def test_a_streamed_answer_matches_the_servers_whole_answer_with_figures_measured_here(engine, server):
     model = engine.model()
-    whole = httpx.post(server.url + "/v1/chat/completions", headers={"Authorization": "Bearer right-key"},
-                       json={"model": "smollm2", "messages": COPY, "max_tokens": 48, "temperature": 0},
-                       timeout=120).json()
+    whole = httpx.post(
+        server.url + "/v1/chat/completions",
+        headers={"Authorization": "Bearer right-key"},
+        json={"model": "smollm2", "messages": COPY, "max_tokens": 48, "temperature": 0},
+        timeout=120,
+    ).json()
     answer = engine.answer(COPY, GREEDY, 48, model)
     pieces = list(answer)
     figures = answer.figures.to_dict()
@@ -140,8 +150,9 @@ def test_continue_writes_more_of_an_answer_cut_short(engine):
     short = engine.answer(COUNTING, GREEDY, 12, model)
     start = "".join(short)
     assert short.figures.finish_reason == "length" and whole.startswith(start)
-    more = "".join(engine.answer(COUNTING + [{"role": "assistant", "content": start}], GREEDY, 28, model,
-                                 continue_last=True))
+    more = "".join(
+        engine.answer(COUNTING + [{"role": "assistant", "content": start}], GREEDY, 28, model, continue_last=True)
+    )
     assert more and whole.startswith(start + more[:10])  # greedy: it goes on as the whole answer did
 
 
@@ -189,10 +200,12 @@ def metrics_text(**counts) -> str:
 
 
 def test_vllm_metrics_parse_and_difference_into_one_answers_acceptance():
-    before = prometheus.SpecCounters.from_text(metrics_text(finished=5.0, drafts=100.0, draft_tokens=300.0,
-                                                            accepted=150.0, p0=80.0, p1=45.0, p2=25.0))
-    after = prometheus.SpecCounters.from_text(metrics_text(finished=6.0, drafts=110.0, draft_tokens=330.0,
-                                                           accepted=171.0, p0=89.0, p1=52.0, p2=30.0))
+    before = prometheus.SpecCounters.from_text(
+        metrics_text(finished=5.0, drafts=100.0, draft_tokens=300.0, accepted=150.0, p0=80.0, p1=45.0, p2=25.0)
+    )
+    after = prometheus.SpecCounters.from_text(
+        metrics_text(finished=6.0, drafts=110.0, draft_tokens=330.0, accepted=171.0, p0=89.0, p1=52.0, p2=30.0)
+    )
     moved = prometheus.delta(before, after)
     assert (moved.drafts, moved.drafted, moved.accepted) == (10, 30, 21) and moved.alone
     assert moved.per_position_acceptance == pytest.approx([0.9, 0.7, 0.5])
@@ -215,8 +228,9 @@ class FakeVllm:
 
     def app(self) -> Starlette:
         async def models(request):
-            return JSONResponse({"object": "list", "data": [{"id": "Qwen/Qwen2.5-1.5B", "object": "model",
-                                                              "max_model_len": 32768}]})
+            return JSONResponse(
+                {"object": "list", "data": [{"id": "Qwen/Qwen2.5-1.5B", "object": "model", "max_model_len": 32768}]}
+            )
 
         async def tokenize(request):
             body = await request.json()
@@ -229,8 +243,12 @@ class FakeVllm:
             body = await request.json()
 
             def chunk(delta=None, usage=None, finish=None, **extra):
-                out = {"id": "c", "object": "chat.completion.chunk", "model": body["model"],
-                       "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}]}
+                out = {
+                    "id": "c",
+                    "object": "chat.completion.chunk",
+                    "model": body["model"],
+                    "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}],
+                }
                 return "data: " + json.dumps({**out, **({"usage": usage} if usage else {}), **extra}) + "\n\n"
 
             def events():
@@ -240,19 +258,39 @@ class FakeVllm:
                     if self.cut and i == 3:
                         return
                     yield chunk({"content": text}, usage={"prompt_tokens": 7, "completion_tokens": 2 * i})
-                self.counts.update(finished=self.counts["finished"] + 1, drafts=self.counts["drafts"] + 4,
-                                   draft_tokens=self.counts["draft_tokens"] + 12, accepted=self.counts["accepted"] + 6,
-                                   p0=self.counts["p0"] + 3, p1=self.counts["p1"] + 2, p2=self.counts["p2"] + 1)
+                self.counts.update(
+                    finished=self.counts["finished"] + 1,
+                    drafts=self.counts["drafts"] + 4,
+                    draft_tokens=self.counts["draft_tokens"] + 12,
+                    accepted=self.counts["accepted"] + 6,
+                    p0=self.counts["p0"] + 3,
+                    p1=self.counts["p1"] + 2,
+                    p2=self.counts["p2"] + 1,
+                )
                 yield chunk({}, finish="stop")
-                extra = {"metrics": {"speculative_decoding": {"mean_acceptance_length": 2.5, "num_draft_tokens": 12,
-                                                              "num_accepted_draft_tokens": 6, "num_spec_steps": 4}}}
+                extra = {
+                    "metrics": {
+                        "speculative_decoding": {
+                            "mean_acceptance_length": 2.5,
+                            "num_draft_tokens": 12,
+                            "num_accepted_draft_tokens": 6,
+                            "num_spec_steps": 4,
+                        }
+                    }
+                }
                 yield chunk(usage={"prompt_tokens": 7, "completion_tokens": 6}, **(extra if self.per_request else {}))
                 yield "data: [DONE]\n\n"
 
             return StreamingResponse(events(), media_type="text/event-stream")
 
-        return Starlette(routes=[Route("/v1/models", models), Route("/tokenize", tokenize, methods=["POST"]),
-                                 Route("/metrics", metrics), Route("/v1/chat/completions", chat, methods=["POST"])])
+        return Starlette(
+            routes=[
+                Route("/v1/models", models),
+                Route("/tokenize", tokenize, methods=["POST"]),
+                Route("/metrics", metrics),
+                Route("/v1/chat/completions", chat, methods=["POST"]),
+            ]
+        )
 
 
 def serve_fake_vllm(per_request: bool = False, cut: bool = False, tls: tuple[str, str] | None = None):
@@ -274,8 +312,26 @@ def serve_fake_vllm(per_request: bool = False, cut: bool = False, tls: tuple[str
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make a certificate")
 def test_https_is_verified_a_self_signed_certificate_is_refused(tmp_path):
     key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
-                    str(cert), "-days", "1", "-subj", "/CN=127.0.0.1"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+    )
     url, server, thread = serve_fake_vllm(tls=(str(key), str(cert)))
     try:
         with pytest.raises(EngineError, match="certificate could not be verified"):
@@ -397,8 +453,10 @@ def test_huge_metrics_are_read_to_8_mib_and_too_many_series_are_not_parsed():
         conn.head(200, "text/plain")
         conn.send(metrics_text(drafts=1.0, draft_tokens=3.0).encode())  # the counters, then 1M series more
         for start in range(0, 1_000_000, 10_000):
-            lines = "".join(f'vllm:iteration_tokens_total_bucket{{le="{i}",model_name="m"}} 1.0\n'
-                            for i in range(start, start + 10_000))
+            lines = "".join(
+                f'vllm:iteration_tokens_total_bucket{{le="{i}",model_name="m"}} 1.0\n'
+                for i in range(start, start + 10_000)
+            )
             if not conn.send(lines.encode()):
                 return
 
@@ -424,9 +482,11 @@ def test_a_listing_of_100000_models_is_cut_to_1000_and_a_missing_model_named_in_
     message = str(missing.value)
     assert message.startswith(f"{server.url} does not serve “gpt-9”; it serves org/model-000000, ")
     assert " more." in message and len(message) < 450, message
-    with HostileServer({"GET /v1/models": lambda conn: conn.json(too_many)}) as server:
-        with pytest.raises(EngineError, match="answered more than 8 MiB"):
-            RemoteEngine(Endpoint(server.url)).models()
+    with (
+        HostileServer({"GET /v1/models": lambda conn: conn.json(too_many)}) as server,
+        pytest.raises(EngineError, match="answered more than 8 MiB"),
+    ):
+        RemoteEngine(Endpoint(server.url)).models()
 
 
 def test_a_quick_call_ends_at_its_deadline_though_bytes_trickle_in(monkeypatch):
@@ -472,10 +532,12 @@ def test_an_answer_ends_here_at_max_tokens_and_a_margin_whatever_the_server_send
 
 def hello_then(after):
     """A route: headers, one piece of text, then after(conn)."""
+
     def route(conn):
         conn.head()
         conn.send(event({"role": "assistant", "content": ""}) + event({"content": "Hello"}))
         after(conn)
+
     return route
 
 
@@ -520,13 +582,21 @@ def test_an_answer_with_no_new_event_for_the_deadline_fails_though_bytes_trickle
 def test_server_sent_events_are_parsed_as_their_spec_says():
     """Lines end at CR, LF or CRLF only: U+2028, U+2029 and U+0085 in a JSON string are text. Comments, a BOM,
     data over two lines, line ends split between reads."""
+
     def route(conn):
         conn.head()
-        for part in (b"\xef\xbb\xbf: a comment, as servers ping\n\n", event({"content": "a\u2028b"}),
-                     event({"content": "c\u0085d\u2029e"}, end=b"\r\n\r\n"), event({"content": "f"}, end=b"\r\r"),
-                     b'data: {"choices": [{"index": 0,\ndata: "delta": {"content": "g"}}]}\n\n',
-                     event({"content": "h"}, end=b"\r"), b"\n\r\n", b"event: ignored\nid: 1\n",
-                     event({}, finish="stop"), DONE):
+        for part in (
+            b"\xef\xbb\xbf: a comment, as servers ping\n\n",
+            event({"content": "a\u2028b"}),
+            event({"content": "c\u0085d\u2029e"}, end=b"\r\n\r\n"),
+            event({"content": "f"}, end=b"\r\r"),
+            b'data: {"choices": [{"index": 0,\ndata: "delta": {"content": "g"}}]}\n\n',
+            event({"content": "h"}, end=b"\r"),
+            b"\n\r\n",
+            b"event: ignored\nid: 1\n",
+            event({}, finish="stop"),
+            DONE,
+        ):
             conn.send(part)
             time.sleep(0.01)  # each its own read
 
@@ -536,8 +606,10 @@ def test_server_sent_events_are_parsed_as_their_spec_says():
     assert error is None and "".join(pieces) == "a\u2028bc\u0085d\u2029efgh" and answer.figures.finish_reason == "stop"
     first = event({"content": "x\u2028y"}, end=b"\r\n\r\n")
     stream, events = first + b"data: [DONE]\r\n\r\n", EventStream(MIB)
-    assert [e for b in range(len(stream)) for e in events.feed(stream[b:b + 1])] == \
-        [first[6:-4].decode(), "[DONE]"]  # fed a byte at a time
+    assert [e for b in range(len(stream)) for e in events.feed(stream[b : b + 1])] == [
+        first[6:-4].decode(),
+        "[DONE]",
+    ]  # fed a byte at a time
     pings = EventStream(max_total=1000)
     with pytest.raises(ValueError, match="more than 1,000 bytes"):  # no events, only pings: not for ever
         for _ in range(200):
@@ -551,12 +623,22 @@ def test_a_content_that_is_not_text_is_a_clear_error_and_null_is_none():
 
     def route(conn):
         conn.head()
-        conn.send(event({"role": "assistant", "content": None}) + event({"content": "Hello"}) +
-                  event({"content": said["content"]}) + event({}, finish="stop") + DONE)
+        conn.send(
+            event({"role": "assistant", "content": None})
+            + event({"content": "Hello"})
+            + event({"content": said["content"]})
+            + event({}, finish="stop")
+            + DONE
+        )
 
     with HostileServer({CHAT: route}) as server:
-        for content, kind in ((42, "a number"), (["x"], "a list"), ({"text": "x"}, "an object"),
-                              (True, "true or false"), (None, None)):
+        for content, kind in (
+            (42, "a number"),
+            (["x"], "a list"),
+            ({"text": "x"}, "an object"),
+            (True, "true or false"),
+            (None, None),
+        ):
             said["content"] = content
             pieces, error = collect(hostile_answer(server))
             assert pieces == ["Hello"]
@@ -580,8 +662,15 @@ def test_llama_server_streams_stops_counts_and_reports_its_drafts():
         model = engine.model()
         count = engine.count_prompt(COPY, model)
         assert count.exact and count.tokens > 20 and count.n_ctx == model.n_ctx
-        passage = [{"role": "user", "content": COPY[0]["content"].replace(
-            "itself.", "itself. For ninety years its keepers climbed one hundred and twelve steps every evening.")}]
+        passage = [
+            {
+                "role": "user",
+                "content": COPY[0]["content"].replace(
+                    "itself.",
+                    "itself. For ninety years its keepers climbed one hundred and twelve steps every evening.",
+                ),
+            }
+        ]
         answer = engine.answer(passage, GREEDY, 48, model)  # (llama-server leaves draft_n out when it drafted none)
         text = "".join(answer)
         f = answer.figures.to_dict()
@@ -607,8 +696,9 @@ def test_a_level_against_a_server_stays_full_until_its_last_request_is_answered(
     from engine.lab.serve_bench import run_cell
 
     n = 160
-    args = argparse.Namespace(endpoint="chat", requests=1, max_tokens=n, temperature=0.0, seed=1, ignore_eos=True,
-                              api_key="right-key")
+    args = argparse.Namespace(
+        endpoint="chat", requests=1, max_tokens=n, temperature=0.0, seed=1, ignore_eos=True, api_key="right-key"
+    )
     prompts = [COPY[0]["content"], COUNTING[0]["content"]]  # lookup ends the copy first
     cell = asyncio.run(run_cell(server.url, prompts, 2, args, keep_full=True))
     assert cell["requests"] == 2 and not cell["errors"] and cell["completion_tokens"] == 2 * n
@@ -635,9 +725,29 @@ def test_the_lab_runs_against_servers_through_serve_benchs_path_with_the_crossov
     prompts.write_text(json.dumps({"id": "copy", "prompt": COPY[0]["content"]}) + "\n")
     monkeypatch.setenv("LAB_KEY", "right-key")
     try:
-        assert lab(["--engine-url", f"none={plain.url}", "--engine-url", f"lookup={server.url}", "--engine-url",
-                    f"vllm={vllm_url}", "--api-key-env", "LAB_KEY", "--concurrency", "1,2", "--prompts", str(prompts),
-                    "--max-tokens", "24", "--out", str(tmp_path / "out")]) == 0
+        assert (
+            lab(
+                [
+                    "--engine-url",
+                    f"none={plain.url}",
+                    "--engine-url",
+                    f"lookup={server.url}",
+                    "--engine-url",
+                    f"vllm={vllm_url}",
+                    "--api-key-env",
+                    "LAB_KEY",
+                    "--concurrency",
+                    "1,2",
+                    "--prompts",
+                    str(prompts),
+                    "--max-tokens",
+                    "24",
+                    "--out",
+                    str(tmp_path / "out"),
+                ]
+            )
+            == 0
+        )
     finally:
         plain.stop()
         plain_model.close()

@@ -2,6 +2,7 @@
 models' headers through the local hub (hub_server.py) equal read_gguf_metadata of the files, for a
 small part of their bytes; each bad answer (not GGUF, lying or truncated headers, no range support,
 gated, missing, hanging, offline, a web page) gives its own message, quickly."""
+
 import socket
 import struct
 import threading
@@ -10,7 +11,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-
 from hub_server import Fault, LocalHub, write_tiny_gguf
 
 from engine.errors import ModelFileError
@@ -62,8 +62,10 @@ def test_a_real_header_read_remotely_equals_the_local_read_for_a_small_part_of_t
     remote = read_remote_metadata(REPO, name)
     local = read_gguf_metadata(path)
     size = path.stat().st_size
-    print(f"\n{path.name}: read {remote.bytes_read:,} of {size:,} bytes ({remote.bytes_read / size:.2%}) "
-          f"in {len(hub.byte_requests(name))} range requests")
+    print(
+        f"\n{path.name}: read {remote.bytes_read:,} of {size:,} bytes ({remote.bytes_read / size:.2%}) "
+        f"in {len(hub.byte_requests(name))} range requests"
+    )
     assert remote.metadata == local and isinstance(remote.metadata["tokenizer.ggml.tokens"], list)
     assert remote.file_size == size and (remote.repo_id, remote.filename, remote.revision) == (REPO, name, "main")
     assert FIRST_READ_BYTES <= remote.bytes_read <= size // 10
@@ -214,8 +216,15 @@ class OddServer:
             def do_GET(self):
                 if odd.mode == "html":
                     body = b"<html><body>Please log in</body></html>"
-                    return self._head(206, {"Content-Type": "text/html", "Content-Length": str(len(body)),
-                                            "Content-Range": f"bytes 0-{len(body) - 1}/{len(body)}"}, body)
+                    return self._head(
+                        206,
+                        {
+                            "Content-Type": "text/html",
+                            "Content-Length": str(len(body)),
+                            "Content-Range": f"bytes 0-{len(body) - 1}/{len(body)}",
+                        },
+                        body,
+                    )
                 self._head(200, {"Content-Length": str(200 << 20)})
                 block = b"GGUF" + bytes(65532)
                 try:

@@ -1,4 +1,5 @@
 """Weights repacked for llama.cpp's CPU kernels without its AMX ones (engine/decoding/repack.py)."""
+
 import re
 
 import numpy as np
@@ -20,17 +21,22 @@ def test_the_types_are_llama_cpps_for_the_cpus_features():
 
 
 def test_only_matrices_every_architecture_multiplies_are_chosen():
-    tensors = [TensorInfo("token_embd.weight", Q4_K, (1536, 151936)),  # read row by row: never
-               TensorInfo("output.weight", Q4_K, (1536, 151936)),
-               TensorInfo("blk.0.attn_q.weight", Q4_K, (1536, 1536)),
-               TensorInfo("blk.0.attn_v.weight", Q6_K, (1536, 256)),  # a type CPU_REPACK does not take here
-               TensorInfo("blk.0.ffn_down.weight", Q4_K, (8960, 1532)),  # rows not in eights
-               TensorInfo("blk.0.attn_norm.weight", F32, (1536,)),
-               TensorInfo("blk.0.ffn_gate_shexp.weight", Q4_K, (64, 64)),
-               TensorInfo("blk.0.ssm_in.weight", Q4_K, (64, 64)),  # not known to be a plain matmul everywhere
-               TensorInfo("blk.0.ffn_up_exps.weight", Q4_K, (64, 64, 8))]
+    tensors = [
+        TensorInfo("token_embd.weight", Q4_K, (1536, 151936)),  # read row by row: never
+        TensorInfo("output.weight", Q4_K, (1536, 151936)),
+        TensorInfo("blk.0.attn_q.weight", Q4_K, (1536, 1536)),
+        TensorInfo("blk.0.attn_v.weight", Q6_K, (1536, 256)),  # a type CPU_REPACK does not take here
+        TensorInfo("blk.0.ffn_down.weight", Q4_K, (8960, 1532)),  # rows not in eights
+        TensorInfo("blk.0.attn_norm.weight", F32, (1536,)),
+        TensorInfo("blk.0.ffn_gate_shexp.weight", Q4_K, (64, 64)),
+        TensorInfo("blk.0.ssm_in.weight", Q4_K, (64, 64)),  # not known to be a plain matmul everywhere
+        TensorInfo("blk.0.ffn_up_exps.weight", Q4_K, (64, 64, 8)),
+    ]
     assert repack.repacked_tensors(tensors, repack.AVX2_TYPES) == [
-        "output.weight", "blk.0.attn_q.weight", "blk.0.ffn_gate_shexp.weight"]
+        "output.weight",
+        "blk.0.attn_q.weight",
+        "blk.0.ffn_gate_shexp.weight",
+    ]
 
 
 def test_the_patterns_match_exactly_the_chosen_names(model_path):
@@ -51,14 +57,17 @@ def test_the_tensor_list_is_read_from_the_file(model_path):
     assert embd.shape[1] == 262144  # Gemma 3's vocabulary: ne[1] is the rows
 
 
-needs_amx = pytest.mark.skipif(not hardware.cpu_uses_amx() or repack.cpu_repack_buffer_type() is None,
-                               reason="repacking by name happens on AMX CPUs only (elsewhere llama.cpp repacks)")
+needs_amx = pytest.mark.skipif(
+    not hardware.cpu_uses_amx() or repack.cpu_repack_buffer_type() is None,
+    reason="repacking by name happens on AMX CPUs only (elsewhere llama.cpp repacks)",
+)
 
 
 @needs_amx
 def test_a_repacked_model_computes_what_the_unpacked_one_does(model_path, monkeypatch):
     """The repacked weights are the same weights: a 4-row step (the repacked kernels' block) gives the same
     logits as the unpacked load, up to the rounding of another summation order, and the same argmax."""
+
     def last_rows(model):
         tokens = model.tokenize("The history of the printing press begins in")
         model.decode(tokens[:-4], 0, 0)

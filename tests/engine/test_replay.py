@@ -1,5 +1,6 @@
 """The offline replay (engine.measure.replay): the real StepLoop, planner and lookup proposer driven over
 recorded answers on a virtual clock, beside llama.cpp's ngram-simple and the hindsight bound."""
+
 import random
 
 import pytest
@@ -38,7 +39,10 @@ def test_the_any_copy_bound_knows_which_earlier_place_the_answer_copies():
     phrase's end), while the any-copy bound follows the older one."""
     rng = random.Random(3)
     tokens = iter(rng.sample(range(100, 9000), 2000))
-    take = lambda n: [next(tokens) for _ in range(n)]
+
+    def take(n):
+        return [next(tokens) for _ in range(n)]
+
     phrases = [(take(4), take(10), take(10)) for _ in range(12)]  # (phrase, older continuation, newer one)
     older = [t for p, o, _ in phrases for t in p + o + take(3)]
     newer = [t for p, _, n in phrases for t in p + n + take(3)]
@@ -74,17 +78,39 @@ def test_record_and_replay_from_the_command_line(tmp_path, capsys):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"id": "count", "prompt": "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,"}\n')
     out = tmp_path / "rec.json"
-    assert replay.main(["record", "--model", str(model_path), "--prompts", str(prompts), "--max-tokens", "24",
-                        "--threads", "2", "--max-rows", "17", "--out", str(out)]) == 0
+    assert (
+        replay.main(
+            [
+                "record",
+                "--model",
+                str(model_path),
+                "--prompts",
+                str(prompts),
+                "--max-tokens",
+                "24",
+                "--threads",
+                "2",
+                "--max-rows",
+                "17",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     rec = Recording.load(out)
     assert sorted(rec.curve) == calibration_sizes(17) and 0 < rec.curve[1] < rec.curve[17]
 
     from engine.decoding.loader import DecoderSettings, build_decoder
+
     decoder = build_decoder(DecoderSettings(model=str(model_path), method="none", threads=2))
     try:
         prompt = decoder.target.tokenize("1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,")
-        greedy = [t for d in decoder.generate(prompt, SamplingParams(temperature=0), max_tokens=24, ignore_eos=True)
-                  for t in d.tokens]
+        greedy = [
+            t
+            for d in decoder.generate(prompt, SamplingParams(temperature=0), max_tokens=24, ignore_eos=True)
+            for t in d.tokens
+        ]
     finally:
         decoder.target.close()
     assert rec.answers[0].prompt == prompt and rec.answers[0].answer == greedy
@@ -108,11 +134,33 @@ def test_sampled_answers_are_recorded_per_seed_and_lookup_writes_the_same_tokens
 
     model_path, text = embedded_model_path(), "Repeat this list exactly: apples, pears, plums, figs, limes, dates."
     prompts = tmp_path / "p.jsonl"
-    prompts.write_text('{"id": "list", "prompt": "%s"}\n' % text)
+    prompts.write_text(f'{{"id": "list", "prompt": "{text}"}}\n')
     out = tmp_path / "rec.json"
-    assert replay.main(["record", "--model", str(model_path), "--prompts", str(prompts), "--max-tokens", "32",
-                        "--threads", "2", "--temperature", "0.9", "--seeds", "1,2", "--chat", "--max-rows", "9",
-                        "--out", str(out)]) == 0
+    assert (
+        replay.main(
+            [
+                "record",
+                "--model",
+                str(model_path),
+                "--prompts",
+                str(prompts),
+                "--max-tokens",
+                "32",
+                "--threads",
+                "2",
+                "--temperature",
+                "0.9",
+                "--seeds",
+                "1,2",
+                "--chat",
+                "--max-rows",
+                "9",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert "recorded 2 answers" in capsys.readouterr().out
     rec = Recording.load(out)
     assert rec.temperature == 0.9 and [a.id for a in rec.answers] == ["list@1", "list@2"]
@@ -121,14 +169,17 @@ def test_sampled_answers_are_recorded_per_seed_and_lookup_writes_the_same_tokens
     decoder = build_decoder(DecoderSettings(model=str(model_path), method="none", threads=2))
     target = decoder.target
     try:
-        lookup = SpeculativeDecoder(target, LookupProposer(remember_requests=False),
-                                    SpeculationConfig(max_draft=2, adaptive=False))
+        lookup = SpeculativeDecoder(
+            target, LookupProposer(remember_requests=False), SpeculationConfig(max_draft=2, adaptive=False)
+        )
         for seed, recorded in zip((1, 2), rec.answers):
             sampling = SamplingParams(temperature=0.9, seed=seed)
-            plain = [t for d in decoder.generate(recorded.prompt, sampling, max_tokens=32, ignore_eos=True)
-                     for t in d.tokens]
-            copied = [t for d in lookup.generate(recorded.prompt, sampling, max_tokens=32, ignore_eos=True)
-                      for t in d.tokens]
+            plain = [
+                t for d in decoder.generate(recorded.prompt, sampling, max_tokens=32, ignore_eos=True) for t in d.tokens
+            ]
+            copied = [
+                t for d in lookup.generate(recorded.prompt, sampling, max_tokens=32, ignore_eos=True) for t in d.tokens
+            ]
             assert plain == recorded.answer and copied == recorded.answer
         assert lookup.stats.drafted > 0
     finally:
@@ -155,15 +206,26 @@ def test_a_low_realism_recovers_while_not_drafting_when_the_shadows_hold():
     rec = Recording("synthetic", dear, [Answer("copy", prompt, answer)], ends=[])
     target = replay.ReplayTarget(rec)
     target.truth = prompt + answer
-    loop = StepLoop(target, LookupProposer(remember_requests=False), SpeculationConfig(), torch.device("cpu"),
-                    tune_threads=False, clock=target.clock)
+    loop = StepLoop(
+        target,
+        LookupProposer(remember_requests=False),
+        SpeculationConfig(),
+        torch.device("cpu"),
+        tune_threads=False,
+        clock=target.clock,
+    )
     loop.calibrate(0, len(prompt), answer[0])
     for _ in range(6):  # six drafts that kept nothing of what was predicted
         loop.planner._predicted = 5.0
         loop.planner.record_step(8, 7, dear[8])
         loop.planner.record_outcome(0)
-    seq = SequenceState(0, prompt + answer[:1], Verifier(SamplingParams(temperature=0), torch.device("cpu"), 0),
-                        GenerationStats(), stops_at_end=False)
+    seq = SequenceState(
+        0,
+        prompt + answer[:1],
+        Verifier(SamplingParams(temperature=0), torch.device("cpu"), 0),
+        GenerationStats(),
+        stops_at_end=False,
+    )
     steps = 0
     while not loop.step([seq], [len(answer)])[0].accepted:
         steps += 1
@@ -252,13 +314,21 @@ def test_the_check_sets_the_prediction_beside_live_medians(tmp_path, capsys):
     import statistics
 
     rec = synthetic(copy_and_fresh())
-    live = {"rows": [{"id": "copy", "none": 10.0, "lookup": 30.0}, {"id": "copy", "none": 10.0, "lookup": 20.0},
-                     {"id": "copy", "none": 10.0, "lookup": 24.0}, {"id": "fresh", "none": 10.0, "lookup": 9.0}]}
+    live = {
+        "rows": [
+            {"id": "copy", "none": 10.0, "lookup": 30.0},
+            {"id": "copy", "none": 10.0, "lookup": 20.0},
+            {"id": "copy", "none": 10.0, "lookup": 24.0},
+            {"id": "fresh", "none": 10.0, "lookup": 9.0},
+        ]
+    }
     table, summary = replay.check(rec, live, 48)
     predicted = replay.replay_lookup(rec)
     assert summary["lookup"]["live"] == pytest.approx(statistics.geometric_mean([2.4, 0.9]))
     assert summary["lookup"]["replay"] == pytest.approx(statistics.geometric_mean(predicted))
-    assert summary["lookup"]["replay_over_live"] == pytest.approx(summary["lookup"]["replay"] / summary["lookup"]["live"])
+    assert summary["lookup"]["replay_over_live"] == pytest.approx(
+        summary["lookup"]["replay"] / summary["lookup"]["live"]
+    )
     assert f"| copy | 2.40x | {predicted[0]:.2f}x |" in table and "| fresh | 0.90x | 1.00x |" in table
     rec_path, live_path = tmp_path / "rec.json", tmp_path / "live.json"
     rec.save(rec_path)

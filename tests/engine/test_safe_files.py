@@ -4,6 +4,7 @@ A FIFO is refused before it is opened (a read would wait for a writer for ever),
 is opened without waiting and refused by the opened descriptor's type; /dev/zero, and a link to it, are refused as
 devices; a folder is named a folder; a file over its limit is refused by its size, and one that grows past it, or
 says 0 (/proc), is refused while it is read."""
+
 from __future__ import annotations
 
 import os
@@ -98,8 +99,7 @@ def test_a_file_over_its_limit_is_refused_by_its_size_before_reading(tmp_path, m
     monkeypatch.setattr(safe_files, "_read_to", lambda *a: pytest.fail("read although its size was over"))
     with pytest.raises(FileRefused) as refused:
         safe_files.read_bytes(path, 2_000_000)
-    assert str(refused.value) == ("big.bin is 2.0 MB (2,000,001 bytes): too large to read (at most 2,000,000 "
-                                  "bytes).")
+    assert str(refused.value) == ("big.bin is 2.0 MB (2,000,001 bytes): too large to read (at most 2,000,000 bytes).")
     assert refused.value.reason == safe_files.TOO_LARGE
 
 
@@ -113,6 +113,7 @@ def test_a_file_that_grows_past_its_limit_while_read_is_refused(tmp_path, monkey
         with open(path, "ab") as f:
             f.write(b"y" * (3 * safe_files.READ_CHUNK))  # then it grows
         return fd
+
     monkeypatch.setattr(safe_files, "_open_checked", checked_then_grown)
     with pytest.raises(FileRefused) as refused:
         safe_files.read_bytes(path, 1000)

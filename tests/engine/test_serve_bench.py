@@ -1,5 +1,6 @@
 """python -m engine.serve_bench: it starts plain and lookup servers itself, sends concurrent streaming
 clients, and writes results, a table and a plot from what it measured (the real embedded SmolLM2)."""
+
 import json
 import subprocess
 import sys
@@ -12,13 +13,42 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_bench_spawns_servers_and_reports_every_cell(tmp_path):
     prompts = tmp_path / "p.jsonl"
-    prompts.write_text("\n".join(json.dumps({"id": f"p{i}", "prompt": text}) for i, text in enumerate(
-        ["Repeat exactly: red, green, blue, red, green, blue.", "List the days of the week."])))
+    prompts.write_text(
+        "\n".join(
+            json.dumps({"id": f"p{i}", "prompt": text})
+            for i, text in enumerate(
+                ["Repeat exactly: red, green, blue, red, green, blue.", "List the days of the week."]
+            )
+        )
+    )
     out = tmp_path / "out"
-    run = subprocess.run([sys.executable, "-m", "engine.serve_bench", "--methods", "none,lookup", "--clients", "1,2",
-                          "--requests", "1", "--repeats", "1", "--max-tokens", "12", "--ctx", "1024",
-                          "--prompts", str(prompts), "--out", str(out)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "engine.serve_bench",
+            "--methods",
+            "none,lookup",
+            "--clients",
+            "1,2",
+            "--requests",
+            "1",
+            "--repeats",
+            "1",
+            "--max-tokens",
+            "12",
+            "--ctx",
+            "1024",
+            "--prompts",
+            str(prompts),
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     results = json.loads((out / "results.json").read_text())
     cells = {(c["method"], c["clients"]): c for c in results["cells"]}

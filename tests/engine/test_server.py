@@ -1,5 +1,6 @@
 """The OpenAI-compatible server with the real embedded SmolLM2 (a chat template), through the real `openai`
 client, raw HTTP and curl: answers, streams, concurrency, disconnects, bad input, keys, a full queue."""
+
 import json
 import subprocess
 import sys
@@ -27,8 +28,13 @@ COUNTING = [{"role": "user", "content": "Write the numbers from 1 to 30, separat
 
 def start(parallel=PARALLEL, proposer=None, **options) -> tuple[Service, Model]:
     model = Model(embedded_model_path(), LoadSettings(n_ctx=N_CTX, threads=2, n_seq_max=parallel))
-    service = Service(model, proposer or LookupProposer(), SpeculationConfig(max_draft=8),
-                      ServeOptions(port=0, parallel=parallel, **options), model_id="smollm2").start()
+    service = Service(
+        model,
+        proposer or LookupProposer(),
+        SpeculationConfig(max_draft=8),
+        ServeOptions(port=0, parallel=parallel, **options),
+        model_id="smollm2",
+    ).start()
     return service, model
 
 
@@ -76,8 +82,16 @@ def test_chat_completion_carries_usage_and_timings(client):
 
 def test_streamed_chat_matches_the_whole_answer_and_ends_with_figures(client):
     whole = client.chat.completions.create(model="smollm2", messages=COUNTING, max_tokens=30, temperature=0)
-    chunks = list(client.chat.completions.create(model="smollm2", messages=COUNTING, max_tokens=30, temperature=0,
-                                                 stream=True, stream_options={"include_usage": True}))
+    chunks = list(
+        client.chat.completions.create(
+            model="smollm2",
+            messages=COUNTING,
+            max_tokens=30,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == whole.choices[0].message.content
     assert chunks[0].choices[0].delta.role == "assistant"
@@ -89,8 +103,9 @@ def test_streamed_chat_matches_the_whole_answer_and_ends_with_figures(client):
 
 
 def test_raw_completion_and_a_stop_string(client):
-    reply = client.completions.create(model="smollm2", prompt="Monday, Tuesday, Wednesday,", max_tokens=30,
-                                      temperature=0, stop=["weekend"])
+    reply = client.completions.create(
+        model="smollm2", prompt="Monday, Tuesday, Wednesday,", max_tokens=30, temperature=0, stop=["weekend"]
+    )
     text = reply.choices[0].text
     assert "Thursday" in text and "weekend" not in text
     assert reply.choices[0].finish_reason == "stop"
@@ -99,12 +114,16 @@ def test_raw_completion_and_a_stop_string(client):
 
 def test_curl_sees_server_sent_events_ending_with_done(server):
     body = json.dumps({"messages": COUNTING, "max_tokens": 8, "stream": True})
-    out = subprocess.run(["curl", "-sN", "-H", "Content-Type: application/json", "-d", body,
-                          server.url + "/v1/chat/completions"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        ["curl", "-sN", "-H", "Content-Type: application/json", "-d", body, server.url + "/v1/chat/completions"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     events = [line for line in out.stdout.splitlines() if line]
     assert all(line.startswith("data: ") for line in events), events
     assert events[-1] == "data: [DONE]"
-    last = json.loads(events[-2][len("data: "):])
+    last = json.loads(events[-2][len("data: ") :])
     assert last["choices"][0]["finish_reason"] in ("stop", "length") and "usage" in last and "timings" in last
 
 
@@ -114,9 +133,14 @@ def test_four_concurrent_streams_are_decoded_together(server, client):
 
     def one(i):
         try:
-            stream = client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": prompts[i]}],
-                                                    max_tokens=48, temperature=0, stream=True,
-                                                    extra_body={"ignore_eos": True})
+            stream = client.chat.completions.create(
+                model="smollm2",
+                messages=[{"role": "user", "content": prompts[i]}],
+                max_tokens=48,
+                temperature=0,
+                stream=True,
+                extra_body={"ignore_eos": True},
+            )
             times, parts = [], []
             for chunk in stream:
                 if chunk.choices and chunk.choices[0].delta.content:
@@ -148,24 +172,27 @@ def test_a_client_that_disconnects_mid_stream_frees_its_slot(server):
     assert record.status == 499 and record.finish == "cancelled" and record.completion_tokens < 600
 
 
-@pytest.mark.parametrize("body, param", [
-    (b"{not json", None),
-    (b"[1, 2]", None),
-    (json.dumps({"messages": []}).encode(), "messages"),
-    (json.dumps({"messages": "hello"}).encode(), "messages"),
-    (json.dumps({"messages": [{"role": "wizard", "content": "hi"}]}).encode(), "messages[0]"),
-    (json.dumps({"messages": [{"role": "user", "content": 42}]}).encode(), "messages[0].content"),
-    (json.dumps({"messages": COUNTING, "max_tokens": 0}).encode(), "max_tokens"),
-    (json.dumps({"messages": COUNTING, "max_tokens": "ten"}).encode(), "max_tokens"),
-    (json.dumps({"messages": COUNTING, "max_tokens": 10 * N_CTX}).encode(), "max_tokens"),
-    (json.dumps({"messages": COUNTING, "temperature": "hot"}).encode(), "temperature"),
-    (json.dumps({"messages": COUNTING, "top_p": 0}).encode(), "top_p"),
-    (json.dumps({"messages": COUNTING, "stream": "yes"}).encode(), "stream"),
-    (json.dumps({"messages": COUNTING, "stop": [1, 2]}).encode(), "stop"),
-    (json.dumps({"messages": COUNTING, "n": 3}).encode(), "n"),
-    (json.dumps({"messages": [{"role": "user", "content": "word " * (2 * N_CTX)}]}).encode(), "messages"),
-    (json.dumps({"prompt": ""}).encode(), "prompt"),
-])
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        (b"{not json", None),
+        (b"[1, 2]", None),
+        (json.dumps({"messages": []}).encode(), "messages"),
+        (json.dumps({"messages": "hello"}).encode(), "messages"),
+        (json.dumps({"messages": [{"role": "wizard", "content": "hi"}]}).encode(), "messages[0]"),
+        (json.dumps({"messages": [{"role": "user", "content": 42}]}).encode(), "messages[0].content"),
+        (json.dumps({"messages": COUNTING, "max_tokens": 0}).encode(), "max_tokens"),
+        (json.dumps({"messages": COUNTING, "max_tokens": "ten"}).encode(), "max_tokens"),
+        (json.dumps({"messages": COUNTING, "max_tokens": 10 * N_CTX}).encode(), "max_tokens"),
+        (json.dumps({"messages": COUNTING, "temperature": "hot"}).encode(), "temperature"),
+        (json.dumps({"messages": COUNTING, "top_p": 0}).encode(), "top_p"),
+        (json.dumps({"messages": COUNTING, "stream": "yes"}).encode(), "stream"),
+        (json.dumps({"messages": COUNTING, "stop": [1, 2]}).encode(), "stop"),
+        (json.dumps({"messages": COUNTING, "n": 3}).encode(), "n"),
+        (json.dumps({"messages": [{"role": "user", "content": "word " * (2 * N_CTX)}]}).encode(), "messages"),
+        (json.dumps({"prompt": ""}).encode(), "prompt"),
+    ],
+)
 def test_bad_input_is_a_400_with_an_openai_error_and_the_server_keeps_serving(server, client, body, param):
     path = "/v1/completions" if b'"prompt"' in body else "/v1/chat/completions"
     response = httpx.post(server.url + path, content=body, headers={"Content-Type": "application/json"})
@@ -177,8 +204,9 @@ def test_bad_input_is_a_400_with_an_openai_error_and_the_server_keeps_serving(se
 
 
 def test_a_prompt_beyond_the_context_says_so(server):
-    response = httpx.post(server.url + "/v1/chat/completions",
-                          json={"messages": [{"role": "user", "content": "word " * (2 * N_CTX)}]})
+    response = httpx.post(
+        server.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "word " * (2 * N_CTX)}]}
+    )
     assert response.json()["error"]["code"] == "context_length_exceeded"
     assert str(N_CTX) in response.json()["error"]["message"]
 
@@ -189,8 +217,12 @@ def test_a_giant_prompt_is_refused_at_once_while_health_keeps_answering(server):
     from test_server_limits import while_healthy
 
     giant = "The quick brown fox jumps over the lazy dog. " * 140_000
-    reply, slowest, _ = while_healthy(server.url, lambda: httpx.post(
-        server.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": giant}]}, timeout=120))
+    reply, slowest, _ = while_healthy(
+        server.url,
+        lambda: httpx.post(
+            server.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": giant}]}, timeout=120
+        ),
+    )
     assert reply.status_code == 400 and reply.json()["error"]["code"] == "context_length_exceeded"
     assert "6,300,000 bytes" in reply.json()["error"]["message"]
     assert reply.elapsed.total_seconds() < 5 and slowest < 1.0
@@ -237,8 +269,14 @@ def test_beyond_the_queue_a_request_gets_429_with_retry_after():
 
 
 def test_the_command_refuses_the_network_without_a_key_and_a_taken_port():
-    run = subprocess.run([sys.executable, "-m", "engine.serve", "--host", "0.0.0.0"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    run = subprocess.run(
+        [sys.executable, "-m", "engine.serve", "--host", "0.0.0.0"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
+    )
     assert run.returncode == 2 and "API key" in run.stderr
 
 

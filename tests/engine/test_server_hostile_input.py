@@ -2,6 +2,7 @@
 raw HTTP (http.client) for malformed bodies and the `openai` client for well-formed ones. Every client-sized field
 is bounded and refused with a 400 naming it; a request with long stop strings no longer stalls another client's;
 malformed bodies (deep nesting, lone surrogates, bad bytes, wrong types) are 4xx, never 500."""
+
 from __future__ import annotations
 
 import http.client
@@ -11,9 +12,9 @@ from urllib.parse import urlsplit
 
 import openai
 import pytest
+from test_server import COUNTING, start
 
 from engine.serving.api_schema import MAX_CONTENT_PARTS, MAX_MESSAGES, MAX_STOP_CHARS, MAX_STOPS
-from test_server import COUNTING, start
 
 CHAT, COMPLETIONS, TOKENIZE = "/v1/chat/completions", "/v1/completions", "/tokenize"
 
@@ -73,17 +74,27 @@ def test_a_1mb_stop_string_is_a_400_naming_stop(server, client):
     still_serving(client)
 
 
-@pytest.mark.parametrize("fields, param, said", [
-    ({"stop": ["s"] * (MAX_STOPS + 1)}, "stop", f"up to {MAX_STOPS} strings"),
-    ({"messages": [{"role": "user", "content": "hi"}] * (MAX_MESSAGES + 1)}, "messages", f"at most {MAX_MESSAGES:,}"),
-    ({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}] * (MAX_CONTENT_PARTS + 1)}]},
-     "messages[0].content", f"at most {MAX_CONTENT_PARTS:,}"),
-    ({"top_k": 2**40}, "top_k", "top_k"),
-    ({"n": 2}, "n", "n"),
-    ({"max_tokens": 10**9}, "max_tokens", "max_tokens"),
-    ({"logit_bias": {"1": 5}}, "logit_bias", "not supported"),
-    ({"tools": [{"type": "function"}] * 1000}, "tools", "not supported"),
-])
+@pytest.mark.parametrize(
+    "fields, param, said",
+    [
+        ({"stop": ["s"] * (MAX_STOPS + 1)}, "stop", f"up to {MAX_STOPS} strings"),
+        (
+            {"messages": [{"role": "user", "content": "hi"}] * (MAX_MESSAGES + 1)},
+            "messages",
+            f"at most {MAX_MESSAGES:,}",
+        ),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}] * (MAX_CONTENT_PARTS + 1)}]},
+            "messages[0].content",
+            f"at most {MAX_CONTENT_PARTS:,}",
+        ),
+        ({"top_k": 2**40}, "top_k", "top_k"),
+        ({"n": 2}, "n", "n"),
+        ({"max_tokens": 10**9}, "max_tokens", "max_tokens"),
+        ({"logit_bias": {"1": 5}}, "logit_bias", "not supported"),
+        ({"tools": [{"type": "function"}] * 1000}, "tools", "not supported"),
+    ],
+)
 def test_every_sized_field_is_bounded_with_a_400_naming_it(server, client, fields, param, said):
     error = refused(server, CHAT, chat_body(**fields))
     assert error["param"] == param and said in error["message"], error
@@ -98,8 +109,14 @@ def test_sixteen_long_stops_and_another_clients_short_request_both_complete(serv
     def long_request():
         try:
             stream = client.chat.completions.create(
-                model="smollm2", messages=COUNTING, max_tokens=200, temperature=0, stop=stops, stream=True,
-                extra_body={"ignore_eos": True})
+                model="smollm2",
+                messages=COUNTING,
+                max_tokens=200,
+                temperature=0,
+                stop=stops,
+                stream=True,
+                extra_body={"ignore_eos": True},
+            )
             for chunk in stream:
                 if chunk.choices and chunk.choices[0].delta.content:
                     started.set()
@@ -113,8 +130,13 @@ def test_sixteen_long_stops_and_another_clients_short_request_both_complete(serv
     thread = threading.Thread(target=long_request)
     thread.start()
     started.wait(120)
-    short = client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "Hi"}],
-                                           max_tokens=4, temperature=0, extra_body={"ignore_eos": True})
+    short = client.chat.completions.create(
+        model="smollm2",
+        messages=[{"role": "user", "content": "Hi"}],
+        max_tokens=4,
+        temperature=0,
+        extra_body={"ignore_eos": True},
+    )
     seen_when_short_ended.append(thread.is_alive())
     thread.join(300)
     assert not errors and long_tokens and set(long_tokens) == {200}, (errors, long_tokens)
@@ -123,19 +145,30 @@ def test_sixteen_long_stops_and_another_clients_short_request_both_complete(serv
 
 
 # --- text that is not Unicode ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("path, fields, param, said", [
-    (CHAT, {"messages": [{"role": "user", "content": "hi \ud800 there"}]}, "messages[0].content", None),
-    (CHAT, {"messages": [{"role": "system", "content": "ok"}, {"role": "user", "content": "\udfff"}]},
-     "messages[1].content", None),
-    (CHAT, {"messages": [{"role": "user", "content": [{"type": "text", "text": "a\udc80"}]}]},
-     "messages[0].content[0].text", None),
-    (CHAT, {"stop": "\ud800"}, "stop", None),
-    (CHAT, {"stop": ["ok", "x\ud801"]}, "stop", "stop[1]"),
-    (CHAT, {"model": "m\udcff"}, "model", None),
-    (COMPLETIONS, {"prompt": "Once \ud800"}, "prompt", None),
-    (TOKENIZE, {"prompt": "\ud800"}, "prompt", None),
-    (TOKENIZE, {"content": "\ud800"}, "content", None),
-])
+@pytest.mark.parametrize(
+    "path, fields, param, said",
+    [
+        (CHAT, {"messages": [{"role": "user", "content": "hi \ud800 there"}]}, "messages[0].content", None),
+        (
+            CHAT,
+            {"messages": [{"role": "system", "content": "ok"}, {"role": "user", "content": "\udfff"}]},
+            "messages[1].content",
+            None,
+        ),
+        (
+            CHAT,
+            {"messages": [{"role": "user", "content": [{"type": "text", "text": "a\udc80"}]}]},
+            "messages[0].content[0].text",
+            None,
+        ),
+        (CHAT, {"stop": "\ud800"}, "stop", None),
+        (CHAT, {"stop": ["ok", "x\ud801"]}, "stop", "stop[1]"),
+        (CHAT, {"model": "m\udcff"}, "model", None),
+        (COMPLETIONS, {"prompt": "Once \ud800"}, "prompt", None),
+        (TOKENIZE, {"prompt": "\ud800"}, "prompt", None),
+        (TOKENIZE, {"content": "\ud800"}, "content", None),
+    ],
+)
 def test_a_lone_surrogate_is_a_400_naming_its_field(server, client, path, fields, param, said):
     body = {"messages": COUNTING, "max_tokens": 2, **fields}
     if path != CHAT:
@@ -155,17 +188,21 @@ def test_bytes_that_are_not_utf8_are_a_400(server, client):
 def test_unusual_but_valid_text_is_answered(server, client):
     """NUL, a BOM, a right-to-left override, a noncharacter and an astral character are Unicode: answered."""
     text = "a\x00b \ufeff \u202e \uffff \U0001f600 end"
-    reply = client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": text}],
-                                           max_tokens=2, stop=["\x00"])
+    reply = client.chat.completions.create(
+        model="smollm2", messages=[{"role": "user", "content": text}], max_tokens=2, stop=["\x00"]
+    )
     assert reply.usage.completion_tokens >= 1
 
 
 # --- structure and types ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("body", [
-    b"[" * 100_000 + b"]" * 100_000,
-    b'{"messages": ' + b'{"a": ' * 100_000 + b"1" + b"}" * 100_000 + b"}",
-    b'{"messages": [{"role": "user", "content": ' + b"[" * 100_000 + b"]" * 100_000 + b"}]}",
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"messages": ' + b'{"a": ' * 100_000 + b"1" + b"}" * 100_000 + b"}",
+        b'{"messages": [{"role": "user", "content": ' + b"[" * 100_000 + b"]" * 100_000 + b"}]}",
+    ],
+)
 def test_100000_deep_nested_json_is_a_400(server, client, body):
     assert "too deeply" in refused(server, CHAT, body)["message"]
     still_serving(client)
@@ -178,45 +215,51 @@ def test_a_body_that_is_not_a_json_object_is_a_400(server, client, body):
     still_serving(client)
 
 
-@pytest.mark.parametrize("fields, param", [
-    ({"model": ["smollm2"]}, "model"),
-    ({"messages": {"role": "user", "content": "hi"}}, "messages"),
-    ({"messages": None}, "messages"),
-    ({"messages": [None]}, "messages[0]"),
-    ({"messages": [["user", "hi"]]}, "messages[0]"),
-    ({"messages": [{"role": ["user"], "content": "hi"}]}, "messages[0]"),
-    ({"messages": [{"role": "user", "content": {"text": "hi"}}]}, "messages[0].content"),
-    ({"messages": [{"role": "user", "content": None}]}, "messages[0].content"),
-    ({"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]}, "messages[0].content"),
-    ({"messages": [{"role": "user", "content": ["hi"]}]}, "messages[0].content"),
-    ({"stop": {"s": 1}}, "stop"),
-    ({"stop": [None]}, "stop"),
-    ({"stop": 7}, "stop"),
-    ({"temperature": [1]}, "temperature"),
-    ({"temperature": 10**400}, "temperature"),
-    ({"top_p": None, "min_p": "0.1"}, "min_p"),
-    ({"max_tokens": 2.5}, "max_tokens"),
-    ({"max_tokens": {"n": 1}}, "max_tokens"),
-    ({"seed": 2**64}, "seed"),
-    ({"stream": None, "ignore_eos": "yes"}, "ignore_eos"),
-    ({"stream_options": [True]}, "stream_options"),
-    ({"stream_options": {"include_usage": "yes"}}, "stream_options"),
-    ({"response_format": "json"}, "response_format"),
-    ({"n": [1]}, "n"),
-])
+@pytest.mark.parametrize(
+    "fields, param",
+    [
+        ({"model": ["smollm2"]}, "model"),
+        ({"messages": {"role": "user", "content": "hi"}}, "messages"),
+        ({"messages": None}, "messages"),
+        ({"messages": [None]}, "messages[0]"),
+        ({"messages": [["user", "hi"]]}, "messages[0]"),
+        ({"messages": [{"role": ["user"], "content": "hi"}]}, "messages[0]"),
+        ({"messages": [{"role": "user", "content": {"text": "hi"}}]}, "messages[0].content"),
+        ({"messages": [{"role": "user", "content": None}]}, "messages[0].content"),
+        ({"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]}, "messages[0].content"),
+        ({"messages": [{"role": "user", "content": ["hi"]}]}, "messages[0].content"),
+        ({"stop": {"s": 1}}, "stop"),
+        ({"stop": [None]}, "stop"),
+        ({"stop": 7}, "stop"),
+        ({"temperature": [1]}, "temperature"),
+        ({"temperature": 10**400}, "temperature"),
+        ({"top_p": None, "min_p": "0.1"}, "min_p"),
+        ({"max_tokens": 2.5}, "max_tokens"),
+        ({"max_tokens": {"n": 1}}, "max_tokens"),
+        ({"seed": 2**64}, "seed"),
+        ({"stream": None, "ignore_eos": "yes"}, "ignore_eos"),
+        ({"stream_options": [True]}, "stream_options"),
+        ({"stream_options": {"include_usage": "yes"}}, "stream_options"),
+        ({"response_format": "json"}, "response_format"),
+        ({"n": [1]}, "n"),
+    ],
+)
 def test_wrong_types_are_a_400_naming_the_field(server, client, fields, param):
     error = refused(server, CHAT, chat_body(**fields))
     assert error["param"] == param, error
     still_serving(client)
 
 
-@pytest.mark.parametrize("path, body, param", [
-    (COMPLETIONS, {"prompt": ["a", "b"]}, "prompt"),
-    (COMPLETIONS, {"prompt": 5}, "prompt"),
-    (COMPLETIONS, {"prompt": None}, "prompt"),
-    (TOKENIZE, {"prompt": 5}, "prompt"),
-    (TOKENIZE, {"messages": "hi"}, "messages"),
-])
+@pytest.mark.parametrize(
+    "path, body, param",
+    [
+        (COMPLETIONS, {"prompt": ["a", "b"]}, "prompt"),
+        (COMPLETIONS, {"prompt": 5}, "prompt"),
+        (COMPLETIONS, {"prompt": None}, "prompt"),
+        (TOKENIZE, {"prompt": 5}, "prompt"),
+        (TOKENIZE, {"messages": "hi"}, "messages"),
+    ],
+)
 def test_wrong_types_on_the_other_endpoints_are_a_400(server, client, path, body, param):
     assert refused(server, path, json.dumps(body).encode())["param"] == param
 

@@ -1,6 +1,7 @@
 """The server under hostile requests and hostile models: a chat template that spins or hogs memory, a 20 MB
 body, a prompt far beyond the context, connections that say nothing. Each ends with a clear error, /health
 answers within 1 s meanwhile, and memory stays bounded. (A tiny real GGUF: it loads and decodes in ms.)"""
+
 from __future__ import annotations
 
 import json
@@ -10,13 +11,14 @@ import time
 
 import httpx
 import pytest
+from test_hostile_templates import CHATML, HOGS, SPINS, hostile_gguf, tree_rss
 
 from engine.decoding.cost_model import SpeculationConfig
 from engine.decoding.proposers.lookup import LookupProposer
 from engine.decoding.runtime import LoadSettings, Model
-from engine.serving import openai_api, service as service_module
+from engine.serving import openai_api
+from engine.serving import service as service_module
 from engine.serving.service import ServeOptions, Service
-from test_hostile_templates import CHATML, HOGS, SPINS, hostile_gguf, tree_rss
 
 HEALTH_WITHIN_S = 1.0
 # Fine on the probe's conversation; spins when a message holds the word w9.
@@ -26,8 +28,13 @@ HELLO = [{"role": "user", "content": "w1 w2"}]
 
 def serve(path, **options) -> tuple[Service, Model]:
     model = Model(path, LoadSettings(n_ctx=512, threads=1, n_seq_max=2))
-    service = Service(model, LookupProposer(), SpeculationConfig(max_draft=4),
-                      ServeOptions(port=0, parallel=2, **options), model_id="tiny").start()
+    service = Service(
+        model,
+        LookupProposer(),
+        SpeculationConfig(max_draft=4),
+        ServeOptions(port=0, parallel=2, **options),
+        model_id="tiny",
+    ).start()
     return service, model
 
 
@@ -46,8 +53,7 @@ def spinning(cache):
 
 
 def chat(url: str, messages, **extra) -> httpx.Response:
-    return httpx.post(url + "/v1/chat/completions", json={"messages": messages, "max_tokens": 4, **extra},
-                      timeout=60)
+    return httpx.post(url + "/v1/chat/completions", json={"messages": messages, "max_tokens": 4, **extra}, timeout=60)
 
 
 def while_healthy(url: str, work) -> tuple[object, float, int]:
@@ -105,8 +111,10 @@ def declared_then_silent(url: str, path: str, size: int) -> tuple[int, dict]:
     413 now and then, at random, client side.)"""
     host, port = url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=60) as sock:
-        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-                     f"Content-Length: {size}\r\n\r\n".encode())
+        sock.sendall(
+            f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {size}\r\n\r\n".encode()
+        )
         reply = b""
         while chunk := sock.recv(65536):
             reply += chunk
@@ -115,8 +123,9 @@ def declared_then_silent(url: str, path: str, size: int) -> tuple[int, dict]:
 
 
 def test_a_20_mb_body_is_refused_before_it_is_read(spinning):
-    (status, reply), slowest, _ = while_healthy(spinning.url, lambda: declared_then_silent(
-        spinning.url, "/v1/chat/completions", 20 << 20))
+    (status, reply), slowest, _ = while_healthy(
+        spinning.url, lambda: declared_then_silent(spinning.url, "/v1/chat/completions", 20 << 20)
+    )
     assert status == 413 and reply["error"]["code"] == "request_too_large"
     assert "8,388,608" in reply["error"]["message"] and "20,971,520" in reply["error"]["message"]
     assert slowest < HEALTH_WITHIN_S
@@ -126,8 +135,9 @@ def test_a_20_mb_body_is_refused_before_it_is_read(spinning):
             yield b"x" * (1 << 20)
 
     try:
-        chunked = httpx.post(spinning.url + "/v1/completions", content=chunks(), timeout=60,
-                             headers={"Content-Type": "application/json"})
+        chunked = httpx.post(
+            spinning.url + "/v1/completions", content=chunks(), timeout=60, headers={"Content-Type": "application/json"}
+        )
         assert chunked.status_code == 413
     except httpx.TransportError:
         pass  # the server may close the connection while the client is still sending: it did not read it
@@ -146,8 +156,10 @@ def test_a_prompt_far_beyond_the_context_is_refused_from_its_size_without_tokeni
     target.tokenize = watched
     try:
         giant = "w1 " * (2 << 20)  # 6 MB, under the body limit
-        for reply in (chat(spinning.url, [{"role": "user", "content": giant}]),
-                      httpx.post(spinning.url + "/v1/completions", json={"prompt": giant}, timeout=60)):
+        for reply in (
+            chat(spinning.url, [{"role": "user", "content": giant}]),
+            httpx.post(spinning.url + "/v1/completions", json={"prompt": giant}, timeout=60),
+        ):
             assert reply.status_code == 400, reply.text
             error = reply.json()["error"]
             assert error["code"] == "context_length_exceeded" and "512-token context" in error["message"]
@@ -173,7 +185,7 @@ def test_connections_that_send_nothing_or_dribble_are_closed(spinning, monkeypat
                     return got
             try:
                 chunk = sock.recv(65536)
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 return got
@@ -188,8 +200,10 @@ def test_connections_that_send_nothing_or_dribble_are_closed(spinning, monkeypat
         dribbling.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         closed_within(dribbling, 5, dribble=b"X")
     with socket.create_connection((host, port)) as slow_body:
-        slow_body.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                          b"Content-Length: 1000\r\n\r\n{\"messages\"")
+        slow_body.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 1000\r\n\r\n{"messages"'
+        )
         answer = closed_within(slow_body, 5)
         assert answer.startswith(b"HTTP/1.1 408") and b"request_timeout" in answer
     assert httpx.get(spinning.url + "/health").status_code == 200

@@ -1,6 +1,7 @@
 """Stopping a server mid-answer: its clients are told, in words, that the server stopped and that the text so far
 stands, and nothing in the server fails on the way out (no "Event loop is closed", no traceback). A client of a
 server that only cuts the connection says the same in words, not httpx's "incomplete chunked read"."""
+
 import logging
 import sys
 import threading
@@ -84,8 +85,11 @@ def test_a_request_waiting_in_line_when_the_server_stops_is_told_so(server_logs,
             t.start()
         started.wait()  # both streams have begun
         third = []
-        helper = threading.Thread(target=lambda: third.append(
-            httpx.post(service.url + "/v1/completions", json={**body, "stream": False}, timeout=60)))
+        helper = threading.Thread(
+            target=lambda: third.append(
+                httpx.post(service.url + "/v1/completions", json={**body, "stream": False}, timeout=60)
+            )
+        )
         helper.start()
         deadline = time.monotonic() + 60
         while (load := service.scheduler.load()).running < 2 or load.waiting < 1:  # both slots busy, one in line
@@ -107,7 +111,7 @@ def test_a_connection_cut_mid_answer_is_said_in_words_with_the_text_kept():
         conn.send(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
         data = event({"role": "assistant", "content": "Hello"}) + event({"content": " there"})
         conn.send(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-        conn.send(b"400\r\ndata: {\"choi")  # a chunk that never ends: the server went away
+        conn.send(b'400\r\ndata: {"choi')  # a chunk that never ends: the server went away
 
     with HostileServer({"POST /v1/chat/completions": cut}) as server:
         engine = RemoteEngine(Endpoint(server.url))

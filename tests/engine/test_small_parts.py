@@ -1,20 +1,29 @@
 """Stop strings, UTF-8 streaming, GGUF header checks and the draft-length policy."""
+
 import struct
 
 import pytest
 
-from engine.decoding.cost_model import (REALISM_HORIZON, REALISM_RANGE, Acceptance, DraftPlanner, SpeculationConfig,
-                                        StepCosts, calibration_sizes, prior_acceptance)
-from engine.errors import InvalidSettingError, ModelFileError
-from engine.modelfiles.gguf_header import read_gguf_header
+from engine.decoding.cost_model import (
+    REALISM_HORIZON,
+    REALISM_RANGE,
+    Acceptance,
+    DraftPlanner,
+    SpeculationConfig,
+    StepCosts,
+    calibration_sizes,
+    prior_acceptance,
+)
 from engine.decoding.stop_strings import StopMatcher
 from engine.decoding.text_stream import TextStream
+from engine.errors import InvalidSettingError, ModelFileError
+from engine.modelfiles.gguf_header import read_gguf_header
 
 
 def test_text_stream_never_splits_a_character():
     data = "héllo → 世界 🎉".encode()
     stream = TextStream()
-    parts = [stream.push(data[i:i + 1]) for i in range(len(data))] + [stream.flush()]
+    parts = [stream.push(data[i : i + 1]) for i in range(len(data))] + [stream.flush()]
     assert all("\ufffd" not in p for p in parts)
     assert "".join(parts) == "héllo → 世界 🎉"
 
@@ -58,6 +67,7 @@ FEATURE = (16, True)  # one lookup feature: every proposal alike
 def _policy(accept_rate: float, row_cost: float, steps: int = 200) -> DraftPlanner:
     """Feed a planner a synthetic machine: step time 10 ms × (1 + row_cost·(rows−1))."""
     import random
+
     rng = random.Random(0)
     planner = DraftPlanner(SpeculationConfig(max_draft=16), costly_proposer=False)
     for _ in range(steps):
@@ -86,7 +96,7 @@ def _choose(planner: DraftPlanner) -> int:
 
 
 def _rate(accept_rate: float, row_cost: float, k: int) -> float:
-    return sum(accept_rate ** j for j in range(k + 1)) / (1 + row_cost * k)
+    return sum(accept_rate**j for j in range(k + 1)) / (1 + row_cost * k)
 
 
 def _best_k(accept_rate: float, row_cost: float, max_draft: int = 16) -> int:
@@ -132,6 +142,7 @@ def test_a_growing_context_and_dear_drafted_steps_are_not_taken_for_a_busy_machi
     """Measured step times of SmolLM2 here (flash attention on): one row 9.1 ms in an empty cache, 14 ms at
     position 230, 27.3 ms at 800; 24 rows 112.8 ms empty, 445 ms at 800. None of it is another process."""
     from engine.decoding.cost_model import QUIET_MEMORY
+
     costs = StepCosts()
     costs.take_calibration({1: 0.0091, 24: 0.1128})
     for one_row in [0.014] * 10 + [0.016] * 10:  # live, above calibration from the first step
@@ -169,6 +180,7 @@ def test_the_planner_stops_drafting_once_drafted_steps_prove_dearer_than_calibra
     """Calibrated, each draft row costs 10% of a step; live, 35%. With 30% acceptance a draft pays at the
     first price and not at the second: the planner drafts at first, then stops."""
     import random
+
     rng = random.Random(1)
     planner = DraftPlanner(SpeculationConfig(max_draft=16), costly_proposer=False)
     planner.steps.take_calibration({rows: 0.010 * (1 + 0.1 * (rows - 1)) for rows in range(1, 18)})
@@ -194,8 +206,8 @@ def test_calibration_times_every_single_sequence_size_then_every_eighth():
 def test_calibration_times_sizes_in_rounds_and_keeps_each_ones_fastest():
     """Each size is timed once per round (not twice in a row: this VM's speed wanders over seconds), the
     fastest kept; sizes wider than one sequence's verify are timed in the first round only."""
-    from engine.decoding.cost_model import CALIBRATION_REPEATED_UP_TO, CALIBRATION_REPEATS, CALIBRATION_WARMUP
     from engine.decoding.calibration import time_steps
+    from engine.decoding.cost_model import CALIBRATION_REPEATED_UP_TO, CALIBRATION_REPEATS, CALIBRATION_WARMUP
 
     class SlowThenFast:  # every decode of round 1 takes 2 ms a row, of later rounds 1 ms a row
         def __init__(self):
@@ -213,7 +225,7 @@ def test_calibration_times_sizes_in_rounds_and_keeps_each_ones_fastest():
     sizes = [1, 2, 3, CALIBRATION_REPEATED_UP_TO + 5]
     target = SlowThenFast()
     curve = time_steps(target, 0, 0, 7, sizes, clock=lambda: target.now)
-    timed = target.decoded[CALIBRATION_WARMUP + 1:]
+    timed = target.decoded[CALIBRATION_WARMUP + 1 :]
     assert timed == sizes + sizes[:-1] * (CALIBRATION_REPEATS - 1)  # rounds; the widest once
     assert curve == pytest.approx({1: 0.001, 2: 0.002, 3: 0.003, sizes[-1]: 0.002 * sizes[-1]})
     # Kept with the model: the same sizes again time nothing; a new size is timed alone; other threads afresh.
@@ -221,7 +233,7 @@ def test_calibration_times_sizes_in_rounds_and_keeps_each_ones_fastest():
     assert time_steps(target, 0, 0, 7, sizes[:2], clock=lambda: target.now) == pytest.approx({1: 0.001, 2: 0.002})
     assert len(target.decoded) == decoded
     time_steps(target, 0, 0, 7, [1, 6], clock=lambda: target.now)
-    assert set(target.decoded[decoded + CALIBRATION_WARMUP:]) == {6}
+    assert set(target.decoded[decoded + CALIBRATION_WARMUP :]) == {6}
     target.threads = 1
     time_steps(target, 0, 0, 7, [1], clock=lambda: target.now)
     assert (1, 1) in target.step_timings and (2, 1) in target.step_timings
@@ -255,9 +267,14 @@ def test_step_timings_are_kept_per_file_and_settings_for_a_day(tmp_path, monkeyp
     kept = saved.read_text()
     step_timings._tables.clear()  # the next launch: only the cache folder remembers
     assert Model(model_path, LoadSettings(n_ctx=512), vocab_only=True).step_timings == {(2, 1): 0.02}
-    for text in (json.dumps({k: {**v, "measured_at": v["measured_at"] - step_timings.MAX_AGE_S}
-                             for k, v in json.loads(kept).items()}),  # a day old
-                 kept.replace("0.02", '"fast"'), "{not json", "[]"):
+    for text in (
+        json.dumps(
+            {k: {**v, "measured_at": v["measured_at"] - step_timings.MAX_AGE_S} for k, v in json.loads(kept).items()}
+        ),  # a day old
+        kept.replace("0.02", '"fast"'),
+        "{not json",
+        "[]",
+    ):
         saved.write_text(text)
         step_timings._tables.clear()
         assert Model(model_path, LoadSettings(n_ctx=512), vocab_only=True).step_timings == {}, text
@@ -281,11 +298,17 @@ def test_step_timings_timed_in_a_busy_spell_are_not_kept(tmp_path, monkeypatch):
     step_timings.forget()
     path = embedded_model_path()
     table = step_timings.table_for(path, -1, 512, None)
-    table.update({(2, 1): 0.048, (2, 2): 0.588, (2, 3): 0.061, (1, 64): 0.4})  # the busy spell, as this VM's cache had it
+    table.update(
+        {(2, 1): 0.048, (2, 2): 0.588, (2, 3): 0.061, (1, 64): 0.4}
+    )  # the busy spell, as this VM's cache had it
     step_timings.save()
-    assert not (tmp_path / "cache" / step_timings.FILE_NAME).exists() or \
-        json.loads((tmp_path / "cache" / step_timings.FILE_NAME).read_text()) == {}
-    assert step_timings.plausible({(2, 1): 0.048, (2, 2): 0.09, (2, 3): 0.061, (1, 64): 0.4})  # no 1-row at 1 thread yet
+    assert (
+        not (tmp_path / "cache" / step_timings.FILE_NAME).exists()
+        or json.loads((tmp_path / "cache" / step_timings.FILE_NAME).read_text()) == {}
+    )
+    assert step_timings.plausible(
+        {(2, 1): 0.048, (2, 2): 0.09, (2, 3): 0.061, (1, 64): 0.4}
+    )  # no 1-row at 1 thread yet
     assert not step_timings.plausible({(2, 1): 0.048, (2, 2): 0.02})
     saved = {"measured_at": __import__("time").time(), "seconds": {"2,1": 0.048, "2,2": 0.588}}
     assert step_timings._saved_table(saved)[1] == {}
@@ -381,6 +404,7 @@ def test_a_low_realism_expires_so_drafting_can_resume():
 def test_settled_shadows_lift_a_low_realism_back_to_one_and_no_further():
     """Proposals scored while not drafting count towards a realism below 1 (it stops drafting, so drafted
     outcomes alone could not raise it), but never lift it past 1 nor lower a realism the drafts made."""
+
     def planner_with(drafted: list[tuple[float, int]], shadows: list[tuple[float, int]]) -> DraftPlanner:
         planner = DraftPlanner(SpeculationConfig(max_draft=16), costly_proposer=False)
         planner.steps.take_calibration({1: 0.010, 8: 0.020, 16: 0.030})
@@ -441,8 +465,10 @@ def test_no_weights_go_to_amx_kernels_which_crash(monkeypatch, amx, model_path):
         hardware.cpu_uses_amx.cache_clear()
 
 
-@pytest.mark.parametrize("asked, kind, server_flags", [
-    (None, "AUTO", []), (True, "ENABLED", ["--flash-attn", "on"]), (False, "DISABLED", ["--flash-attn", "off"])])
+@pytest.mark.parametrize(
+    "asked, kind, server_flags",
+    [(None, "AUTO", []), (True, "ENABLED", ["--flash-attn", "on"]), (False, "DISABLED", ["--flash-attn", "off"])],
+)
 def test_flash_attention_is_llama_cpps_choice_unless_asked(asked, kind, server_flags):
     """Off is a Settings choice (faster on a CPU at long contexts, less often bit-identical verify rows), never
     the default; llama-server beside SpecChat is given the same choice."""
@@ -503,13 +529,16 @@ def test_a_draft_kept_whole_also_shows_the_slot_after_it():
 
     planner = DraftPlanner(SpeculationConfig(max_draft=8), costly_proposer=False)
     drafting = FreeDrafting(LookupProposer(), planner, None, planner.config, lambda: 0.0)
-    seq = SequenceState(0, [1, 2, 3], Verifier(SamplingParams(temperature=0.0), torch.device("cpu"), 0),
-                        GenerationStats())
+    seq = SequenceState(
+        0, [1, 2, 3], Verifier(SamplingParams(temperature=0.0), torch.device("cpu"), 0), GenerationStats()
+    )
     f = lookup_feature(6, False)
     cut = Proposal([7, 8], None, 6, beyond=9)
-    for verdict in (Verdict(2, 9),  # kept whole, and the target wrote 9: slot 2 a hit
-                    Verdict(2, 5),  # kept whole, the target wrote 5: slot 2 a miss
-                    Verdict(1, 5)):  # not kept whole: slot 2 not reached
+    for verdict in (
+        Verdict(2, 9),  # kept whole, and the target wrote 9: slot 2 a hit
+        Verdict(2, 5),  # kept whole, the target wrote 5: slot 2 a miss
+        Verdict(1, 5),
+    ):  # not kept whole: slot 2 not reached
         seq.continuing = False  # (one feature throughout)
         drafting.record_tables([seq], [cut], [verdict])
     for table in (planner.acceptance, seq.acceptance):

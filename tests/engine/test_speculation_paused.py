@@ -1,15 +1,15 @@
 """'Speculation paused' says the adaptive policy predicted plain decoding faster. It must never be
 said because an answer's last tokens left no room to draft (the token budget caps the draft length)."""
 
-from engine.lab.bench import read_prompts
+from step_costs import pin_step_costs
+
 from engine.decoding import threads
 from engine.decoding.cost_model import SpeculationConfig
 from engine.decoding.generate import SpeculativeDecoder
-from engine.paths import resources_dir
 from engine.decoding.proposers.lookup import LookupProposer
 from engine.decoding.sampling import SamplingParams
-
-from step_costs import pin_step_costs
+from engine.lab.bench import read_prompts
+from engine.paths import resources_dir
 
 GREEDY = SamplingParams(temperature=0.0)
 
@@ -58,6 +58,9 @@ def test_the_policy_choosing_plain_decoding_is_reported_as_paused(target, monkey
 def test_a_plain_step_with_no_room_for_a_draft_is_not_called_a_prediction(target):
     """A two-token answer: after the prompt's own token, one step with room for no draft, not 'paused'."""
     decoder = SpeculativeDecoder(target, LookupProposer())
-    list(decoder.generate(target.tokenize("One two three one two three one two"), SamplingParams(temperature=0),
-                          max_tokens=2))
+    list(
+        decoder.generate(
+            target.tokenize("One two three one two three one two"), SamplingParams(temperature=0), max_tokens=2
+        )
+    )
     assert decoder.stats.policy_draft_length == 0 and not decoder.stats.speculation_paused

@@ -1,4 +1,5 @@
 """StopMatcher (streaming KMP) against the naive matcher it replaced, and what a push costs with long stops."""
+
 from __future__ import annotations
 
 import random
@@ -52,8 +53,10 @@ def _script(rng: random.Random) -> tuple[list[str], list[list[tuple[str, int]]]]
     """Stops and pushes over a tiny alphabet, so partial and overlapping matches are common."""
     alphabet = rng.choice(["ab", "abc", "aab"])
     stops = [_word(rng, alphabet, 0, 6) for _ in range(rng.randint(0, 4))]
-    pushes = [[(_word(rng, alphabet, 0, 4), rng.randint(0, 2)) for _ in range(rng.randint(1, 3))]
-              for _ in range(rng.randint(1, 12))]
+    pushes = [
+        [(_word(rng, alphabet, 0, 4), rng.randint(0, 2)) for _ in range(rng.randint(1, 3))]
+        for _ in range(rng.randint(1, 12))
+    ]
     return stops, pushes
 
 

@@ -1,5 +1,6 @@
 """engine.text_rules: text from outside comes out encodable, names read as they are, answers show their bidi
 controls instead of obeying them."""
+
 import json
 
 import pytest
@@ -9,7 +10,7 @@ from engine.text_rules import bidi_shown, is_valid_text, loads, plain_name, vali
 
 def test_a_lone_surrogate_becomes_the_replacement_character_and_a_pair_is_joined():
     assert valid_text("half \ud800 an emoji") == "half \ufffd an emoji"
-    assert valid_text("\ud83d\ude00") == "\U0001F600"  # a pair, as json.loads leaves "\\ud83d\\ude00"
+    assert valid_text("\ud83d\ude00") == "\U0001f600"  # a pair, as json.loads leaves "\\ud83d\\ude00"
     assert valid_text("héllo 😀") == "héllo 😀"
     assert not is_valid_text("\udfff") and is_valid_text("ok ✓")
     valid_text("x\ud800y").encode("utf-8")  # the point: it encodes
@@ -17,7 +18,7 @@ def test_a_lone_surrogate_becomes_the_replacement_character_and_a_pair_is_joined
 
 def test_loads_makes_every_string_valid_keys_included():
     value = loads(r'{"a\ud800": ["\udc00", {"b": "\ud83d\ude00"}], "n": 1, "t": null}')
-    assert value == {"a\ufffd": ["\ufffd", {"b": "\U0001F600"}], "n": 1, "t": None}
+    assert value == {"a\ufffd": ["\ufffd", {"b": "\U0001f600"}], "n": 1, "t": None}
     json.dumps(value, ensure_ascii=False).encode("utf-8")
 
 
@@ -47,6 +48,6 @@ def test_a_name_loses_its_bidi_controls_and_invisible_characters():
 
 
 def test_an_answer_shows_its_bidi_controls_by_code_and_keeps_everything_else():
-    family = "\U0001F468\u200d\U0001F469\u200d\U0001F467"  # zero-width joiners: one emoji, kept
+    family = "\U0001f468\u200d\U0001f469\u200d\U0001f467"  # zero-width joiners: one emoji, kept
     assert bidi_shown(f"gnp\u202e.exe {family} עברית\u200f") == f"gnp⟨U+202E⟩.exe {family} עברית\u200f"
     assert bidi_shown("\u2066x\u2069") == "⟨U+2066⟩x⟨U+2069⟩"

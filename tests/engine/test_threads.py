@@ -1,5 +1,6 @@
 """ThreadTuner: fewer threads when a busy machine makes them faster, the full count again when not; and never more
 threads than the CPUs the process may use."""
+
 import os
 import subprocess
 import sys
@@ -10,8 +11,9 @@ from engine.decoding.runtime import LoadSettings
 from engine.decoding.threads import FIRST_QUIET_TRIAL_AFTER, QUIET_TRIAL_EVERY, RETRY_EVERY, TRIAL_STEPS, ThreadTuner
 
 
-def run(tuner: ThreadTuner, cost_by_threads: dict[int, float], contended: bool, steps: int,
-        drafted: bool = False) -> list[int]:
+def run(
+    tuner: ThreadTuner, cost_by_threads: dict[int, float], contended: bool, steps: int, drafted: bool = False
+) -> list[int]:
     switches = []
     for _ in range(steps):
         switch = tuner.record(cost_by_threads[tuner.current], contended, drafted)
@@ -93,14 +95,17 @@ def test_a_trial_without_contention_ends_before_a_step_that_drafts():
     assert tuner.current == 1
 
 
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
-                    reason="needs CPU affinity and two CPUs")
+@pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs CPU affinity and two CPUs"
+)
 def test_never_more_threads_than_the_cpus_this_process_may_use():
     """Under `taskset -c 0` (or a container's cpuset) two llama.cpp threads would share one CPU and wait for each
     other at every graph node: the engine runs one, whatever the setting asks."""
-    code = ("import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
-            "from engine.decoding.runtime import LoadSettings; from engine.hardware import physical_cores; "
-            "print(LoadSettings(threads=2).resolved_threads(), LoadSettings().resolved_threads(), physical_cores())")
+    code = (
+        "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+        "from engine.decoding.runtime import LoadSettings; from engine.hardware import physical_cores; "
+        "print(LoadSettings(threads=2).resolved_threads(), LoadSettings().resolved_threads(), physical_cores())"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["1", "1", "1"]
     assert LoadSettings(threads=2).resolved_threads() == 2  # this process may use both

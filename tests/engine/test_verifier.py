@@ -1,11 +1,12 @@
 """The verifier alone, with known p and q: its output must follow the target's distribution."""
+
 import numpy as np
 import pytest
 import torch
 
-from engine.errors import InvalidSettingError
 from engine.decoding.sampling import SamplingParams, filter_logits, make_generator
 from engine.decoding.verifier import Verdict, Verifier, verify_greedy
+from engine.errors import InvalidSettingError
 
 CHI2_999 = {2: 13.82, 3: 16.27, 4: 18.47, 5: 20.52}  # chi-square 0.999 quantiles by degrees of freedom
 TARGET = np.array([[2.0, 1.5, 0.5, 0.0, -1.0, -3.0], [0.0, 1.0, 2.0, 0.5, 0.0, 0.0]], dtype=np.float32)
@@ -38,10 +39,13 @@ def first_token_counts(params: SamplingParams, draft_kind: str, trials: int = 20
 
 
 @pytest.mark.parametrize("draft_kind", ["model", "lookup"])
-@pytest.mark.parametrize("params", [
-    SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0),
-    SamplingParams(temperature=0.7, top_k=4, top_p=0.9, min_p=0.05),
-])
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0),
+        SamplingParams(temperature=0.7, top_k=4, top_p=0.9, min_p=0.05),
+    ],
+)
 def test_speculative_sampling_matches_target_distribution(params, draft_kind):
     counts = first_token_counts(params, draft_kind)
     p = filter_logits(torch.from_numpy(TARGET[:1]), params)
@@ -85,8 +89,9 @@ def test_point_mass_verdicts_do_not_depend_on_the_draft_length():
         assert verifier.verify(TARGET, [wrong], None, position) == Verdict(0, plain)
 
 
-@pytest.mark.parametrize("kwargs", [dict(temperature=-1), dict(top_p=0.0), dict(top_k=-2), dict(min_p=1.0),
-                                    dict(seed="x")])
+@pytest.mark.parametrize(
+    "kwargs", [dict(temperature=-1), dict(top_p=0.0), dict(top_k=-2), dict(min_p=1.0), dict(seed="x")]
+)
 def test_out_of_range_sampling_values_are_refused(kwargs):
     with pytest.raises(InvalidSettingError):
         SamplingParams(**kwargs)

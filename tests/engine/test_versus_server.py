@@ -1,5 +1,6 @@
 """The side-by-side with llama-server: method order, pairing, and SpecChat's half on the real model (the
 server half runs where a llama-server binary is named in SPECCHAT_LLAMA_SERVER)."""
+
 import json
 import os
 from collections import Counter
@@ -7,8 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from engine.measure.versus_server import (SERVER_METHODS, LlamaServer, Run, first_difference, kind_table,
-                                          rotations, run_paired, specchat_runner, summarise, table)
+from engine.measure.versus_server import (
+    SERVER_METHODS,
+    LlamaServer,
+    Run,
+    first_difference,
+    kind_table,
+    rotations,
+    run_paired,
+    specchat_runner,
+    summarise,
+    table,
+)
 
 METHODS = ["a", "b", "c", "d", "e"]
 
@@ -23,9 +34,11 @@ def test_every_method_runs_first_as_often_and_each_order_is_complete():
 def test_ratios_pair_runs_made_back_to_back():
     """A slow round slows both methods; paired, the ratio is the same every round. The fastest runs alone
     would set a's quick round against b's quick round, which is what the medians report."""
-    runs = {"SpecChat plain": {"p": [Run(100.0, [1, 2]), Run(50.0, [1, 2])]},
-            "SpecChat lookup": {"p": [Run(150.0, [1, 2]), Run(75.0, [1, 3])]},
-            "server plain": {"p": [Run(80.0, [1, 2]), Run(40.0, [1, 2])]}}
+    runs = {
+        "SpecChat plain": {"p": [Run(100.0, [1, 2]), Run(50.0, [1, 2])]},
+        "SpecChat lookup": {"p": [Run(150.0, [1, 2]), Run(75.0, [1, 3])]},
+        "server plain": {"p": [Run(80.0, [1, 2]), Run(40.0, [1, 2])]},
+    }
     s = summarise(runs)
     assert s["median_tokens_per_s"] == {"SpecChat plain": 100.0, "SpecChat lookup": 150.0, "server plain": 80.0}
     assert s["paired_vs_plain"]["SpecChat lookup"] == pytest.approx(1.5)
@@ -37,8 +50,12 @@ def test_ratios_pair_runs_made_back_to_back():
 def test_each_prompt_kind_is_summarised_apart_with_lookups_worst_prompt():
     """The README's rows come from the tool: per kind, the medians, their ratios (paired in brackets) and the
     prompt where lookup did worst against plain decoding."""
-    speeds = {"copy": (100, 200, 220, 100, 250), "edit": (100, 120, 130, 100, 110),  # server plain, ngram, same
-              "story": (100, 100, 100, 95, 90), "poem": (100, 100, 100, 105, 120)}   # cache, SpecChat plain, lookup
+    speeds = {
+        "copy": (100, 200, 220, 100, 250),
+        "edit": (100, 120, 130, 100, 110),  # server plain, ngram, same
+        "story": (100, 100, 100, 95, 90),
+        "poem": (100, 100, 100, 105, 120),
+    }  # cache, SpecChat plain, lookup
     kinds = {"copy": "repeating", "edit": "repeating", "story": "open", "poem": "open"}
     methods = [*SERVER_METHODS, "SpecChat plain", "SpecChat lookup"]
     runs = {m: {i: [Run(float(v[j]), [1])] for i, v in speeds.items()} for j, m in enumerate(methods)}
@@ -60,8 +77,10 @@ def test_first_difference():
 
 def test_specchat_half_on_the_real_model(model_path):
     """Both SpecChat methods write the same greedy answer to the same prompt, one run per round each."""
-    runners = {m: specchat_runner(str(model_path), method, 2) for m, method in
-               (("SpecChat plain", "none"), ("SpecChat lookup", "lookup"))}
+    runners = {
+        m: specchat_runner(str(model_path), method, 2)
+        for m, method in (("SpecChat plain", "none"), ("SpecChat lookup", "lookup"))
+    }
     items = [{"id": "copy", "prompt": "Copy this line: the cat sat on the mat. The cat sat on the mat."}]
     runs = run_paired(runners, items, rounds=2, max_tokens=12, report=lambda _line: None)
     assert [len(runs[m]["copy"]) for m in runners] == [2, 2]
@@ -111,9 +130,36 @@ def test_the_pair_comparison_runs_against_llama_server(tmp_path):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"id": "copy", "kind": "repeating", "prompt": "Repeat: one two three four."}) + "\n")
     path = str(embedded_model_path())
-    assert main(["--server", SERVER, "--model", path, "--draft", path, "--chat", "--prompts", str(prompts),
-                 "--rounds", "1", "--max-tokens", "8", "--out", str(tmp_path / "out.json")]) == 0
+    assert (
+        main(
+            [
+                "--server",
+                SERVER,
+                "--model",
+                path,
+                "--draft",
+                path,
+                "--chat",
+                "--prompts",
+                str(prompts),
+                "--rounds",
+                "1",
+                "--max-tokens",
+                "8",
+                "--out",
+                str(tmp_path / "out.json"),
+            ]
+        )
+        == 0
+    )
     runs = json.loads((tmp_path / "out.json").read_text())["runs"]
-    assert set(runs) == {"server plain", "server draft-simple", "server draft-simple,ngram-simple", "SpecChat plain",
-                         "SpecChat lookup", "SpecChat draft", "SpecChat auto"}
+    assert set(runs) == {
+        "server plain",
+        "server draft-simple",
+        "server draft-simple,ngram-simple",
+        "SpecChat plain",
+        "SpecChat lookup",
+        "SpecChat draft",
+        "SpecChat auto",
+    }
     assert all(len(r["copy"][0]["tokens"]) == 8 for r in runs.values())

@@ -10,15 +10,15 @@ example and the @reproduce_failure blob that replays it (print_blob). Nothing is
 database (database=None), and Hypothesis's own directory (where it would save failing-example patches) is a
 temporary one. The explain phase is left out: it reruns a failing example many times, a hanging one 10 s each.
 """
+
 import os
 import random
 import tempfile
 
+import fuzz_watchdog
 import pytest
 from hypothesis import HealthCheck, Phase, core, settings
 from hypothesis.configuration import set_hypothesis_home_dir
-
-import fuzz_watchdog
 
 settings.register_profile(
     "specchat-fuzz",
@@ -30,8 +30,12 @@ settings.register_profile(
     phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
     # Hostile inputs are big on purpose, and some targets (a temp file, a database, Qt's layout) cost
     # milliseconds an example: neither is a problem with the test.
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example,
-                           HealthCheck.function_scoped_fixture],
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.large_base_example,
+        HealthCheck.function_scoped_fixture,
+    ],
 )
 set_hypothesis_home_dir(os.path.join(tempfile.gettempdir(), f"specchat-fuzz-hypothesis-{os.getuid()}"))
 
@@ -57,5 +61,6 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     if report.failed and core.global_force_seed is not None:
         seed = core.global_force_seed
-        report.sections.append(("fuzz seed", f"seed {seed}: rerun with `pytest {item.nodeid} "
-                                             f"--hypothesis-seed={seed}`"))
+        report.sections.append(
+            ("fuzz seed", f"seed {seed}: rerun with `pytest {item.nodeid} --hypothesis-seed={seed}`")
+        )

@@ -1,4 +1,5 @@
 """What the fuzz tests look for in what a target gave back."""
+
 from __future__ import annotations
 
 

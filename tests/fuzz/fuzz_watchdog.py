@@ -10,6 +10,7 @@ HARD_FACTOR times the bound, with the message below, rather than leaving the def
 The bound is generous (seconds, where an example takes milliseconds), so it never flakes on a slow machine: it
 catches a hang or a runaway loop, and is no speed measurement.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -36,8 +37,10 @@ def bounded(what: str, seconds: float = EXAMPLE_BOUND_S):
     if threading.current_thread() is not threading.main_thread():
         raise RuntimeError("bounded() runs on the main thread only")
     fired = threading.Event()
-    message = (f"fuzz watchdog: one example of {what} ran past {seconds:g} s (a hang or a runaway loop); "
-               "every thread's stack was dumped to stderr above")
+    message = (
+        f"fuzz watchdog: one example of {what} ran past {seconds:g} s (a hang or a runaway loop); "
+        "every thread's stack was dumped to stderr above"
+    )
 
     def on_signal(_signum, _frame):
         if fired.is_set():
@@ -45,7 +48,9 @@ def bounded(what: str, seconds: float = EXAMPLE_BOUND_S):
 
     def fire():
         fired.set()
-        _say(f"\n{message}; interrupting it (if it cannot be, the process ends {seconds * HARD_FACTOR:g} s after the example began)\n")
+        _say(
+            f"\n{message}; interrupting it (if it cannot be, the process ends {seconds * HARD_FACTOR:g} s after the example began)\n"
+        )
         faulthandler.dump_traceback(file=report_fd, all_threads=True)
         signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
 

@@ -3,18 +3,24 @@ package, mutated (bytes flipped, truncated, counts and lengths made huge, types 
 key by key, are read, or refused with ModelFileError: never another exception. Nothing a header declares is
 allocated before the file is known to hold it: reading a few-kB file never takes more than a few MiB
 (tracemalloc's peak, a memory bound, not a time one)."""
+
 import struct
 import tracemalloc
 
 import numpy as np
 import pytest
-from hypothesis import example, given, settings, strategies as st
+from fuzz_watchdog import bounded
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from engine.errors import ModelFileError
-from engine.modelfiles.gguf_header import (metadata_problem, parse_gguf, read_gguf_header, read_gguf_metadata,
-                                           read_gguf_tensors)
-
-from fuzz_watchdog import bounded
+from engine.modelfiles.gguf_header import (
+    metadata_problem,
+    parse_gguf,
+    read_gguf_header,
+    read_gguf_metadata,
+    read_gguf_tensors,
+)
 
 FUZZ = settings.get_profile("specchat-fuzz")
 MAX_PEAK_BYTES = 16 << 20  # a few-kB file's header: nothing near this is ever needed
@@ -62,7 +68,7 @@ class Source:
         self.data, self.size, self.step = data, size, step
 
     def read(self, at: int, n: int) -> bytes:
-        return self.data[at:at + max(min(n, 1 << 20), self.step)]
+        return self.data[at : at + max(min(n, 1 << 20), self.step)]
 
 
 def read_everything(path, data: bytes, claimed_size: int, step: int) -> None:
@@ -108,11 +114,11 @@ def mutated(draw, base: bytes) -> bytes:
         elif kind == "u32" and at + 4 <= len(data):
             struct.pack_into("<I", data, at, draw(st.one_of(st.integers(0, 15), st.just(2**32 - 1))))
         elif kind == "truncate":
-            del data[draw(st.integers(0, len(data))):]
+            del data[draw(st.integers(0, len(data))) :]
         elif kind == "insert":
             data[at:at] = draw(st.binary(min_size=1, max_size=16))
         elif kind == "delete":
-            del data[at:at + draw(st.integers(1, 16))]
+            del data[at : at + draw(st.integers(1, 16))]
     return bytes(data)
 
 
@@ -126,10 +132,23 @@ SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "
 
 @st.composite
 def kv(draw) -> bytes:
-    key = draw(st.one_of(st.sampled_from([b"general.architecture", b"llama.block_count", b"llama.expert_count",
-                                          b"llama.expert_used_count", b"llama.rope.scaling.type",
-                                          b"tokenizer.ggml.tokens", b"tokenizer.ggml.scores",
-                                          b"llama.nextn_predict_layers"]), st.binary(max_size=12)))
+    key = draw(
+        st.one_of(
+            st.sampled_from(
+                [
+                    b"general.architecture",
+                    b"llama.block_count",
+                    b"llama.expert_count",
+                    b"llama.expert_used_count",
+                    b"llama.rope.scaling.type",
+                    b"tokenizer.ggml.tokens",
+                    b"tokenizer.ggml.scores",
+                    b"llama.nextn_predict_layers",
+                ]
+            ),
+            st.binary(max_size=12),
+        )
+    )
     kind = draw(st.one_of(st.sampled_from([*SCALARS, 8, 9]), st.integers(0, 2**32 - 1)))
     out = gguf_string(key) + struct.pack("<I", kind)
     if kind in SCALARS:
@@ -158,8 +177,12 @@ def kv(draw) -> bytes:
 def tensor_info(draw) -> bytes:
     dims = draw(st.one_of(st.integers(0, 4), st.sampled_from([9, 2**32 - 1])))
     shape = b"".join(struct.pack("<Q", draw(huge)) for _ in range(min(dims, 4)))
-    return (gguf_string(draw(st.binary(max_size=10)), draw(st.one_of(st.none(), huge))) + struct.pack("<I", dims)
-            + shape + struct.pack("<IQ", draw(st.integers(0, 2**32 - 1)), draw(huge)))
+    return (
+        gguf_string(draw(st.binary(max_size=10)), draw(st.one_of(st.none(), huge)))
+        + struct.pack("<I", dims)
+        + shape
+        + struct.pack("<IQ", draw(st.integers(0, 2**32 - 1)), draw(huge))
+    )
 
 
 @st.composite
@@ -169,8 +192,13 @@ def generated(draw) -> bytes:
     version = draw(st.sampled_from([2, 3, 3, 1, 4, 2**32 - 1]))
     n_tensors = draw(st.one_of(st.just(len(tensors)), huge))
     n_kvs = draw(st.one_of(st.just(len(kvs)), huge))
-    data = struct.pack("<4sIQQ", draw(st.sampled_from([b"GGUF", b"GGUF", b"GGML", b"\0\0\0\0"])), version,
-                       n_tensors, n_kvs) + b"".join(kvs) + b"".join(tensors)
+    data = (
+        struct.pack(
+            "<4sIQQ", draw(st.sampled_from([b"GGUF", b"GGUF", b"GGML", b"\0\0\0\0"])), version, n_tensors, n_kvs
+        )
+        + b"".join(kvs)
+        + b"".join(tensors)
+    )
     return data + b"\0" * draw(st.sampled_from([0, 1024 - len(data) % 1024, 4096]))
 
 
@@ -187,8 +215,17 @@ def test_a_mutated_header_is_read_or_refused(base, file_path, data, size_lie, st
 
 @settings(FUZZ, max_examples=100)
 @given(generated(), st.sampled_from([0, 0, 1 << 40]), st.sampled_from([64, 4096]))
-@example(struct.pack("<4sIQQ", b"GGUF", 3, 1, 2) + gguf_string(b"general.architecture") + struct.pack("<I", 8)
-         + gguf_string(b"llama") + gguf_string(b"tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 4, 2)
-         + struct.pack("<II", 7, 7) + b"\0" * 1024, 0, 4096)  # a vocabulary of numbers, one twice
+@example(
+    struct.pack("<4sIQQ", b"GGUF", 3, 1, 2)
+    + gguf_string(b"general.architecture")
+    + struct.pack("<I", 8)
+    + gguf_string(b"llama")
+    + gguf_string(b"tokenizer.ggml.tokens")
+    + struct.pack("<IIQ", 9, 4, 2)
+    + struct.pack("<II", 7, 7)
+    + b"\0" * 1024,
+    0,
+    4096,
+)  # a vocabulary of numbers, one twice
 def test_a_generated_header_is_read_or_refused(file_path, header, size_lie, step):
     check(file_path, header, size_lie, step)

@@ -2,22 +2,34 @@
 mutated field by field or byte by byte, imports or is refused with ConversationFileError (a message for a person,
 nothing added): never another exception. What imports reads back whole: as many messages as the file held, every
 text in them, the title and the settings UTF-8 text, and valid text kept exactly."""
+
 import copy
 import json
 
 import pytest
-from hypothesis import example, given, settings, strategies as st
+from fuzz_values import texts_in
+from fuzz_watchdog import bounded
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from app.conversations.files import ConversationFileError, conversation_data, import_json
 from app.conversations.store import MEMORY, ConversationStore, Message
 
-from fuzz_values import texts_in
-from fuzz_watchdog import bounded
-
 FUZZ = settings.get_profile("specchat-fuzz")
-STATS = {"tokens_per_s": 41.5, "ttft_s": 0.12, "drafted": 10, "accepted": 7, "acceptance_rate": 0.7,
-         "method": "lookup", "backend": "CPU", "finish_reason": "length", "generated": 12,
-         "rate_history": [[0.1, 40.0]], "per_position_acceptance": [0.9, 0.5], "speculation_paused": False}
+STATS = {
+    "tokens_per_s": 41.5,
+    "ttft_s": 0.12,
+    "drafted": 10,
+    "accepted": 7,
+    "acceptance_rate": 0.7,
+    "method": "lookup",
+    "backend": "CPU",
+    "finish_reason": "length",
+    "generated": 12,
+    "rate_history": [[0.1, 40.0]],
+    "per_position_acceptance": [0.9, 0.5],
+    "speculation_paused": False,
+}
 
 
 def exported() -> dict:
@@ -27,10 +39,14 @@ def exported() -> dict:
         cid = store.create_conversation("Colours")
         store.set_conversation_settings(cid, {"preset": "Precise", "temperature": 0.2, "system_prompt": "Be brief."})
         q = store.add_message(cid, Message(None, "user", "Name a colour."), parent=None)
-        a = store.add_message(cid, Message(None, "assistant", "Red.", model="gemma", stats=STATS,
-                                           draft_spans=[[0, 3, "lookup"]]), parent=q)
-        store.add_message(cid, Message(None, "assistant", "Blue.", status="stopped", model="smollm2",
-                                       notice="Stopped."), parent=q)
+        a = store.add_message(
+            cid,
+            Message(None, "assistant", "Red.", model="gemma", stats=STATS, draft_spans=[[0, 3, "lookup"]]),
+            parent=q,
+        )
+        store.add_message(
+            cid, Message(None, "assistant", "Blue.", status="stopped", model="smollm2", notice="Stopped."), parent=q
+        )
         store.set_active(a)
         return conversation_data(store, cid)
     finally:
@@ -56,15 +72,37 @@ PATHS = list(paths(BASE))[1:]
 hostile_text = st.one_of(
     st.text(max_size=20),
     st.text(st.one_of(st.characters(), st.integers(0xD800, 0xDFFF).map(chr)), max_size=20),
-    st.sampled_from(["\ud800", "a\udfffb", "\u202eexe.txt", "\x00", "\r\n", "specchat-conversation", "done",
-                     "assistant", "http://me:pw@host/x"]),
+    st.sampled_from(
+        [
+            "\ud800",
+            "a\udfffb",
+            "\u202eexe.txt",
+            "\x00",
+            "\r\n",
+            "specchat-conversation",
+            "done",
+            "assistant",
+            "http://me:pw@host/x",
+        ]
+    ),
 )
 BIG_TEXTS = ["y" * 1_001, "y" * 4_000_001]  # just past a name's limit, a message's
 # 10**400 (too big for a float) has its own test below while files.py fails on it, so it hides nothing else here.
-leaf = st.one_of(st.none(), st.booleans(), st.integers(-3, 10), st.integers(), st.just(2**64),
-                 st.floats(), hostile_text, st.sampled_from(BIG_TEXTS))
-value = st.recursive(leaf, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                  st.dictionaries(hostile_text, inner, max_size=4)), max_leaves=10)
+leaf = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 10),
+    st.integers(),
+    st.just(2**64),
+    st.floats(),
+    hostile_text,
+    st.sampled_from(BIG_TEXTS),
+)
+value = st.recursive(
+    leaf,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(hostile_text, inner, max_size=4)),
+    max_leaves=10,
+)
 
 
 @st.composite
@@ -87,8 +125,11 @@ def mutated(draw) -> dict:
         except (KeyError, IndexError, TypeError):
             pass  # an earlier mutation took that place away
     if draw(st.booleans()):
-        doc["messages"] = doc.get("messages") if not isinstance(doc.get("messages"), list) else \
-            doc["messages"] + draw(st.lists(value, max_size=2))
+        doc["messages"] = (
+            doc.get("messages")
+            if not isinstance(doc.get("messages"), list)
+            else doc["messages"] + draw(st.lists(value, max_size=2))
+        )
     return doc
 
 
@@ -159,14 +200,14 @@ def damaged_bytes(draw) -> bytes:
         for _ in range(draw(st.integers(1, 8))):
             raw[draw(st.integers(0, len(raw) - 1))] = draw(st.integers(0, 255))
     elif kind == "truncate":
-        del raw[draw(st.integers(0, len(raw))):]
+        del raw[draw(st.integers(0, len(raw))) :]
     elif kind == "insert":
         at = draw(st.integers(0, len(raw)))
         raw[at:at] = draw(st.binary(max_size=30))
     else:
         n = draw(st.integers(1, 200_000))
         at = raw.index(b'"settings": ') + len(b'"settings": ')
-        raw[at:at] = b"[" * n + b"]" * n + b", \"x\": "
+        raw[at:at] = b"[" * n + b"]" * n + b', "x": '
     return bytes(draw(st.sampled_from([b"", b"\xef\xbb\xbf"])) + raw)
 
 
@@ -179,10 +220,17 @@ def test_a_damaged_file_imports_or_is_refused(store, tmp_path_factory, raw):
     expect_import_or_refusal(store, write(tmp_path_factory.getbasetemp(), "damaged.json", raw))
 
 
-@pytest.mark.parametrize("doc", [
-    {**BASE, "settings": {"unknown": 10**400}},
-    {**BASE, "messages": [{**BASE["messages"][0], "stats": {"ttft_s": 10**400}, "active_child": None}],
-     "active_root": 1},
-], ids=["setting", "stats figure"])
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {**BASE, "settings": {"unknown": 10**400}},
+        {
+            **BASE,
+            "messages": [{**BASE["messages"][0], "stats": {"ttft_s": 10**400}, "active_child": None}],
+            "active_root": 1,
+        },
+    ],
+    ids=["setting", "stats figure"],
+)
 def test_a_number_too_big_for_a_float_is_refused(store, tmp_path, doc):
     expect_import_or_refusal(store, write(tmp_path, "huge-number.json", encoded(doc, True)))

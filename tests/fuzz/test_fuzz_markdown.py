@@ -3,8 +3,11 @@ Hostile Markdown and HTML (deep nesting, huge tables, images and links to file:/
 bidi characters, lone surrogates, draft spans) renders offscreen without an exception, and nothing it names is
 loaded: every resource Qt asks for goes to SafeTextBrowser.loadResource, which answers a placeholder (an image)
 or nothing, so a real image file named in the text is never read."""
+
 import pytest
-from hypothesis import example, given, settings, strategies as st
+from fuzz_watchdog import bounded
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from PySide6.QtCore import QUrl
 from PySide6.QtGui import QImage, QTextDocument
 from PySide6.QtWidgets import QTextBrowser
@@ -12,8 +15,6 @@ from PySide6.QtWidgets import QTextBrowser
 from app.chat.message_text import ResponseText
 from app.conversations.store import Message
 from app.safe_text import SafeTextBrowser, placeholder_image
-
-from fuzz_watchdog import bounded
 
 FUZZ = settings.get_profile("specchat-fuzz")
 PROBE_SIZE = (37, 23)  # the real image's size (not the placeholder's)
@@ -31,30 +32,95 @@ def probe(tmp_path_factory):
 def fragment_list(probe) -> list[str]:
     url, name = probe.as_uri(), str(probe)
     return [
-        f"![img]({url})", f"![img]({name})", f'<img src="{url}">', f"<img src='{name}' width=99999 height=99999>",
-        f'<img src="{url}"/><img src="probe.png">', "![x](file:///dev/zero)", '<img src="/dev/stdin">',
-        f"[link]({url})", "[js](javascript:alert(1))", "<a href='file:///etc/passwd'>x</a>", "<https://a.b/c>",
-        f'<link rel="stylesheet" href="{url}">', '<style>@import url("file:///etc/passwd");</style>',
+        f"![img]({url})",
+        f"![img]({name})",
+        f'<img src="{url}">',
+        f"<img src='{name}' width=99999 height=99999>",
+        f'<img src="{url}"/><img src="probe.png">',
+        "![x](file:///dev/zero)",
+        '<img src="/dev/stdin">',
+        f"[link]({url})",
+        "[js](javascript:alert(1))",
+        "<a href='file:///etc/passwd'>x</a>",
+        "<https://a.b/c>",
+        f'<link rel="stylesheet" href="{url}">',
+        '<style>@import url("file:///etc/passwd");</style>',
         '<table background="file:///dev/zero"><tr><td background="x.png">c</td></tr></table>',
-        "```", "```python\n", "~~~\n", "````\n```\n", "`", "``` ```", "\n\n", "\n", "    code\n",
-        "| a | b |\n|---|---|\n", "| x | y |\n", "|" * 50 + "\n", "> ", "- ", "1. ", "* ", "  ", "# ", "###### ",
-        "**", "_", "~~", "<b>", "</b>", "<div>", "</div>", "<table><tr><td>", "</td></tr></table>", "<ul><li>",
-        "<pre>", "<font size=100>", "<span style='font-size:2000px'>x</span>", "&#xD800;", "&#0;", "&nbsp;",
-        "<think>", "</think>", "\x00", "\x01\x07\x1b[31m", "\u202e\u2066\u2069\u200f", "\ufeff\u200b", "\ud800",
-        "\udfff", "\U0001F600", "\u2028\u2029", "\r", "\t", "e\u0301" * 3, "x" * 5000, "\ufdd0\ufdd1",
+        "```",
+        "```python\n",
+        "~~~\n",
+        "````\n```\n",
+        "`",
+        "``` ```",
+        "\n\n",
+        "\n",
+        "    code\n",
+        "| a | b |\n|---|---|\n",
+        "| x | y |\n",
+        "|" * 50 + "\n",
+        "> ",
+        "- ",
+        "1. ",
+        "* ",
+        "  ",
+        "# ",
+        "###### ",
+        "**",
+        "_",
+        "~~",
+        "<b>",
+        "</b>",
+        "<div>",
+        "</div>",
+        "<table><tr><td>",
+        "</td></tr></table>",
+        "<ul><li>",
+        "<pre>",
+        "<font size=100>",
+        "<span style='font-size:2000px'>x</span>",
+        "&#xD800;",
+        "&#0;",
+        "&nbsp;",
+        "<think>",
+        "</think>",
+        "\x00",
+        "\x01\x07\x1b[31m",
+        "\u202e\u2066\u2069\u200f",
+        "\ufeff\u200b",
+        "\ud800",
+        "\udfff",
+        "\U0001f600",
+        "\u2028\u2029",
+        "\r",
+        "\t",
+        "e\u0301" * 3,
+        "x" * 5000,
+        "\ufdd0\ufdd1",
     ]
 
 
 @st.composite
 def hostile(draw, probe) -> str:
-    parts = draw(st.lists(st.one_of(st.sampled_from(fragment_list(probe)), st.text(max_size=10),
-                                    st.integers(0xD800, 0xDFFF).map(chr)), max_size=30))
+    parts = draw(
+        st.lists(
+            st.one_of(
+                st.sampled_from(fragment_list(probe)), st.text(max_size=10), st.integers(0xD800, 0xDFFF).map(chr)
+            ),
+            max_size=30,
+        )
+    )
     n = draw(st.integers(0, 400))
     kind = draw(st.sampled_from(["none", "quote", "list", "emph", "html", "table", "fences", "lines"]))
-    deep = {"none": "", "quote": "> " * n + "deep\n", "list": "".join("  " * i + "- x\n" for i in range(n)),
-            "emph": "*" * n + "x" + "*" * n, "html": "<div>" * n + "x" + "</div>" * n,
-            "table": "| a | b |\n|---|---|\n" + "| 1 | 2 |\n" * (n * 5),
-            "fences": "```\n" * n, "lines": "l\n" * (n * 10)}[kind]
+    deep = {
+        "none": "",
+        "quote": "> " * n + "deep\n",
+        "list": "".join("  " * i + "- x\n" for i in range(n)),
+        "emph": "*" * n + "x" + "*" * n,
+        "html": "<div>" * n + "x" + "</div>" * n,
+        "table": "| a | b |\n|---|---|\n" + "| 1 | 2 |\n" * (n * 5),
+        "fences": "```\n" * n,
+        "lines": "l\n" * (n * 10),
+    }[kind]
     parts.insert(draw(st.integers(0, len(parts))), deep)
     return "".join(parts)
 

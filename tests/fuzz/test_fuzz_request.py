@@ -2,19 +2,17 @@
 ApiError with a 4xx status (the client's fault, said in OpenAI's error body): never another exception, which the
 server would answer with a 500. A request that parses is whole: every text in it is UTF-8 text the tokenizer can
 take (a lone surrogate from a JSON escape would fail there, as a 500), its numbers are in range."""
+
 import json
 import math
 
-import pytest
-
-from hypothesis import example, given, settings, strategies as st
+from fuzz_watchdog import bounded
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from engine.decoding.sampling import SamplingParams
 from engine.serving.api_schema import ApiError, Generation, parse_generation, parse_messages, parse_prompt
-
 from engine.serving.request_body import parse_json  # the body's JSON, read as the server reads it
-
-from fuzz_watchdog import bounded
 
 N_CTX = 2048
 FUZZ = settings.get_profile("specchat-fuzz")
@@ -26,28 +24,68 @@ hostile_text = st.one_of(
     st.sampled_from(["\ud800", "a\udfffb", "\u202e\u2066x", "\x00", "\ufeff", "𝕏" * 3, "\r\n\u2028", ""]),
     st.sampled_from([1_025, 200_000]).map(lambda n: "x" * n),  # past a stop string's bound; a big prompt
 )
-numbers = st.one_of(st.integers(), st.integers(-2**70, 2**70), st.just(10**400), st.floats(allow_nan=True),
-                    st.booleans(), st.none())
+numbers = st.one_of(
+    st.integers(), st.integers(-(2**70), 2**70), st.just(10**400), st.floats(allow_nan=True), st.booleans(), st.none()
+)
 json_leaf = st.one_of(st.none(), st.booleans(), numbers, hostile_text)
-json_value = st.recursive(json_leaf, lambda inner: st.one_of(
-    st.lists(inner, max_size=5), st.dictionaries(hostile_text, inner, max_size=5)), max_leaves=8)
+json_value = st.recursive(
+    json_leaf,
+    lambda inner: st.one_of(st.lists(inner, max_size=5), st.dictionaries(hostile_text, inner, max_size=5)),
+    max_leaves=8,
+)
 
-FIELDS = ["model", "messages", "prompt", "content", "stream", "stream_options", "max_tokens",
-          "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "n", "best_of",
-          "logprobs", "echo", "suffix", "tools", "functions", "logit_bias", "presence_penalty",
-          "frequency_penalty", "response_format", "ignore_eos", "continue_final_message", "add_special"]
+FIELDS = [
+    "model",
+    "messages",
+    "prompt",
+    "content",
+    "stream",
+    "stream_options",
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "seed",
+    "stop",
+    "n",
+    "best_of",
+    "logprobs",
+    "echo",
+    "suffix",
+    "tools",
+    "functions",
+    "logit_bias",
+    "presence_penalty",
+    "frequency_penalty",
+    "response_format",
+    "ignore_eos",
+    "continue_final_message",
+    "add_special",
+]
 message = st.one_of(
-    st.fixed_dictionaries({"role": st.sampled_from(["system", "developer", "user", "assistant", "tool", ""]),
-                           "content": st.one_of(hostile_text, st.none(), json_value,
-                                                st.lists(st.fixed_dictionaries({"type": st.just("text"),
-                                                                                "text": hostile_text}), max_size=3))}),
-    json_value)
+    st.fixed_dictionaries(
+        {
+            "role": st.sampled_from(["system", "developer", "user", "assistant", "tool", ""]),
+            "content": st.one_of(
+                hostile_text,
+                st.none(),
+                json_value,
+                st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": hostile_text}), max_size=3),
+            ),
+        }
+    ),
+    json_value,
+)
 field_values = {
     "messages": st.one_of(st.lists(message, max_size=4), json_value),
     "prompt": st.one_of(hostile_text, st.lists(hostile_text, max_size=2), json_value),
     "stop": st.one_of(hostile_text, st.lists(hostile_text, max_size=6), json_value),
-    "stream_options": st.one_of(st.fixed_dictionaries({}, optional={"include_usage": json_leaf,
-                                                                    "continuous_usage_stats": json_leaf}), json_value),
+    "stream_options": st.one_of(
+        st.fixed_dictionaries({}, optional={"include_usage": json_leaf, "continuous_usage_stats": json_leaf}),
+        json_value,
+    ),
 }
 body = st.fixed_dictionaries({}, optional={k: field_values.get(k, st.one_of(numbers, json_value)) for k in FIELDS})
 
@@ -71,9 +109,22 @@ class Deep:
 raw_bytes = st.one_of(
     st.binary(max_size=200),
     st.builds(Deep, st.integers(1, 200_000), st.sampled_from(["list", "dict"]), st.booleans()),
-    st.sampled_from([b"", b"null", b"[]", b"\"x\"", b"NaN", b"{\"temperature\": NaN}", b"\xff\xfe{}", b"{\"a\":1}x",
-                     b"{\"messages\": [{\"role\": \"user\", \"content\": \"\\ud800\"}]}", b"\x00" * 10,
-                     b"{\"temperature\": 1" + b"0" * 400 + b"}", b"{\"seed\": 1" + b"0" * 5000 + b"}"]),
+    st.sampled_from(
+        [
+            b"",
+            b"null",
+            b"[]",
+            b'"x"',
+            b"NaN",
+            b'{"temperature": NaN}',
+            b"\xff\xfe{}",
+            b'{"a":1}x',
+            b'{"messages": [{"role": "user", "content": "\\ud800"}]}',
+            b"\x00" * 10,
+            b'{"temperature": 1' + b"0" * 400 + b"}",
+            b'{"seed": 1' + b"0" * 5000 + b"}",
+        ]
+    ),
 )
 
 
@@ -147,8 +198,13 @@ def test_generated_raw_bytes_parse_or_are_refused_with_a_4xx(raw):
 
 
 @settings(FUZZ, max_examples=100)
-@given(st.one_of(st.none(), st.text(max_size=30), st.sampled_from(["²", "1e3", "-1", " 12 ", "0x10", "9" * 4000,
-                                                                   "\u0663", "12\x00"])))
+@given(
+    st.one_of(
+        st.none(),
+        st.text(max_size=30),
+        st.sampled_from(["²", "1e3", "-1", " 12 ", "0x10", "9" * 4000, "\u0663", "12\x00"]),
+    )
+)
 def test_a_generated_content_length_is_a_count_or_a_4xx(value):
     expect_length_or_4xx(value)
 

@@ -3,21 +3,21 @@ RemoteAnswer's chunk reader). Whatever bytes a server sends, in whatever pieces,
 ends, or raises EngineError (its documented error, with a message for a person): never another exception. Every
 text it hands on (the pieces, the figures' texts, an error's message) is text that encodes as UTF-8, whatever
 JSON escapes the server used. A well-formed stream loses nothing: its pieces are the text the server sent."""
+
 import json
-import threading
 from unittest import mock
 
 import pytest
-from hypothesis import example, given, settings, strategies as st
+from fuzz_values import texts_in
+from fuzz_watchdog import bounded
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from engine.decoding.sampling import SamplingParams
 from engine.errors import EngineError
 from engine.remote import client
 from engine.remote.client import EventStream, RemoteEngine, RemoteModel
 from engine.remote.endpoint import Endpoint
-
-from fuzz_values import texts_in
-from fuzz_watchdog import bounded
 
 FUZZ = settings.get_profile("specchat-fuzz")
 MAX_TOKENS = 64
@@ -70,26 +70,65 @@ hostile_text = st.one_of(
     st.text(st.one_of(st.characters(), st.integers(0xD800, 0xDFFF).map(chr)), max_size=20),
     st.sampled_from(["\ud800", "a\udfffb", "\u202e", "\x00", "\r\n", "\u2028", "data: x", "[DONE]"]),
 )
-leaf = st.one_of(st.none(), st.booleans(), st.integers(), st.integers(-2**70, 2**70), st.floats(), hostile_text)
-value = st.recursive(leaf, lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                                  st.dictionaries(hostile_text, inner, max_size=3)), max_leaves=8)
-delta = st.one_of(st.fixed_dictionaries({}, optional={"content": st.one_of(hostile_text, value),
-                                                      "reasoning_content": st.one_of(hostile_text, value),
-                                                      "reasoning": st.one_of(hostile_text, value),
-                                                      "role": value}), value)
-choice = st.one_of(st.fixed_dictionaries({}, optional={"delta": delta, "text": value, "index": value,
-                                                       "finish_reason": st.one_of(st.sampled_from(
-                                                           ["stop", "length", None, ""]), value)}), value)
-timings = st.fixed_dictionaries({}, optional={k: st.one_of(st.integers(-5, 10**6), value) for k in (
-    "draft_n", "draft_n_accepted", "mean_acceptance_length", "predicted_n", "method")})
-chunk_obj = st.one_of(st.fixed_dictionaries({}, optional={
-    "choices": st.one_of(st.lists(choice, max_size=2), value),
-    "usage": st.one_of(st.fixed_dictionaries({}, optional={"completion_tokens": st.integers(-5, 10**6) | value,
-                                                          "prompt_tokens": st.integers(-5, 10**6) | value}), value),
-    "timings": st.one_of(timings, value),
-    "metrics": st.one_of(st.fixed_dictionaries({"speculative_decoding": st.one_of(timings, value)}), value),
-    "error": st.one_of(hostile_text, st.fixed_dictionaries({"message": value}), value),
-}), value)
+leaf = st.one_of(st.none(), st.booleans(), st.integers(), st.integers(-(2**70), 2**70), st.floats(), hostile_text)
+value = st.recursive(
+    leaf,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(hostile_text, inner, max_size=3)),
+    max_leaves=8,
+)
+delta = st.one_of(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "content": st.one_of(hostile_text, value),
+            "reasoning_content": st.one_of(hostile_text, value),
+            "reasoning": st.one_of(hostile_text, value),
+            "role": value,
+        },
+    ),
+    value,
+)
+choice = st.one_of(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "delta": delta,
+            "text": value,
+            "index": value,
+            "finish_reason": st.one_of(st.sampled_from(["stop", "length", None, ""]), value),
+        },
+    ),
+    value,
+)
+timings = st.fixed_dictionaries(
+    {},
+    optional={
+        k: st.one_of(st.integers(-5, 10**6), value)
+        for k in ("draft_n", "draft_n_accepted", "mean_acceptance_length", "predicted_n", "method")
+    },
+)
+chunk_obj = st.one_of(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "choices": st.one_of(st.lists(choice, max_size=2), value),
+            "usage": st.one_of(
+                st.fixed_dictionaries(
+                    {},
+                    optional={
+                        "completion_tokens": st.integers(-5, 10**6) | value,
+                        "prompt_tokens": st.integers(-5, 10**6) | value,
+                    },
+                ),
+                value,
+            ),
+            "timings": st.one_of(timings, value),
+            "metrics": st.one_of(st.fixed_dictionaries({"speculative_decoding": st.one_of(timings, value)}), value),
+            "error": st.one_of(hostile_text, st.fixed_dictionaries({"message": value}), value),
+        },
+    ),
+    value,
+)
 
 
 @st.composite
@@ -103,10 +142,26 @@ def data_line(draw) -> bytes:
 
 line = st.one_of(
     data_line(),
-    st.sampled_from([b"", b":", b": ping", b"data: [DONE]", b"data:", b"data: {", b"data: null", b"data: []",
-                     b"event: error", b"id: 1", b"retry: x", b"data: \"x\"", b"\xef\xbb\xbfdata: {}", b"data: 1e999",
-                     b'data: {"choices": [{"delta": {"content": "\\ud800"}}]}',
-                     b'data: {"choices": [{"delta": {"content": "ok"}, "finish_reason": "stop"}]}']),
+    st.sampled_from(
+        [
+            b"",
+            b":",
+            b": ping",
+            b"data: [DONE]",
+            b"data:",
+            b"data: {",
+            b"data: null",
+            b"data: []",
+            b"event: error",
+            b"id: 1",
+            b"retry: x",
+            b'data: "x"',
+            b"\xef\xbb\xbfdata: {}",
+            b"data: 1e999",
+            b'data: {"choices": [{"delta": {"content": "\\ud800"}}]}',
+            b'data: {"choices": [{"delta": {"content": "ok"}, "finish_reason": "stop"}]}',
+        ]
+    ),
     st.binary(max_size=60),
     st.builds(lambda n, nested: Big(n, nested), st.integers(1, client.MAX_LINE_BYTES + 100), st.booleans()),
 )
@@ -122,6 +177,8 @@ class Big(bytes):
 
     def __repr__(self) -> str:
         return self.recipe
+
+
 line_end = st.sampled_from([b"\n", b"\r", b"\r\n", b"\n\n", b"\r\n\r\n"])
 
 
@@ -134,6 +191,7 @@ class Items(list):
             if isinstance(value, bytes) and len(value) > 400:
                 return f"({kind!r}, {value[:200]!r} + <{len(value) - 200:,} more bytes>)"
             return repr(item)
+
         return "Items([" + ", ".join(map(shown, self)) + "])"
 
 
@@ -159,8 +217,15 @@ def byte_stream(draw) -> list:
 @example([("bytes", b'data: {"choices": [{"delta": {"content": "\\ud800"}}]}\n\n'), ("end", None)])
 @example([("bytes", b'data: {"choices": [{"delta": {"reasoning_content": "\\udfff"}}]}\n\n'), ("end", None)])
 @example([("bytes", b'data: {"error": "\\ud800"}\n\n'), ("end", None)])
-@example([("bytes", b'data: {"choices": [{"finish_reason": "stop"}], "timings": {"draft_n": 1, "method": "\\ud800"}}'
-                    b'\n\n'), ("end", None)])
+@example(
+    [
+        (
+            "bytes",
+            b'data: {"choices": [{"finish_reason": "stop"}], "timings": {"draft_n": 1, "method": "\\ud800"}}\n\n',
+        ),
+        ("end", None),
+    ]
+)
 @example([("status", (500, b'{"error": {"message": "\\ud800"}}'))])
 def test_a_generated_stream_gives_utf8_text_or_an_engine_error(engine, items):
     expected_errors = (ConnectionError, ValueError, OSError)  # the transport's own, handed on by _failed
@@ -177,8 +242,13 @@ def test_a_generated_stream_gives_utf8_text_or_an_engine_error(engine, items):
 @given(st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=8), line_end, st.data())
 def test_a_well_formed_stream_in_any_pieces_loses_nothing(engine, contents, end, data):
     end = end if end in (b"\n\n", b"\r\n\r\n") else end * 2
-    events = [json.dumps({"choices": [{"index": 0, "delta": {"content": c}, "finish_reason": None}]},
-                         ensure_ascii=data.draw(st.booleans())) for c in contents]
+    events = [
+        json.dumps(
+            {"choices": [{"index": 0, "delta": {"content": c}, "finish_reason": None}]},
+            ensure_ascii=data.draw(st.booleans()),
+        )
+        for c in contents
+    ]
     events.append(json.dumps({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
     raw = b"".join(b"data: " + e.encode("utf-8") + end for e in events) + b"data: [DONE]" + end
     cuts = sorted(data.draw(st.lists(st.integers(0, len(raw)), max_size=10)))  # mid-character cuts included

@@ -2,9 +2,11 @@
 and step, which one's proposal to verify. Lookup is free to ask, so it is asked first; the draft model runs only
 for sequences whose lookup proposal lost, so a long copy on offer costs no draft tokens (the draft's cache
 catches up lazily, at its next proposal)."""
+
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -28,8 +30,9 @@ class AutoProposer:
     def __init__(self, lookup: LookupProposer, draft: DraftModelProposer):
         self.lookup, self.draft = lookup, draft
 
-    def start(self, slot: int, prompt: Sequence[int], sampling: SamplingParams, device: torch.device,
-              seed: int) -> None:
+    def start(
+        self, slot: int, prompt: Sequence[int], sampling: SamplingParams, device: torch.device, seed: int
+    ) -> None:
         self.lookup.start(slot, prompt, sampling, device, seed)
         self.draft.start(slot, prompt, sampling, device, seed)
 
@@ -59,8 +62,14 @@ class AutoDrafting(Drafting):
 
     proposer: AutoProposer
 
-    def __init__(self, proposer: AutoProposer, speculation: SpeculationConfig, steps: StepCosts | None,
-                 target: Model, clock: Callable[[], float]):
+    def __init__(
+        self,
+        proposer: AutoProposer,
+        speculation: SpeculationConfig,
+        steps: StepCosts | None,
+        target: Model,
+        clock: Callable[[], float],
+    ):
         copies = DraftPlanner(speculation, costly_proposer=False, steps=steps)
         super().__init__(proposer, copies, target, speculation, clock)
         self.copies = FreeDrafting(proposer.lookup, copies, target, speculation, clock)
@@ -95,9 +104,10 @@ class AutoDrafting(Drafting):
             return (n + gained) / ((steps.seconds(n + k, drafted=k > 0) or 1.0) + drafting * k)
 
         # A draft plan that bets on nothing (a probe, or fixed lengths) is taken where lookup offers no copy.
-        return [bool(g) and (rate(guess_plan, g, i, d) > rate(copy_plan, c, i, 0.0) if guess_plan.expected
-                             else not c)
-                for i, (c, g) in enumerate(zip(copy_plan.lengths, guess_plan.lengths))]
+        return [
+            bool(g) and (rate(guess_plan, g, i, d) > rate(copy_plan, c, i, 0.0) if guess_plan.expected else not c)
+            for i, (c, g) in enumerate(zip(copy_plan.lengths, guess_plan.lengths))
+        ]
 
     def record_outcome(self, proposals: list[Proposal], verdicts: list[Verdict]) -> None:
         """Each planner learns from its own proposer's drafts."""

@@ -1,9 +1,11 @@
 """The interface every proposer follows (the lifecycle of llama.cpp's common/speculative.h), for any
 number of sequences at once: the chat asks for one, the lab and the server for many."""
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import torch
 
@@ -33,8 +35,9 @@ class Proposer(Protocol):
     # draft model it runs).
     free: bool
 
-    def start(self, slot: int, prompt: Sequence[int], sampling: SamplingParams, device: torch.device,
-              seed: int) -> None:
+    def start(
+        self, slot: int, prompt: Sequence[int], sampling: SamplingParams, device: torch.device, seed: int
+    ) -> None:
         """Sequence `slot` starts a request from this prompt, sampled with these settings and seed."""
 
     def propose(self, wants: list[Want]) -> list[Proposal]:
@@ -50,8 +53,9 @@ class NoProposer:
     name = "none"
     free = True
 
-    def start(self, slot: int, prompt: Sequence[int], sampling: SamplingParams, device: torch.device,
-              seed: int) -> None:
+    def start(
+        self, slot: int, prompt: Sequence[int], sampling: SamplingParams, device: torch.device, seed: int
+    ) -> None:
         pass
 
     def propose(self, wants: list[Want]) -> list[Proposal]:

@@ -6,11 +6,12 @@ target kept since the last one (the cache is cut back to the common prefix; the 
 request decodes its whole prompt, so a draft the planner never calls costs nothing), then drafts one
 token at a time, stopping a sequence when its confidence falls below p_min (llama.cpp's rule).
 """
+
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -18,9 +19,9 @@ import torch
 from ...errors import InvalidSettingError
 from ...methods import DEFAULT_P_MIN
 from ...modelfiles.vocab_check import require_compatible
+from ..calibration import time_steps
 from ..runtime import Model, common_prefix
 from ..sampling import Candidates, SamplingParams, filter_logits, make_generator, position_seed
-from ..calibration import time_steps
 from .base import Proposal, Want
 
 # A sequence whose draft cache lags the target by at least this many tokens (its prompt, or an answer that
@@ -75,8 +76,9 @@ class DraftModelProposer:
         self._slots: dict[int, _DraftSlot] = {}
         self.last_catch_up = (0, 0.0)  # the last proposal's catch-up: rows prefilled apart, seconds
 
-    def start(self, slot: int, prompt: Sequence[int], sampling: SamplingParams, device: torch.device,
-              seed: int) -> None:
+    def start(
+        self, slot: int, prompt: Sequence[int], sampling: SamplingParams, device: torch.device, seed: int
+    ) -> None:
         old = self._slots.get(slot)
         state = _DraftSlot(sampling, device, seed, make_generator(seed, device), prompt)
         if old is not None:  # the chat's next turn: its cache still holds the conversation so far
@@ -126,7 +128,7 @@ class DraftModelProposer:
                 # The prompt in the target's own chunks: llama.cpp's CPU kernels round differently by batch
                 # size, so only the same chunks give the same cache (a draft equal to its target, greedy,
                 # lost 11% of its tokens to a prompt decoded with the answer's first token appended).
-                self.model.prefill(history[keep:len(state.prompt)], keep, slot)
+                self.model.prefill(history[keep : len(state.prompt)], keep, slot)
                 caught_rows, keep = caught_rows + len(state.prompt) - keep, len(state.prompt)
             if len(history) - 1 - keep >= CATCH_UP_APART:
                 self.model.prefill(history[keep:-1], keep, slot)
@@ -156,15 +158,21 @@ class DraftModelProposer:
             live = still
             if rows:
                 picks = self._decode_and_pick(rows)
-        return [Proposal(tokens=drafts[slot], probs=stack_candidates(q_rows[slot]) if q_rows[slot] else None,
-                         from_draft=True) for slot, _, _ in wants]
+        return [
+            Proposal(
+                tokens=drafts[slot], probs=stack_candidates(q_rows[slot]) if q_rows[slot] else None, from_draft=True
+            )
+            for slot, _, _ in wants
+        ]
 
-    def _decode_and_pick(self, rows: list[tuple[int, int, int, bool]]) -> dict[int, tuple[int, float, Candidates | None]]:
+    def _decode_and_pick(
+        self, rows: list[tuple[int, int, int, bool]]
+    ) -> dict[int, tuple[int, float, Candidates | None]]:
         """Decode rows (in n_batch chunks); pick each sequence's next draft token from its logits row."""
         picks = {}
         n_batch = self.model.n_batch
         for begin in range(0, len(rows), n_batch):
-            chunk = rows[begin:begin + n_batch]
+            chunk = rows[begin : begin + n_batch]
             tokens, positions, slots, want = zip(*chunk)
             logits = self.model.decode_multi(tokens, positions, slots, want)
             wanted = [slot for slot, w in zip(slots, want) if w]

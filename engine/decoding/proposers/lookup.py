@@ -9,11 +9,12 @@ and an edit the answer keeps making to what it copies (Edits) is written into th
 Beyond the current history it also looks in earlier requests' histories of the same model
 (SuffixDecoding's idea, arXiv 2411.04975, kept simple: longest match).
 """
+
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -78,7 +79,7 @@ def continuation(history: np.ndarray, begin: int, matched: int, max_tokens: int)
     """history[begin:begin + max_tokens]. One that runs into the end of the history goes on with its period
     when the match spans a whole period, or PERIOD_EVIDENCE tokens of a long one (the text has repeated: a
     line written again and again), as the repetition would."""
-    draft = history[begin:begin + max_tokens]
+    draft = history[begin : begin + max_tokens]
     if len(draft) < max_tokens and matched >= min(len(history) - begin, PERIOD_EVIDENCE):
         return np.resize(draft, max_tokens)  # np.resize repeats cyclically
     return draft
@@ -145,18 +146,22 @@ class Edits:
     made_at: int = 0  # the history's length when it was made
     pending: list[tuple[int, int, list[int]]] = field(default_factory=list)  # (source, written, still expected)
 
-    def propose(self, history: np.ndarray, min_n: int, max_n: int, max_tokens: int,
-                index: HistoryArray | None = None) -> tuple[np.ndarray, int]:
+    def propose(
+        self, history: np.ndarray, min_n: int, max_n: int, max_tokens: int, index: HistoryArray | None = None
+    ) -> tuple[np.ndarray, int]:
         """The plain lookup draft, or the one found with this answer's edits undone where that match is longer
         (then written with the edits). index: the HistoryArray that made history, if one did."""
         self._learn(history)
-        begin, n = (index.self_match(min_n, max_n) if index is not None
-                    else longest_match(history, history, len(history) - 1, min_n, max_n))
+        begin, n = (
+            index.self_match(min_n, max_n)
+            if index is not None
+            else longest_match(history, history, len(history) - 1, min_n, max_n)
+        )
         edited = False
         if self.subs:
-            undone = history[-max_n - 1:].copy()
+            undone = history[-max_n - 1 :].copy()
             for x, y in self.subs.items():
-                undone[history[-max_n - 1:] == y] = x
+                undone[history[-max_n - 1 :] == y] = x
             begin_e, m = longest_match(history, undone, len(history) - 1, min_n, max_n)
             if m > n:
                 begin, n, edited = begin_e, m, True
@@ -167,11 +172,11 @@ class Edits:
 
     def _learn(self, history: np.ndarray) -> None:
         """Compare the last draft with what was written since."""
-        new = history[self.made_at:self.made_at + len(self.draft) + 1].tolist()
+        new = history[self.made_at : self.made_at + len(self.draft) + 1].tolist()
         if new:
             waiting, self.pending = self.pending, []
             for x, y, expected in waiting:
-                self._check(x, y, expected, new[:len(expected)])
+                self._check(x, y, expected, new[: len(expected)])
         j = next((i for i, (d, t) in enumerate(zip(self.draft, new)) if d != t), None)
         if j is None:
             return
@@ -179,14 +184,14 @@ class Edits:
         if self.draft[j] != x:  # an edit the answer did not make here: a coincidence, not an edit
             self.subs.pop(x, None)
         if j + EDIT_CONFIRMATION < len(self.draft) and self.source_at + j < self.prompt_length:
-            self._check(x, y, self.draft[j + 1:j + 1 + EDIT_CONFIRMATION], new[j + 1:j + 1 + EDIT_CONFIRMATION])
+            self._check(x, y, self.draft[j + 1 : j + 1 + EDIT_CONFIRMATION], new[j + 1 : j + 1 + EDIT_CONFIRMATION])
 
     def _check(self, x: int, y: int, expected: list[int], written: list[int]) -> None:
         """x was written as y; is what followed it the draft's continuation?"""
-        if written != expected[:len(written)]:
+        if written != expected[: len(written)]:
             return
         if len(written) < len(expected):  # the step ended inside the check: finish it after the next one
-            self.pending.append((x, y, expected[len(written):]))
+            self.pending.append((x, y, expected[len(written) :]))
         elif x == y:
             self.subs.pop(x, None)
         else:
@@ -200,7 +205,8 @@ class LookupProposer:
     def __init__(self, min_ngram: int = 1, max_ngram: int = DEFAULT_MAX_NGRAM, remember_requests: bool = True):
         if not (1 <= min_ngram <= max_ngram <= MAX_NGRAM):
             raise InvalidSettingError(
-                f"n-gram range must satisfy 1 ≤ min ≤ max ≤ {MAX_NGRAM}, got {min_ngram}..{max_ngram}")
+                f"n-gram range must satisfy 1 ≤ min ≤ max ≤ {MAX_NGRAM}, got {min_ngram}..{max_ngram}"
+            )
         self.min_ngram = min_ngram
         self.max_ngram = max_ngram
         self.remember_requests = remember_requests
@@ -220,8 +226,9 @@ class LookupProposer:
             out.append(self.propose_one(index.of(history), k, self._edits.setdefault(slot, Edits()), index))
         return out
 
-    def propose_one(self, history: Sequence[int], max_tokens: int, edits: Edits | None = None,
-                    index: HistoryArray | None = None) -> Proposal:
+    def propose_one(
+        self, history: Sequence[int], max_tokens: int, edits: Edits | None = None, index: HistoryArray | None = None
+    ) -> Proposal:
         tokens = np.asarray(history, dtype=np.int64)  # no copy when it is one already (propose's are)
         if edits is not None:
             draft, n = edits.propose(tokens, self.min_ngram, self.max_ngram, max_tokens, index)
@@ -229,12 +236,13 @@ class LookupProposer:
             draft, n = find_lookup_draft(tokens, self.min_ngram, self.max_ngram, max_tokens)
         if n < self.max_ngram and self._earlier and max_tokens > 0:
             corpus = self._corpus()
-            begin, m = longest_match(corpus, tokens[-self.max_ngram:], len(corpus) - 1, max(self.min_ngram, n + 1),
-                                     self.max_ngram)
+            begin, m = longest_match(
+                corpus, tokens[-self.max_ngram :], len(corpus) - 1, max(self.min_ngram, n + 1), self.max_ngram
+            )
             if m > n:  # a longer match in an earlier request: its continuation, up to the gap
-                tail = corpus[begin:begin + max_tokens]
+                tail = corpus[begin : begin + max_tokens]
                 gaps = np.flatnonzero(tail == _GAP)
-                draft, n = (tail[:gaps[0]] if len(gaps) else tail), m
+                draft, n = (tail[: gaps[0]] if len(gaps) else tail), m
         return Proposal(tokens=draft.tolist(), match_length=n if len(draft) else 0)
 
     def finish(self, slot: int, history: Sequence[int]) -> None:
