@@ -1,4 +1,5 @@
-"""Shape rules for app/ and engine/ (issue 54): no function over 100 lines, no import circle.
+"""Shape rules for app/ and engine/ (issues 54, 64): no module over 500 lines, no class over 30 methods, no function
+over 60 lines, no import circle between modules or between packages.
 
 Imports made only under `if TYPE_CHECKING:` never run, so they make no circle: grimp counts them, this test
 finds them with ast and leaves them out. Imports inside functions run, so they count.
@@ -15,22 +16,52 @@ import grimp
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("engine", "app")
-MAX_FUNCTION_LINES = 100
+MAX_MODULE_LINES = 500
+MAX_CLASS_METHODS = 30
+MAX_FUNCTION_LINES = 60
 
 
 def _sources() -> list[Path]:
     return sorted(p for package in PACKAGES for p in (ROOT / package).rglob("*.py"))
 
 
-def test_no_function_is_over_100_lines():
+def _trees() -> list[tuple[str, str, ast.Module]]:
+    return [
+        (str(p.relative_to(ROOT)), text, ast.parse(text, str(p)))
+        for p in _sources()
+        for text in [p.read_text(encoding="utf-8")]
+    ]
+
+
+def test_no_module_is_over_500_lines():
+    long = [
+        f"{name} ({len(text.splitlines())} lines)"
+        for name, text, _ in _trees()
+        if len(text.splitlines()) > MAX_MODULE_LINES
+    ]
+    assert not long, "modules over 500 lines:\n" + "\n".join(long)
+
+
+def test_no_class_has_over_30_methods():
+    big = []
+    for name, _, tree in _trees():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                methods = sum(isinstance(b, (ast.FunctionDef, ast.AsyncFunctionDef)) for b in node.body)
+                if methods > MAX_CLASS_METHODS:
+                    big.append(f"{name}:{node.lineno} {node.name} ({methods} methods)")
+    assert not big, "classes over 30 methods:\n" + "\n".join(big)
+
+
+def test_no_function_is_over_60_lines():
     long = []
-    for path in _sources():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+    for name, _, tree in _trees():
+        for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 lines = node.end_lineno - node.lineno + 1
                 if lines > MAX_FUNCTION_LINES:
-                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
-    assert not long, "functions over 100 lines:\n" + "\n".join(long)
+                    long.append(f"{name}:{node.lineno} {node.name} ({lines} lines)")
+    assert not long, "functions over 60 lines:\n" + "\n".join(long)
 
 
 def _is_type_checking(test: ast.expr) -> bool:
@@ -138,3 +169,24 @@ def test_type_checking_imports_are_left_out():
 def test_no_import_circle():
     circles = _circles(_import_graph())
     assert not circles, "import circles:\n" + "\n".join(", ".join(sorted(c)) for c in circles)
+
+
+def _package(module: str) -> str:
+    """The package a module belongs to: engine.decoding.step -> engine.decoding; a package is its own."""
+    path = ROOT / Path(*module.split("."))
+    return module if path.is_dir() else module.rpartition(".")[0]
+
+
+def test_no_import_circle_between_packages():
+    edges: dict[str, set[str]] = {}
+    for module, imported in _import_graph().items():
+        edges.setdefault(_package(module), set()).update(
+            _package(m) for m in imported if _package(m) != _package(module)
+        )
+    # a package's __init__ importing its own subpackages is not a circle between them
+    for package, targets in edges.items():
+        targets.difference_update(
+            t for t in list(targets) if t.startswith(package + ".") or package.startswith(t + ".")
+        )
+    circles = _circles(edges)
+    assert not circles, "import circles between packages:\n" + "\n".join(", ".join(sorted(c)) for c in circles)
