@@ -16,7 +16,7 @@ import threading
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from app.progress import ProgressBatch
 from engine.decoding.sampling import SamplingParams
@@ -38,14 +38,23 @@ class GenerationRequest:
     remote: Endpoint | None = None  # answered by this server (app/remote_answer.py), not this machine's engine
 
 
+class _Emits(Protocol):
+    def emit(self, *args: Any) -> None: ...
+
+
 class AnswerSignals(Protocol):
     """The engine worker's answer signals (anything with these attributes' emit, in tests)."""
 
-    started: object  # (request id)
-    progress: object  # (request id, [(text, from_draft)], figures)
-    finished: object  # (request id, final figures)
-    failed: object  # (request id, message, figures so far)
-    notice: object  # (text): something the user should know that is not a failure
+    @property
+    def started(self) -> _Emits: ...  # (request id)
+    @property
+    def progress(self) -> _Emits: ...  # (request id, [(text, from_draft)], figures)
+    @property
+    def finished(self) -> _Emits: ...  # (request id, final figures)
+    @property
+    def failed(self) -> _Emits: ...  # (request id, message, figures so far)
+    @property
+    def notice(self) -> _Emits: ...  # (text): something the user should know that is not a failure
 
 
 class AnswerSource(Protocol):

@@ -19,6 +19,7 @@ import os
 import sys
 import threading
 from contextlib import nullcontext
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, QTimer, Signal, Slot
 
@@ -32,12 +33,16 @@ from engine.decoding.calibration import timing_deferred
 from engine.decoding.generate import SpeculativeDecoder
 from engine.decoding.loader import DecoderSettings, load_draft, load_target, make_proposer
 from engine.decoding.proposers.base import NoProposer
+from engine.decoding.runtime import Model
 from engine.errors import EngineError, GenerationCancelled
 from engine.methods import DRAFT_METHODS
 from engine.modelfiles import model_store
 from engine.modelfiles.embedded import DISPLAY_NAMES
 from engine.modelfiles.load_marker import LoadMarker
 from engine.text_rules import plain_name
+
+if TYPE_CHECKING:
+    from engine.serving.service import ServeOptions, Service
 
 log = logging.getLogger(__name__)
 
@@ -84,10 +89,10 @@ class EngineWorker(QObject):
         self.decoder: SpeculativeDecoder | None = None
         self.formatter: ChatFormatter | None = None
         self.settings: DecoderSettings | None = None
-        self.draft_model = None
+        self.draft_model: Model | None = None
         self.draft_path: str | None = None
         self.marker = LoadMarker()  # says, after a crash mid-load, which model not to load again
-        self.service = None  # engine.serving.service.Service, while serving (this thread then runs its engine loop)
+        self.service: Service | None = None  # while serving (this thread then runs its engine loop)
         self.closing = threading.Event()  # set from the GUI thread at shutdown: a step timing stops mid-way
         # Set from the GUI thread when a message is sent: a step timing gives way to it at once, and goes on after
         # the answer (what it timed is kept); the answer plans on the sizes timed so far.
@@ -145,12 +150,13 @@ class EngineWorker(QObject):
         self.speculationApplied.emit(self._apply(settings))
         self._calibrate()
 
-    def _apply(self, settings: DecoderSettings) -> dict:
+    def _apply(self, settings: DecoderSettings) -> dict[str, Any]:
+        assert self.decoder is not None  # speculation is applied to a loaded model
         target = self.decoder.target
         try:
             if settings.method in DRAFT_METHODS and settings.draft != self.draft_path:
                 self._close_draft()
-                self.marker.begin("draft", settings.draft)
+                self.marker.begin("draft", str(settings.draft))
                 try:
                     self.draft_model = load_draft(settings, target)
                 finally:
@@ -182,6 +188,7 @@ class EngineWorker(QObject):
             self._timing_due = True
             return
         self.working.emit(TIMING)
+        assert self.decoder is not None  # a model was just loaded
         target = self.decoder.target
         # Closing waited for it (~20 s for Gemma 3 270M's first timing), and so did a message sent meanwhile.
         target.set_interrupt(lambda: self.closing.is_set() or self.answer_waiting.is_set())
@@ -199,7 +206,8 @@ class EngineWorker(QObject):
     def _timing_progress(self, done: int, total: int, seconds_left: float | None) -> None:
         self.working.emit(timing_status(done, total, seconds_left))
 
-    def _model_info(self) -> dict:
+    def _model_info(self) -> dict[str, Any]:
+        assert self.decoder is not None and self.formatter is not None  # a model was just loaded
         t = self.decoder.target
         name = DISPLAY_NAMES.get(self.settings.model) if self.settings else None
         name = name or model_store.display_name(t.path) or t.name  # "qwen2.5-coder:0.5b", not the GGUF's own
@@ -230,7 +238,7 @@ class EngineWorker(QObject):
     # submitting a job (app/engine_answers.py's ServedAnswers) are safe from any thread, and jobs' callbacks
     # run here and emit the usual signals.
     @Slot(object)
-    def start_server(self, options) -> None:
+    def start_server(self, options: ServeOptions) -> None:
         """Serve the loaded model (options: engine.serving's ServeOptions) until stop_server(): its context is
         reopened for options.parallel sequences, and the chat's answers join the same batch as the API's."""
         from engine.serving.service import Service  # the HTTP stack loads only when it serves
@@ -239,6 +247,7 @@ class EngineWorker(QObject):
             self.serverFailed.emit("Load a model first.")
             return
         target = self.decoder.target
+        assert self.settings is not None  # set with the decoder
         draft = self.draft_model if self.settings.method in DRAFT_METHODS else None
         try:
             for model in (target, draft):
@@ -283,6 +292,7 @@ class EngineWorker(QObject):
 
     def _chat_again(self) -> None:
         """One sequence again for the chat, with a decoder of its own (its KV cache starts empty)."""
+        assert self.decoder is not None and self.settings is not None  # the server served a loaded model
         target = self.decoder.target
         for model in (target, self.draft_model):
             if model is not None:
@@ -304,7 +314,7 @@ class EngineWorker(QObject):
         goes on after it (unless another message waits)."""
         self.answer_waiting.clear()
         due = self._timing_due and self.decoder is not None
-        with timing_deferred(self.decoder.target) if due else nullcontext():
+        with timing_deferred(self.decoder.target) if due and self.decoder is not None else nullcontext():
             run_answer(LocalAnswers(self), request, self)
         if due and not self.answer_waiting.is_set():
             self._calibrate()
@@ -323,6 +333,8 @@ class EngineClient(QObject):
     _generate = Signal(object)
     _start_server = Signal(object)
     _close = Signal()
+    # The engine's thread, as an attribute: it shadows QObject.thread() (this object lives on the GUI thread)
+    thread: QThread  # type: ignore[assignment]
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
@@ -380,7 +392,7 @@ class EngineClient(QObject):
             QTimer.singleShot(0, lambda: self._generate.emit(request))
         return request
 
-    def start_server(self, options) -> None:
+    def start_server(self, options: ServeOptions) -> None:
         self._start_server.emit(options)
 
     def stop_server(self, reason: str = "") -> None:
@@ -390,7 +402,7 @@ class EngineClient(QObject):
         if self.current is not None:
             self.current.cancel.set()
 
-    def _done(self, rid: int, *_):
+    def _done(self, rid: int, *_: object) -> None:
         if self.current is not None and self.current.id == rid:
             self.current = None
 

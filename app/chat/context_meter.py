@@ -15,6 +15,7 @@ import itertools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, QTimer, Signal, Slot
 from PySide6.QtGui import QPalette
@@ -29,6 +30,8 @@ from engine.remote.client import PromptCount
 from engine.remote.endpoint import Endpoint
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 DEBOUNCE_MS = 300
 NEARLY_FULL = 0.85  # of what a prompt may take: from here on the meter says how much is left
@@ -77,7 +80,7 @@ class _CounterWorker(QObject):
     loaded = Signal(int, object)  # generation, error text (None: ready)
     done = Signal(int, object)  # job id, result (None: skipped; an exception: failed)
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.tokenizer: Tokenizer | None = None
         self.newest: dict[str, int] = {}  # key → the newest job for it; older ones are skipped
@@ -124,6 +127,8 @@ class TokenCounter(QObject):
     _load = Signal(int, str, int)
     _run = Signal(int, object, object)
     _close = Signal()
+    # The counting thread, as an attribute: it shadows QObject.thread() (this object lives on the GUI thread)
+    thread: QThread  # type: ignore[assignment]
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
@@ -141,7 +146,7 @@ class TokenCounter(QObject):
         self.path: str | None = None
         self._generation = 0
         self._jobs = itertools.count(1)
-        self._callbacks: dict[int, Callable] = {}
+        self._callbacks: dict[int, tuple[Callable[[Any], None], Callable[[Exception], None] | None]] = {}
         self._closing = False
         app = QCoreApplication.instance()
         if app is not None:
@@ -165,8 +170,8 @@ class TokenCounter(QObject):
 
     def submit(
         self,
-        work: Callable[[Tokenizer], object],
-        callback: Callable[[object], None],
+        work: Callable[[Tokenizer], T],
+        callback: Callable[[T], None],
         key: str | None = None,
         failed: Callable[[Exception], None] | None = None,
     ) -> None:
@@ -224,12 +229,12 @@ class ContextMeter(QWidget):
         self,
         counter: TokenCounter,
         source: Callable[[], tuple[list[dict], int]],
-        parent=None,
+        parent: QWidget | None = None,
         remote: Callable[[], Endpoint | None] = lambda: None,
     ):
         super().__init__(parent)
         self.counter = counter
-        self.source = source
+        self.source: Callable[[], tuple[list[dict], int]] | None = source  # None once the window closes
         self.remote = remote  # the open chat's remote engine, or None for this machine's
         self._remote_job = 0
         self._counted_remotely.connect(self._show_remote)
@@ -267,7 +272,7 @@ class ContextMeter(QWidget):
 
     def message_budget(self) -> int | None:
         """Tokens one message may take (the context less the answer's reserve), None with no model."""
-        if self.counter.n_ctx is None:
+        if self.counter.n_ctx is None or self.source is None:
             return None
         return self.counter.n_ctx - answer_reserve(self.source()[1], self.counter.n_ctx)
 
@@ -282,6 +287,7 @@ class ContextMeter(QWidget):
             self._show_state()
             return
         messages, max_tokens = self.source()
+        assert self.counter.n_ctx is not None  # available: a model's context is known
         reserve = answer_reserve(max_tokens, self.counter.n_ctx)
         self.counter.submit(lambda t: t.measure(messages, reserve), self._show, key="meter", failed=self._failed)
 

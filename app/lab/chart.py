@@ -23,17 +23,17 @@ class LabChart(QChartView):
         self.key = key
         self.chart_ = QChart()
         self.chart_.setTitle(title)
-        self.chart_.legend().setAlignment(Qt.AlignBottom)
+        self.chart_.legend().setAlignment(Qt.AlignmentFlag.AlignBottom)
         self.x_axis = QLogValueAxis()
         self.x_axis.setBase(2)
         self.x_axis.setLabelFormat("%d")
         self.x_axis.setTitleText("concurrent sequences")
         self.y_axis = QValueAxis()
         self.y_axis.setTitleText(unit)
-        self.chart_.addAxis(self.x_axis, Qt.AlignBottom)
-        self.chart_.addAxis(self.y_axis, Qt.AlignLeft)
+        self.chart_.addAxis(self.x_axis, Qt.AlignmentFlag.AlignBottom)
+        self.chart_.addAxis(self.y_axis, Qt.AlignmentFlag.AlignLeft)
         self.setChart(self.chart_)
-        self.setRenderHint(QPainter.Antialiasing)
+        self.setRenderHint(QPainter.RenderHint.Antialiasing)
         self.setMinimumSize(300, 260)  # two side by side beside the form fit the window's default width
         self.series: dict[str, QLineSeries] = {}
         self.markers: list[QLineSeries] = []
@@ -70,7 +70,7 @@ class LabChart(QChartView):
         marker.setName(f"{LEGEND_WORDS.get(method, method)} stops paying")
         series = self.series.get(method)
         pen = QPen(series.color() if series is not None else QColor("#888888"))
-        pen.setStyle(Qt.DashLine)
+        pen.setStyle(Qt.PenStyle.DashLine)
         marker.setPen(pen)
         top = self.y_axis.max()
         marker.append(at, 0)

@@ -156,7 +156,7 @@ class LabWindow(QWidget):
 
         self.advice = QLabel("")
         self.advice.setWordWrap(True)
-        self.advice.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.advice.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.apply_button = QPushButton("Apply recommended settings")
         self.apply_button.setEnabled(False)
         self.apply_button.clicked.connect(self._apply)
@@ -167,7 +167,7 @@ class LabWindow(QWidget):
         advice_layout.addWidget(self.advice)
         apply_row = QHBoxLayout()
         apply_row.addWidget(self.apply_note, 1)
-        apply_row.addWidget(self.apply_button, alignment=Qt.AlignRight | Qt.AlignTop)
+        apply_row.addWidget(self.apply_button, alignment=Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignTop)
         advice_layout.addLayout(apply_row)
 
         left = QVBoxLayout()

@@ -101,7 +101,7 @@ class InstalledTab(QWidget):
             question = f"Remove {model.name} from the list?\n\nThe file stays where it is:\n{model.path}"
         else:
             question = f"Delete {model.name} ({format_bytes(model.size_bytes)}) from disk?\n\n{model.path}"
-        if QMessageBox.question(self, "Models", question) != QMessageBox.Yes:
+        if QMessageBox.question(self, "Models", question) != QMessageBox.StandardButton.Yes:
             return
         try:
             model_store.delete_model(model.path)

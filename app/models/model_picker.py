@@ -116,7 +116,7 @@ class ModelPicker(QGroupBox):
         self.target_combo.clear()
         for builtin in builtins:
             self.target_combo.addItem(builtin.name, builtin.spec)
-            self.target_combo.setItemData(self.target_combo.count() - 1, builtin.about, Qt.ToolTipRole)
+            self.target_combo.setItemData(self.target_combo.count() - 1, builtin.about, Qt.ItemDataRole.ToolTipRole)
         for model in installed:
             self.target_combo.addItem(
                 f"{model_label(str(model.path), installed)} ({format_bytes(model.size_bytes)})", str(model.path)
@@ -223,7 +223,7 @@ def _types_differ(target: Path, draft: Path) -> bool:
 
 def _item(text: str, data, enabled: bool = True) -> QStandardItem:
     item = QStandardItem(text)
-    item.setData(data, Qt.UserRole)
+    item.setData(data, Qt.ItemDataRole.UserRole)
     item.setToolTip(text)
     item.setEnabled(enabled)
     return item

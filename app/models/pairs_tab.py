@@ -46,7 +46,7 @@ class PairsTab(QWidget):
         self.details.setTextFormat(Qt.TextFormat.RichText)  # our markup around escaped names (see below)
         self.details.setText(html.escape(catalog_error or "Choose a pair to see what it contains."))
         self.details.setWordWrap(True)
-        self.details.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.details.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.download_button = QPushButton("Download pair")
         self.download_button.setToolTip(
             "Downloads the target and its draft. Closing this window stops the download; it resumes where it stopped."
@@ -58,7 +58,7 @@ class PairsTab(QWidget):
         self.target_bar_label, self.draft_bar_label = QLabel("Target"), QLabel("Draft")
         self.status_label = QLabel("")
         self.status_label.setWordWrap(True)
-        self.status_label.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.status_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         buttons = QHBoxLayout()
         buttons.addWidget(self.download_button)
         buttons.addWidget(self.cancel_button)

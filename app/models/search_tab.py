@@ -110,13 +110,13 @@ class SearchTab(QWidget):
         drafts_layout.setContentsMargins(0, 0, 0, 0)
         drafts_layout.addWidget(self.drafts_table, 1)
         drafts_layout.addWidget(self.drafts_note)
-        split = QSplitter(Qt.Vertical)
+        split = QSplitter(Qt.Orientation.Vertical)
         for part, stretch in ((self.repos_table, 2), (files, 2), (drafts, 3)):  # the drafts need the most room
             split.addWidget(part)
             split.setStretchFactor(split.count() - 1, stretch)
         for table in (self.repos_table, self.files_table, self.drafts_table):
             table.setWordWrap(False)
-            table.setTextElideMode(Qt.ElideMiddle)  # a long repo / file name keeps its start and its end
+            table.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # a long repo / file name keeps its start and its end
         buttons = QHBoxLayout()
         buttons.addWidget(self.download_button)
         buttons.addWidget(self.cancel_button)
@@ -408,6 +408,6 @@ def _installed_paths() -> list:
 def _label(text: str) -> QLabel:
     label = QLabel(text)
     label.setWordWrap(True)
-    label.setTextFormat(Qt.PlainText)  # names come from the hub: never markup
-    label.setTextInteractionFlags(Qt.TextSelectableByMouse)
+    label.setTextFormat(Qt.TextFormat.PlainText)  # names come from the hub: never markup
+    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
     return label

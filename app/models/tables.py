@@ -9,13 +9,13 @@ from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTab
 def make_table(headers: list[str]) -> QTableWidget:
     table = QTableWidget(0, len(headers))
     table.setHorizontalHeaderLabels(headers)
-    table.setSelectionBehavior(QAbstractItemView.SelectRows)
-    table.setSelectionMode(QAbstractItemView.SingleSelection)
-    table.setEditTriggers(QAbstractItemView.NoEditTriggers)
+    table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+    table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+    table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
     table.verticalHeader().setVisible(False)
     header = table.horizontalHeader()
-    header.setSectionResizeMode(QHeaderView.ResizeToContents)
-    header.setSectionResizeMode(0, QHeaderView.Stretch)
+    header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+    header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
     return table
 
 
@@ -24,11 +24,11 @@ def set_row(table: QTableWidget, row: int, cells: list[str], data: str, tooltip:
         item = QTableWidgetItem(text)
         item.setToolTip(tooltip)
         if column == 0:
-            item.setData(Qt.UserRole, data)
+            item.setData(Qt.ItemDataRole.UserRole, data)
         table.setItem(row, column, item)
 
 
 def selected_key(table: QTableWidget):
     """The key of the selected row, or None."""
     rows = table.selectionModel().selectedRows() if table.selectionModel() else []
-    return table.item(rows[0].row(), 0).data(Qt.UserRole) if rows else None
+    return table.item(rows[0].row(), 0).data(Qt.ItemDataRole.UserRole) if rows else None

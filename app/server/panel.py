@@ -67,7 +67,7 @@ class RequestLogModel(QAbstractTableModel):
             return None
         if role == Qt.DisplayRole:
             return self.COLUMNS[section]
-        if role == Qt.ToolTipRole and section == self.RATE_COLUMN:
+        if role == Qt.ItemDataRole.ToolTipRole and section == self.RATE_COLUMN:
             return RATE_MEANING
         return None
 
@@ -75,7 +75,7 @@ class RequestLogModel(QAbstractTableModel):
         if not index.isValid() or role not in (Qt.DisplayRole, Qt.TextAlignmentRole):
             return None
         if role == Qt.TextAlignmentRole:
-            return int(Qt.AlignRight | Qt.AlignVCenter) if 3 <= index.column() <= 7 else None
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignVCenter) if 3 <= index.column() <= 7 else None
         r = self.records[index.row()]
         end = r.finish or "-"
         if r.status != 200:
@@ -163,7 +163,7 @@ class ServerPanel(QWidget):
         self.copy_button.clicked.connect(self._copy_url)
         self.status = QLabel()
         self.status.setWordWrap(True)
-        self.status.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         buttons = QHBoxLayout()
         buttons.addWidget(self.start_button)
         buttons.addWidget(self.copy_button)

@@ -60,10 +60,14 @@ _C_SPACE = " \t\n\v\f\r"  # what llama.cpp's isspace() strips
 
 
 class _Tokenizer(Protocol):
-    n_ctx: int
-    bos: int
-    eos: int
-    adds_bos: bool
+    @property
+    def n_ctx(self) -> int: ...
+    @property
+    def bos(self) -> int: ...
+    @property
+    def eos(self) -> int: ...
+    @property
+    def adds_bos(self) -> bool: ...
 
     def tokenize(self, text: str, add_bos: bool = True, special: bool = True) -> list[int]: ...
     def token_text(self, token: int) -> bytes: ...
@@ -112,7 +116,7 @@ class ChatFormatter:
             self._bos_text = _text(model, model.bos)
             eos_text = _text(model, model.eos)
             self._eos_text = eos_text
-            self._stops = (eos_text,) if eos_text else ()
+            self._stops: tuple[str, ...] = (eos_text,) if eos_text else ()
             refused = getattr(model, "template_problem", None)  # the model check's probe (model_check.py)
             if refused:
                 self._refuse(refused)
@@ -194,6 +198,7 @@ class ChatFormatter:
     def _sandboxed(self, messages: list[dict]) -> str:
         """The model's template rendered where a hang or a memory blow-up cannot reach (template_sandbox.py)."""
         sandbox = self._sandbox or shared_sandbox()
+        assert self.template is not None  # only while uses_template
         return sandbox.render(self.template, messages, bos=self._bos_text, eos=self._eos_text)
 
     def _tokenize(self, rendered: str, hidden: _Hidden) -> list[int]:
@@ -210,9 +215,11 @@ class ChatFormatter:
             if isinstance(part, int):
                 tokens.append(part)
                 continue
-            if i > 0 and isinstance(parts[i - 1], int) and self._attr(parts[i - 1]) & _ATTR_RSTRIP:
+            before = parts[i - 1] if i > 0 else None
+            after = parts[i + 1] if i + 1 < len(parts) else None
+            if isinstance(before, int) and self._attr(before) & _ATTR_RSTRIP:
                 part = part.lstrip(_C_SPACE)
-            if i + 1 < len(parts) and isinstance(parts[i + 1], int) and self._attr(parts[i + 1]) & _ATTR_LSTRIP:
+            if isinstance(after, int) and self._attr(after) & _ATTR_LSTRIP:
                 part = part.rstrip(_C_SPACE)
             if part:
                 tokens += self.model.tokenize(hidden.restore(part), add_bos=False, special=False)
@@ -347,7 +354,7 @@ def is_special(model, token: int) -> bool:
 class _Hidden:
     """Control-token text taken out of messages while the template renders, and put back after."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         # A random tag nobody can paste on purpose; digits and ':' survive upper(), lower() and trim.
         self._tag = f"\ue000{secrets.randbelow(10**12)}:"
         self._marker = re.compile(re.escape(self._tag) + r"(\d+)\ue001")
