@@ -27,6 +27,7 @@ import shutil
 import sys
 import tempfile
 import traceback
+from typing import cast
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -150,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     from app.qt_compat import guard_none_refcount
 
     guard_none_refcount()  # also when `app` was imported as a namespace package (an editable install)
-    app = QApplication.instance() or QApplication([sys.argv[0], *qt_args])
+    app = cast("QApplication | None", QApplication.instance()) or QApplication([sys.argv[0], *qt_args])
     app.setApplicationName("SpecChat")
     app.setApplicationDisplayName("SpecChat")
     app.setOrganizationName("SpecChat")
@@ -186,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke_test:
         from app.smoke import SmokeTest
 
-        window.smoke_test = SmokeTest(window, args.timeout, args.prompt, args.engine)  # lives until exit
+        _smoke_test = SmokeTest(window, args.timeout, args.prompt, args.engine)  # lives until exit: app.exec() is below
         code = app.exec()
         instance.close()
         shutil.rmtree(scratch, ignore_errors=True)

@@ -13,10 +13,11 @@ window for ever, /dev/zero eats memory), and QTextBrowser shows a clicked `file:
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import cast
 
 from PySide6 import QtGui
 from PySide6.QtCore import QEvent, QObject, Qt, QUrl
-from PySide6.QtGui import QColor, QDesktopServices, QImage, QPainter, QTextDocument
+from PySide6.QtGui import QColor, QDesktopServices, QHelpEvent, QImage, QPainter, QTextDocument
 from PySide6.QtWidgets import QAbstractItemView, QApplication, QLabel, QMessageBox, QTextBrowser, QToolTip, QWidget
 
 LINK_SCHEMES = ("http", "https", "mailto")
@@ -44,7 +45,7 @@ class SafeTextBrowser(QTextBrowser):
         self.setOpenExternalLinks(False)
         self.anchorClicked.connect(lambda url: open_link(url, self))
 
-    def loadResource(self, kind: int, url: QUrl):  # noqa: N802 - Qt's name
+    def loadResource(self, kind: int, url: QUrl | str):  # noqa: N802 - Qt's name
         # Never None: a null answer makes QTextDocument read the file itself.
         if kind == QTextDocument.ResourceType.ImageResource.value:
             return placeholder_image()
@@ -95,9 +96,10 @@ class _PlainByDefault(QObject):
         ):
             watched.setTextFormat(Qt.TextFormat.PlainText)
         elif kind == QEvent.Type.ToolTip and isinstance(watched, QWidget):
-            text = _tooltip_at(watched, event.pos())
+            help_event = cast(QHelpEvent, event)  # a ToolTip event is a QHelpEvent
+            text = _tooltip_at(watched, help_event.pos())
             if text and QtGui.Qt.mightBeRichText(text) and not watched.property(RICH_TOOLTIP):
-                QToolTip.showText(event.globalPos(), QtGui.Qt.convertFromPlainText(text), watched)
+                QToolTip.showText(help_event.globalPos(), QtGui.Qt.convertFromPlainText(text), watched)
                 return True
         return False
 

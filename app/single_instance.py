@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 from pathlib import Path
+from typing import cast
 
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtNetwork import QLocalServer, QLocalSocket
@@ -88,10 +89,10 @@ class InstanceServer(QObject):
             self._read(socket)  # what arrived before the connection was taken
 
     def _read(self, socket: QLocalSocket | None = None) -> None:
-        socket = socket or self.sender()
+        socket = socket or cast(QLocalSocket, self.sender())  # readyRead's sender: a connection
         if not socket.canReadLine():
             return
-        line = bytes(socket.readLine()).decode("utf-8", "replace")
+        line = bytes(socket.readLine().data()).decode("utf-8", "replace")
         socket.readyRead.disconnect(self._read)
         socket.deleteLater()  # one request per connection
         try:

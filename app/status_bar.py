@@ -163,7 +163,7 @@ class StatusBar(QStatusBar):
             if w.isVisible()
         ]
 
-    def showMessage(self, text: str, timeout: int = 0) -> None:  # noqa: N802 - Qt's name
+    def showMessage(self, text: str, timeout: int | None = 0) -> None:  # noqa: N802 - Qt's name
         if not text:
             return self.clearMessage()
         self._message = text
@@ -171,7 +171,7 @@ class StatusBar(QStatusBar):
         self.model_label.hide()
         self.message_label.show()
         self._timer.stop()
-        if timeout > 0:
+        if timeout is not None and timeout > 0:
             self._timer.start(timeout)
         self.messageChanged.emit(text)
 

@@ -7,6 +7,8 @@ scheme stays as it was, so the palette is set here instead: the style's own ligh
 
 from __future__ import annotations
 
+from typing import cast
+
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QApplication
@@ -58,7 +60,7 @@ def dark_palette() -> QPalette:
 
 def apply_theme(theme: str) -> None:
     """Colour the application (every window, open or not yet) by theme, one of THEMES; at once."""
-    app = QApplication.instance()
+    app = cast("QApplication | None", QApplication.instance())  # a QApplication: the app has widgets
     if app is None or theme not in THEMES:
         return
     hints = app.styleHints()

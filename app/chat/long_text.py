@@ -21,7 +21,7 @@ def size_words(chars: int) -> str:
 
 def display_lines(text: str) -> str:
     """text with lines over LINE characters broken every LINE characters (for showing only)."""
-    out = []
+    out: list[str] = []
     for line in text.split("\n"):
         out.extend(line[i : i + LINE] for i in range(0, max(len(line), 1), LINE))
     return "\n".join(out)
@@ -52,8 +52,8 @@ class LongTextViewer(QDialog):
         self._timer.start()
         self._append_slice()
 
-    @property
-    def done(self) -> bool:
+    @property  # a property, not a method: QDialog.done(int), which Esc calls, stays Qt's own
+    def done(self) -> bool:  # type: ignore[override]
         return self._at >= len(self.text)
 
     def _append_slice(self) -> None:

@@ -247,6 +247,7 @@ class ChatView(QScrollArea):
             w.hide()
             w.deleteLater()
         self.widgets = []
+        assert self.model is not None  # the model's signals call these: it is set
         n = self.model.rowCount()
         self.first_row = max(0, n - PAGE)
         for row in range(self.first_row, n):
@@ -267,10 +268,12 @@ class ChatView(QScrollArea):
             w.hide()
             w.deleteLater()
         del self.widgets[lo:hi]
+        assert self.model is not None
         self.first_row = min(self.first_row, self.model.rowCount())
         self._after_change()
 
-    def _changed(self, top: QModelIndex, bottom: QModelIndex, _roles=()) -> None:
+    def _changed(self, top: QModelIndex, bottom: QModelIndex, _roles: object = ()) -> None:
+        assert self.model is not None
         for row in range(top.row(), bottom.row() + 1):
             w = self.widget_for(row)
             if w is not None:
@@ -280,6 +283,7 @@ class ChatView(QScrollArea):
             self._update_actions()  # a status change can make an answer one to continue
 
     def _add_widget(self, row: int) -> None:
+        assert self.model is not None
         message = self.model.message(row)
         w = MessageWidget(message)
         w.editRequested.connect(self.editRequested)

@@ -7,6 +7,8 @@ can show "2 / 3" and step to the others.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, Qt
 
 from app.conversations.store import Message
@@ -58,7 +60,7 @@ class ChatModel(QAbstractListModel):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.items: list[Message] = []
-        self.siblings: list[list[int]] = []  # per row: ids of the messages that answer the same parent
+        self.siblings: list[Sequence[int | None]] = []  # per row: ids of the messages that answer the same parent
 
     # --- Qt model interface -------------------------------------------------------------------
     def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:
@@ -77,13 +79,13 @@ class ChatModel(QAbstractListModel):
         return None
 
     # --- changes ------------------------------------------------------------------------------
-    def set_messages(self, messages: list[Message], siblings: list[list[int]] | None = None) -> None:
+    def set_messages(self, messages: list[Message], siblings: Sequence[Sequence[int | None]] | None = None) -> None:
         self.beginResetModel()
         self.items = list(messages)
         self.siblings = list(siblings) if siblings is not None else [[m.id] for m in messages]
         self.endResetModel()
 
-    def show_path(self, messages: list[Message], siblings: list[list[int]]) -> None:
+    def show_path(self, messages: list[Message], siblings: Sequence[Sequence[int | None]]) -> None:
         """Show another branch of the same conversation: rows it shares with the one shown stay (their
         widgets too), the rest are removed and inserted."""
         keep = 0
@@ -104,7 +106,7 @@ class ChatModel(QAbstractListModel):
             self.siblings += [list(s) for s in siblings[keep:]]
             self.endInsertRows()
 
-    def append(self, message: Message, siblings: list[int] | None = None) -> int:
+    def append(self, message: Message, siblings: Sequence[int | None] | None = None) -> int:
         row = len(self.items)
         self.beginInsertRows(QModelIndex(), row, row)
         self.items.append(message)
@@ -147,7 +149,7 @@ class ChatModel(QAbstractListModel):
         ids, own = self.siblings[row], self.items[row].id
         return (ids.index(own) + 1 if own in ids else 1), max(len(ids), 1)
 
-    def sibling(self, row: int, step: int) -> int | None:
+    def sibling_id(self, row: int, step: int) -> int | None:
         """The id of the sibling step places after (or, negative, before) the message in row, if any."""
         ids, own = self.siblings[row], self.items[row].id
         if own not in ids:

@@ -270,7 +270,7 @@ class ChatSession(QObject):
     def switch_branch(self, message: Message, step: int) -> bool:
         """Show the sibling `step` places after (negative: before) this message, and the branch below it."""
         row = self.model.row_of(message)
-        sibling = self.model.sibling(row, step) if row >= 0 else None
+        sibling = self.model.sibling_id(row, step) if row >= 0 else None
         if sibling is None:
             return False
         try:

@@ -66,4 +66,7 @@ class PairsTable(QTableWidget):
             self.scrollToBottom()
 
     def rows(self) -> list[list[str]]:
-        return [[self.item(r, c).text() for c in range(self.columnCount())] for r in range(self.rowCount())]
+        return [
+            [item.text() if (item := self.item(r, c)) is not None else "" for c in range(self.columnCount())]
+            for r in range(self.rowCount())
+        ]

@@ -127,7 +127,8 @@ class Series:
     @property
     def wide(self) -> bool:
         """The pairs disagree widely: the fastest ratio is over NOISY_SPREAD times the slowest."""
-        return len(self.ratios) >= 2 and self.high > NOISY_SPREAD * self.low
+        ratios = self.ratios
+        return len(ratios) >= 2 and max(ratios) > NOISY_SPREAD * min(ratios)
 
     def runs(self, kind: str) -> list[Run]:
         return [p.runs[kind] for p in self.pairs if kind in p.runs]

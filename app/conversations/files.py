@@ -19,6 +19,7 @@ import math
 import re
 import time
 from pathlib import Path
+from typing import Any, TypeGuard, overload
 
 from app.chat.stats_view import stat_items
 from app.conversations.store import STATUSES, ConversationStore, Message
@@ -81,7 +82,7 @@ def conversation_data(store: ConversationStore, conversation_id: int) -> dict:
     if conversation is None:
         raise KeyError(f"no conversation {conversation_id}")
     tree = store.tree(conversation_id)
-    number = {mid: n for n, mid in enumerate(sorted(tree.messages), 1)}
+    number: dict[int | None, int] = {mid: n for n, mid in enumerate(sorted(tree.messages), 1)}
     messages = []
     for mid in sorted(tree.messages):
         m = tree.messages[mid]
@@ -112,6 +113,10 @@ def conversation_data(store: ConversationStore, conversation_id: int) -> dict:
     }
 
 
+@overload
+def _without_credentials(values: dict) -> dict: ...
+@overload
+def _without_credentials(values: None) -> None: ...
 def _without_credentials(values: dict | None) -> dict | None:
     """The app's own texts in values (a server's URL, a "remote host" label) without a user:password@ that an
     older version kept in them."""
@@ -272,7 +277,8 @@ def check_conversation(data) -> dict:
     settings = _without_credentials(settings)  # an older export's server URL may hold a password: never kept
     _check_settings(settings)
     messages = data.get("messages")
-    _need(isinstance(messages, list), "it has no list of messages")
+    if not isinstance(messages, list):
+        raise ConversationFileError("it has no list of messages.")
     _need(len(messages) <= MAX_MESSAGES, f"it has {len(messages)} messages; at most {MAX_MESSAGES} can be imported")
     children: dict[int | None, set[int]] = {None: set()}
     checked = []
@@ -398,7 +404,7 @@ def _need(ok: bool, problem: str) -> None:
         raise ConversationFileError(problem + ".")
 
 
-def _is_int(value) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

@@ -142,16 +142,17 @@ def _put(store: ConversationStore, answer) -> bool:
     ):
         return False
     stats, spans = answer.get("stats"), answer.get("draft_spans")
+    model, notice = answer.get("model"), answer.get("notice")
     store.update_message(
         Message(
             id=answer["id"],
             role="assistant",
             content=answer["content"],
             status=answer["status"],
-            model=answer.get("model") if isinstance(answer.get("model"), str) else "",
+            model=model if isinstance(model, str) else "",
             stats=stats if isinstance(stats, dict) else None,
             draft_spans=spans if isinstance(spans, list) else [],
-            notice=answer.get("notice") if isinstance(answer.get("notice"), str) else "",
+            notice=notice if isinstance(notice, str) else "",
         )
     )
     store.touch(row[0])

@@ -13,6 +13,7 @@ cannot be written are all left as they are, and the conversations of this sessio
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
 import sqlite3
@@ -20,6 +21,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Final
 
 from engine.paths import data_dir, unwritable_reason
 from engine.text_rules import plain_name, valid_json, valid_text
@@ -124,7 +126,7 @@ class Message:
     status: str = "done"
     model: str = ""
     stats: dict | None = None
-    draft_spans: list[list[int]] = field(default_factory=list)
+    draft_spans: list[list[Any]] = field(default_factory=list)  # [start, end] or [start, end, proposer]
     notice: str = ""
     parent_id: int | None = None  # the message this one follows; None for a first message
 
@@ -144,7 +146,8 @@ class MessageTree:
 
     def path(self) -> list[Message]:
         """The branch shown: from the first message, the active child of each, to the end."""
-        path, node = [], self.active_child(None)
+        path: list[Message] = []
+        node = self.active_child(None)
         while node is not None and len(path) < len(self.messages):  # a parent always precedes its children
             path.append(self.messages[node])
             node = self.active_child(node)
@@ -152,10 +155,21 @@ class MessageTree:
 
     def siblings(self, message: Message) -> list[int]:
         """Ids of the messages that answer the same parent as this one (itself included), oldest first."""
+        assert message.id is not None  # a message of the tree: saved
         return self.children.get(message.parent_id, [message.id])
 
 
-_END = object()  # add_message's default parent: the last message of the branch shown
+class _Default(enum.Enum):
+    END = "end"
+
+
+_END: Final = _Default.END  # add_message's default parent: the last message of the branch shown
+
+
+def _row_id(cursor: sqlite3.Cursor) -> int:
+    """The id an INSERT gave its row (sqlite3 types lastrowid as optional: None before any INSERT)."""
+    assert cursor.lastrowid is not None
+    return cursor.lastrowid
 
 
 def default_path() -> Path:
@@ -167,7 +181,7 @@ class ConversationStore:
         """Open (or create) the file and bring its schema up to date. Raises sqlite3.DatabaseError
         (damaged, locked, unwritable) or NewerSchemaError, having written nothing in those cases."""
         self.path = path if path == MEMORY else Path(path or default_path())
-        if self.path != MEMORY:
+        if isinstance(self.path, Path):  # not MEMORY
             _make_private_file(self.path)
         self.db = sqlite3.connect(self.path, isolation_level=None, timeout=BUSY_TIMEOUT_S)  # autocommit
         try:
@@ -228,9 +242,11 @@ class ConversationStore:
 
     def create_conversation(self, title: str = "New chat") -> int:
         now = time.time()
-        return self.db.execute(
-            "INSERT INTO conversations(title, created_at, updated_at) VALUES (?, ?, ?)", (_title(title), now, now)
-        ).lastrowid
+        return _row_id(
+            self.db.execute(
+                "INSERT INTO conversations(title, created_at, updated_at) VALUES (?, ?, ?)", (_title(title), now, now)
+            )
+        )
 
     def rename(self, conversation_id: int, title: str) -> None:
         self.db.execute("UPDATE conversations SET title=? WHERE id=?", (_title(title), conversation_id))
@@ -284,21 +300,23 @@ class ConversationStore:
             tree.chosen[None] = root[0]
         return tree
 
-    def add_message(self, conversation_id: int, message: Message, parent: int | None | object = _END) -> int:
+    def add_message(self, conversation_id: int, message: Message, parent: int | None | _Default = _END) -> int:
         """Save message as the next after parent (None: a first message; by default after the last message
         shown), and show its branch."""
         if parent is _END:
             shown = self.messages(conversation_id)
             parent = shown[-1].id if shown else None
         message.parent_id = parent
-        message.id = self.db.execute(
-            "INSERT INTO messages(conversation_id, role, content, status, model, stats, draft_spans, notice, "
-            "created_at, parent_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (conversation_id, message.role, *_texts(message), time.time(), parent),
-        ).lastrowid
-        self._choose(conversation_id, parent, message.id)
+        message.id = new_id = _row_id(
+            self.db.execute(
+                "INSERT INTO messages(conversation_id, role, content, status, model, stats, draft_spans, notice, "
+                "created_at, parent_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (conversation_id, message.role, *_texts(message), time.time(), parent),
+            )
+        )
+        self._choose(conversation_id, parent, new_id)
         self.touch(conversation_id)
-        return message.id
+        return new_id
 
     def set_active(self, message_id: int) -> None:
         """Show the branch through this message (below it, the branch last shown there)."""

@@ -60,7 +60,8 @@ class SystemCheckDialog(QDialog):
         self.bench_rounds = DEFAULT_ROUNDS
         self.process: QProcess | None = None
         self.progress: dict | None = None  # the child's last announced step
-        self._out, self._lines = b"", []  # a partial line; the lines that are not progress
+        self._out = b""  # a partial line
+        self._lines: list[bytes] = []  # the lines that are not progress
         self._started = self._progress_at = 0.0
         self._tick = QTimer(self, interval=1000)  # the seconds so far and the estimate left move during a long run
         self._tick.timeout.connect(self._show_status)
@@ -161,7 +162,7 @@ class SystemCheckDialog(QDialog):
         """The child's progress lines, as they come; the report (its last line) waits for the end."""
         if process is not self.process:
             return
-        self._out += bytes(process.readAllStandardOutput())
+        self._out += bytes(process.readAllStandardOutput().data())
         *lines, self._out = self._out.split(b"\n")
         for line in lines:
             try:
@@ -210,7 +211,7 @@ class SystemCheckDialog(QDialog):
             return
         self._read(process)
         out = [line.decode(errors="replace") for line in [*self._lines, self._out] if line.strip()]
-        err = bytes(process.readAllStandardError()).decode(errors="replace").strip()
+        err = bytes(process.readAllStandardError().data()).decode(errors="replace").strip()
         try:
             report = json.loads(out[-1]) if out else None
         except json.JSONDecodeError:

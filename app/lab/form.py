@@ -16,7 +16,6 @@ from PySide6.QtWidgets import (
     QPushButton,
     QSpinBox,
     QVBoxLayout,
-    QWidget,
 )
 
 from engine.errors import InvalidSettingError
@@ -149,7 +148,7 @@ class LabForm(QGroupBox):
         for field in self._server_rows:
             self.form.setRowVisible(field, self.remote)
 
-    def _with_browse(self, edit: QWidget) -> QHBoxLayout:
+    def _with_browse(self, edit: QComboBox | QLineEdit) -> QHBoxLayout:
         row = QHBoxLayout()
         row.addWidget(edit, 1)
         browse = QPushButton("Browse…")
@@ -157,7 +156,7 @@ class LabForm(QGroupBox):
         row.addWidget(browse)
         return row
 
-    def _browse_gguf(self, edit: QWidget) -> None:
+    def _browse_gguf(self, edit: QComboBox | QLineEdit) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Choose a GGUF model", "", "GGUF models (*.gguf)")
         if path:
             (edit.setEditText if isinstance(edit, QComboBox) else edit.setText)(path)

@@ -98,7 +98,7 @@ def changes_words(changes: dict, chat: ChatModels | None) -> str:
             was = LABELS.get(chat.method, chat.method) if chat else "?"
             words.append(f"method {was} → {LABELS.get(value, value)}")
         else:
-            was = getattr(chat, key, None) if chat else None
+            before = getattr(chat, key, None) if chat else None
             shown = (lambda v: "on" if v else "off") if key == "adaptive" else str
-            words.append(f"{key.replace('_', ' ')} {'?' if was is None else shown(was)} → {shown(value)}")
+            words.append(f"{key.replace('_', ' ')} {'?' if before is None else shown(before)} → {shown(value)}")
     return ", ".join(words)

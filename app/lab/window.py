@@ -328,6 +328,7 @@ class LabWindow(QWidget):
         else:
             blocker = apply_blocker(results, self.chat)
         if blocker is None:
+            assert self.recommendation and self.chat is not None  # apply_blocker found nothing missing
             self.changes = chat_changes(self.recommendation, self.chat)
             blocker = None if self.changes else "The chat already runs what the lab recommends: nothing to apply."
         self.apply_button.setEnabled(blocker is None)

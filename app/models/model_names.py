@@ -5,6 +5,7 @@ header's general.file_type). Never the GGUF's internal general.name: a q4_k_m fi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from engine.modelfiles import model_store
@@ -15,7 +16,7 @@ from engine.text_rules import plain_name
 NO_QUANT = "quantization n/a"  # neither the file's name nor its header says
 
 
-def model_label(spec: str, installed: list[model_store.InstalledModel] = ()) -> str:
+def model_label(spec: str, installed: Sequence[model_store.InstalledModel] = ()) -> str:
     """spec: a built-in model's id or a file path; installed: the list it may be in (for its display name)."""
     if spec in DISPLAY_NAMES:
         return DISPLAY_NAMES[spec]

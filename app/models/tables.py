@@ -31,4 +31,5 @@ def set_row(table: QTableWidget, row: int, cells: list[str], data: str, tooltip:
 def selected_key(table: QTableWidget):
     """The key of the selected row, or None."""
     rows = table.selectionModel().selectedRows() if table.selectionModel() else []
-    return table.item(rows[0].row(), 0).data(Qt.ItemDataRole.UserRole) if rows else None
+    item = table.item(rows[0].row(), 0) if rows else None
+    return item.data(Qt.ItemDataRole.UserRole) if item is not None else None

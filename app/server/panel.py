@@ -33,7 +33,7 @@ RATE_MEANING = (
 
 
 class RequestLogModel(QAbstractTableModel):
-    """The API's requests, newest last: each row one engine.serving.openai_api.RequestRecord."""
+    """The API's requests, newest last: each row one engine.serving.api_config.RequestRecord."""
 
     # The figures' columns are named as the stats line names them (engine.figures); tok/s is the API's own figure,
     # which counts the first token too, so it is labelled as that one (RATE_MEANING), not as the stats line's.
@@ -130,7 +130,8 @@ class ServerPanel(QWidget):
         self.lan.setChecked(s.server_lan)
         self.api_key = QLineEdit(s.server_api_key, placeholderText="none: any local program may connect")
         self.api_key.setEchoMode(QLineEdit.EchoMode.Password)  # a secret: not for whoever sees the screen
-        self.show_key = QPushButton("Show", checkable=True)
+        self.show_key = QPushButton("Show")
+        self.show_key.setCheckable(True)
         self.show_key.setToolTip("Show or hide the API key")
         self.show_key.toggled.connect(self._show_key)
         generate = QPushButton("Generate")

@@ -113,6 +113,8 @@ NOT_SHOWN = ("window_geometry", "splitter_state", "theme", "last_folder")
 
 
 class SettingsDialog(QDialog):
+    scroll: QScrollArea  # type: ignore[assignment]  # an attribute that shadows QWidget.scroll(); the tests read it
+
     def __init__(self, settings: AppSettings, parent=None):
         super().__init__(parent)
         self.setWindowTitle("Settings")
@@ -343,7 +345,9 @@ class SettingsDialog(QDialog):
 
     def collect(self) -> AppSettings:
         """The settings the dialog shows; raises InvalidSettingError with a message for a person."""
-        checked = [("target", self.target.value())]
+        target = self.target.value()
+        assert target is not None  # the target's picker allows the embedded model: it answers that when empty
+        checked: list[tuple[str, str | None]] = [("target", target)]
         if self._uses_draft_model():  # a draft path kept for later is not an error while another method runs
             checked.append(("draft", self.draft.value()))
         for label, path in checked:
@@ -351,7 +355,7 @@ class SettingsDialog(QDialog):
                 raise InvalidSettingError(f"The {label} model file does not exist: {path}")
         return replace(
             self.original,
-            model=self.target.value(),
+            model=target,
             draft=self.draft.value(),
             speculation=self.speculation.isChecked(),
             method=self.method.currentData(),

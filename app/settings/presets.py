@@ -87,7 +87,7 @@ def check_values(values: dict) -> None:
 class PresetBook:
     """The saved presets in their order, and the one new chats start from."""
 
-    def __init__(self, presets: list[Preset], default: str, path: Path | None = None):
+    def __init__(self, presets: list[Preset], default: str | None, path: Path | None = None):
         self.presets = {p.name: p for p in presets}
         self.default = default if isinstance(default, str) and default in self.presets else next(iter(self.presets))
         self.path = path or presets_path()
@@ -158,7 +158,7 @@ class PresetBook:
         )
 
 
-def check_name(name: str, taken: list[str]) -> None:
+def check_name(name: object, taken: list[str]) -> None:
     if not isinstance(name, str) or not name.strip():
         raise InvalidSettingError("A preset needs a name.")
     if name != name.strip() or len(name) > NAME_CHARS:
@@ -188,7 +188,8 @@ def load_presets(settings: AppSettings, path: Path | None = None) -> tuple[Prese
         return PresetBook.built_in(settings, path), [
             f"{notice} The old file was kept as {kept.name}." if kept else notice
         ]
-    presets, skipped, reset = [], 0, []
+    presets: list[Preset] = []
+    skipped, reset = 0, []
     for item in items:
         name = item.get("name") if isinstance(item, dict) else None
         try:
@@ -196,6 +197,7 @@ def load_presets(settings: AppSettings, path: Path | None = None) -> tuple[Prese
         except InvalidSettingError:
             skipped += 1
             continue
+        assert isinstance(name, str)  # check_name refused anything else
         values = valid_values(item)
         reset += [f"{name}: {k.replace('_', ' ')}" for k in PRESET_KEYS if k in item and k not in values]
         presets.append(Preset.from_settings(name, settings).with_values(values))

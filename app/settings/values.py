@@ -202,10 +202,9 @@ def read_json_object(path: Path, what: str, fallback: str = "defaults are in use
             raise ValueError("the file does not hold a JSON object")
         return raw, []
     except (OSError, ValueError, RecursionError) as exc:  # RecursionError: brackets nested too deep
-        if isinstance(exc, RecursionError):
-            exc = "its brackets are nested too deeply"
+        reason = "its brackets are nested too deeply" if isinstance(exc, RecursionError) else exc
         kept = set_aside(path)
-        notice = f"Your {what} file could not be read ({exc}), so {fallback}."
+        notice = f"Your {what} file could not be read ({reason}), so {fallback}."
         return None, [f"{notice} The old file was kept as {kept.name}." if kept else notice]
 
 
