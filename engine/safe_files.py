@@ -164,7 +164,8 @@ def _open_checked(target: Target, limit: int | None, wording: Wording) -> int:
 
 def _read_to(fd: int, limit: int) -> bytes | None:
     """Every byte of fd, or None once there are more than limit (read in fixed chunks, one past the limit)."""
-    chunks, total = [], 0
+    chunks: list[bytes] = []
+    total = 0
     while total <= limit:
         chunk = os.read(fd, READ_CHUNK)
         if not chunk:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import reprlib
 from dataclasses import dataclass
+from typing import Any, overload
 
 from ..decoding.batch import Job
 from ..decoding.sampling import SamplingParams
@@ -38,13 +39,13 @@ class ApiError(Exception):
         param: str | None = None,
         code: str | None = None,
         kind: str = "invalid_request_error",
-        headers: dict | None = None,
+        headers: dict[str, str] | None = None,
     ):
         super().__init__(message)
         self.status, self.message, self.param, self.code, self.kind = status, message, param, code, kind
         self.headers = headers or {}
 
-    def body(self) -> dict:
+    def body(self) -> dict[str, Any]:
         # A lone surrogate quoted from a request could not be written as UTF-8: escaped, the error still goes out.
         message = self.message.encode("utf-8", "backslashreplace").decode("utf-8")
         return {"error": {"message": message, "type": self.kind, "param": self.param, "code": self.code}}
@@ -59,7 +60,7 @@ _REPR.maxstring = _REPR.maxother = 60
 _REPR.maxlevel = 3
 
 
-def shown(value) -> str:
+def shown(value: object) -> str:
     return _REPR.repr(value)
 
 
@@ -77,7 +78,7 @@ def checked_text(text: str, param: str, name: str | None = None) -> str:
     return text
 
 
-def _number(body: dict, name: str, default: float, low: float, high: float, low_open: bool = False) -> float:
+def _number(body: dict[str, Any], name: str, default: float, low: float, high: float, low_open: bool = False) -> float:
     value = body.get(name)
     if value is None:
         return default
@@ -92,7 +93,11 @@ def _number(body: dict, name: str, default: float, low: float, high: float, low_
     return float(value)
 
 
-def _integer(body: dict, name: str, default: int | None, low: int, high: int | None = None) -> int | None:
+@overload
+def _integer(body: dict[str, Any], name: str, default: int, low: int, high: int | None = None) -> int: ...
+@overload
+def _integer(body: dict[str, Any], name: str, default: None, low: int, high: int | None = None) -> int | None: ...
+def _integer(body: dict[str, Any], name: str, default: int | None, low: int, high: int | None = None) -> int | None:
     value = body.get(name)
     if value is None:
         return default
@@ -108,7 +113,7 @@ def _integer(body: dict, name: str, default: int | None, low: int, high: int | N
     return value
 
 
-def _flag(body: dict, name: str) -> bool:
+def _flag(body: dict[str, Any], name: str) -> bool:
     value = body.get(name, False)
     if value is None:
         return False
@@ -130,7 +135,7 @@ class Generation:
     ignore_eos: bool  # llama-server's extension: write max_tokens tokens whatever the model says (benchmarks)
 
 
-def parse_generation(body: dict, n_ctx: int) -> Generation:
+def parse_generation(body: dict[str, Any], n_ctx: int) -> Generation:
     """The sampling, length and streaming fields common to both completion endpoints."""
     for name, allowed in (
         ("n", (None, 1)),
@@ -183,7 +188,7 @@ def parse_generation(body: dict, n_ctx: int) -> Generation:
     )
 
 
-def parse_stop(body: dict) -> list[str]:
+def parse_stop(body: dict[str, Any]) -> list[str]:
     """The stop strings, empty ones dropped: at most MAX_STOPS, each at most MAX_STOP_CHARS (the matcher runs
     on the engine thread every request shares)."""
     stop = body.get("stop")
@@ -202,7 +207,7 @@ def parse_stop(body: dict) -> list[str]:
     return [s for s in stops if s]
 
 
-def parse_messages(body: dict, answering: bool = True) -> list[dict]:
+def parse_messages(body: dict[str, Any], answering: bool = True) -> list[dict[str, str]]:
     """Chat messages as the formatter takes them: role and text (text parts of a content list joined). Messages
     to answer end with the user's; messages only counted (/tokenize) may end with an answer."""
     messages = body.get("messages")
@@ -226,7 +231,7 @@ def parse_messages(body: dict, answering: bool = True) -> list[dict]:
     return out
 
 
-def _content(content, param: str):
+def _content(content: object, param: str) -> object:
     """A message's content: its text parts joined, checked as text; anything else as it came."""
     if isinstance(content, list):  # content parts: text only
         if len(content) > MAX_CONTENT_PARTS:
@@ -239,7 +244,7 @@ def _content(content, param: str):
     return checked_text(content, param) if isinstance(content, str) else content
 
 
-def parse_prompt(body: dict) -> str:
+def parse_prompt(body: dict[str, Any]) -> str:
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
@@ -277,7 +282,7 @@ def finish_reason(job: Job) -> str | None:
     return FINISH_REASONS.get(job.finish_reason or "")
 
 
-def usage(stats: GenerationStats) -> dict:
+def usage(stats: GenerationStats) -> dict[str, Any]:
     return {
         "prompt_tokens": stats.prompt_tokens,
         "completion_tokens": stats.generated,
@@ -286,7 +291,7 @@ def usage(stats: GenerationStats) -> dict:
     }
 
 
-def timings(stats: GenerationStats) -> dict:
+def timings(stats: GenerationStats) -> dict[str, Any]:
     """llama-server's timings plus the speculation figures: draft_n verified drafts, draft_n_accepted kept ones.
     predicted_per_second is llama.cpp's (tools/server: n_decoded / t_token_generation): every answer token, the
     first included, over the time from the first token to the last. The chat's stats line

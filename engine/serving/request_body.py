@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
 
@@ -63,7 +64,7 @@ _KINDS = {
 }
 
 
-def parse_json(raw: bytes) -> dict:
+def parse_json(raw: bytes) -> dict[str, Any]:
     """The body as a JSON object with a text-or-absent `model`. On a worker thread: a few MB is tens of ms."""
     try:
         body = json.loads(raw)
