@@ -46,7 +46,7 @@ class AnswerStream:
         self.tokens: list[int] = []
         self.finish: str | None = None
         self._text = TextStream()
-        self._stopper = StopMatcher(stop)
+        self._stopper: StopMatcher[str | None] = StopMatcher(stop)
 
     @property
     def tokens_left(self) -> int:

@@ -11,6 +11,7 @@ a step from planning to its tokens, drafting included. It is an estimate, and th
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 PLAIN_MEMORY = 64  # recent plain steps whose slope tells how a step grows with the context
@@ -58,6 +59,7 @@ class PlainPace:
         fresh = [s for s in samples or () if now - s[2] <= PLAIN_FRESH_S][-RECENT_PLAIN:]
         if len(fresh) < MIN_PLAIN_SAMPLES:
             return fallback
+        assert samples is not None  # fresh came from them
         level_at = sum(x for x, _, _ in fresh) / len(fresh)
         level = sum(y for _, y, _ in fresh) / len(fresh)  # a mean: a slow step now and then is part of the cost
         positions = [x for x, _, _ in samples]
@@ -65,7 +67,7 @@ class PlainPace:
         return max(level + _slope(samples) * max(-reach, min(reach, position - level_at)), 1e-6)
 
 
-def _slope(samples) -> float:
+def _slope(samples: Iterable[tuple[float, float, float]]) -> float:
     """Seconds per position between the later and the earlier half of the samples (by position), where they lie
     far enough apart to show one; never below 0."""
     ordered = sorted((x, y) for x, y, _ in samples)
@@ -85,7 +87,8 @@ class SequencePace:
 
     actual_s: float = 0.0
     plain_s: float = 0.0
-    window: deque = field(default_factory=lambda: deque(maxlen=GUARD_WINDOW))  # (actual, plain, drafted, tokens)
+    # (actual, plain, drafted, tokens) of the latest steps
+    window: deque[tuple[float, float, bool, int]] = field(default_factory=lambda: deque(maxlen=GUARD_WINDOW))
     plain_steps_left: int = 0  # the guard holds speculation off for this many more steps
     backoffs: int = 0
     note: str | None = None  # what the guard did, for the stats

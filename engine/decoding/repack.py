@@ -16,6 +16,7 @@ import logging
 import re
 from functools import lru_cache
 from pathlib import Path
+from typing import Any, cast
 
 from ..errors import ModelFileError
 from ..hardware import ggml_library
@@ -37,7 +38,7 @@ MATMUL_WEIGHT = re.compile(r"^(blk\.\d+\.(attn_(q|k|v|qkv|output)|ffn_(up|gate|d
 
 def repack_types(system_info: bytes) -> frozenset[int]:
     """The weight types CPU_REPACK takes on this CPU, read from llama_print_system_info()."""
-    types = frozenset()
+    types: frozenset[int] = frozenset()
     if b"AVX2 = 1" in system_info:
         types |= AVX2_TYPES
     if b"AVX512 = 1" in system_info:
@@ -92,14 +93,14 @@ def cpu_repack_buffer_type() -> int | None:
         i = 0
         while extra and extra[i]:
             if g.ggml_backend_buft_name(extra[i]) == b"CPU_REPACK":
-                return extra[i]
+                return cast(int, extra[i])  # a buffer type's address (ctypes reads a void* as an int)
             i += 1
     except (OSError, AttributeError) as exc:  # an old or unusual build
         log.warning("cannot find llama.cpp's CPU_REPACK buffer type: %s", exc)
     return None
 
 
-_kept: dict[str, ctypes.Array] = {}  # the override arrays llama.cpp reads while a load runs, kept alive
+_kept: dict[str, ctypes.Array[Any]] = {}  # the override arrays llama.cpp reads while a load runs, kept alive
 
 
 def repack_overrides(path: str | Path, system_info: bytes) -> tuple[int | None, int]:

@@ -52,10 +52,11 @@ class ThreadTuner:
         to switch to, or None."""
         self._recent.setdefault(self.current, deque(maxlen=TRIAL_STEPS)).append(per_row_seconds)
         self._steps_here += 1
-        if self._trying is not None:
+        if self._trying is not None and self._before is not None:  # a trial (_try sets both)
             if self._steps_here < TRIAL_STEPS:
                 return None
             tried, before = self._median(self._trying), self._median(self._before)
+            assert tried is not None  # the steps of this trial were just recorded
             margin = TRIAL_MARGIN if self._trying < self._before else 1.0  # the full count needs no margin
             keep = self._trying if before is None or tried < margin * before else self._before
             self._trying, self._quiet_trial = None, False
@@ -74,16 +75,16 @@ class ThreadTuner:
     def before_step(self, drafting: bool) -> int | None:
         """Called before each step's decode: a thread count to switch to first, or None. A trial of fewer threads
         on a quiet machine ends before a step that drafts (see FIRST_QUIET_TRIAL_AFTER)."""
-        if drafting and self._quiet_trial:  # set only while fewer threads are on trial
+        if drafting and self._quiet_trial and self._before is not None:  # only while fewer threads are on trial
             self._trying, self._quiet_trial = None, False
             return self._switch(self._before)
         return None
 
-    def _median(self, threads: int | None) -> float | None:
+    def _median(self, threads: int) -> float | None:
         recent = self._recent.get(threads)
         return statistics.median(recent) if recent else None
 
-    def _try(self, threads: int) -> int:
+    def _try(self, threads: int) -> int | None:
         self._trying, self._before = threads, self.current
         self._recent.pop(threads, None)  # judge it on fresh steps only
         return self._switch(threads)

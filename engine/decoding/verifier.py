@@ -60,6 +60,7 @@ class Verifier:
                 token = self._gumbel_draw(p, i, position + i)
                 if i == len(drafts) or token != drafts[i]:
                     return Verdict(i, token)
+        assert draft_probs is not None  # the loop above returned at the latest at i == len(drafts)
         return self._rejection_sample(p, drafts, draft_probs, position, target_logits.shape[1])
 
     def _gumbel_draw(self, p: Candidates, row: int, position: int) -> int:
