@@ -69,7 +69,7 @@ log "doctor (random-weight $target${doctor_draft:+, draft $draft})"
 "$py" -m engine.doctor --json --model "$kit/$target.gguf" "${doctor_draft[@]}" --rounds "$bench_rounds" > "$out/doctor-model.json"
 log "engine tests that need neither Qt nor the embedded models"
 set +e
-"$py" -m pytest -q -p no:cacheprovider "${tests[@]}" > "$out/tests.txt" 2>&1
+"$py" -m pytest -q -p no:cacheprovider -m "" "${tests[@]}" > "$out/tests.txt" 2>&1  # -m "": slow tests too
 tests_rc=$?
 set -e
 "$py" - "$out" "$mode" "$tests_rc" <<'EOF'

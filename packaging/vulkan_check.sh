@@ -9,7 +9,7 @@
 # SpecChat's cache folder; 7 to 8 min to build on 2 cores), and writes OUT/report.json (engine/measure/backend_check.py):
 # backend and device, layers offloaded at GPU layers 0 / half / all, the memory figure the stats line shows
 # (`vram`), greedy answers of plain, lookup and draft and whether they agree (`greedy_equal`), the system check, a
-# smoke test of the real window, and the tests that read the build (tests/this_build.py) run on it.
+# smoke test of the real window, and the tests that read the build (tests/support/this_build.py) run on it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$(mkdir -p "${1:?usage: vulkan_check.sh OUT}" && cd "$1" && pwd)
@@ -89,8 +89,8 @@ PYTHONFAULTHANDLER=1 "$py" -m engine.measure.backend_check --out "$out/backend.j
   || { tail -40 "$out/backend.log" >&2; exit 1; }
 log "smoke test (the real window, offscreen)"
 "$py" -m app --smoke-test > "$out/smoke.txt" 2> "$out/smoke.log" || { tail -20 "$out/smoke.log" >&2; exit 1; }
-log "the tests that read the build (tests/this_build.py), the window's GPU layers included"
-"$py" -m pytest -q -p no:cacheprovider tests/engine/test_memory_reading.py tests/app/test_gpu_layers_window.py \
+log "the tests that read the build (tests/support/this_build.py), the window's GPU layers included"
+"$py" -m pytest -q -p no:cacheprovider -m "" tests/engine/test_memory_reading.py tests/app/test_gpu_layers_window.py \
   tests/engine/test_doctor.py tests/engine/test_verifier.py > "$out/tests.txt" 2>&1 && tests_ok=true || tests_ok=false
 "$py" - "$out" "$tests_ok" <<'EOF'
 import json, sys

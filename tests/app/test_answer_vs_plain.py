@@ -4,12 +4,16 @@ legend under the answer says which is which (issue 52)."""
 
 from dataclasses import replace
 
-from conftest import PASSAGE
+import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QTextCursor
 
 from app.chat.render import DRAFT_COLOR, DRAFT_MODEL_COLOR
-from app.chat.stats_view import vs_plain_text
+from app.figure_texts import vs_plain_text
+
+from support.window import PASSAGE
+
+pytestmark = pytest.mark.slow  # answers measured against plain decoding
 
 
 def stats_line(window, row: int) -> tuple[str, str]:

@@ -19,12 +19,12 @@ if sys.platform != "linux":
 
 import resource  # noqa: E402 - POSIX only
 
-from conftest import STALL_LIMIT_S
-from fifo_trap import FifoTrap
 from PySide6.QtWidgets import QFileDialog, QPlainTextEdit
-from test_attachments import drop
 
 from app.chat.attachments import MAX_FILE_BYTES
+
+from support.fifo_trap import FifoTrap
+from support.window import STALL_LIMIT_S, drop
 
 
 class SlowFifo(FifoTrap):

@@ -4,29 +4,18 @@ binaries or files too large for the context are refused with a message."""
 
 from dataclasses import replace
 
-from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
-from PySide6.QtGui import QDragEnterEvent, QDropEvent
-from PySide6.QtWidgets import QApplication, QFileDialog, QPlainTextEdit
+import pytest
+from PySide6.QtWidgets import QFileDialog, QPlainTextEdit
 
 from app.chat.attachments import Attachment, AttachmentTray, compose, split_attachments
+
+from support.window import drop
 
 POEM = (
     "The quick brown fox jumps over the lazy dog.\n"
     "The lazy dog sleeps in the sun.\n"
     "The sun sets behind the hill, and the fox runs home.\n"
 )
-
-
-def drop(widget, *paths) -> bool:
-    """Drag files onto widget and drop them there, as a file manager does; True if the drop was taken."""
-    mime = QMimeData()
-    mime.setUrls([QUrl.fromLocalFile(str(p)) for p in paths])
-    args = (Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
-    enter = QDragEnterEvent(QPoint(5, 5), *args)
-    QApplication.sendEvent(widget, enter)
-    event = QDropEvent(QPointF(5, 5), *args)
-    QApplication.sendEvent(widget, event)
-    return enter.isAccepted() and event.isAccepted()
 
 
 def test_compose_and_split_round_trip_even_with_fences_inside():
@@ -42,6 +31,7 @@ def test_compose_and_split_round_trip_even_with_fences_inside():
         assert split_attachments(ordinary) == (ordinary, [])
 
 
+@pytest.mark.slow
 def test_a_dropped_file_is_sent_as_a_chip_and_prompt_lookup_copies_from_it(
     make_window, qtbot, wait_response, quick_settings, dirs
 ):
@@ -75,6 +65,7 @@ def test_a_dropped_file_is_sent_as_a_chip_and_prompt_lookup_copies_from_it(
     viewer.close()
 
 
+@pytest.mark.slow
 def test_files_dropped_on_the_window_or_chosen_with_the_paperclip_are_attached(
     make_window, qtbot, quick_settings, dirs, monkeypatch
 ):
@@ -94,7 +85,7 @@ def test_files_dropped_on_the_window_or_chosen_with_the_paperclip_are_attached(
     window.input.setPlainText("What happened?")
     window.send_message()
     qtbot.waitUntil(lambda: not window.session.busy, timeout=120_000)
-    window.start_edit(window.session.model.items[0])  # editing the sent message brings its chip back
+    window.chat.start_edit(window.session.model.items[0])  # editing the sent message brings its chip back
     assert window.input.toPlainText() == "What happened?"
     assert [a.name for a in window.tray.attachments] == ["run.log"]
 
@@ -137,6 +128,7 @@ def test_with_no_model_loaded_a_byte_bound_refuses_what_cannot_fit(qtbot, dirs):
     assert [a.name for a in tray.attachments] == ["small.txt"]
 
 
+@pytest.mark.slow
 def test_send_waits_for_a_file_still_being_checked(make_window, qtbot, wait_response, quick_settings, dirs):
     notes = dirs / "notes.md"
     notes.write_text("# Notes\n\n- one\n- two\n", encoding="utf-8")

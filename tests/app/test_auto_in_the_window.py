@@ -2,11 +2,15 @@
 
 from dataclasses import replace
 
-from conftest import PASSAGE
+import pytest
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QApplication
 
 from engine.modelfiles.embedded import embedded_model_path
+
+from support.window import PASSAGE
+
+pytestmark = pytest.mark.slow  # auto answers with a draft model in the window
 
 
 def test_choosing_a_draft_in_settings_makes_auto_the_method_and_the_chat_answers_with_it(
@@ -24,7 +28,7 @@ def test_choosing_a_draft_in_settings_makes_auto_the_method_and_the_chat_answers
 
     QTimer.singleShot(0, choose_a_draft)
     with qtbot.waitSignal(window.speculationChanged, timeout=60_000) as applied:
-        window.open_settings()
+        window.tools.open_settings()
     assert (seen["before"], seen["after"]) == ("lookup", "auto")
     assert window.settings.method == "auto" and applied.args[0]["method"] == "auto"
     assert window.spec_label.text().startswith("Speculation: lookup + draft model (auto)")
@@ -67,7 +71,8 @@ def test_an_auto_answer_shows_who_did_the_work_in_words_and_in_two_shades(
     and with shading on each proposer's accepted drafts in its own colour, with the legend that says which."""
     from app.chat.model import span_source
     from app.chat.render import DRAFT_COLOR, DRAFT_MODEL_COLOR
-    from app.chat.stats_view import StatsBar, proposer_counts
+    from app.chat.stats_view import StatsBar
+    from app.figure_texts import proposer_counts
 
     window = make_window(replace(quick_settings, method="auto", draft=str(embedded_model_path()), max_tokens=32))
     window.input.setPlainText(PASSAGE)

@@ -9,7 +9,8 @@ import pytest
 from PySide6.QtCore import Qt
 
 from app.chat.model import continuable
-from app.conversations.store import MIGRATIONS, ConversationStore, Message, _salvage, default_path, open_store
+from app.conversations.salvage import salvage
+from app.conversations.store import MIGRATIONS, ConversationStore, Message, default_path, open_store
 from engine.chat_format import ChatFormatter, fallback_prompt, is_special
 from engine.errors import EngineError
 
@@ -28,6 +29,7 @@ def switch(qtbot, window, row: int, step: int) -> None:
     qtbot.waitUntil(lambda: window.view.widget_for(row).isVisible())
 
 
+@pytest.mark.slow
 def test_regenerate_keeps_every_answer_and_the_switcher_shows_each(make_window, qtbot, wait_response, quick_settings):
     settings = replace(quick_settings, temperature=1.0, max_tokens=16)  # sampled: each answer its own
     window = make_window(settings)
@@ -65,6 +67,7 @@ def test_regenerate_keeps_every_answer_and_the_switcher_shows_each(make_window, 
     assert [m.content for m in again.store.messages(cid)][1] == answers[0]  # the choice is saved
 
 
+@pytest.mark.slow
 def test_editing_the_first_message_branches_and_the_old_branch_stays(make_window, qtbot, wait_response, quick_settings):
     settings = replace(quick_settings, max_tokens=8)
     window = make_window(settings)
@@ -100,6 +103,7 @@ def test_editing_the_first_message_branches_and_the_old_branch_stays(make_window
     assert [(m.role, m.content) for m in again.session.model.items] == new
 
 
+@pytest.mark.slow
 def test_continue_after_a_length_stop_extends_the_same_message(make_window, qtbot, wait_response, quick_settings):
     settings = replace(quick_settings, max_tokens=6)
     window = make_window(settings)
@@ -144,11 +148,12 @@ def test_which_answers_can_be_continued():
 
 
 # --- the continuation prompt ------------------------------------------------------------------
-def test_a_continuation_without_a_template_is_the_transcript_with_the_answer_so_far(model_file):
+@pytest.mark.slow
+def test_a_continuation_without_a_template_is_the_transcript_with_the_answer_so_far(gemma_path):
     from engine.decoding.runtime import LoadSettings, Model
 
     asked = [{"role": "user", "content": "Count to five."}]
-    with Model(model_file, LoadSettings(n_gpu_layers=0), vocab_only=True) as vocab:
+    with Model(gemma_path, LoadSettings(n_gpu_layers=0), vocab_only=True) as vocab:
         vocab.n_ctx = 256  # a vocab-only load has no context; the formatter only needs the size
         fmt = ChatFormatter(vocab)
         assert not fmt.uses_template
@@ -165,13 +170,10 @@ def test_a_continuation_without_a_template_is_the_transcript_with_the_answer_so_
 
 
 def test_a_continuation_with_a_template_follows_its_generation_prompt_and_forges_nothing():
-    import sys
-    from pathlib import Path
 
     from engine.decoding.runtime import LoadSettings, Model
 
-    sys.path.insert(0, str(Path(__file__).parents[1] / "engine"))
-    from test_chat_format_injection import SMOLLM2_MISSING, smollm2_path
+    from support.chat_formats import SMOLLM2_MISSING, smollm2_path
 
     path = smollm2_path() or pytest.skip(SMOLLM2_MISSING)
     asked = [{"role": "user", "content": "Say hello."}]
@@ -232,7 +234,7 @@ def test_salvage_keeps_the_tree_and_links_a_file_without_one_as_chains(dirs, tmp
     source.set_active(first)
     source.close()
     store = ConversationStore(tmp_path / "new.sqlite3")
-    assert _salvage(tmp_path / "damaged.sqlite3", store) == (3, 3)
+    assert salvage(tmp_path / "damaged.sqlite3", store.db) == (3, 3)
     tree = store.tree(cid)
     path = tree.path()
     assert [m.content for m in path] == ["question", "first answer"]  # the branch chosen, as it was
@@ -248,18 +250,19 @@ def test_salvage_keeps_the_tree_and_links_a_file_without_one_as_chains(dirs, tmp
         )
     old.close()
     fresh = ConversationStore(tmp_path / "fresh.sqlite3")
-    assert _salvage(tmp_path / "v2.sqlite3", fresh) == (3, 3)
+    assert salvage(tmp_path / "v2.sqlite3", fresh.db) == (3, 3)
     assert [m.content for m in fresh.messages(7)] == ["q", "a", "q2"]
 
 
+@pytest.mark.slow
 def test_deleting_the_open_chat_while_editing_leaves_nothing_behind(make_window, wait_response, quick_settings):
     window = make_window(quick_settings)
     window.session.send("First question")
     wait_response(window)
-    window.start_edit(window.session.model.items[0])
-    assert window.editing
+    window.chat.start_edit(window.session.model.items[0])
+    assert window.chat.editing
     window.panel.delete(window.session.conversation_id, confirm=False)
-    assert not window.editing and not window.edit_label.isVisible()
+    assert not window.chat.editing and not window.edit_label.isVisible()
     assert window.windowTitle() == "SpecChat"
     window.input.setPlainText("A new question")
     window.send_message()  # Enter works again: a new chat, not an edit of a message that is gone

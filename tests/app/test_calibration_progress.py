@@ -14,8 +14,10 @@ from PySide6.QtCore import Qt
 import engine.decoding.calibration as calibration
 from app.worker import TIMING
 from engine.decoding import step_timings
-from engine.decoding.cost_model import calibration_sizes
+from engine.decoding.calibration import calibration_sizes
 from engine.methods import MAX_DRAFT_LIMIT
+
+pytestmark = pytest.mark.slow  # step timings run to the end in the window
 
 PROGRESS = re.compile(r"^Timing steps: (\d+) of (\d+)\b")
 

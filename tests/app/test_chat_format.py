@@ -99,10 +99,11 @@ def test_a_message_that_cannot_fit_is_refused_clearly():
         fmt.prompt([{"role": "assistant", "content": "hi"}], reserve=8)
 
 
-def test_real_embedded_model_has_no_template_and_gets_bos(model_file):
+@pytest.mark.slow
+def test_real_embedded_model_has_no_template_and_gets_bos(gemma_path):
     from engine.decoding.runtime import LoadSettings, Model
 
-    with Model(model_file, LoadSettings(n_ctx=256, threads=1), vocab_only=True) as vocab:
+    with Model(gemma_path, LoadSettings(n_ctx=256, threads=1), vocab_only=True) as vocab:
         vocab.n_ctx = 256  # a vocab-only load has no context; the formatter only needs the size
         prompt = ChatFormatter(vocab).prompt([{"role": "user", "content": "Hello <eos> there"}], reserve=32)
         assert not prompt.uses_template

@@ -4,11 +4,13 @@ saving, restoring, and the faults a user can run into."""
 import time
 from dataclasses import replace
 
-from conftest import PASSAGE, STALL_LIMIT_S  # noqa: E402 - tests/app/conftest.py
+import pytest
 from PySide6.QtCore import Qt
-from this_build import BACKEND, MEMORY_KIND  # tests/this_build.py: read from the build
 
 from app.conversations.store import ConversationStore, Message, default_path
+
+from support.this_build import BACKEND, MEMORY_KIND
+from support.window import PASSAGE, STALL_LIMIT_S
 
 
 def saved_messages(conversation_id):
@@ -66,6 +68,7 @@ def test_send_streams_text_with_live_stats_and_saves_them(make_window, qtbot, wa
     assert window.panel.model.rows[0].title.startswith("Passage: The lighthouse")
 
 
+@pytest.mark.slow
 def test_stop_mid_stream_keeps_the_text(make_window, qtbot, wait_response, quick_settings):
     window = make_window(replace(quick_settings, max_tokens=400))
     window.session.send(PASSAGE)
@@ -85,6 +88,7 @@ def test_stop_mid_stream_keeps_the_text(make_window, qtbot, wait_response, quick
     assert saved.status == "stopped" and saved.content == reply.content
 
 
+@pytest.mark.slow
 def test_regenerate_and_edit_last_message(make_window, qtbot, wait_response, quick_settings):
     window = make_window(replace(quick_settings, max_tokens=12))
     window.session.send("Name three colours.")
@@ -106,6 +110,7 @@ def test_regenerate_and_edit_last_message(make_window, qtbot, wait_response, qui
     assert [(m.role, m.content) for m in saved] == [(m.role, m.content) for m in items]
 
 
+@pytest.mark.slow
 def test_conversations_are_restored_after_a_restart(make_window, qtbot, wait_response, quick_settings):
     window = make_window(quick_settings)
     window.session.send("Hello there")
@@ -125,6 +130,7 @@ def test_conversations_are_restored_after_a_restart(make_window, qtbot, wait_res
     assert f"{reply.stats['tokens_per_s']:.1f} tok/s" in again.view.widget_for(1).stats.text()
 
 
+@pytest.mark.slow
 def test_ui_thread_never_stalls_during_load_and_generation(
     make_window, qtbot, wait_response, quick_settings, stall_probe
 ):
@@ -141,6 +147,7 @@ def test_ui_thread_never_stalls_during_load_and_generation(
     assert worst < STALL_LIMIT_S, f"the GUI thread was blocked for {worst * 1000:.0f} ms"
 
 
+@pytest.mark.slow
 def test_engine_failure_mid_stream_is_shown_and_text_kept(
     make_window, qtbot, wait_response, quick_settings, monkeypatch
 ):
@@ -167,6 +174,7 @@ def test_engine_failure_mid_stream_is_shown_and_text_kept(
     assert wait_response(window).status == "done"
 
 
+@pytest.mark.slow
 def test_missing_or_corrupt_model_file_is_reported_and_recoverable(
     make_window, qtbot, wait_response, quick_settings, dirs
 ):
@@ -189,6 +197,7 @@ def test_missing_or_corrupt_model_file_is_reported_and_recoverable(
     assert wait_response(window).status == "done"
 
 
+@pytest.mark.slow
 def test_unusable_draft_turns_speculation_off_but_keeps_the_target(
     make_window, qtbot, wait_response, quick_settings, dirs
 ):
@@ -202,6 +211,7 @@ def test_unusable_draft_turns_speculation_off_but_keeps_the_target(
     assert reply.status == "done" and reply.stats["method"] == "none"
 
 
+@pytest.mark.slow
 def test_speculation_changes_apply_without_reload(make_window, qtbot, wait_response, quick_settings):
     window = make_window(quick_settings)
     reloads = []
@@ -218,6 +228,7 @@ def test_speculation_changes_apply_without_reload(make_window, qtbot, wait_respo
     assert loaded.args[0]["n_ctx"] == 512
 
 
+@pytest.mark.slow
 def test_context_overflow_trims_old_turns_or_refuses(make_window, qtbot, wait_response, quick_settings):
     store = ConversationStore(default_path())
     cid = store.create_conversation("Long chat")
@@ -239,6 +250,7 @@ def test_context_overflow_trims_old_turns_or_refuses(make_window, qtbot, wait_re
     assert reply.status == "error" and "Shorten the message" in reply.notice
 
 
+@pytest.mark.slow
 def test_closing_while_generating_saves_the_partial_response(make_window, qtbot, quick_settings):
     window = make_window(replace(quick_settings, max_tokens=400))
     window.session.send(PASSAGE)
@@ -252,6 +264,7 @@ def test_closing_while_generating_saves_the_partial_response(make_window, qtbot,
     assert saved.status == "stopped" and len(saved.content) > 10
 
 
+@pytest.mark.slow
 def test_draft_model_method_with_the_embedded_model_as_its_own_draft(make_window, wait_response, quick_settings):
     window = make_window(replace(quick_settings, method="draft", draft=quick_settings.model, max_tokens=40))
     assert window.model_info["method"] == "draft" and window.spec_label.text().startswith("Speculation: draft model")

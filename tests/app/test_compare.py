@@ -6,9 +6,12 @@ mid-run leaves it usable."""
 import statistics
 from dataclasses import replace
 
-from conftest import PASSAGE  # noqa: E402 - tests/app/conftest.py
+import pytest
 from PySide6.QtCore import Qt
-from test_every_menu import menu_actions  # noqa: E402
+
+from support.window import PASSAGE, menu_actions
+
+pytestmark = pytest.mark.slow  # compare runs on the real model
 
 RUN_TIMEOUT_MS = 180_000
 COUNTING = "Count from 1 to 500, separated by commas: " + ", ".join(str(i) for i in range(1, 31)) + ","
@@ -18,7 +21,7 @@ COMPARE = "Model → Compare plain vs speculation…"
 def open_compare(window, prompt):
     window.input.setPlainText(prompt)
     dict(menu_actions(window))[COMPARE].trigger()
-    return window._compare
+    return window.tools.compare
 
 
 def test_pairs_alternate_and_the_verdict_gives_their_median_and_range(

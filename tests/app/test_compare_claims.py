@@ -9,20 +9,22 @@ figures the engine would emit. Those runs take no time, so the CPU meter is repl
 from dataclasses import replace
 
 import pytest
-from conftest import PASSAGE  # noqa: E402 - tests/app/conftest.py
 from PySide6.QtCore import Qt, QTimer
+
+from support.window import PASSAGE
 
 RUN_TIMEOUT_MS = 300_000  # the engine may first time its steps for speculation, on a busy machine
 WORDS = [("The", False), (" lamp", False), (" was", False), (" lit", False)]
 
 
+@pytest.mark.slow
 def test_a_short_run_shows_the_measured_figures_without_claiming_a_speed_up(make_window, qtbot, quick_settings):
     from app.compare.words import MIN_SPEED_TOKENS
 
     window = make_window(replace(quick_settings, adaptive=False))  # drafts every step: speculation is at work
     window.input.setPlainText(PASSAGE)
-    window.open_compare()
-    compare = window._compare
+    window.tools.open_compare()
+    compare = window.tools.compare
     compare.max_tokens.setValue(10)  # a 10-token answer, as the user's
     with qtbot.waitSignal(compare.comparisonFinished, timeout=RUN_TIMEOUT_MS) as done:
         qtbot.mouseClick(compare.run_button, Qt.MouseButton.LeftButton)

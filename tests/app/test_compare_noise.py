@@ -6,9 +6,12 @@ import subprocess
 import sys
 from dataclasses import replace
 
-from conftest import PASSAGE  # noqa: E402 - tests/app/conftest.py
+import pytest
 from PySide6.QtCore import Qt
-from test_every_menu import menu_actions  # noqa: E402
+
+from support.window import PASSAGE, menu_actions
+
+pytestmark = pytest.mark.slow  # two comparisons under a CPU hog
 
 RUN_TIMEOUT_MS = 240_000
 HOG = "while True: pass"
@@ -22,7 +25,7 @@ def test_two_comparisons_under_a_cpu_hog_agree_or_say_they_are_noisy(make_window
     window = make_window(replace(quick_settings, adaptive=False))
     window.input.setPlainText(PASSAGE)
     dict(menu_actions(window))["Model → Compare plain vs speculation…"].trigger()
-    compare = window._compare
+    compare = window.tools.compare
     compare.max_tokens.setValue(12)
 
     results = []

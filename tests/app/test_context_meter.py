@@ -4,15 +4,19 @@ warns before sending would leave the oldest messages out."""
 
 from dataclasses import replace
 
-from test_render import store_conversation  # noqa: E402 - tests/app/test_render.py
+import pytest
 
 from app.chat.context_meter import Measure, warning_text
 from engine.chat_format import answer_reserve
 
+from support.window import store_conversation
+
+pytestmark = pytest.mark.slow  # the meter counted over real conversations
+
 
 def formatter_count(window) -> int:
     """What the chat formatter makes of the conversation plus the draft, counted on the model itself."""
-    messages, _ = window._prompt_so_far()
+    messages, _ = window.chat.prompt_so_far()
     return len(window.engine.worker.formatter.render(messages)[1])
 
 
@@ -71,7 +75,7 @@ def test_meter_warns_near_the_limit_and_before_the_oldest_turns_are_dropped(
     window.input.setPlainText("Now compare all of those bridges with each other, one by one, in detail. " * 3)
     m = wait_measured(qtbot, window, formatter_count(window))
     assert m.tokens > m.budget and m.trimmed > 0
-    messages, max_tokens = window._prompt_so_far()
+    messages, max_tokens = window.chat.prompt_so_far()
     expected = window.engine.worker.formatter.prompt(messages, answer_reserve(max_tokens, 256)).trimmed
     assert m.trimmed == expected
     assert window.meter.warning.isVisible()

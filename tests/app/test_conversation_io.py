@@ -270,7 +270,7 @@ def test_a_failure_while_saving_leaves_no_half_conversation(store, tmp_path, mon
 def test_every_stats_figure_the_app_saves_has_a_known_kind():
     from app.progress import snapshot
     from engine.decoding.stats import GenerationStats
-    from engine.remote.client import RemoteFigures
+    from engine.remote.answer_stream import RemoteFigures
 
     known = (
         conversation_io.STATS_NUMBERS
@@ -286,6 +286,7 @@ def test_every_stats_figure_the_app_saves_has_a_known_kind():
 
 
 # --- through the window ---------------------------------------------------------------------
+@pytest.mark.slow
 def test_the_window_exports_and_imports_a_real_conversation(
     make_window, qtbot, wait_response, quick_settings, tmp_path
 ):
@@ -295,11 +296,11 @@ def test_the_window_exports_and_imports_a_real_conversation(
     window.session.regenerate()
     answer = wait_response(window)
     cid = window.session.conversation_id
-    assert window.export_conversation(tmp_path / "chat.json")
-    assert window.export_conversation(tmp_path / "chat.md")
+    assert window.files.export_conversation(tmp_path / "chat.json")
+    assert window.files.export_conversation(tmp_path / "chat.md")
     assert f"{answer.stats['tokens_per_s']:.1f} tok/s" in (tmp_path / "chat.md").read_text(encoding="utf-8")
 
-    new = window.import_conversation(tmp_path / "chat.json")
+    new = window.files.import_conversation(tmp_path / "chat.json")
     assert new is not None and new != cid and window.session.conversation_id == new
     assert window.panel.current_id() == new and len(window.panel.model.rows) == 2
     assert shape(window.store, new) == {
@@ -309,7 +310,7 @@ def test_the_window_exports_and_imports_a_real_conversation(
     assert window.view.widget_for(1).branches.position.text() == "2 / 2"
 
     (tmp_path / "bad.json").write_text('{"format": "specchat-conversation", "version": 1, "messages": 3}')
-    assert window.import_conversation(tmp_path / "bad.json") is None
+    assert window.files.import_conversation(tmp_path / "bad.json") is None
     assert len(window.panel.model.rows) == 2 and window.session.conversation_id == new
     shown = [n.label.text() for n in window.notices.notices]
     assert any("bad.json was not imported: it has no list of messages." in text for text in shown)

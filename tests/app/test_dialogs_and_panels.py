@@ -110,25 +110,25 @@ def test_models_and_lab_hooks(make_window, qtbot, monkeypatch, dirs, quick_setti
     monkeypatch.setitem(sys.modules, "app.models.dialog", types.SimpleNamespace(ModelsDialog=FakeModelsDialog))
     monkeypatch.setitem(sys.modules, "app.lab.window", types.SimpleNamespace(LabWindow=FakeLab))
 
-    window.open_models_dialog()
+    window.tools.open_models_dialog()
     assert FakeModelsDialog.made[-1] == (quick_settings.model, None)
     draft = dirs / "draft.gguf"
     draft.write_bytes(b"not a model")
     reloads = []
     window.modelLoaded.connect(reloads.append)
     with qtbot.waitSignal(window.speculationChanged, timeout=60_000):
-        window._models_dialog.modelsChosen.emit(quick_settings.model, str(draft))  # same target: no reload
+        window.tools.models_dialog.modelsChosen.emit(quick_settings.model, str(draft))  # same target: no reload
     assert reloads == []
     assert (window.settings.draft, window.settings.method) == (str(draft), "auto")  # a pair: lookup + draft
     assert load_settings()[0].draft == str(draft)  # saved
     qtbot.waitUntil(lambda: any("Speculation is off" in t for t in window.notices.texts()), timeout=10_000)
 
-    window.open_lab()
+    window.tools.open_lab()
     with qtbot.waitSignal(window.speculationChanged, timeout=10_000):
-        window._lab.applySettings.emit({"method": "lookup", "max_draft": 8})
+        window.tools.lab.applySettings.emit({"method": "lookup", "max_draft": 8})
     assert (window.settings.method, window.settings.max_draft, window.settings.speculation) == ("lookup", 8, True)
     assert any("lab's recommendation" in t for t in window.notices.texts())
-    window._lab.applySettings.emit({"max_draft": 999})
+    window.tools.lab.applySettings.emit({"max_draft": 999})
     assert window.settings.max_draft == 8
     assert any("could not be applied" in t for t in window.notices.texts())
 
@@ -139,8 +139,8 @@ def test_missing_models_dialog_or_lab_says_so(make_window, monkeypatch, quick_se
     monkeypatch.setitem(sys.modules, "app.lab.window", None)
     warnings = []
     monkeypatch.setattr(QMessageBox, "warning", lambda parent, title, text: warnings.append((title, text)))
-    window.open_models_dialog()
-    window.open_lab()
+    window.tools.open_models_dialog()
+    window.tools.open_lab()
     assert [t for t, _ in warnings] == ["Models", "Speculation lab"]
     assert "could not be opened" in warnings[0][1] and window.isVisible()
 
@@ -158,6 +158,7 @@ def test_settings_notices_are_shown_in_the_window(make_window, dirs, quick_setti
     assert window.notices.isVisible()
 
 
+@pytest.mark.slow
 def test_long_conversation_opens_a_page_at_a_time(qtbot):
     import time
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from app.main_window import EMBEDDED_NOTICE
+import pytest
+
 from app.settings.values import AppSettings
+from app.window.models import EMBEDDED_NOTICE
 from engine.modelfiles.embedded import EMBEDDED, EMBEDDED_GEMMA
 
 
@@ -25,6 +27,7 @@ def test_default_settings_answer_a_simple_question_with_the_embedded_instruct_mo
     assert "Paris" in window.view.widget_for(1).text.toPlainText()  # shown, not only stored
 
 
+@pytest.mark.slow
 def test_gemma_base_model_is_still_a_choice_and_the_demo_notice_goes(make_window, qtbot):
     from app.settings.dialog import SettingsDialog
 

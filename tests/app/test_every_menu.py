@@ -7,61 +7,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from PySide6.QtCore import QTimer
-from PySide6.QtWidgets import QApplication, QFileDialog, QMenu
+from PySide6.QtWidgets import QApplication
 
 from app.main_window import MainWindow
 
+from support.window import menu_actions
 
-def menu_actions(window) -> list[tuple[str, object]]:
-    """(menu path, action) of every item in the window's menu bar, submenus included."""
-    found = []
-
-    def walk(menu: QMenu, path: str) -> None:
-        for action in menu.actions():
-            if action.isSeparator():
-                continue
-            label = f"{path} → {action.text().replace('&', '')}"
-            if action.menu() is not None:
-                walk(action.menu(), label)
-            else:
-                found.append((label, action))
-
-    for top in window.menuBar().actions():
-        walk(top.menu(), top.text().replace("&", ""))
-    return found
-
-
-@pytest.fixture
-def answered_dialogs(monkeypatch, dirs):
-    """File dialogs answered with a file in the test's folder; every modal box closed once it shows."""
-    export = dirs / "exported.json"
-    asked = []
-
-    def save(parent, caption, *args, **kwargs):
-        asked.append(caption)
-        return str(export), "JSON, every branch (*.json)"
-
-    def open_one(parent, caption, *args, **kwargs):
-        asked.append(caption)
-        return str(export), ""
-
-    monkeypatch.setattr(QFileDialog, "getSaveFileName", staticmethod(save))
-    monkeypatch.setattr(QFileDialog, "getOpenFileName", staticmethod(open_one))
-    monkeypatch.setattr(QFileDialog, "getOpenFileNames", staticmethod(lambda *a, **k: ([], "")))
-    closed = []
-
-    def close_modal() -> None:
-        box = QApplication.activeModalWidget()
-        if box is not None:
-            closed.append(box.windowTitle())
-            box.reject()
-
-    closer = QTimer(interval=100)
-    closer.timeout.connect(close_modal)
-    closer.start()
-    yield export, asked, closed
-    closer.stop()
+pytestmark = pytest.mark.slow  # every menu item triggered, one long flow
 
 
 def test_every_menu_item_works_when_triggered(make_window, qtbot, wait_response, answered_dialogs):
@@ -91,7 +43,13 @@ def test_every_menu_item_works_when_triggered(make_window, qtbot, wait_response,
     assert json.loads(export.read_text())["messages"]
     assert len(window.store.conversations()) == conversations + 1
     assert {"The figures under each response", "About SpecChat"} <= set(closed)
-    for opened in (window._lab, window._compare, window._server, window._models_dialog, window._system_check):
+    for opened in (
+        window.tools.lab,
+        window.tools.compare,
+        window.tools.server,
+        window.tools.models_dialog,
+        window.tools.system_check,
+    ):
         assert opened is not None and opened.isVisible()
         opened.close()
     dict(actions)[quit_label].trigger()

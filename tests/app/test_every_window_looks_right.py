@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QAbstractScrollArea, QApplication, QHeaderView, QLabel, QScrollArea, QStyle, QTabWidget
-from test_every_menu import answered_dialogs, menu_actions  # noqa: F401 - answered_dialogs is a fixture
+
+from support.window import menu_actions
+
+pytestmark = pytest.mark.slow  # every window and dialog opened and measured
 
 QUIT = "File → Quit"
 

@@ -6,10 +6,14 @@ import subprocess
 import sys
 from dataclasses import replace
 
-from conftest import PASSAGE
+import pytest
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QApplication
-from test_kill_and_smoke import ROOT, child_env
+
+from support.children import ROOT, child_env
+from support.window import PASSAGE
+
+pytestmark = pytest.mark.slow  # smoke tests in child processes
 
 
 def set_in_settings(window, qtbot, **checks):
@@ -22,7 +26,7 @@ def set_in_settings(window, qtbot, **checks):
         dialog.accept()
 
     QTimer.singleShot(0, fill)
-    window.open_settings()
+    window.tools.open_settings()
     qtbot.waitUntil(lambda: not window.session.busy, timeout=60_000)
 
 

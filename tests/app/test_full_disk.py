@@ -12,12 +12,15 @@ import sqlite3
 import sys
 from dataclasses import replace
 
-from conftest import PASSAGE  # tests/app/conftest.py
+import pytest
 from PySide6.QtWidgets import QMessageBox
 
-import app.chat.session as session_module
+import app.chat.response as response_module
+import app.chat.unsaved as unsaved_module
 from app.conversations import held_answers
 from app.conversations.store import Message, default_path, open_store
+
+from support.window import PASSAGE
 
 WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE")
 
@@ -122,11 +125,12 @@ def answer_with_full_disk(window, qtbot, disk: FullDisk, text: str = PASSAGE) ->
     return window.session.model.items[-1], ended
 
 
+@pytest.mark.slow
 def test_an_answer_the_full_disk_refuses_is_kept_told_once_and_saved_when_there_is_space(
     make_window, quick_settings, qtbot, monkeypatch
 ):
-    monkeypatch.setattr(session_module, "SAVE_EVERY_S", 0.0)  # a save at every step: many refused, one notice
-    monkeypatch.setattr(session_module, "RETRY_EVERY_S", 0.3, raising=False)
+    monkeypatch.setattr(response_module, "SAVE_EVERY_S", 0.0)  # a save at every step: many refused, one notice
+    monkeypatch.setattr(unsaved_module, "RETRY_EVERY_S", 0.3)
     asked = answer_close_questions(monkeypatch)
     unhandled = count_unhandled()
     window = make_window(replace(quick_settings, max_tokens=48))
@@ -173,12 +177,13 @@ def nowhere_to_keep(monkeypatch, tmp_path) -> None:
     monkeypatch.setattr(held_answers, "places", lambda: [blocker / "held.json"])
 
 
+@pytest.mark.slow
 def test_closing_with_an_answer_nothing_can_keep_asks_and_keeps_what_was_saved(
     make_window, quick_settings, qtbot, monkeypatch, wait_response, tmp_path
 ):
     from app.__main__ import _install_excepthook
 
-    monkeypatch.setattr(session_module, "SAVE_EVERY_S", 0.0)
+    monkeypatch.setattr(response_module, "SAVE_EVERY_S", 0.0)
     nowhere_to_keep(monkeypatch, tmp_path)
     answer_close_questions(monkeypatch)
     unhandled = count_unhandled()
@@ -216,12 +221,13 @@ def test_closing_with_an_answer_nothing_can_keep_asks_and_keeps_what_was_saved(
     assert answer.content.startswith(after[-1][2]) and len(after[-1][2]) < len(answer.content)
 
 
+@pytest.mark.slow
 def test_an_answer_still_refused_at_close_is_kept_and_saved_at_the_next_start(
     make_window, quick_settings, qtbot, monkeypatch
 ):
     """Closing with the disk still full: the answer goes to a file of its own (held_answers.py), the window closes
     without asking, and the next start puts the whole answer into its conversation, says so, and removes the file."""
-    monkeypatch.setattr(session_module, "SAVE_EVERY_S", 0.0)
+    monkeypatch.setattr(response_module, "SAVE_EVERY_S", 0.0)
     asked = answer_close_questions(monkeypatch)
     unhandled = count_unhandled()
     window = make_window(replace(quick_settings, max_tokens=48))
@@ -280,14 +286,15 @@ def test_held_answers_in_a_file_another_user_could_write_are_not_read(dirs, monk
         store.close()
 
 
+@pytest.mark.slow
 def test_a_file_held_by_an_import_never_makes_the_window_wait_and_the_answer_is_saved_once_free(
     make_window, quick_settings, qtbot, monkeypatch, stall_probe
 ):
     """An import stores on its own thread and holds the file's write lock for seconds (a 60 MB chat: ~2 s here).
     The window's saves meanwhile fail at once (store.WRITE_WAIT_S) instead of waiting SQLite's 5 s: the answer
     streams and ends, one notice says the file is busy, and the retry saves it once the file is free."""
-    monkeypatch.setattr(session_module, "SAVE_EVERY_S", 0.0)
-    monkeypatch.setattr(session_module, "RETRY_EVERY_S", 0.3, raising=False)
+    monkeypatch.setattr(response_module, "SAVE_EVERY_S", 0.0)
+    monkeypatch.setattr(unsaved_module, "RETRY_EVERY_S", 0.3)
     window = make_window(replace(quick_settings, max_tokens=32))
     other = sqlite3.connect(default_path(), isolation_level=None)  # as importing.ThreadStore connects
     started = []
@@ -315,6 +322,7 @@ def test_a_file_held_by_an_import_never_makes_the_window_wait_and_the_answer_is_
     other.close()
 
 
+@pytest.mark.slow
 def test_renaming_or_deleting_while_the_file_is_held_says_so_and_changes_nothing(
     make_window, quick_settings, qtbot, monkeypatch, wait_response
 ):

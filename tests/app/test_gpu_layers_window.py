@@ -5,13 +5,17 @@ layers show VRAM with the device's name, as the stats line under the answer read
 
 from __future__ import annotations
 
+import pytest
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
-from this_build import GPU_OFFLOAD, MEMORY_KIND
 
 from app.settings.values import AppSettings
 from engine import hardware
 from engine.modelfiles.embedded import EMBEDDED
+
+from support.this_build import GPU_OFFLOAD, MEMORY_KIND
+
+pytestmark = pytest.mark.slow  # the model reloaded with its layers moved
 
 
 def set_gpu_layers_in_the_dialog(qtbot, window, layers: int) -> None:
@@ -25,7 +29,7 @@ def set_gpu_layers_in_the_dialog(qtbot, window, layers: int) -> None:
 
     QTimer.singleShot(300, fill_in)
     with qtbot.waitSignal(window.modelLoaded, timeout=180_000):
-        window.open_settings()
+        window.tools.open_settings()
 
 
 def answer_memory(qtbot, window, wait_response) -> tuple[dict, str]:

@@ -19,12 +19,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from fifo_trap import FifoTrap
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QFileDialog
-from test_import_and_secrets import menu_action
 
 from app.conversations import importing
+
+from support.fifo_trap import FifoTrap
+from support.window import menu_action
 
 linux_only = pytest.mark.skipif(sys.platform != "linux", reason="FIFOs and /dev/zero as Linux has them")
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,7 +107,7 @@ def test_a_fifo_is_refused_at_once_and_never_opened(make_window, qtbot, dirs, qu
     refusal = import_notice(window)
     assert refusal.startswith("chat.json is a named pipe (FIFO), not a regular file"), refusal
     assert "nothing was imported" in refusal
-    assert ran["read"] == ["conversation-import_0"] and ran["store"] == []  # read on the import thread
+    assert ran["read"] == ["conversation-import"] and ran["store"] == []  # read on the import thread
     assert [c.id for c in window.store.conversations()] == before
     window.input.setPlainText("still here")  # the window goes on as before
     assert window.input.toPlainText() == "still here" and not window.session.busy
@@ -143,7 +144,7 @@ def test_a_large_import_is_read_checked_and_stored_off_the_gui_thread(
     window = make_window(quick_settings)
     ran = where_imports_run(monkeypatch)
     import_from_the_menu(window, monkeypatch, path)
-    assert ran == {"read": ["conversation-import_0"], "store": ["conversation-import_0"]}
+    assert ran == {"read": ["conversation-import"], "store": ["conversation-import"]}
     assert threading.current_thread() is threading.main_thread()  # (the test itself runs on the GUI thread)
     cid = window.session.conversation_id
     assert window.store.conversation(cid).title == "Long chat (imported)"  # shown once done
@@ -170,11 +171,11 @@ def test_a_second_import_meanwhile_is_refused_with_a_word(make_window, qtbot, di
         if not entered.is_set():
             QTimer.singleShot(5, second)
             return
-        results.append(("second", window.import_conversation(path)))
+        results.append(("second", window.files.import_conversation(path)))
         release.set()
 
     QTimer.singleShot(0, second)
-    results.append(("first", window.import_conversation(path)))
+    results.append(("first", window.files.import_conversation(path)))
     assert results[0] == ("second", None)
     assert any("short.json is still being imported" in t for t in window.notices.texts())
     assert results[1] == ("first", window.session.conversation_id)
@@ -211,7 +212,7 @@ def test_closing_during_an_import_ends_its_wait_and_imports_nothing(
         release.set()
 
     QTimer.singleShot(0, close_meanwhile)
-    assert window.import_conversation(path) is None  # the window closed first: its wait ended with it
+    assert window.files.import_conversation(path) is None  # the window closed first: its wait ended with it
     assert not window.isVisible()
     qtbot.waitUntil(read.is_set, timeout=60_000)
     qtbot.wait(50)  # its answer, queued to the GUI thread, is dropped there
@@ -283,6 +284,7 @@ sys.exit(code)
 """
 
 
+@pytest.mark.slow
 def test_the_app_closed_mid_load_exits_cleanly(dirs):
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "PYTHONPATH": str(ROOT)}
     done = subprocess.run(

@@ -9,13 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
-from PySide6.QtWidgets import QFileDialog  # noqa: E402
-from remote_server import DONE, HostileServer  # noqa: E402  (tests/engine/remote_server.py)
+from PySide6.QtWidgets import QFileDialog
 
-from app.chat.engine_picker import REMOTE  # noqa: E402
-from app.conversations.files import conversation_data  # noqa: E402
-from app.conversations.store import ConversationStore, default_path  # noqa: E402
+from app.chat.engine_picker import REMOTE
+from app.conversations.files import conversation_data
+from app.conversations.store import ConversationStore, default_path
+
+from support.remote_server import DONE, HostileServer
 
 ROOT = Path(__file__).resolve().parents[2]
 RLO = "\u202e"

@@ -6,9 +6,11 @@ On the code before the fold, a 256K-character line alone held the window 11 s.""
 from __future__ import annotations
 
 import pytest
-from conftest import STALL_LIMIT_S  # noqa: E402 - tests/app/conftest.py
 from PySide6.QtCore import Qt
-from test_untrusted_rendering import streams
+
+from support.window import STALL_LIMIT_S, streams
+
+pytestmark = pytest.mark.slow  # megabyte answers streamed and opened
 
 LINE = "x" * 2_000_000
 TABLE = "| n | square | name |\n|---|---|---|\n" + "".join(f"| {i} | {i * i} | row {i} |\n" for i in range(5000))

@@ -11,28 +11,19 @@ import time
 from pathlib import Path
 
 import pytest
-from this_build import BACKEND, MEMORY_KIND  # tests/this_build.py: read from the build
 
 from app.chat.session import title_from
 from app.conversations.store import Message, default_path, open_store
 from app.settings.values import AppSettings, save_settings
 from engine.modelfiles.embedded import EMBEDDED_GEMMA, SMOLLM2_FILE
 
+from support.children import child_env
+from support.this_build import BACKEND, MEMORY_KIND
+
+pytestmark = pytest.mark.slow  # the app in child processes, killed and smoke-tested
+
 ROOT = Path(__file__).resolve().parents[2]
 COUNTING = "Count from 1 to 500, separated by commas: " + ", ".join(str(i) for i in range(1, 31)) + ","
-
-
-def child_env(dirs):
-    # PYTHONFAULTHANDLER: a child that crashes in native code (once rc -11 in CI, not reproduced) leaves a stack.
-    env = dict(
-        os.environ,
-        QT_QPA_PLATFORM="offscreen",
-        SPECCHAT_CONFIG_DIR=str(dirs / "config"),
-        SPECCHAT_DATA_DIR=str(dirs / "data"),
-        PYTHONFAULTHANDLER="1",
-    )
-    env.pop("SPECCHAT_CACHE_DIR", None)
-    return env
 
 
 def newest_reply(db_path):
@@ -49,7 +40,7 @@ def newest_reply(db_path):
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
-def test_kill_9_mid_response_loses_nothing_saved(dirs, model_file, make_window, qtbot):
+def test_kill_9_mid_response_loses_nothing_saved(dirs, gemma_path, make_window, qtbot):
     store, _ = open_store()
     earlier = store.create_conversation("Earlier chat")
     store.add_message(earlier, Message(None, "user", "An earlier question"))

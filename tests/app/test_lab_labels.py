@@ -6,12 +6,13 @@ field names the built-in model while the run gets its key. A saved results docum
 import json
 
 import pytest
-from conftest import collect_garbage_now  # noqa: E402 - tests/app/conftest.py
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox, QStyle
 
 from engine.lab.report import best_draft_length
 from engine.modelfiles.embedded import DISPLAY_NAMES, EMBEDDED, EMBEDDED_GEMMA
+
+from support.window import collect_garbage_now
 
 # Acceptance by draft slot and step times by verified rows, as a CPU run of prompt lookup reads them: the
 # best fixed draft length for one chat comes out at 6, well under the chat's cap of 48.

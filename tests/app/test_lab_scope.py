@@ -7,10 +7,11 @@ loads them, so no model has to run; one test goes through the chat window's menu
 import json
 
 import pytest
-from conftest import collect_garbage_now  # tests/app/conftest.py
 
 from engine.lab.compare import compare
 from engine.modelfiles.embedded import DISPLAY_NAMES, EMBEDDED
+
+from support.window import collect_garbage_now
 
 QWEN = "/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 QWEN_DRAFT = "/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
@@ -115,11 +116,11 @@ def test_the_form_starts_on_the_chats_models(lab):
 def test_plain_decoding_turns_speculation_off_and_keeps_the_chats_method(make_window, qtbot, tmp_path, quick_settings):
     """Model → Speculation lab…, results of the chat's own model where plain decoding wins: Apply turns speculation
     off and nothing else, so turning it back on finds the method the user chose."""
-    from test_every_menu import menu_actions
+    from support.window import menu_actions
 
     window = make_window(quick_settings)
     dict(menu_actions(window))["Model → Speculation lab…"].trigger()
-    lab = window._lab
+    lab = window.tools.lab
     s = window.settings
     lab.set_chat_models(s.model, s.draft, s.effective_method, s.max_draft, s.adaptive)  # as main_window will
     assert (s.method, s.speculation) == ("lookup", True)

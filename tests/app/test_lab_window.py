@@ -4,7 +4,10 @@ ends in advice that can be applied; cancel stops it; results survive a save and 
 import json
 
 import pytest
-from conftest import collect_garbage_now  # tests/app/conftest.py
+
+from support.window import collect_garbage_now
+
+pytestmark = pytest.mark.slow  # lab runs on the real model
 
 RUN_TIMEOUT_MS = 180_000
 
@@ -23,7 +26,7 @@ def tiny_prompts(tmp_path):
 
 
 @pytest.fixture
-def lab(qtbot, model_file, tiny_prompts):
+def lab(qtbot, gemma_path, tiny_prompts):
     from app.lab.window import CUSTOM, LabWindow
 
     window = LabWindow()
@@ -109,13 +112,13 @@ def test_unreadable_results_are_refused(lab, tmp_path):
     assert lab.results is None
 
 
-def test_a_draft_model_offers_auto_and_a_run_measures_it(lab, qtbot, model_file):
+def test_a_draft_model_offers_auto_and_a_run_measures_it(lab, qtbot, gemma_path):
     """The methods that need a draft come with one: typed in, auto (the chat's default with a draft) is ticked and
     the draft model alone may be; a run then measures auto beside the rest, and clearing the draft takes both away."""
     boxes = lab.method_boxes
     assert not boxes["auto"].isEnabled() and not boxes["draft"].isEnabled()
-    lab.model_edit.setEditText(str(model_file))
-    lab.draft_edit.setText(str(model_file))  # the model drafting for itself: small, and the run is about the window
+    lab.model_edit.setEditText(str(gemma_path))
+    lab.draft_edit.setText(str(gemma_path))  # the model drafting for itself: small, and the run is about the window
     assert boxes["auto"].isChecked() and boxes["draft"].isEnabled() and not boxes["draft"].isChecked()
     for level, box in lab.level_boxes.items():
         box.setChecked(level == 1)
@@ -147,17 +150,17 @@ def test_a_cancelled_run_leaves_the_earlier_results_in_place(lab, qtbot):
     assert "earlier results are shown again" in lab.status.text() and lab.save_button.isEnabled()
 
 
-def test_the_lab_runs_the_chats_models_and_its_verdict_names_them(lab, qtbot, model_file):
+def test_the_lab_runs_the_chats_models_and_its_verdict_names_them(lab, qtbot, gemma_path):
     """The chat window passes its models (set_chat_models): the form starts on them, the run measures them, the
     verdict names them, and Apply is not refused for measuring other models."""
-    lab.set_chat_models(str(model_file), None, "lookup", 4, False)
-    assert lab.model_edit.currentText() == str(model_file) and lab.max_draft.value() == 4
+    lab.set_chat_models(str(gemma_path), None, "lookup", 4, False)
+    assert lab.model_edit.currentText() == str(gemma_path) and lab.max_draft.value() == 4
     for level, box in lab.level_boxes.items():
         box.setChecked(level == 1)
     with qtbot.waitSignal(lab.runFinished, timeout=RUN_TIMEOUT_MS) as done:
         lab.run_button.click()
     results = done.args[0]
-    assert results["env"]["model"] == str(model_file) and results["settings"]["max_draft"] == 4
+    assert results["env"]["model"] == str(gemma_path) and results["settings"]["max_draft"] == 4
     verdict = lab.advice.text()
     assert f"Measured: {results['env']['model_name']}, on this machine" in verdict
     assert "by per-request tok/s" in verdict and "Small sample" in verdict  # 16 tokens a cell, one run

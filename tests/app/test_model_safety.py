@@ -11,11 +11,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from app.settings.values import AppSettings, load_settings, save_settings
 from engine.modelfiles.embedded import embedded_model_path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
-from damaged_models import with_duplicate_token, write_tiny_mamba  # noqa: E402
+from support.damaged_models import with_duplicate_token, write_tiny_mamba
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,6 +44,7 @@ def wait_for(condition, timeout: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+@pytest.mark.slow
 def test_a_saved_damaged_model_does_not_crash_the_launch(dirs):
     bad, _ = with_duplicate_token(embedded_model_path(), dirs / "damaged.gguf")
     (dirs / "config").mkdir()
@@ -58,6 +60,7 @@ def test_a_saved_damaged_model_does_not_crash_the_launch(dirs):
         child.wait(30)
 
 
+@pytest.mark.slow
 def test_a_crash_while_loading_is_not_repeated_at_the_next_start(dirs, make_window, quick_settings):
     mine = dirs / "my-model.gguf"
     shutil.copyfile(embedded_model_path(), mine)  # the user's own file, which (let us say) crashes SpecChat
@@ -88,6 +91,7 @@ def test_a_recurrent_model_chats_without_speculation_and_says_why(dirs, make_win
     assert any("recurrent or hybrid" in text for text in window.notices.texts())
 
 
+@pytest.mark.slow
 def test_pasted_text_with_a_lone_surrogate_is_answered_and_saved(make_window, wait_response, quick_settings):
     window = make_window(quick_settings)
     assert window.session.send("Broken paste: \ud800 end. Pairs stay: \U0001f600")  # as --send or a paste passes it
@@ -97,6 +101,7 @@ def test_pasted_text_with_a_lone_surrogate_is_answered_and_saved(make_window, wa
     assert saved[0].content == "Broken paste: \ufffd end. Pairs stay: \U0001f600"
 
 
+@pytest.mark.slow
 def test_a_failed_continue_leaves_the_answer_as_it_was(make_window, wait_response, quick_settings, dirs, qtbot):
     window = make_window(replace(quick_settings, max_tokens=6))
     window.session.send("Count: 1, 2, 3, 4,")

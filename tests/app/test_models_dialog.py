@@ -2,7 +2,6 @@
 connection, can be cancelled and resumed, and shows up as selectable; the draft picker offers only
 compatible drafts and says why the others are not usable."""
 
-import sys
 import threading
 from pathlib import Path
 
@@ -10,15 +9,17 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
-from hub_server import Fault, LocalHub, default_tokens, write_tiny_gguf  # noqa: E402
+from app.models.builtin_models import gemma_assembled
+from app.models.dialog import BAR_STEPS, ModelsDialog
+from app.models.model_names import NO_QUANT
+from engine.decoding import pair_check
+from engine.modelfiles import downloads, model_folder, model_store
+from engine.modelfiles.catalog import CatalogPair, ModelFile
+from engine.modelfiles.embedded import DISPLAY_NAMES, EMBEDDED, EMBEDDED_GEMMA, embedded_model_path
+from engine.modelfiles.hub_files import FileRequest
 
-from app.models.builtin_models import gemma_assembled  # noqa: E402
-from app.models.dialog import BAR_STEPS, ModelsDialog  # noqa: E402
-from app.models.model_names import NO_QUANT  # noqa: E402
-from engine.modelfiles import downloads, model_store  # noqa: E402
-from engine.modelfiles.catalog import CatalogPair, ModelFile  # noqa: E402
-from engine.modelfiles.embedded import DISPLAY_NAMES, EMBEDDED, EMBEDDED_GEMMA, embedded_model_path  # noqa: E402
+from support.hub_server import Fault, LocalHub
+from support.tiny import default_tokens, write_tiny_gguf
 
 TARGET_REPO, DRAFT_REPO = "tester/tiny-target-GGUF", "tester/tiny-draft-GGUF"
 BUILT_IN = set(DISPLAY_NAMES.values())  # listed first in the Installed tab
@@ -85,6 +86,7 @@ def drafts(dialog):
     )
 
 
+@pytest.mark.slow
 def test_a_pair_downloads_with_progress_survives_a_cut_and_becomes_selectable(qtbot, hub, catalog, files):
     hub.add_fault("target.gguf", Fault(cut_after=1_000_000))
     dialog = open_dialog(qtbot, catalog=catalog)
@@ -136,7 +138,7 @@ def test_a_download_can_be_cancelled_and_resumed(qtbot, hub, catalog, files):
     assert not dialog.draft_bar.isVisible()  # a stopped download leaves no half-full bar behind
     assert dialog.download_button.text() == "Resume"
     assert dialog.pairs_table.item(0, 2).text().startswith("Partly downloaded")
-    kept = downloads.partial_bytes(downloads.FileRequest(DRAFT_REPO, "draft.gguf"))
+    kept = model_folder.partial_bytes(FileRequest(DRAFT_REPO, "draft.gguf"))
     assert kept > 0
 
     with qtbot.waitSignal(dialog.downloadFinished, timeout=30_000):
@@ -145,6 +147,7 @@ def test_a_download_can_be_cancelled_and_resumed(qtbot, hub, catalog, files):
     assert len(hub.byte_requests("target.gguf")) == 1  # the finished target was not fetched again
 
 
+@pytest.mark.slow
 def test_the_draft_picker_offers_only_compatible_drafts_and_says_why_not(qtbot, hub, files):
     for name in ("target", "draft", "mismatch"):
         model_store.add_local_model(files[name])
@@ -194,10 +197,11 @@ def test_closing_during_a_download_stops_it_and_keeps_what_arrived(qtbot, hub, c
     threading.Timer(0.3, hub.release).start()
     dialog.close()  # waits for the worker, which stops at the next piece of data
     assert not dialog.isVisible()
-    assert downloads.partial_bytes(downloads.FileRequest(TARGET_REPO, "target.gguf")) > 0
-    assert not downloads.local_path(TARGET_REPO, "target.gguf").exists()
+    assert model_folder.partial_bytes(FileRequest(TARGET_REPO, "target.gguf")) > 0
+    assert not model_folder.local_path(TARGET_REPO, "target.gguf").exists()
 
 
+@pytest.mark.slow
 def test_models_are_named_by_file_or_added_name_and_quantization_never_their_internal_name(qtbot, hub, tmp_path):
     """SmolLM2's file calls itself "Smollm2 135M 8k Lc100K Mix1 Ep2" inside; copies of it are shown by the name they
     were added with (an Ollama blob's name:tag) or their file's name, with the quantization its header states."""
@@ -256,20 +260,21 @@ def test_choosing_a_target_preselects_its_one_compatible_draft_but_keeps_a_chose
     assert chosen.args == [str(files["target"]), None]
 
 
+@pytest.mark.slow
 def test_the_built_in_gemma_drafts_once_assembled_and_costs_nothing_for_other_vocabularies(
-    qtbot, hub, model_file, tmp_path, monkeypatch
+    qtbot, hub, gemma_path, tmp_path, monkeypatch
 ):
     loaded = []
-    check = model_store.check_drafts
+    check = pair_check.check_drafts
     monkeypatch.setattr(
-        model_store, "check_drafts", lambda target, drafts, *a: check(target, loaded.extend(drafts) or drafts, *a)
+        pair_check, "check_drafts", lambda target, drafts, *a: check(target, loaded.extend(drafts) or drafts, *a)
     )
-    model_store.add_local_model(model_file)  # a Gemma target: the built-in Gemma (the same file) can draft for it
-    gemma = str(model_file.resolve())
+    model_store.add_local_model(gemma_path)  # a Gemma target: the built-in Gemma (the same file) can draft for it
+    gemma = str(gemma_path.resolve())
     dialog = open_dialog(qtbot)
     usable, unusable = drafts(dialog)
     assert "vocabulary types" in unusable[EMBEDDED_GEMMA]  # listed for SmolLM2, and ruled out...
-    assert model_file.resolve() not in [p.resolve() for p in loaded]  # ...from its header: its vocabulary not loaded
+    assert gemma_path.resolve() not in [p.resolve() for p in loaded]  # ...from its header: its vocabulary not loaded
 
     choose_target(qtbot, dialog, gemma)
     assert dialog.draft_combo.currentData() == EMBEDDED_GEMMA  # the one draft that fits, preselected

@@ -9,21 +9,22 @@ SmolLM2 135M (whose second copy stands in as its draft) and Gemma 3 270M otherwi
 import json
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
-from conftest import PASSAGE  # noqa: E402
-from hub_server import LocalHub, write_tiny_gguf  # noqa: E402
+from app.models import search_tab as search_tab_module
+from app.models.dialog import ModelsDialog
+from engine.measure.real_pair import DRAFT, TARGET, pair_dir
+from engine.modelfiles import downloads
+from engine.modelfiles.embedded import embedded_model_path
 
-from app.models import search_tab as search_tab_module  # noqa: E402
-from app.models.dialog import ModelsDialog  # noqa: E402
-from engine.measure.real_pair import DRAFT, TARGET, pair_dir  # noqa: E402
-from engine.modelfiles import downloads  # noqa: E402
-from engine.modelfiles.embedded import embedded_model_path  # noqa: E402
+from support.hub_server import LocalHub
+from support.tiny import write_tiny_gguf
+from support.window import PASSAGE
+
+pytestmark = pytest.mark.slow  # downloads from a local hub, then real answers
 
 SMOL_REPO, SMOL_FILE = "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF", "smollm2-135m-instruct-q4_1.gguf"
 SMOL_TWIN = "second-uploader/SmolLM2-135M-Instruct-GGUF"  # the same file from another uploader: a usable draft
@@ -121,8 +122,8 @@ def test_downloading_target_and_draft_lets_the_chat_answer_with_auto(
     qtbot, hub, make_window, quick_settings, wait_response
 ):
     window = make_window(quick_settings)
-    window.open_models_dialog()
-    dialog = window._models_dialog
+    window.tools.open_models_dialog()
+    dialog = window.tools.models_dialog
     tab = search_tab(dialog, qtbot)
     pair = qwen_pair()
     if pair:  # the real pair: the 0.5B fits the 1.5B, the decoy with SmolLM2's vocabulary does not
@@ -239,8 +240,8 @@ def test_models_other_apps_keep_are_listed_and_one_added_loads_where_it_is(
     monkeypatch.delenv("OLLAMA_MODELS", raising=False)
 
     window = make_window(quick_settings)
-    window.open_models_dialog()
-    dialog = window._models_dialog
+    window.tools.open_models_dialog()
+    dialog = window.tools.models_dialog
     tab = dialog.local_tab
     with qtbot.waitSignal(tab.looked, timeout=30_000):
         dialog.tabs.setCurrentWidget(tab)

@@ -10,12 +10,14 @@ from dataclasses import replace
 
 import pytest
 from PySide6.QtCore import Qt
-from test_server_panel import start
 
 import engine.decoding.calibration as calibration
 from engine.decoding import step_timings
-from engine.decoding.cost_model import calibration_sizes
-from tests.app.conftest import handled_on_gui
+from engine.decoding.calibration import calibration_sizes
+
+from support.window import handled_on_gui, start
+
+pytestmark = pytest.mark.slow  # step timings and a server in the window
 
 
 def watch_timing(monkeypatch) -> list[list[int]]:

@@ -13,6 +13,8 @@ from app.settings.presets import DEFAULT_NAME, Preset, PresetBook, load_presets,
 from app.settings.values import AppSettings, settings_path
 from engine.errors import InvalidSettingError
 
+pytestmark = pytest.mark.slow  # chats restarted and answered with each preset
+
 
 def answer_name(monkeypatch, name: str) -> None:
     """The next 'Preset name' prompt is answered with name (a modal prompt would block the test)."""

@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from PySide6.QtNetwork import QLocalServer
 
 from app.settings.values import load_settings
@@ -15,6 +16,7 @@ from app.single_instance import hand_over, instance_name
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_saving_never_raises_into_the_window(make_window, dirs, monkeypatch):
     window = make_window()
     window.apply_settings(window.settings.merged({"system_prompt": "half an emoji: \ud83d"}))
@@ -29,7 +31,8 @@ def test_saving_never_raises_into_the_window(make_window, dirs, monkeypatch):
     assert any(t.startswith("Settings could not be saved (") for t in window.notices.texts())
 
 
-def test_the_app_starts_when_its_folders_cannot_be_written(tmp_path, qapp, qtbot, model_file):
+@pytest.mark.slow
+def test_the_app_starts_when_its_folders_cannot_be_written(tmp_path, qapp, qtbot, gemma_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     env = dict(

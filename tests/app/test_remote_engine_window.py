@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 from PySide6.QtWidgets import QDialogButtonBox
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
-from remote_server import DONE, HostileServer, drafting_specchat_server, event, specchat_server  # noqa: E402
+from app.chat.engine_picker import REMOTE
+from engine.remote.keys import saved_key
 
-from app.chat.engine_picker import REMOTE  # noqa: E402
-from engine.remote.keys import saved_key  # noqa: E402
+from support.remote_server import DONE, HostileServer, drafting_specchat_server, event, specchat_server
+
+pytestmark = pytest.mark.slow  # real servers and the window, answer after answer
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-remote-test-key-1234"
@@ -130,8 +131,8 @@ def test_a_server_that_is_not_there_fails_the_answer_and_the_window_goes_on(
     assert failed.status == "error" and "Could not reach http://127.0.0.1:9" in failed.notice
 
     # Compare runs on this machine's engine, and says so for a chat answered elsewhere.
-    window.open_compare()
-    compare = window._compare
+    window.tools.open_compare()
+    compare = window.tools.compare
     compare.max_tokens.setValue(4)
     with qtbot.waitSignal(compare.comparisonFinished, timeout=120_000):
         compare.start()
@@ -186,7 +187,7 @@ def test_the_dialog_warns_about_plain_http_beyond_this_machine_and_refuses_a_bad
 
 
 def test_the_smoke_test_answers_through_a_remote_engine(server, dirs):
-    from test_kill_and_smoke import child_env
+    from support.children import child_env
 
     env = dict(child_env(dirs), REMOTE_KEY=KEY)
     result = subprocess.run(
@@ -360,7 +361,7 @@ def test_a_servers_answer_and_error_naming_local_files_read_none_of_them(
 ):
     """What a server sends is rendered like a local answer (app/safe_text.py): its images and its error text's
     HTML load nothing, whichever widget shows them (the message, its error line, a notice)."""
-    from fifo_trap import FifoTrap
+    from support.fifo_trap import FifoTrap
 
     with FifoTrap(tmp_path / "remote.fifo") as trap:
         hostile = f'![x]({trap.url}) <img src="{trap.url}">'

@@ -1,22 +1,11 @@
 """Markdown rendering and the accepted-draft highlight, which must land on the right words."""
 
+import pytest
 from PySide6.QtGui import QTextCursor, QTextDocument
 
-from app.chat.render import DRAFT_COLOR, align, draft_runs, render, render_code
+from app.chat.render import DRAFT_COLOR, align, render, render_code, shaded_runs
 
-
-def highlighted(doc: QTextDocument) -> str:
-    """The rendered characters that carry the draft highlight."""
-    out = []
-    for pos in range(doc.characterCount() - 1):
-        c = QTextCursor(doc)
-        c.setPosition(pos)
-        c.setPosition(pos + 1, QTextCursor.MoveMode.KeepAnchor)
-        if c.charFormat().background().color() == DRAFT_COLOR:
-            out.append(doc.characterAt(pos))
-        else:
-            out.append("_")
-    return "".join(out)
+from support.window import highlighted, store_conversation
 
 
 def test_align_skips_markdown_syntax():
@@ -30,8 +19,8 @@ def test_align_skips_markdown_syntax():
 def test_draft_runs_map_source_spans_to_rendered_positions():
     source = "Say **hello world** now"
     start = source.index("hello")
-    runs = draft_runs("Say hello world now", source, [[start, start + len("hello")]])
-    assert runs == [(4, 9)]
+    runs = shaded_runs("Say hello world now", source, [[start, start + len("hello")]])
+    assert runs == [(4, 9, DRAFT_COLOR)]
 
 
 def test_render_highlights_the_drafted_words_through_markdown(qapp):
@@ -161,24 +150,14 @@ import threading  # noqa: E402
 import time  # noqa: E402
 from dataclasses import replace  # noqa: E402
 
-from conftest import STALL_LIMIT_S  # noqa: E402 - tests/app/conftest.py
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
+
+from support.window import STALL_LIMIT_S  # noqa: E402
 
 CODE = 'def greet(name):\n    return f"Hello, {name}!"\n\n\nprint(greet("world"))  # say hi'
 ANSWER = f"Here is the function:\n\n```python\n{CODE}\n```\nCall it with any name.\n\n```\nfor i in range(3):\n    print(i)\n```"
 THOUGHT_ANSWER = "<think>\nSix sevens: 6, 12, 18, 24, 30, 36, 42.\n</think>\n\n6 × 7 = **42**."
-
-
-def store_conversation(*messages):
-    """A conversation saved before the window opens: (role, content, stats) per message."""
-    from app.conversations.store import ConversationStore, Message, default_path
-
-    store = ConversationStore(default_path())
-    cid = store.create_conversation("Saved")
-    for role, content, stats in messages:
-        store.add_message(cid, Message(None, role, content, stats=stats))
-    store.close()
 
 
 def colours(doc: QTextDocument) -> set[str]:
@@ -248,6 +227,7 @@ def test_a_streaming_code_block_grows_by_its_new_text_with_its_draft_spans(qtbot
     assert marks == highlighted(whole) and "f(x):" in marks and "x + 1" not in marks, marks
 
 
+@pytest.mark.slow
 def test_a_thought_is_folded_and_left_out_of_the_next_prompt(make_window, qtbot, wait_response, quick_settings):
     store_conversation(
         ("user", "What is 6 times 7?", None), ("assistant", THOUGHT_ANSWER, {"tokens_per_s": 50.0, "thought_s": 3.24})
@@ -273,6 +253,7 @@ def test_a_thought_is_folded_and_left_out_of_the_next_prompt(make_window, qtbot,
     assert wait_response(window).status == "done"
 
 
+@pytest.mark.slow
 def test_a_live_thought_shows_thinking_then_its_measured_time_which_is_saved(
     make_window, qtbot, wait_response, quick_settings
 ):
@@ -310,6 +291,7 @@ def test_a_live_thought_shows_thinking_then_its_measured_time_which_is_saved(
     assert saved.stats["thought_s"] == reply.stats["thought_s"]  # kept with the stats: it survives a restart
 
 
+@pytest.mark.slow
 def test_streaming_a_long_code_block_never_stalls_the_window(
     make_window, qtbot, wait_response, quick_settings, stall_probe, monkeypatch
 ):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import re
 import socket
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,10 +19,9 @@ from app.chat.engine_picker import REMOTE
 from app.settings.values import load_settings
 from engine.chat_format import ChatFormatter
 from engine.decoding.runtime import LoadSettings, Model
-from tests.app.test_every_menu import menu_actions
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
-from test_hostile_templates import CHATML, hostile_gguf  # noqa: E402
+from support.hostile_templates import CHATML, hostile_gguf
+from support.window import menu_actions
 
 # As Gemma's, Qwen's and Llama's own templates begin: they read messages[0], which an empty chat does not have.
 READS_FIRST = "{% if messages[0]['role'] == 'system' %}{% set lead = messages[0]['content'] %}{% endif %}" + CHATML
@@ -51,6 +49,7 @@ def system_theme():
 
 
 # --- 1. a new chat's context count ---------------------------------------------------------------
+@pytest.mark.slow
 def test_a_new_chat_shows_its_own_count_at_once_never_the_last_chats(
     make_window, qtbot, wait_response, quick_settings, caplog
 ):
@@ -68,6 +67,7 @@ def test_a_new_chat_shows_its_own_count_at_once_never_the_last_chats(
     assert not [r for r in caplog.records if "token count failed" in r.getMessage()]
 
 
+@pytest.mark.slow
 def test_an_empty_chat_on_a_template_that_reads_the_first_message_counts_0_then_its_system_prompt(
     make_window, qtbot, dirs, caplog, monkeypatch
 ):
@@ -95,8 +95,8 @@ def test_an_empty_chat_on_a_template_that_reads_the_first_message_counts_0_then_
 
 # --- 2. the status bar at 800×600 ----------------------------------------------------------------
 def start_server(window, qtbot) -> None:
-    window.open_server()
-    panel = window._server
+    window.tools.open_server()
+    panel = window.tools.server
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         panel.port.setValue(sock.getsockname()[1])
@@ -123,6 +123,7 @@ def assert_segments_fit(window) -> list:
     return segments
 
 
+@pytest.mark.slow
 def test_the_status_bar_segments_never_overlap_at_800_by_600(make_window, qtbot, quick_settings):
     window = make_window(quick_settings)
     window.resize(800, 600)
@@ -159,6 +160,7 @@ def test_the_status_bar_segments_never_overlap_at_800_by_600(make_window, qtbot,
 
 
 # --- 3. the title follows a rename; an import is marked --------------------------------------------
+@pytest.mark.slow
 def test_the_window_title_follows_a_rename_in_the_sidebar(make_window, qtbot, wait_response, quick_settings):
     window = make_window(quick_settings)
     window.input.setPlainText("Name a colour.")
@@ -175,17 +177,18 @@ def test_the_window_title_follows_a_rename_in_the_sidebar(make_window, qtbot, wa
     assert window.windowTitle() == "Colours — SpecChat"
 
 
+@pytest.mark.slow
 def test_an_imported_copy_never_has_its_originals_title(make_window, qtbot, wait_response, quick_settings, tmp_path):
     window = make_window(quick_settings)
     window.input.setPlainText("Name a colour.")
     window.send_message()
     wait_response(window)
-    assert window.export_conversation(tmp_path / "chat.json")
-    first = window.import_conversation(tmp_path / "chat.json")
+    assert window.files.export_conversation(tmp_path / "chat.json")
+    first = window.files.import_conversation(tmp_path / "chat.json")
     assert window.store.conversation(first).title == "Name a colour. (imported)"
     assert window.windowTitle() == "Name a colour. (imported) — SpecChat"
-    assert window.export_conversation(tmp_path / "copy.json")  # the imported one, exported and imported again
-    second = window.import_conversation(tmp_path / "copy.json")
+    assert window.files.export_conversation(tmp_path / "copy.json")  # the imported one, exported and imported again
+    second = window.files.import_conversation(tmp_path / "copy.json")
     titles = [c.title for c in window.store.conversations()]
     assert len(titles) == len(set(titles)) == 3
     assert window.store.conversation(second).title == "Name a colour. (imported 2)"
@@ -211,6 +214,7 @@ def answer_file_dialog(seen: list, choose: Path | None) -> None:
     QTimer.singleShot(50, act)
 
 
+@pytest.mark.slow
 def test_the_export_name_is_shell_safe_and_the_dialogs_start_where_the_last_file_was(
     make_window, qtbot, wait_response, quick_settings, tmp_path
 ):
@@ -245,6 +249,7 @@ def test_the_export_name_is_shell_safe_and_the_dialogs_start_where_the_last_file
 
 
 # --- 5. light, dark or the system's --------------------------------------------------------------
+@pytest.mark.slow
 def test_the_theme_is_chosen_in_the_view_menu_applied_at_once_and_at_start(
     make_window, qtbot, quick_settings, system_theme
 ):
@@ -277,6 +282,7 @@ def test_the_theme_is_chosen_in_the_view_menu_applied_at_once_and_at_start(
 
 
 # --- 6. a shortcut copies the last answer ----------------------------------------------------------
+@pytest.mark.slow
 def test_ctrl_shift_c_copies_the_last_answer(make_window, qtbot, wait_response, quick_settings):
     window = make_window(quick_settings)
     copy = action(window, "Edit → Copy last answer")

@@ -11,24 +11,9 @@ import httpx
 import pytest
 from PySide6.QtCore import Qt
 
-from tests.app.conftest import PASSAGE, handled_on_gui
+from support.window import PASSAGE, handled_on_gui, start
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start(window, qtbot, **values):
-    window.open_server()
-    panel = window._server
-    panel.port.setValue(free_port())
-    for key, value in values.items():
-        getattr(panel, key).setText(value) if isinstance(value, str) else getattr(panel, key).setChecked(value)
-    with handled_on_gui(qtbot, window.engine.worker.serverStarted, 60_000):
-        qtbot.mouseClick(panel.start_button, Qt.MouseButton.LeftButton)
-    return panel
+pytestmark = pytest.mark.slow  # long flows: the window serving its model to clients
 
 
 def test_the_window_serves_its_model_and_its_chat_shares_the_batch(make_window, qtbot, wait_response, quick_settings):
@@ -87,8 +72,8 @@ def test_the_window_serves_its_model_and_its_chat_shares_the_batch(make_window, 
 
 def test_the_network_needs_a_key_and_a_key_is_enforced(make_window, qtbot, quick_settings):
     window = make_window(quick_settings)
-    window.open_server()
-    panel = window._server
+    window.tools.open_server()
+    panel = window.tools.server
     panel.lan.setChecked(True)
     qtbot.mouseClick(panel.start_button, Qt.MouseButton.LeftButton)
     assert "API key" in panel.status.text() and panel.running is None
@@ -137,8 +122,8 @@ def test_a_port_in_use_is_reported_and_the_chat_keeps_working(make_window, qtbot
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
-        window.open_server()
-        panel = window._server
+        window.tools.open_server()
+        panel = window.tools.server
         panel.port.setValue(taken.getsockname()[1])
         with handled_on_gui(qtbot, window.engine.worker.serverFailed, 60_000):
             qtbot.mouseClick(panel.start_button, Qt.MouseButton.LeftButton)
@@ -263,8 +248,8 @@ def test_the_api_key_is_masked_until_shown(make_window, qtbot, quick_settings):
     from PySide6.QtWidgets import QLineEdit
 
     window = make_window(replace(quick_settings, server_api_key="sesame-secret-key"), wait_loaded=False)
-    window.open_server()
-    panel = window._server
+    window.tools.open_server()
+    panel = window.tools.server
     assert panel.api_key.echoMode() == QLineEdit.EchoMode.Password
     assert "sesame" not in panel.api_key.displayText()  # what the screen shows
     qtbot.mouseClick(panel.show_key, Qt.MouseButton.LeftButton)

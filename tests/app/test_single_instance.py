@@ -10,11 +10,14 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtNetwork import QLocalServer
-from test_kill_and_smoke import ROOT, child_env  # noqa: E402 - tests/app/
 
 from app.conversations.store import FILE_NAME
 from app.settings.values import AppSettings, save_settings
 from app.single_instance import claim, hand_over, instance_name
+
+from support.children import ROOT, child_env
+
+pytestmark = pytest.mark.slow  # two launches in child processes
 
 
 def newest_user_message(db_path):
@@ -28,7 +31,7 @@ def newest_user_message(db_path):
         db.close()
 
 
-def test_a_second_launch_hands_over_to_the_first_and_exits(dirs, model_file):
+def test_a_second_launch_hands_over_to_the_first_and_exits(dirs, gemma_path):
     save_settings(AppSettings(max_tokens=4, threads=1, n_ctx=512))  # the forwarded message gets a short answer
     db_path = dirs / "data" / FILE_NAME
     first_log = dirs / "first.log"

@@ -11,15 +11,17 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from PySide6.QtCore import Qt
 
-import app.chat.session as chat_session
+import app.chat.response as chat_response
 from app.settings.values import AppSettings, save_settings
 from engine.modelfiles.embedded import EMBEDDED_GEMMA
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
-from test_hostile_templates import hostile_gguf  # noqa: E402
-from test_server_limits import SPINS_ON_W9  # noqa: E402
+from support.hostile_templates import hostile_gguf
+from support.serving import SPINS_ON_W9
+
+pytestmark = pytest.mark.slow  # stuck engines and spinning templates in the window
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,7 +35,7 @@ def test_a_spinning_template_shows_a_stall_then_the_answer_comes_in_its_family_f
     make_window, qtbot, dirs, monkeypatch
 ):
     monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(dirs / "cache"))
-    monkeypatch.setattr(chat_session, "STALL_AFTER_S", 1.0)
+    monkeypatch.setattr(chat_response, "STALL_AFTER_S", 1.0)
     path = hostile_gguf(dirs / "spins-on-w9.gguf", SPINS_ON_W9, complete=True)
     window = make_window(AppSettings(model=str(path), temperature=0.0, max_tokens=4, n_ctx=256, threads=1))
     send(window, qtbot, "w9")  # the probe's conversation passed; this one spins until the sandbox stops it
@@ -70,7 +72,7 @@ def test_stop_ends_the_answer_in_the_window_even_when_the_engine_is_stuck(make_w
     qtbot.mouseClick(window.send_button, Qt.MouseButton.LeftButton)  # the button reads Stop now
     pressed = time.monotonic()
     qtbot.waitUntil(lambda: not window.session.busy, timeout=10_000)
-    assert time.monotonic() - pressed < chat_session.STOP_GRACE_S + 2
+    assert time.monotonic() - pressed < chat_response.STOP_GRACE_S + 2
     answer = window.session.model.items[-1]
     assert answer.status == "stopped" and "did not stop within" in answer.notice
     assert window.send_button.text() == "Send"

@@ -9,19 +9,23 @@ import sys
 from dataclasses import replace
 
 import psutil
+import pytest
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QGuiApplication
-from test_every_menu import menu_actions  # tests/app/test_every_menu.py
 
 from engine.lab.doctor import BUSY_CPU_PERCENT
 from engine.modelfiles.embedded import resolve_model
+
+from support.window import menu_actions
+
+pytestmark = pytest.mark.slow  # the system check measures the real model for minutes
 
 GIB = 2**30
 
 
 def open_check(window, qtbot):
     dict(menu_actions(window))["Help → System check…"].trigger()
-    dialog = window._system_check
+    dialog = window.tools.system_check
     qtbot.waitUntil(lambda: dialog.isVisible() and not dialog.running, timeout=120_000)
     return dialog
 

@@ -1,28 +1,17 @@
 """Text from outside SpecChat (an answer, a saved or imported chat, an error, a model's name) never reads a local
 file, and its links open only http(s) and mailto, after the user has seen the address (app/safe_text.py).
 
-Each case uses a FIFO trap (fifo_trap.py): on the code before safe_text, Qt opened it on the GUI thread."""
+Each case uses a FIFO trap (support/fifo_trap.py): on the code before safe_text, Qt opened it on the GUI thread."""
 
 from __future__ import annotations
 
-import time
-
-from fifo_trap import FifoTrap
+import pytest
 from PySide6.QtCore import QEvent, QObject, QPoint, Qt, QTimer, QUrl, Slot
 from PySide6.QtGui import QDesktopServices, QHelpEvent, QTextCursor
 from PySide6.QtWidgets import QApplication, QMessageBox
 
-
-def streams(text: str, piece: int = 40):
-    """A stand-in for the decoder's generate: the answer's text is fixed (the embedded model will not write it)."""
-    from engine.decoding.answer import Delta
-
-    def generate(*_args, **_kwargs):
-        for i in range(0, len(text), piece):
-            time.sleep(0.002)
-            yield Delta(tokens=[], segments=[(text[i : i + piece], False)])
-
-    return generate
+from support.fifo_trap import FifoTrap
+from support.window import streams
 
 
 class UrlCatcher(QObject):
@@ -116,6 +105,7 @@ def test_a_saved_conversation_with_a_fifo_image_opens_at_launch(make_window, qtb
         assert trap.opened == 0
 
 
+@pytest.mark.slow
 def test_a_file_link_is_text_and_a_web_link_asks_first(make_window, qtbot, wait_response, quick_settings):
     catcher = UrlCatcher()
     for scheme in ("http", "https", "file", "smb", "javascript"):
@@ -182,6 +172,7 @@ def test_notices_message_boxes_and_tooltips_read_no_file(make_window, qtbot, qui
         assert trap.opened == 0
 
 
+@pytest.mark.slow
 def test_a_model_whose_name_is_html_loads_and_shows_it_as_text(
     make_window, qtbot, quick_settings, tmp_path, monkeypatch
 ):

@@ -2,11 +2,13 @@
 
 from dataclasses import replace
 
+import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QTextDocument
-from test_render import highlighted  # tests/app/test_render.py
 
 from app.chat.render import render, render_code
+
+from support.window import highlighted
 
 
 def shaded_runs(doc: QTextDocument) -> list[str]:
@@ -27,6 +29,7 @@ def test_draft_shading_neither_starts_nor_ends_on_whitespace(qapp):
     assert shaded_runs(code_doc) == ["= 1", "x +"]
 
 
+@pytest.mark.slow
 def test_editing_a_message_leaves_the_sidebar_as_wide_as_it_was(make_window, qtbot, wait_response, quick_settings):
     window = make_window(replace(quick_settings, max_tokens=8))
     window.session.send("Name a colour.")
@@ -39,7 +42,7 @@ def test_editing_a_message_leaves_the_sidebar_as_wide_as_it_was(make_window, qtb
     assert window.edit_label.isVisible()
     assert (window.splitter.sizes(), window.panel.width()) == (sizes, width)
 
-    window.cancel_edit()
+    window.chat.cancel_edit()
     qtbot.wait(50)
     assert not window.edit_label.isVisible()
     assert (window.splitter.sizes(), window.panel.width()) == (sizes, width)
@@ -59,6 +62,7 @@ def sidebar_title(window) -> str:
     return rows[window.panel.model.row_of(window.session.conversation_id)].title
 
 
+@pytest.mark.slow
 def test_editing_the_first_question_retitles_the_chat(make_window, qtbot, wait_response, quick_settings):
     window = make_window(replace(quick_settings, max_tokens=8))
     window.session.send("What is the capital of France?")
@@ -74,6 +78,7 @@ def test_editing_the_first_question_retitles_the_chat(make_window, qtbot, wait_r
     assert sidebar_title(window).startswith("What is the capital")
 
 
+@pytest.mark.slow
 def test_a_title_the_user_chose_stays_when_the_first_question_is_edited(
     make_window, qtbot, wait_response, quick_settings
 ):

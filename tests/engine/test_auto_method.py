@@ -4,19 +4,19 @@ The real Gemma 3 270M is the target and a second copy of it the draft; step and 
 test_draft_path), so what is chosen follows the real acceptance and the pinned machine, not what else runs."""
 
 import pytest
-from step_costs import ONE_ROW_S, pin_draft_costs, pin_step_costs
 
-from engine.decoding.cost_model import SpeculationConfig
 from engine.decoding.drafting import DRAFT_FEATURE
 from engine.decoding.generate import SpeculativeDecoder
 from engine.decoding.loader import DecoderSettings, make_proposer
 from engine.decoding.proposers.auto import AutoProposer
 from engine.decoding.proposers.draft_model import DraftModelProposer
 from engine.decoding.proposers.lookup import LookupProposer
-from engine.decoding.runtime import LoadSettings, Model
 from engine.decoding.sampling import SamplingParams
+from engine.decoding.speculation_config import SpeculationConfig
 from engine.decoding.step import StepLoop
 from engine.errors import InvalidSettingError
+
+from support.step_costs import ONE_ROW_S, pin_draft_costs, pin_step_costs
 
 GREEDY = SamplingParams(temperature=0.0)
 OPEN = "The best way to spend three days in Kyoto is"  # nothing to copy: the draft's to guess
@@ -27,11 +27,9 @@ COPY = (
 )
 
 
-@pytest.fixture(scope="module")
-def draft(model_path):
-    model = Model(model_path, LoadSettings(n_ctx=2048, threads=2))
-    yield model
-    model.close()
+@pytest.fixture
+def draft(gemma_draft):
+    return gemma_draft  # the session's (tests/engine/conftest.py)
 
 
 def run_traced(target, draft, monkeypatch, draft_token_s: float):
@@ -72,6 +70,7 @@ def run_traced(target, draft, monkeypatch, draft_token_s: float):
     return decoder, answers
 
 
+@pytest.mark.slow
 def test_auto_copies_with_lookup_guesses_with_the_draft_and_never_runs_the_draft_on_a_copy(target, draft, monkeypatch):
     decoder, [(open_out, open_steps), (copy_out, copy_steps)] = run_traced(target, draft, monkeypatch, 0.1 * ONE_ROW_S)
     assert len(open_out) == len(copy_out) == 40 and decoder.stats.method == "auto"
@@ -84,6 +83,7 @@ def test_auto_copies_with_lookup_guesses_with_the_draft_and_never_runs_the_draft
     assert decoder.loop.draft_planner.acceptance.mean_acceptance(DRAFT_FEATURE)[0] > 0.5  # draft = target
 
 
+@pytest.mark.slow
 def test_auto_with_a_draft_that_cannot_pay_is_lookup_alone(target, draft, monkeypatch):
     """A draft token as dear as a target step can never pay (test_draft_path): auto then never drafts with it,
     and its copies are lookup's."""
@@ -104,6 +104,7 @@ def test_auto_proposer_is_built_from_settings(target, draft):
     assert isinstance(proposer.lookup, LookupProposer) and proposer.draft.model is draft
 
 
+@pytest.mark.slow
 def test_with_fixed_lengths_auto_guesses_with_the_draft_where_lookup_has_no_copy(target, draft):
     """adaptive off (Settings' check box): no plan bets on anything, yet the draft still guesses where lookup offers
     nothing (it never did before this was fixed: only rate-bearing plans could win over lookup's empty one)."""

@@ -5,14 +5,15 @@ stats say when it changed."""
 from dataclasses import dataclass
 
 import pytest
-from step_costs import pin_step_costs
 
-from engine.decoding.cost_model import SpeculationConfig
 from engine.decoding.generate import SpeculativeDecoder
 from engine.decoding.proposers.lookup import LookupProposer
 from engine.decoding.sampling import SamplingParams
+from engine.decoding.speculation_config import SpeculationConfig
 from engine.lab.bench import read_prompts
 from engine.paths import resources_dir
+
+from support.step_costs import pin_step_costs
 
 GREEDY = SamplingParams(temperature=0.0)
 TOKENS = 48
@@ -69,6 +70,7 @@ def adaptive_lookup(target, monkeypatch):
     return SpeculativeDecoder(target, LookupProposer(), SpeculationConfig(max_draft=8, adaptive=True))
 
 
+@pytest.mark.slow
 def test_speculation_stays_on_while_the_answer_copies_the_prompt(adaptive_lookup):
     trace = answer(adaptive_lookup, prompt("grounded", "copy-passage"))
     stats = adaptive_lookup.stats
@@ -83,6 +85,7 @@ def test_speculation_stays_on_while_the_answer_copies_the_prompt(adaptive_lookup
     assert stats.verify_steps <= 0.8 * stats.generated
 
 
+@pytest.mark.slow
 def test_speculation_stays_off_on_open_text_and_the_stats_say_so(adaptive_lookup):
     trace = answer(adaptive_lookup, prompt("open", "travel"))
     stats = adaptive_lookup.stats
@@ -95,6 +98,7 @@ def test_speculation_stays_off_on_open_text_and_the_stats_say_so(adaptive_lookup
     assert stats.speculative_steps <= 0.25 * stats.verify_steps, (stats.speculative_steps, stats.verify_steps)
 
 
+@pytest.mark.slow
 def test_speculation_backs_off_when_the_conversation_turns_open(adaptive_lookup):
     """The planner is kept across responses (as in the chat): after a copying answer, open-ended text
     must turn speculation (mostly) off within the answer."""

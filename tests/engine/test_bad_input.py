@@ -3,18 +3,19 @@
 import shutil
 
 import pytest
-from hub_server import write_tiny_gguf
 
-from engine.decoding.cost_model import SpeculationConfig
 from engine.decoding.generate import SpeculativeDecoder
 from engine.decoding.loader import DecoderSettings
 from engine.decoding.proposers.lookup import LookupProposer
 from engine.decoding.runtime import LoadSettings, Model
 from engine.decoding.sampling import SamplingParams
+from engine.decoding.speculation_config import SpeculationConfig
 from engine.errors import ContextOverflowError, InvalidSettingError, ModelFileError, VocabMismatchError
 from engine.lab.bench import main as bench_main
 from engine.modelfiles.embedded import embedded_model_path
 from engine.modelfiles.vocab_check import require_compatible
+
+from support.tiny import write_tiny_gguf
 
 
 def test_missing_file(tmp_path):
@@ -29,9 +30,9 @@ def test_not_a_gguf_file(tmp_path):
         Model(path)
 
 
-def test_truncated_gguf_is_refused_without_killing_the_process(tmp_path, model_path):
+def test_truncated_gguf_is_refused_without_killing_the_process(tmp_path, gemma_path):
     path = tmp_path / "cut.gguf"
-    with open(model_path, "rb") as src, open(path, "wb") as dst:
+    with open(gemma_path, "rb") as src, open(path, "wb") as dst:
         dst.write(src.read(5_000_000))  # a download cut short: a valid header, missing tensors
     with pytest.raises(ModelFileError, match="truncated"):
         Model(path)
@@ -49,8 +50,9 @@ def test_draft_with_another_vocabulary_is_refused(tmp_path, target):
 SHORT_DRAFTS = SpeculationConfig(max_draft=8)
 
 
-def test_prompt_longer_than_the_context(model_path):
-    model = Model(model_path, LoadSettings(n_ctx=256, threads=2))
+@pytest.mark.slow
+def test_prompt_longer_than_the_context(gemma_path):
+    model = Model(gemma_path, LoadSettings(n_ctx=256, threads=2))
     decoder = SpeculativeDecoder(model, LookupProposer(), SHORT_DRAFTS)
     prompt = model.tokenize("word " * 400)
     with pytest.raises(ContextOverflowError, match="context holds 256"):
@@ -60,6 +62,7 @@ def test_prompt_longer_than_the_context(model_path):
     model.close()
 
 
+@pytest.mark.slow
 def test_generation_stops_cleanly_when_the_context_fills():
     model = Model(embedded_model_path(), LoadSettings(n_ctx=64, threads=2))  # SmolLM2: 240 tokens at half Gemma's cost
     decoder = SpeculativeDecoder(model, LookupProposer(), SHORT_DRAFTS)
@@ -114,6 +117,7 @@ def test_bench_cli_reports_bad_input_and_exits_non_zero(tmp_path, capsys):
     assert not (tmp_path / "out.json").exists()
 
 
+@pytest.mark.slow
 def test_bench_cli_end_to_end(tmp_path):
     import json
 

@@ -4,25 +4,19 @@ sequence, and each sequence's KV cache rolled back on its own."""
 
 import time
 
-import greedy_check  # tests/engine/greedy_check.py
 import llama_cpp as L
 import pytest
 
 from engine.decoding.batch_decode import BatchDecoder, BatchRequest
-from engine.decoding.cost_model import (
-    MIN_GAIN,
-    PLAIN_PROBE_EVERY,
-    REALISM_RANGE,
-    DraftPlanner,
-    SpeculationConfig,
-    allocate_draft_rows,
-)
+from engine.decoding.draft_planner import MIN_GAIN, PLAIN_PROBE_EVERY, REALISM_RANGE, DraftPlanner, allocate_draft_rows
 from engine.decoding.proposers.draft_model import DraftModelProposer
 from engine.decoding.proposers.lookup import LookupProposer
 from engine.decoding.runtime import LoadSettings, Model, common_prefix
 from engine.decoding.sampling import SamplingParams
+from engine.decoding.speculation_config import SpeculationConfig
 from engine.decoding.step import StepLoop
-from engine.modelfiles.embedded import embedded_model_path
+
+from support import greedy_check
 
 SLOTS = 4
 CHECK_SEQ = SLOTS - 1  # a sequence id the decoder is not given, for reference logits
@@ -30,13 +24,8 @@ GREEDY = SamplingParams(temperature=0.0)
 
 
 @pytest.fixture(scope="module")
-def model_path():
-    return embedded_model_path()
-
-
-@pytest.fixture(scope="module")
-def batch_target(model_path):
-    model = Model(model_path, LoadSettings(n_ctx=2048, threads=2, n_seq_max=SLOTS))
+def batch_target(smollm_path):
+    model = Model(smollm_path, LoadSettings(n_ctx=2048, threads=2, n_seq_max=SLOTS))
     yield model
     model.close()
 
@@ -52,9 +41,9 @@ PROMPTS = {
 
 
 @pytest.fixture(scope="module")
-def batch_draft(model_path):
+def batch_draft(smollm_path):
     """draft = target: a second copy of the same file."""
-    model = Model(model_path, LoadSettings(n_ctx=2048, threads=2, n_seq_max=SLOTS))
+    model = Model(smollm_path, LoadSettings(n_ctx=2048, threads=2, n_seq_max=SLOTS))
     yield model
     model.close()
 
@@ -147,10 +136,10 @@ def test_plain_batch_matches_speculative_batch(batch_target, requests):
     assert copying.accepted > 0 and copying.verify_steps < plain.runs[0].stats.verify_steps
 
 
-def test_a_sequence_id_written_once_never_leaks_into_later_batches(model_path):
+def test_a_sequence_id_written_once_never_leaks_into_later_batches(smollm_path):
     """Regression: a short single-sequence decode after a multi-sequence one left stale ids in the
     rows beyond it, and a longer decode later put tokens in the wrong sequence."""
-    model = Model(model_path, LoadSettings(n_ctx=256, threads=2, n_seq_max=2, n_batch=16))
+    model = Model(smollm_path, LoadSettings(n_ctx=256, threads=2, n_seq_max=2, n_batch=16))
     try:
         tokens = model.tokenize("One two three four five")
         model.decode_multi(tokens[:4], range(4), [1] * 4, [False, False, False, True])
@@ -161,8 +150,9 @@ def test_a_sequence_id_written_once_never_leaks_into_later_batches(model_path):
         model.close()
 
 
-def test_batched_draft_model_equal_to_target_accepts_almost_everything(batch_target, model_path, requests):
-    draft = Model(model_path, LoadSettings(n_ctx=2048, threads=2, n_seq_max=SLOTS))
+@pytest.mark.slow
+def test_batched_draft_model_equal_to_target_accepts_almost_everything(batch_target, smollm_path, requests):
+    draft = Model(smollm_path, LoadSettings(n_ctx=2048, threads=2, n_seq_max=SLOTS))
     try:
         drafter = DraftModelProposer(draft, batch_target, p_min=0.0)
         # Sampled: one sequence and two drafts keep every batch under 4 rows, so p and q come from the
@@ -207,6 +197,7 @@ def test_cancel_stops_between_steps_and_frees_every_sequence(batch_target, reque
     assert all(kv_end(batch_target, slot) == 0 for slot in range(SLOTS))
 
 
+@pytest.mark.slow
 def test_keep_full_refills_freed_slots_until_the_last_request_is_answered(batch_target, requests):
     # colours copies, kyoto does not: lookup drafting 8 at every step (not adaptive: no timing decides it) ends colours
     # long before kyoto, whose tail, without fillers, decodes alone
@@ -309,6 +300,7 @@ def test_a_requests_first_token_does_not_wait_for_the_draft_models_prompt(
     assert result.totals.draft_s >= sum(seconds for _, _, seconds in prefills)
 
 
+@pytest.mark.slow
 def test_requests_in_one_batch_draw_from_random_streams_of_their_own(batch_target, batch_draft, monkeypatch):
     """Each request's verifier and draft sample with seeds no other request or role shares (seed + index
     gave request i's draft the seed of request i+1's verifier), and identical prompts sampled together
@@ -348,12 +340,13 @@ def test_requests_in_one_batch_draw_from_random_streams_of_their_own(batch_targe
 
 
 @pytest.fixture(scope="module")
-def small_context(model_path):
-    model = Model(model_path, LoadSettings(n_ctx=256, threads=2, n_seq_max=SLOTS))
+def small_context(smollm_path):
+    model = Model(smollm_path, LoadSettings(n_ctx=256, threads=2, n_seq_max=SLOTS))
     yield model
     model.close()
 
 
+@pytest.mark.slow
 def test_sequences_that_outgrow_the_shared_context_end_cleanly(small_context, requests):
     """All sequences share one KV cache of n_ctx cells (kv_unified). Three at a time, each allowed more
     than a third of it: when the next step would not fit, a sequence ends with 'context' and keeps its
@@ -430,13 +423,16 @@ def test_a_draft_that_could_win_only_by_less_than_the_plan_requires_is_not_probe
         planner.record_step(1, 0, 0.010)
 
 
+@pytest.mark.slow
 def test_a_shared_system_prompt_is_shared_and_a_conversation_keeps_its_cache(batch_target):
     """Two conversations that start with the same system prompt: the second gets a sequence id of its own,
     with the shared start's cells shared into it (prefilled once), and the first's kept cache stays whole,
     so its next turn prefills only what is new. Every answer is still the model's own argmax."""
     import torch
 
-    from engine.decoding.batch import KEPT_SHARE, Batch, Job, run_jobs
+    from engine.decoding.batch import Batch, Job
+    from engine.decoding.kv_slots import KEPT_SHARE
+    from engine.decoding.pump import run_jobs
 
     system = batch_target.tokenize("You are a careful assistant who answers in one short sentence.")
     first = system + batch_target.tokenize("Question: what colour is the sky?", add_bos=False)
@@ -467,7 +463,7 @@ def test_a_shared_system_prompt_is_shared_and_a_conversation_keeps_its_cache(bat
     for topic in ("rivers", "mountains", "deserts", "forests"):
         question = f"Question: name three famous {topic}, say where they are and why people visit them. " * 8
         last = answer(system + batch_target.tokenize(question, add_bos=False), max_tokens=2)  # they only fill
-    held = [len(tokens) for tokens in batch.cached.values()]
+    held = [len(tokens) for tokens in batch.kv.cached.values()]
     assert 2 * len(last.prompt) > KEPT_SHARE * batch_target.n_ctx  # two such conversations would not fit ...
     assert sum(held) <= KEPT_SHARE * batch_target.n_ctx and len(held) < SLOTS - 1  # ... so others were given up
     batch_target.forget_all()

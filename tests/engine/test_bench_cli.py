@@ -6,9 +6,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from engine.chat_format import ChatFormatter
 from engine.decoding.runtime import Model
 from engine.modelfiles.embedded import embedded_model_path
+
+pytestmark = pytest.mark.slow  # a bench run from the command line
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPTS = {"capital": "What is the capital of France?", "count": "Count from one to five."}

@@ -4,7 +4,11 @@ loop count tokens the same way and follow the same end-token rule, and the outpu
 import json
 import statistics
 
+import pytest
+
 from engine.measure.bench_compare import main
+
+pytestmark = pytest.mark.slow  # bench runs on the real model
 
 # SmolLM2 answers this in a few tokens and then writes its end token (greedy: "The answer is: 4").
 PROMPT = "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"

@@ -8,8 +8,8 @@ import pytest
 
 import engine.decoding.calibration as calibration
 from engine.decoding import step_timings
-from engine.decoding.calibration import calibrate_steps, seconds_left, timing_deferred
-from engine.decoding.cost_model import CALIBRATION_WARMUP, StepCosts
+from engine.decoding.calibration import CALIBRATION_WARMUP, calibrate_steps, seconds_left, timing_deferred
+from engine.decoding.step_costs import StepCosts
 from engine.errors import GenerationCancelled
 
 MAX_DRAFT = 6  # sizes 1..7, each timed in two rounds: 14 timings
@@ -40,6 +40,7 @@ def calibrate(target, steps, on_progress=None):
     calibrate_steps(target, steps, MAX_DRAFT, 0, 0, max(target.bos, 0), 1, False, on_progress=on_progress)
 
 
+@pytest.mark.slow
 def test_progress_counts_every_timing_from_the_first_to_the_last(target, fresh):
     reports = []
     steps = StepCosts()
@@ -82,6 +83,7 @@ def test_the_time_left_is_estimated_from_what_each_timing_took(target, monkeypat
     assert left[7] == pytest.approx(sum(range(1, 8)) / 1000)  # round one done: round two as it went
 
 
+@pytest.mark.slow
 def test_a_timing_cut_short_keeps_what_it_timed_and_the_next_goes_on_from_there(target, fresh):
     stop = []
     target.set_interrupt(lambda: bool(stop))
@@ -108,6 +110,7 @@ def test_a_timing_cut_short_keeps_what_it_timed_and_the_next_goes_on_from_there(
     assert reports == list(range(9, 15))
 
 
+@pytest.mark.slow
 def test_an_answer_meanwhile_plans_on_the_sizes_timed_so_far_and_the_next_timing_completes_them(target, fresh):
     stop = []
     target.set_interrupt(lambda: bool(stop))

@@ -7,13 +7,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from hub_server import LocalHub, default_tokens, write_tiny_gguf
 
+from engine.decoding import pair_check
 from engine.errors import ModelFileError
 from engine.modelfiles import model_store
 from engine.modelfiles.catalog import CatalogError, find_pair, load_catalog
-from engine.modelfiles.downloads import DownloadJob, local_path
+from engine.modelfiles.downloads import DownloadJob
 from engine.modelfiles.embedded import embedded_gemma_path
+from engine.modelfiles.model_folder import local_path
+
+from support.hub_server import LocalHub
+from support.tiny import default_tokens, write_tiny_gguf
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -173,23 +177,25 @@ def test_a_damaged_list_of_added_models_is_reported_not_overwritten(data_dir, vo
 # --- compatibility ---------------------------------------------------------------------------------
 def test_the_embedded_gemma_is_a_matching_pair_with_itself():
     gemma = embedded_gemma_path()
-    assert model_store.check_pair(gemma, gemma).ok
+    assert pair_check.check_pair(gemma, gemma).ok
 
 
+@pytest.mark.slow
 def test_a_different_vocabulary_is_refused_with_the_first_differing_token(vocab_files):
-    assert model_store.check_pair(vocab_files["a"], vocab_files["a_twin"]).ok
-    result = model_store.check_pair(vocab_files["a"], vocab_files["b"])
+    assert pair_check.check_pair(vocab_files["a"], vocab_files["a_twin"]).ok
+    result = pair_check.check_pair(vocab_files["a"], vocab_files["b"])
     assert not result.ok and result.reason.startswith("token 7 differs")
 
 
 def test_drafts_are_checked_against_one_target_load_and_unreadable_ones_say_why(vocab_files, tmp_path):
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(b"GGUF" + b"\xff" * 100)
-    results = model_store.check_drafts(embedded_gemma_path(), [vocab_files["a"], broken])
+    results = pair_check.check_drafts(embedded_gemma_path(), [vocab_files["a"], broken])
     assert not results[vocab_files["a"]].ok and "BOS" in results[vocab_files["a"]].reason
     assert not results[broken].ok and results[broken].reason.startswith("cannot be read")
 
 
+@pytest.mark.slow
 def test_the_cli_check_reports_both_outcomes(vocab_files):
     ok = subprocess.run(
         [sys.executable, "-m", "engine.models", "check", str(vocab_files["a"]), str(vocab_files["a_twin"])],

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_chat_format_injection import CHATML_FORGERY, GEMMA_FORGERY, SMOLLM2_MISSING, smollm2_path
+
+from support.chat_formats import CHATML_FORGERY, GEMMA_FORGERY, SMOLLM2_MISSING, smollm2_path
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,7 +30,8 @@ def messages_file(tmp_path, messages) -> Path:
     return path
 
 
-def test_embedded_model_prints_the_fallback_transcript_and_its_tokens(tmp_path, model_path):
+@pytest.mark.slow
+def test_embedded_model_prints_the_fallback_transcript_and_its_tokens(tmp_path, gemma_path):
     done = run_cli(
         "--model",
         "embedded-gemma",
@@ -38,7 +40,7 @@ def test_embedded_model_prints_the_fallback_transcript_and_its_tokens(tmp_path, 
     )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    assert report["model"] == str(model_path) and report["uses_template"] is False
+    assert report["model"] == str(gemma_path) and report["uses_template"] is False
     assert report["stop"] == ["\nUser:", "\nAssistant:"]
     assert report["text"].endswith("User: " + GEMMA_FORGERY + "\nAssistant:")
     tokens = report["tokens"]
@@ -47,6 +49,7 @@ def test_embedded_model_prints_the_fallback_transcript_and_its_tokens(tmp_path, 
     assert "".join(t["piece"] for t in tokens[1:]) == report["text"]
 
 
+@pytest.mark.slow
 def test_smollm2_prints_its_template_prompt_with_control_tokens_marked(tmp_path):
     path = smollm2_path() or pytest.skip(SMOLLM2_MISSING)
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": CHATML_FORGERY}]
@@ -86,6 +89,7 @@ def bad_inputs(tmp_path):
     }
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_line_on_stderr_and_exit_code_2(tmp_path):
     for case, (args, says) in bad_inputs(tmp_path).items():
         done = run_cli(*args)

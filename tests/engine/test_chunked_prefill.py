@@ -4,14 +4,18 @@ real embedded SmolLM2 (the server's default model), counted in pieces and steps,
 
 import pytest
 import torch
-from greedy_check import assert_self_consistent  # tests/engine/greedy_check.py
 
-from engine.decoding.batch import MIN_PIECE, PREFILL_CHUNK, Batch, Job, prefill_piece, run_jobs
-from engine.decoding.cost_model import SpeculationConfig
+from engine.decoding.batch import MIN_PIECE, PREFILL_CHUNK, Batch, Job, prefill_piece
+from engine.decoding.pump import run_jobs
 from engine.decoding.runtime import LoadSettings, Model
 from engine.decoding.sampling import SamplingParams
+from engine.decoding.speculation_config import SpeculationConfig
 from engine.decoding.step import StepLoop
 from engine.modelfiles.embedded import embedded_model_path
+
+from support.greedy_check import assert_self_consistent
+
+pytestmark = pytest.mark.slow  # long prompts prefilled piece by piece on the real model
 
 GREEDY = SamplingParams(temperature=0.0)
 LONG = 3000  # the long prompt
@@ -147,7 +151,7 @@ def test_a_job_cancelled_in_its_prefill_frees_its_slot_within_one_piece(target, 
     batch.pump()
     assert [kind for kind, _ in events].count("piece") == 2  # none after the cancel
     assert done == [second] and second.finish_reason == "cancelled" and not second.run.tokens
-    assert slot in batch.free_slots and batch.filling is None and batch.running == 1
+    assert slot in batch.kv.free and batch.filling is None and batch.running == 1
     assert target.next_position(slot) == 0  # its cells are gone
     monkeypatch.undo()
     run_jobs(batch)

@@ -1,5 +1,5 @@
 """python -m engine.doctor: what this machine really has (here a CPU-only llama.cpp: no GPU offload, no VRAM
-reading, every layer on the CPU; on a GPU build, what tests/this_build.py reads), RAM as the OS has it available, and
+reading, every layer on the CPU; on a GPU build, what tests/support/this_build.py reads), RAM as the OS has it available, and
 a measured bench on the real embedded SmolLM2, each step announced as it begins, with the method asked about named
 when it runs slower than plain decoding; and the usual mistake, an NVIDIA GPU beside a CPU-only build, named with its fix (the GPU is a
 stand-in `nvidia-smi`, as none is here)."""
@@ -16,10 +16,13 @@ import llama_cpp
 import psutil
 import pytest
 import torch
-from this_build import BACKEND, GPU_OFFLOAD, MEMORY_KIND, ON_GPU  # tests/this_build.py: read from the build
 
 from engine import hardware
 from engine.lab import doctor
+
+from support.this_build import BACKEND, GPU_OFFLOAD, MEMORY_KIND, ON_GPU
+
+pytestmark = pytest.mark.slow  # the doctor's child processes and benches
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,21 +16,21 @@ import threading
 from pathlib import Path
 
 import pytest
-from hub_server import COMMIT, Fault, LocalHub, write_tiny_gguf
 
-from engine.modelfiles import downloads
-from engine.modelfiles.downloads import (
+from engine.modelfiles import downloads, model_folder
+from engine.modelfiles.downloads import DownloadJob, download
+from engine.modelfiles.hub_files import (
     ChecksumMismatch,
     DownloadCancelled,
     DownloadError,
-    DownloadJob,
     FileRequest,
     NotEnoughDiskSpace,
     UnsafePathError,
-    download,
-    local_path,
-    partial_bytes,
 )
+from engine.modelfiles.model_folder import local_path, partial_bytes
+
+from support.hub_server import COMMIT, Fault, LocalHub
+from support.tiny import write_tiny_gguf
 
 ROOT = Path(__file__).resolve().parents[2]
 REPO = "tester/tiny-GGUF"
@@ -81,7 +81,7 @@ def test_downloads_a_file_with_progress_and_records_where_it_came_from(hub, file
     assert 0 < downloading[1].done_bytes < size  # progress arrives while the file is still coming
     assert events[-1].done_bytes == events[-1].total_bytes == size and events[-1].fraction == 1.0
     assert any(e.speed_bps > 0 and e.eta_s is not None for e in downloading)
-    record = downloads.read_source_record(path)
+    record = model_folder.read_source_record(path)
     assert record["commit"] == COMMIT and record["etag"] == sha256(path) and record["size"] == size
 
     again = download(REPO, "target.gguf")  # already there: asks the hub, fetches nothing
@@ -118,6 +118,7 @@ def test_cancel_then_resume_continues_where_it_stopped(hub, files, every_progres
     assert partial_bytes(request) == 0
 
 
+@pytest.mark.slow
 def test_a_cut_connection_is_resumed_by_the_client_within_the_job(hub, files):
     hub.add_fault("target.gguf", Fault(cut_after=1_000_000))
     path = download(REPO, "target.gguf")
@@ -126,6 +127,7 @@ def test_a_cut_connection_is_resumed_by_the_client_within_the_job(hub, files):
     assert first.range is None and second.range.startswith("bytes=")
 
 
+@pytest.mark.slow
 def test_a_download_cut_for_good_resumes_after_a_restart_of_the_cli(hub, files):
     hub.add_fault("target.gguf", Fault(cut_after=1_000_000))
     hub.add_fault("target.gguf", Fault(status=500))  # the client's own retry fails too
@@ -176,7 +178,7 @@ def test_http_errors_give_clear_messages_and_write_nothing(hub, repo, filename, 
         hub.add_fault(filename, fault)
     with pytest.raises(DownloadError, match=message):
         download(repo, filename)
-    assert not any(p.is_file() and p.suffix == ".gguf" for p in downloads.models_dir().rglob("*"))
+    assert not any(p.is_file() and p.suffix == ".gguf" for p in model_folder.models_dir().rglob("*"))
 
 
 def test_a_revision_that_does_not_exist_is_named(hub):
@@ -232,7 +234,7 @@ def test_names_that_would_escape_the_models_folder_are_refused_before_asking_the
 def test_a_symlinked_folder_pointing_outside_is_refused(hub, tmp_path):
     outside = tmp_path / "outside"
     outside.mkdir()
-    (downloads.models_dir() / "tester").symlink_to(outside, target_is_directory=True)
+    (model_folder.models_dir() / "tester").symlink_to(outside, target_is_directory=True)
     with pytest.raises(UnsafePathError, match="outside"):
         download(REPO, "target.gguf")
 
@@ -319,7 +321,7 @@ def test_a_real_gguf_from_a_mirror_without_content_hashes_still_installs(hub, fi
     hub.add_file(REPO, "mirrored.gguf", files["draft.gguf"], lfs=lfs, etag=MIRROR_ETAG)
     path = download(REPO, "mirrored.gguf")
     assert path.read_bytes() == files["draft.gguf"].read_bytes()
-    assert downloads.read_source_record(path)["etag"] == MIRROR_ETAG
+    assert model_folder.read_source_record(path)["etag"] == MIRROR_ETAG
 
 
 BAD_ENDPOINTS = ["not a url", "http://", "ftp://x", "http://[::1", "http://127.0.0.1:99999", "huggingface.co"]
@@ -341,6 +343,7 @@ def test_the_cli_says_what_is_wrong_with_hf_endpoint_without_a_traceback(hub, en
     assert result.stdout == ""
 
 
+@pytest.mark.slow
 def test_a_malformed_hf_endpoint_keeps_a_partial_download_for_later(hub, monkeypatch, files):
     hub.add_fault("target.gguf", Fault(cut_after=1_000_000))
     hub.add_fault("target.gguf", Fault(status=500))
@@ -359,6 +362,7 @@ def test_a_malformed_hf_endpoint_keeps_a_partial_download_for_later(hub, monkeyp
     assert hub.byte_requests()[-1].range == f"bytes={kept}-"
 
 
+@pytest.mark.slow
 def test_the_embedded_gemma_downloads_from_the_local_hub_and_loads(hub, tmp_path):
     from engine.decoding.runtime import Model
     from engine.modelfiles.embedded import embedded_gemma_path

@@ -6,14 +6,16 @@ decoy of another vocabulary is marked as not fitting with the reason, and the sa
 import json
 
 import pytest
-from hub_server import LocalHub, write_tiny_gguf
 
 from engine.measure.real_pair import DRAFT, TARGET, pair_dir
 from engine.modelfiles import model_store
-from engine.modelfiles.cli import main
-from engine.modelfiles.draft_finder import family_of, find_drafts, find_drafts_for_file
+from engine.modelfiles.draft_finder import family_of, find_drafts
 from engine.modelfiles.embedded import embedded_gemma_path, embedded_model_path
 from engine.modelfiles.gguf_header import read_gguf_metadata
+from engine.models import main
+
+from support.hub_server import LocalHub
+from support.tiny import write_tiny_gguf
 
 SMOL_REPO, SMOL_FILE = "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF", "smollm2-135m-instruct-q4_1.gguf"
 GEMMA_REPO, GEMMA_FILE = "ggml-org/gemma-3-270m-GGUF", "gemma-3-270m-Q4_K_M.gguf"
@@ -114,14 +116,6 @@ def test_the_real_pairs_draft_is_proposed_before_download(on_hub):
     files = TARGET.size + DRAFT.size + embedded_model_path().stat().st_size
     assert found.bytes_read < files / 20
     print(f"Qwen pair: {found.bytes_read} bytes of headers read, of {files} bytes in those files")
-
-
-def test_a_local_target_finds_installed_drafts_without_the_hub(monkeypatch, tmp_path):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    found = find_drafts_for_file(embedded_model_path(), installed=[embedded_model_path(), embedded_gemma_path()])
-    verdicts = {c.path: c.compatible for c in found.candidates}
-    assert verdicts[embedded_model_path()] is True and verdicts[embedded_gemma_path()] is False
-    assert found.problems and "hub" in found.problems[0]  # offline is said, the local answer stands
 
 
 def test_the_cli_searches_and_lists_drafts_as_json(on_hub, capsys):

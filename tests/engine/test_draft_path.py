@@ -6,14 +6,15 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from step_costs import ONE_ROW_S, pin_draft_costs, pin_step_costs
 
 import engine.decoding.proposers.draft_model as draft_model_module
-from engine.decoding.cost_model import HORIZON_FLOOR, DraftPlanner, SpeculationConfig
+from engine.decoding.draft_planner import HORIZON_FLOOR, DraftPlanner
 from engine.decoding.generate import SpeculativeDecoder
 from engine.decoding.proposers.draft_model import DraftModelProposer
-from engine.decoding.runtime import LoadSettings, Model
 from engine.decoding.sampling import SamplingParams
+from engine.decoding.speculation_config import SpeculationConfig
+
+from support.step_costs import ONE_ROW_S, pin_draft_costs, pin_step_costs
 
 GREEDY = SamplingParams(temperature=0.0)
 PROMPT = "The best way to spend three days in Kyoto is"
@@ -24,13 +25,12 @@ PROMPT = "The best way to spend three days in Kyoto is"
 STEP_COST = {1: 1.0, 2: 2.1, 3: 3.6, 13: 7.4, 17: 9.1}
 
 
-@pytest.fixture(scope="module")
-def draft(model_path):
-    model = Model(model_path, LoadSettings(n_ctx=2048, threads=2))
-    yield model
-    model.close()
+@pytest.fixture
+def draft(gemma_draft):
+    return gemma_draft  # the session's (tests/engine/conftest.py)
 
 
+@pytest.mark.slow
 def test_a_draft_that_never_stops_is_switched_off_when_it_cannot_pay(target, draft, monkeypatch):
     """p_min 0: the draft always drafts the full length, so no step is plain unless the policy makes
     one. A draft as costly as the target can never pay: each drafted token costs a 1-row step of the
@@ -61,6 +61,7 @@ def test_a_draft_that_never_stops_is_switched_off_when_it_cannot_pay(target, dra
     assert stats.speculation_paused, paused
 
 
+@pytest.mark.slow
 def test_a_draft_that_can_pay_is_used_from_the_start(target, draft, monkeypatch):
     """The same draft, timed as if it were 20x cheaper than the target, on a target whose extra verified
     rows cost 10% of a step (a GPU's figure): it drafts from the first steps (the planner knows its cost
@@ -82,6 +83,7 @@ def test_a_draft_that_can_pay_is_used_from_the_start(target, draft, monkeypatch)
     assert decoder.stats.accepted > 0 and decoder.stats.acceptance_rate > 0.5
 
 
+@pytest.mark.slow
 def test_the_first_token_does_not_wait_for_the_drafts_prompt(target, draft, monkeypatch):
     """The first token comes from the target's prefill alone; the draft processes the prompt after it is
     out, and that time still counts as drafting."""
@@ -111,6 +113,7 @@ def test_the_first_token_does_not_wait_for_the_drafts_prompt(target, draft, monk
     assert decoder.stats.drafted > 0
 
 
+@pytest.mark.slow
 def test_the_drafts_catch_up_is_timed_apart_from_its_tokens(target, draft, monkeypatch):
     """A draft's first proposal processes the whole prompt. That time is the catch-up's, kept apart: folded into
     the proposal's two tokens, it priced the real 0.5B draft of Qwen2.5-Coder-1.5B as hopeless for good. Here

@@ -7,9 +7,12 @@ import random
 import numpy as np
 import pytest
 
+from engine.lab.bench import GREEDY
 from engine.measure import recording, replay
 from engine.measure.draft_replay import draft_runs
 from engine.measure.recording import Answer, Recording
+
+pytestmark = pytest.mark.slow  # recorded drafts replayed against live drafting
 
 # A CPU-like target: each extra verified row 15% of a step. A GPU-like one: 1%.
 CPU = {rows: 0.010 * (1 + 0.15 * (rows - 1)) for rows in list(range(1, 18)) + [24, 32, 48, 64, 65]}
@@ -146,7 +149,7 @@ def count_live(target_path, draft_path, rec: Recording, max_draft: int) -> list[
         for a in rec.answers:
             written = [
                 t
-                for d in decoder.generate(a.prompt, replay.GREEDY, max_tokens=len(a.answer), ignore_eos=True)
+                for d in decoder.generate(a.prompt, GREEDY, max_tokens=len(a.answer), ignore_eos=True)
                 for t in d.tokens
             ]
             assert written == a.answer

@@ -30,9 +30,9 @@ def test_the_default_is_smollm2_instruct_with_a_chatml_template_and_its_own_voca
         model.close()
 
 
-def test_gemma_stays_available_as_the_base_model_with_the_262k_vocabulary(model_path):
+def test_gemma_stays_available_as_the_base_model_with_the_262k_vocabulary(gemma_path):
     path = resolve_model(EMBEDDED_GEMMA)
-    assert path == model_path and path.name == "gemma-3-270m-q4_k_m.gguf"
+    assert path == gemma_path and path.name == "gemma-3-270m-q4_k_m.gguf"
     model = vocab(path)
     try:
         assert model.n_vocab == 262144 and model.chat_template() is None

@@ -3,15 +3,17 @@ model, every verify stays within it, and greedy answers are then plain decoding'
 
 import json
 
-from step_costs import ONE_ROW_S, pin_step_costs  # tests/engine/step_costs.py
+import pytest
 
-from engine.decoding.cost_model import SpeculationConfig
 from engine.decoding.exactness import exact_verify_rows
 from engine.decoding.generate import SpeculativeDecoder
 from engine.decoding.proposers.base import NoProposer
 from engine.decoding.proposers.lookup import LookupProposer
 from engine.decoding.sampling import SamplingParams
+from engine.decoding.speculation_config import SpeculationConfig
 from engine.lab.bench import main as bench_main
+
+from support.step_costs import ONE_ROW_S, pin_step_costs
 
 GREEDY = SamplingParams(temperature=0.0)
 PROMPTS = (
@@ -36,6 +38,7 @@ def test_the_exact_width_is_measured_and_rows_beyond_it_are_what_differ(target):
     assert target.next_position(0) == start  # the cells it used are given back
 
 
+@pytest.mark.slow
 def test_exact_greedy_answers_are_plain_decodings_token_for_token(target, monkeypatch):
     # step costs pinned (a wider verify a tenth dearer a row): on a loaded CI machine the timed costs made every
     # draft look unpaid, nothing was drafted, and 'it still speculated' failed; exactness is measured, not timed
@@ -53,7 +56,8 @@ def test_exact_greedy_answers_are_plain_decodings_token_for_token(target, monkey
         assert exact.stats.drafted > 0 or exact.loop.totals.rows > exact.loop.totals.steps  # it still speculated
 
 
-def test_bench_takes_exact_and_says_the_width(tmp_path, model_path):
+@pytest.mark.slow
+def test_bench_takes_exact_and_says_the_width(tmp_path, gemma_path):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"id": "copy", "prompt": PROMPTS[2]}) + "\n")
     out = tmp_path / "out.json"
@@ -61,7 +65,7 @@ def test_bench_takes_exact_and_says_the_width(tmp_path, model_path):
         bench_main(
             [
                 "--model",
-                str(model_path),
+                str(gemma_path),
                 "--method",
                 "lookup",
                 "--exact",
@@ -83,6 +87,7 @@ def test_bench_takes_exact_and_says_the_width(tmp_path, model_path):
     assert result["runs"][0]["speedup_vs_plain"] is not None
 
 
+@pytest.mark.slow
 def test_exact_ceiling_reads_the_width_and_the_curve_and_bounds_exact_mode_by_them(capsys, tmp_path, monkeypatch):
     """engine.measure.exact_ceiling: exact greedy's best case is the best rows-per-cost among widths it may verify,
     never more than the best among all widths timed."""

@@ -7,16 +7,19 @@ import time
 import numpy as np
 import pytest
 
-from engine.decoding.cost_model import SpeculationConfig
 from engine.decoding.generate import SpeculativeDecoder
 from engine.decoding.proposers.auto import AutoProposer
 from engine.decoding.proposers.draft_model import DraftModelProposer
 from engine.decoding.proposers.lookup import LookupProposer
 from engine.decoding.runtime import LoadSettings, Model
 from engine.decoding.sampling import SamplingParams
+from engine.decoding.speculation_config import SpeculationConfig
 from engine.paths import resources_dir
 
+from support.greedy_check import assert_each_token_is_the_targets_argmax
+
 GREEDY = SamplingParams(temperature=0.0)
+SLOW = pytest.mark.slow  # lookup stays in the default tier: the quick lossless check
 # llama.cpp's CPU kernels switch to a repacked GEMM for batches of 4+ rows, whose logits differ from
 # single-row decoding by up to ~1 logit on this model (measured): near-ties may then go either way.
 LOGIT_TOLERANCE = 1.25
@@ -34,35 +37,19 @@ def generate(decoder, text, **kwargs):
     return tokens, [t for d in deltas for t in d.tokens], deltas
 
 
-def assert_each_token_is_the_targets_argmax(checker: Model, prompt, out):
-    """Self-consistency: teacher-force the answer through plain one-token decoding; every emitted
-    token must be that step's argmax, up to the kernels' batch-vs-single numerics."""
-    checker.forget_all()
-    row = checker.prefill(prompt, 0)[0]
-    exact = 0
-    for i, token in enumerate(out):
-        gap = float(row.max() - row[token])
-        assert gap <= LOGIT_TOLERANCE, (i, token, int(row.argmax()), gap)
-        exact += gap == 0.0
-        row = checker.decode([token], len(prompt) + i, 1)[0]
-    assert exact >= EXACT_SHARE * len(out), f"only {exact}/{len(out)} tokens were the exact argmax"
+@pytest.fixture
+def draft_model(gemma_draft):
+    return gemma_draft  # the session's (tests/engine/conftest.py)
 
 
 @pytest.fixture(scope="module")
-def draft_model(model_path):
-    model = Model(model_path, LoadSettings(n_ctx=2048, threads=2))
+def checker(gemma_path):
+    model = Model(gemma_path, LoadSettings(n_ctx=2048, threads=2))
     yield model
     model.close()
 
 
-@pytest.fixture(scope="module")
-def checker(model_path):
-    model = Model(model_path, LoadSettings(n_ctx=2048, threads=2))
-    yield model
-    model.close()
-
-
-@pytest.mark.parametrize("method", ["lookup", "draft", "auto"])
+@pytest.mark.parametrize("method", ["lookup", pytest.param("draft", marks=SLOW), pytest.param("auto", marks=SLOW)])
 def test_greedy_speculation_emits_only_the_targets_argmax(target, draft_model, checker, method):
     proposer = {
         "lookup": lambda: LookupProposer(),
@@ -76,6 +63,7 @@ def test_greedy_speculation_emits_only_the_targets_argmax(target, draft_model, c
     assert_each_token_is_the_targets_argmax(checker, prompt, out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_draft_equal_to_target_is_accepted_almost_always(target, draft_model, temperature):
     """With q == p the verifier must accept (nearly) everything, greedy or sampled. Two drafts keep the
@@ -92,6 +80,7 @@ def test_draft_equal_to_target_is_accepted_almost_always(target, draft_model, te
     assert stats.acceptance_rate >= 0.95, stats.to_dict()
 
 
+@pytest.mark.slow
 def test_same_seed_gives_the_same_sampled_output(target):
     """Bit-exact repeats need a fixed draft length: adaptive lengths follow live timings, and llama.cpp's
     logits depend slightly on the verify batch's size (see LOGIT_TOLERANCE), and the same drafts: lookup
@@ -161,6 +150,7 @@ def test_cancel_stops_within_a_step_even_mid_verify(target):
     assert len(again) == 5
 
 
+@pytest.mark.slow
 def test_kv_prefix_is_reused_across_turns(target):
     decoder = SpeculativeDecoder(target, LookupProposer())
     prompt, out, _ = generate(decoder, grounded_prompt(2), sampling=GREEDY, max_tokens=10)
@@ -172,6 +162,7 @@ def test_kv_prefix_is_reused_across_turns(target):
     assert decoder.stats.reused_prompt_tokens == 0
 
 
+@pytest.mark.slow
 def test_tokens_past_a_stop_string_are_not_counted(target):
     """A verify step can accept draft tokens beyond a stop string; they are neither shown nor counted, so
     tokens and tok/s describe the same answer with and without speculation."""

@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 
 import pytest
-from hub_server import write_tiny_gguf
 
 from engine.errors import ModelFileError
 from engine.modelfiles.embedded import embedded_model_path
@@ -23,11 +22,6 @@ class Trickle:
     def read(self, at: int, n: int) -> bytes:
         self.reads.append((at, n))
         return self.data[at : at + max(n, self.step)]
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    return write_tiny_gguf(tmp_path_factory.mktemp("header") / "tiny.gguf")
 
 
 def test_a_source_read_piece_by_piece_gives_what_the_mapped_file_gives():

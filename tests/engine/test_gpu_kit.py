@@ -8,10 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from this_build import BACKEND  # tests/this_build.py: read from the build
 
 from engine.decoding.runtime import LoadSettings, Model
 from engine.measure import gpu_kit
+
+from support.this_build import BACKEND
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,6 +24,7 @@ def test_the_shapes_have_their_models_parameter_counts(name, published):
     assert gpu_kit.SHAPES[name].parameters == pytest.approx(published, rel=0.02)
 
 
+@pytest.mark.slow
 def test_a_real_shape_loads_in_llama_cpp_and_decodes(tmp_path):
     shape = gpu_kit.SHAPES["qwen2-0.5b"]
     path = gpu_kit.write(shape, tmp_path / "qwen2-0.5b.gguf")
@@ -34,6 +36,7 @@ def test_a_real_shape_loads_in_llama_cpp_and_decodes(tmp_path):
         assert rows.shape == (4, 151936) and np.isfinite(rows).all()
 
 
+@pytest.mark.slow
 def test_curves_are_timed_on_this_backend_from_the_command_line(tmp_path):
     models = tmp_path / "kit"
     done = subprocess.run(

@@ -1,16 +1,19 @@
 """The header check (header_vocab.check_compatible_metadata, before any download) gives the same answer
-as llama.cpp's own (model_store.check_pair, vocabularies loaded): real models of three vocabulary
+as llama.cpp's own (pair_check.check_pair, vocabularies loaded): real models of three vocabulary
 families, and tiny GGUFs whose vocabularies differ in each way the rules look at."""
 
 from pathlib import Path
 
 import pytest
-from hub_server import default_tokens, write_tiny_gguf
 
+from engine.decoding.pair_check import check_drafts
 from engine.modelfiles.embedded import embedded_gemma_path, embedded_model_path
 from engine.modelfiles.gguf_header import read_gguf_metadata
 from engine.modelfiles.header_vocab import check_compatible_metadata
-from engine.modelfiles.model_store import check_drafts
+
+from support.tiny import default_tokens, write_tiny_gguf
+
+pytestmark = pytest.mark.slow  # every ordered pair of vocabularies loaded by llama.cpp
 
 PAIRS = Path("/root/.cache/SpecChat/pairs")
 QWEN = {

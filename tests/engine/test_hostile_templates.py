@@ -11,9 +11,7 @@ import textwrap
 import time
 from pathlib import Path
 
-import psutil
 import pytest
-from hub_server import default_tokens, write_tiny_gguf
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from engine.chat_format import ChatFormatter
@@ -22,44 +20,9 @@ from engine.errors import EngineError
 from engine.modelfiles.model_check import check_model_file
 from engine.template_sandbox import MEMORY_LIMIT_BYTES, TIME_LIMIT_S, TemplateRefused, TemplateSandbox
 
+from support.hostile_templates import CHATML, HELLO, HOGS, HOSTILE, SPINS, hostile_gguf, tree_rss
+
 ROOT = Path(__file__).resolve().parents[2]
-CHATML = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-# Each within the Jinja sandbox's own rules (range() under its 100,000 cap, no attribute escapes).
-SPINS = "{% for i in range(99999) %}{% for j in range(99999) %}{% set x = i * j %}{% endfor %}{% endfor %}"
-# Writes a character every 100 turns: written every turn, its output filled the 512 MB before 3 s had passed on a
-# faster machine (the memory limit then refused it, rightly, but this one is the time limit's case).
-SPINS_WRITING = (
-    "{% for i in range(99999) %}{% for j in range(99999) %}{% if j % 100 == 0 %}x{% endif %}{% endfor %}{% endfor %}"
-)
-HOGS = "{{ 'x' * 8000000000 }}"
-CENTRES = "{{ 'x' | center(4000000000) }}"
-WRITES_MEGABYTES = "{{ 'x' * 50000000 }}"
-RECURSES = "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"
-ESCAPES = "{{ ''.__class__.__mro__[1].__subclasses__() }}"
-UNREADABLE = "{% for %}"
-HOSTILE = {
-    "spins": SPINS,
-    "spins writing": SPINS_WRITING,
-    "hogs memory": HOGS,
-    "centres": CENTRES,
-    "writes megabytes": WRITES_MEGABYTES,
-    "recurses": RECURSES,
-    "escapes": ESCAPES,
-    "unreadable": UNREADABLE,
-}
-HELLO = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there"}]
-CONTROL = ["<|im_start|>", "<|im_end|>"]
-# With byte tokens: llama.cpp's SentencePiece tokenizer aborts on a character it has no token for.
-BYTES = default_tokens() + [f"<0x{b:02X}>" for b in range(256)]
-
-
-def hostile_gguf(path: Path, template: str, control=CONTROL, complete=False) -> Path:
-    return write_tiny_gguf(
-        path, tokens=BYTES, control_tokens=control, chat_template=template, complete=complete, context_length=512
-    )
 
 
 @pytest.fixture(scope="module")
@@ -67,11 +30,6 @@ def sandbox():
     box = TemplateSandbox()
     yield box
     box.close()
-
-
-def tree_rss() -> int:
-    me = psutil.Process()
-    return sum(p.memory_info().rss for p in [me, *me.children(recursive=True)] if p.is_running())
 
 
 def test_a_normal_template_renders_as_llama_cpp_python_renders_it(sandbox):
@@ -84,7 +42,9 @@ def test_a_normal_template_renders_as_llama_cpp_python_renders_it(sandbox):
     assert not isinstance(refused.value, TemplateRefused)
 
 
-@pytest.mark.parametrize("name", list(HOSTILE))
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.slow) if n == "spins writing" else n for n in HOSTILE]
+)  # "spins" stays in the default tier for the time limit: "spins writing" is the same limit, 3 s more
 def test_each_hostile_template_is_refused_within_the_limits_and_the_sandbox_lives_on(sandbox, name):
     before = tree_rss()
     peak, started = before, time.monotonic()
@@ -109,6 +69,7 @@ def test_each_hostile_template_is_refused_within_the_limits_and_the_sandbox_live
     assert sandbox.render(CHATML, HELLO).endswith("<|im_start|>assistant\n")  # the next render is served
 
 
+@pytest.mark.slow
 def test_the_model_check_probe_refuses_a_hostile_template_and_remembers_why(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path / "cache"))
     fine = hostile_gguf(tmp_path / "fine.gguf", CHATML, complete=True)
@@ -122,6 +83,7 @@ def test_the_model_check_probe_refuses_a_hostile_template_and_remembers_why(tmp_
     assert time.monotonic() - started < 1.0
 
 
+@pytest.mark.slow
 def test_a_refused_template_gives_way_to_the_family_format_its_control_tokens_match(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path / "cache"))
     # Refused by the probe: known from the start, and said by the loader (template_error), not by a prompt.
@@ -129,7 +91,7 @@ def test_a_refused_template_gives_way_to_the_family_format_its_control_tokens_ma
     with Model(path, LoadSettings(n_gpu_layers=0), vocab_only=True) as model:
         model.n_ctx = 256
         formatter = ChatFormatter(model)
-        assert not formatter.uses_template and formatter.format_name == "ChatML"
+        assert not formatter.uses_template  # ChatML instead: the prompt below is what chat_format="chatml" writes
         assert "hogs.gguf was refused" in formatter.template_error and "512 MB" in formatter.template_error
         prompt = formatter.prompt([{"role": "user", "content": "w1 w2"}], reserve=8)
         # As llama-cpp-python's chat_format="chatml" writes it (an empty system turn included).
@@ -176,6 +138,7 @@ def run_chat_format_measured(model: Path, messages: Path) -> tuple[subprocess.Co
     return subprocess.CompletedProcess(done.args, int(code), "", done.stderr), int(max_kb) * 1024
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["spins", "hogs memory"])
 def test_engine_chat_format_ends_with_a_clear_error_on_a_hostile_template(tmp_path, name):
     model = hostile_gguf(tmp_path / "hostile.gguf", HOSTILE[name])

@@ -11,14 +11,24 @@ import socket
 import time
 
 import pytest
-from hub_server import COMMIT, LocalHub, write_tiny_gguf
 from huggingface_hub import constants as hub_constants
 
 from engine.errors import InvalidSettingError
-from engine.modelfiles.downloads import DownloadError, HubUnreachable, download
+from engine.modelfiles.downloads import download
 from engine.modelfiles.embedded import embedded_gemma_path, embedded_model_path
 from engine.modelfiles.gguf_header import read_gguf_metadata
-from engine.modelfiles.hub_search import GGUFFile, group_gguf_files, quantization_of, repo_files, search_repos
+from engine.modelfiles.hub_files import DownloadError, HubUnreachable
+from engine.modelfiles.hub_search import (
+    GGUFFile,
+    gated_message,
+    group_gguf_files,
+    quantization_of,
+    repo_files,
+    search_repos,
+)
+
+from support.hub_server import COMMIT, LocalHub
+from support.tiny import write_tiny_gguf
 
 SMOL = "bartowski/SmolLM2-135M-Instruct-GGUF"
 GEMMA = "unsloth/gemma-3-270m-GGUF"
@@ -123,7 +133,6 @@ def test_a_result_carries_the_listing_facts_and_no_files(hub):
     assert (smol.downloads, smol.likes, smol.gated) == (500, 7, False)
     assert smol.last_modified == "2026-02-01T10:00:00+00:00"
     assert smol.base_model == "HuggingFaceTB/SmolLM2-135M-Instruct" and smol.files == ()
-    assert smol.access_note is None
     gemma, gated = search_repos("gemma")
     assert gemma.base_model == "google/gemma-3-270m"  # the first of the card's list
     assert gated.gated == "manual" and gated.base_model is None
@@ -167,6 +176,7 @@ def test_repo_files_at_a_commit_and_at_a_revision_that_does_not_exist(hub):
         repo_files(GEMMA, revision="v9")
 
 
+@pytest.mark.slow
 def test_a_found_file_downloads_and_reads_as_the_model(hub, model_files):
     (gemma,) = search_repos("unsloth gemma")
     found = repo_files(gemma.repo_id).files[0]
@@ -194,8 +204,8 @@ def test_a_missing_repo_or_a_bad_repo_id_says_so(hub):
 def test_a_gated_repo_is_listed_with_what_to_do_and_downloads_only_with_a_token(hub, monkeypatch):
     result = repo_files(GATED)
     assert result.gated == "manual" and result.files[0].quantization == "Q4_0"
-    assert "accept its terms" in result.access_note and "HF_TOKEN" in result.access_note
-    assert "hf auth login" in result.access_note
+    note = gated_message(GATED)  # what to do, as the search says it
+    assert "accept its terms" in note and "HF_TOKEN" in note and "hf auth login" in note
     with pytest.raises(DownloadError, match="is gated"):
         download(GATED, result.files[0].filename)
     monkeypatch.setenv("HF_TOKEN", "hf_accepted_terms")
@@ -240,6 +250,7 @@ def test_an_answer_that_is_not_the_hubs_json_says_so(hub, fault):
         assert not isinstance(caught.value, HubUnreachable)
 
 
+@pytest.mark.slow
 def test_a_hub_that_hangs_is_given_up_on_after_the_timeout(hub):
     hub.api_fault = "hang"
     for call in (lambda: search_repos("gemma", timeout_s=0.5), lambda: repo_files(GEMMA, timeout_s=0.5)):

@@ -6,11 +6,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from this_build import MEMORY_KIND, UTILISATION_KIND  # tests/this_build.py: read from the build
 
 from engine.lab import cli
 from engine.lab import local as lab
 from engine.lab.report import advise, crossover
+
+from support.this_build import MEMORY_KIND, UTILISATION_KIND
+
+pytestmark = pytest.mark.slow  # lab runs from the command line
 
 ROOT = Path(__file__).resolve().parents[2]
 CELL_FIELDS = {
@@ -91,10 +94,10 @@ def test_cli_writes_results_plot_and_summary(tiny_prompts, tmp_path):
             == cell["generated_tokens"] + cell["filler_tokens"] - cell["requests"] - cell["filler_requests"]
         )
         assert cell["full_tokens_per_s"] > cell["aggregate_tokens_per_s"]  # prefills left out
-    assert cells[("none", 1)]["acceptance_rate"] is None and cells[("none", 1)]["mean_acceptance_length"] == 1.0
+    assert cells[("none", 1)]["acceptance_rate"] is None and cells[("none", 1)]["mean_acceptance_length"] is None
     spec = cells[("lookup", 2)]
     assert spec["drafted"] > 0 and 0.0 <= spec["acceptance_rate"] <= 1.0
-    assert spec["mean_acceptance_length"] == pytest.approx(1 + spec["accepted"] / spec["verify_steps"])
+    assert spec["mean_acceptance_length"] >= 1 + spec["accepted"] / spec["verify_steps"]  # per step that drafted
     assert spec["batch_steps"] < 16  # two sequences shared each target step
     # one sequence at a time at 1; at 2, two in every step to the end: plain decoding's equal answers end together,
     # and where lookup ended one answer first a filler took its slot until the other was answered

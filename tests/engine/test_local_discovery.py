@@ -14,14 +14,15 @@ import shutil
 from pathlib import Path
 
 import pytest
-from hub_server import write_tiny_gguf
 
 from engine.modelfiles import local_discovery, model_store
-from engine.modelfiles.cli import main
-from engine.modelfiles.downloads import models_dir
 from engine.modelfiles.embedded import embedded_gemma_path, embedded_model_path
 from engine.modelfiles.local_discovery import Discovery, FoundModel, discover_models
 from engine.modelfiles.model_check import VERDICTS_FILE, check_model_file
+from engine.modelfiles.model_folder import models_dir
+from engine.models import main
+
+from support.tiny import write_tiny_gguf
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -127,7 +128,7 @@ def ollama_model(
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
+def tiny_copies(tmp_path_factory):
     """Small real GGUF files with contents of their own: Ollama keeps one blob per content, so two pulls of
     the same bytes are one file (and one model) there."""
     folder = tmp_path_factory.mktemp("tiny")
@@ -139,7 +140,7 @@ def named(found: Discovery) -> list[tuple[str, str]]:
 
 
 # --- every app's layout -------------------------------------------------------------------------------------
-def test_each_app_s_models_are_found_in_place_with_the_app_s_names(tmp_path, smol, gemma, tiny):
+def test_each_app_s_models_are_found_in_place_with_the_app_s_names(tmp_path, smol, gemma, tiny_copies):
     home, cache = tmp_path / "home", tmp_path / "hf-cache"
     hf = hf_repo(
         cache,
@@ -149,7 +150,7 @@ def test_each_app_s_models_are_found_in_place_with_the_app_s_names(tmp_path, smo
             "mmproj-f16.gguf": gemma,
             "README.md": smol,
             "Q4_K_M/gemma-00001-of-00002.gguf": gemma,
-            "Q4_K_M/gemma-00002-of-00002.gguf": tiny[0],
+            "Q4_K_M/gemma-00002-of-00002.gguf": tiny_copies[0],
         },
     )
     hf_repo(cache, "someone/a-dataset", {"data.gguf": gemma}, kind="datasets")  # not a model repo
@@ -159,9 +160,9 @@ def test_each_app_s_models_are_found_in_place_with_the_app_s_names(tmp_path, smo
     split = link(smol, home / ".lmstudio/models/big/Big-GGUF/big-00001-of-00002.gguf")
     link(gemma, home / ".lmstudio/models/big/Big-GGUF/big-00002-of-00002.gguf")  # a later part: not a model
     ollama = home / ".ollama/models"
-    qwen = ollama_model(ollama, "qwen2.5-coder", "1.5b", smol, projector=tiny[0])  # a projector: not a model
-    mine = ollama_model(ollama, "tiny", "latest", tiny[1], namespace="someone")
-    hf_pulled = ollama_model(ollama, "SmolLM2-GGUF", "Q4_1", tiny[2], registry="hf.co", namespace="bartowski")
+    qwen = ollama_model(ollama, "qwen2.5-coder", "1.5b", smol, projector=tiny_copies[0])  # a projector: not a model
+    mine = ollama_model(ollama, "tiny_copies", "latest", tiny_copies[1], namespace="someone")
+    hf_pulled = ollama_model(ollama, "SmolLM2-GGUF", "Q4_1", tiny_copies[2], registry="hf.co", namespace="bartowski")
     jan_old = link(smol, home / "jan/models/smollm2-135m/smollm2-135m.Q4_1.gguf")
     jan_new = link(gemma, home / ".config/Jan/data/models/huggingface.co/google/gemma-GGUF/gemma.gguf")
     jan_cpp = link(smol, home / ".config/Jan/data/models/llamacpp/smol/model.gguf")
@@ -178,7 +179,7 @@ def test_each_app_s_models_are_found_in_place_with_the_app_s_names(tmp_path, smo
         ("lmstudio", "lmstudio-community/SmolLM2-GGUF/SmolLM2-135M-Q4_1.gguf"),
         ("ollama", "hf.co/bartowski/SmolLM2-GGUF:Q4_1"),
         ("ollama", "qwen2.5-coder:1.5b"),
-        ("ollama", "someone/tiny:latest"),
+        ("ollama", "someone/tiny_copies:latest"),
         ("jan", "gemma.gguf"),
         ("jan", "model.gguf"),
         ("jan", "smollm2-135m.Q4_1.gguf"),
@@ -191,10 +192,10 @@ def test_each_app_s_models_are_found_in_place_with_the_app_s_names(tmp_path, smo
     assert paths[2:] == [split, old_lms, lms, hf_pulled, qwen, mine, jan_new, jan_cpp, jan_old, gpt4all]
     sizes = {m.name: m.size_bytes for m in found.models}
     assert sizes["qwen2.5-coder:1.5b"] == smol.stat().st_size
-    assert sizes["someone/tiny:latest"] == tiny[1].stat().st_size
+    assert sizes["someone/tiny_copies:latest"] == tiny_copies[1].stat().st_size
     assert sizes["big/Big-GGUF/big-00001-of-00002.gguf"] == smol.stat().st_size + gemma.stat().st_size
     split_hf = "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF/Q4_K_M/gemma-00001-of-00002.gguf"
-    assert sizes[split_hf] == gemma.stat().st_size + tiny[0].stat().st_size  # all parts of a split model
+    assert sizes[split_hf] == gemma.stat().st_size + tiny_copies[0].stat().st_size  # all parts of a split model
     assert all(isinstance(m, FoundModel) for m in found.models)
 
 
@@ -367,6 +368,7 @@ def test_a_damaged_hf_cache_entry_is_said_and_the_rest_found(tmp_path, smol, gem
 
 
 # --- from discovery to the model list, in place --------------------------------------------------------------
+@pytest.mark.slow
 def test_a_discovered_ollama_model_is_added_by_name_and_loads_where_it_is(tmp_path, monkeypatch, smol):
     monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path / "cache"))  # a fresh verdict: llama.cpp really loads it
     ollama = tmp_path / "home/.ollama/models"

@@ -1,30 +1,20 @@
 """Rejection sampling keeps the target's distribution exactly, with a draft model's q rows of different
 widths stacked (padded) together and top-p-only filtering, checked by a chi-square test on many draws."""
 
+import pytest
 import torch
 
 from engine.decoding.proposers.draft_model import stack_candidates
 from engine.decoding.sampling import SamplingParams, filter_logits
 from engine.decoding.verifier import Verifier
 
+from support.distributions import chi_square_p_value
+
+pytestmark = pytest.mark.slow  # a chi-square test on many draws
+
 VOCAB = 4096
 TOP_P_ONLY = SamplingParams(temperature=1.0, top_k=0, top_p=0.9, min_p=0.0, seed=1)
 DRAWS = 20_000
-
-
-def chi_square_p_value(observed: torch.Tensor, expected: torch.Tensor) -> float:
-    """P-value of observed counts against expected counts; categories expected < 5 times are pooled."""
-    big = expected >= 5
-    obs = torch.cat([observed[big], observed[~big].sum().view(1)])
-    exp = torch.cat([expected[big], expected[~big].sum().view(1)])
-    keep = exp > 0
-    stat = float((((obs - exp) ** 2) / exp)[keep].sum())
-    df = int(keep.sum()) - 1
-    return float(
-        torch.special.gammaincc(
-            torch.tensor(df / 2.0, dtype=torch.float64), torch.tensor(stat / 2.0, dtype=torch.float64)
-        )
-    )
 
 
 def test_first_token_follows_the_target_with_padded_draft_rows():

@@ -5,12 +5,13 @@ CUDA), and from a real lavapipe load log kept in tests/engine/data."""
 from pathlib import Path
 
 import pytest
-from this_build import BACKEND, GPU_OFFLOAD, MEMORY_KIND, ON_GPU
 
 from engine import hardware
 from engine.decoding.load_log import placement
 from engine.decoding.runtime import LoadSettings, Model
 from engine.modelfiles.embedded import resolve_model
+
+from support.this_build import BACKEND, GPU_OFFLOAD, MEMORY_KIND, ON_GPU
 
 SMOLLM2_LAYERS = 31  # 30 blocks and the output layer, as llama.cpp counts them
 LAVAPIPE_LOG = Path(__file__).parent / "data" / "lavapipe_load_log.txt"

@@ -11,12 +11,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from damaged_models import token_to_duplicate, with_added_key, with_duplicate_token, with_number
 
 from engine.errors import ModelFileError
 from engine.modelfiles import model_check
-from engine.modelfiles.embedded import embedded_model_path
 from engine.modelfiles.gguf_header import metadata_problem, read_gguf_metadata
+
+from support.damaged_models import token_to_duplicate, with_added_key, with_duplicate_token, with_number
 
 ROOT = Path(__file__).resolve().parents[2]
 ABORTED = (-6, 134)  # SIGABRT, as a signal or as a shell's exit code
@@ -50,14 +50,9 @@ DAMAGE = {
 
 
 @pytest.fixture(scope="module")
-def model_path():
-    return embedded_model_path()
-
-
-@pytest.fixture(scope="module")
-def damaged(tmp_path_factory, model_path):
+def damaged(tmp_path_factory, smollm_path):
     folder = tmp_path_factory.mktemp("damaged")
-    return {name: make(model_path, folder / f"{name}.gguf") for name, (make, _) in DAMAGE.items()}
+    return {name: make(smollm_path, folder / f"{name}.gguf") for name, (make, _) in DAMAGE.items()}
 
 
 def run_python(code: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -71,6 +66,7 @@ def run_python(code: str, timeout: float = 300) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_llama_cpp_really_aborts_on_these_files(damaged):
     """The premise: loaded directly, each damaged file kills the process that loads it."""
     for name, path in damaged.items():
@@ -83,7 +79,8 @@ def test_llama_cpp_really_aborts_on_these_files(damaged):
         assert done.returncode in ABORTED, (name, done.returncode)
 
 
-def test_damaged_files_are_refused_as_target_draft_and_vocabulary(damaged, model_path):
+@pytest.mark.slow
+def test_damaged_files_are_refused_as_target_draft_and_vocabulary(damaged, smollm_path):
     """Each load path gets a ModelFileError with a reason; the process lives on to report it."""
     paths = {name: str(p) for name, p in damaged.items()}
     done = run_python(f"""
@@ -92,7 +89,7 @@ def test_damaged_files_are_refused_as_target_draft_and_vocabulary(damaged, model
         from engine.decoding.loader import DecoderSettings, load_draft, load_target
         from engine.decoding.runtime import LoadSettings, Model
         results = {{}}
-        target = Model({str(model_path)!r}, LoadSettings(n_ctx=256, threads=1))
+        target = Model({str(smollm_path)!r}, LoadSettings(n_ctx=256, threads=1))
         for name, path in {paths!r}.items():
             for role, load in (
                 ("target", lambda: load_target(DecoderSettings(model=path, n_ctx=256, threads=1))),
@@ -117,6 +114,7 @@ def test_damaged_files_are_refused_as_target_draft_and_vocabulary(damaged, model
                 assert said.startswith("ModelFileError") and reason in said, (name, role, said)
 
 
+@pytest.mark.slow
 def test_the_pair_check_command_refuses_a_damaged_draft(damaged):
     done = subprocess.run(
         [sys.executable, "-m", "engine.models", "check", "embedded", str(damaged["duplicate-token"])],
@@ -131,10 +129,10 @@ def test_the_pair_check_command_refuses_a_damaged_draft(damaged):
     assert "Traceback" not in done.stderr
 
 
-def test_header_checks_name_the_damage(damaged, model_path):
-    assert metadata_problem(read_gguf_metadata(model_path), "model.gguf") is None
+def test_header_checks_name_the_damage(damaged, smollm_path):
+    assert metadata_problem(read_gguf_metadata(smollm_path), "model.gguf") is None
     problem = metadata_problem(read_gguf_metadata(damaged["duplicate-token"]), "dup.gguf")
-    twice = token_to_duplicate(model_path)[1].capitalize().decode()
+    twice = token_to_duplicate(smollm_path)[1].capitalize().decode()
     assert f"'{twice}' twice" in problem and "ids " in problem
 
 
@@ -163,16 +161,17 @@ def test_a_verdict_is_remembered_until_the_file_changes(tmp_path, damaged, child
     assert json.loads((tmp_path / "cache" / model_check.VERDICTS_FILE).read_text())  # kept on disk
 
 
-def test_a_small_context_with_a_longer_prompt_decodes(model_path):
+@pytest.mark.slow
+def test_a_small_context_with_a_longer_prompt_decodes(smollm_path):
     """llama.cpp lowers its batch to a small context; prefill chunks follow, instead of aborting."""
     done = run_python(f"""
-        from engine.decoding.cost_model import SpeculationConfig
+        from engine.decoding.speculation_config import SpeculationConfig
         from engine.decoding.generate import SpeculativeDecoder
         from engine.decoding.proposers.lookup import LookupProposer
         from engine.decoding.runtime import LoadSettings, Model
         from engine.decoding.sampling import SamplingParams
         for n_ctx in (1, 100, 255):
-            model = Model({str(model_path)!r}, LoadSettings(n_ctx=n_ctx, threads=2))
+            model = Model({str(smollm_path)!r}, LoadSettings(n_ctx=n_ctx, threads=2))
             prompt = model.tokenize("one two three four five six seven eight nine ten " * 15)[:200]
             # Fixed draft lengths: drafts are verified in the small batch, and no step sizes are timed first.
             decoder = SpeculativeDecoder(model, LookupProposer(), SpeculationConfig(max_draft=8, adaptive=False))
@@ -209,22 +208,23 @@ def test_a_copy_that_keeps_size_and_mtime_is_checked_again(tmp_path, damaged, ch
 
 
 @pytest.mark.parametrize("how, remembered", [("SIGABRT", True), ("SIGKILL", False)])
-def test_only_a_crash_is_remembered_against_a_file(tmp_path, monkeypatch, model_path, how, remembered):
+def test_only_a_crash_is_remembered_against_a_file(tmp_path, monkeypatch, smollm_path, how, remembered):
     """A child killed from outside (out of memory, logout) says nothing about the file: checked again next time."""
     monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path / "cache"))
     dies = f"import os, signal; os.kill(os.getpid(), signal.{how})"
     monkeypatch.setattr(model_check, "_child_command", lambda path, vocab_only: [sys.executable, "-c", dies])
     path = tmp_path / "model.gguf"
-    shutil.copyfile(model_path, path)
+    shutil.copyfile(smollm_path, path)
     with pytest.raises(ModelFileError, match=how):
         model_check.check_model_file(path)
     verdicts = tmp_path / "cache" / model_check.VERDICTS_FILE
     assert verdicts.exists() == remembered
 
 
-def test_a_file_whose_full_load_passed_needs_no_second_child_for_its_vocabulary(tmp_path, model_path, child_checks):
+@pytest.mark.slow
+def test_a_file_whose_full_load_passed_needs_no_second_child_for_its_vocabulary(tmp_path, smollm_path, child_checks):
     path = tmp_path / "model.gguf"
-    shutil.copyfile(model_path, path)
+    shutil.copyfile(smollm_path, path)
     model_check.check_model_file(path)  # the target's load
     model_check.check_model_file(path, vocab_only=True)  # the context meter's or the draft picker's
     assert [vocab_only for _, vocab_only in child_checks] == [False]

@@ -4,11 +4,15 @@ saying so; on the real model, a verify made slow on purpose trips the guard and 
 
 import time
 
-from engine.decoding.cost_model import SpeculationConfig
+import pytest
+
 from engine.decoding.generate import SpeculativeDecoder
 from engine.decoding.pace import GUARD_BACKOFF_STEPS, GUARD_MIN_TOKENS, GUARD_WINDOW, PlainPace, SequencePace
 from engine.decoding.proposers.lookup import LookupProposer
 from engine.decoding.sampling import SamplingParams
+from engine.decoding.speculation_config import SpeculationConfig
+
+pytestmark = pytest.mark.slow  # a guard tripped on the real model
 
 GREEDY = SamplingParams(temperature=0.0)
 COPY = (

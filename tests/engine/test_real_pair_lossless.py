@@ -8,20 +8,21 @@ does not, to keep its time. The same check with synthetic p and q runs everywher
 
 import pytest
 import torch
-from test_generation import assert_each_token_is_the_targets_argmax
-from test_lossless_distribution import chi_square_p_value
 
 from engine.chat_format import ChatFormatter
-from engine.decoding.cost_model import SpeculationConfig
 from engine.decoding.generate import SpeculativeDecoder
 from engine.decoding.proposers.auto import AutoProposer
 from engine.decoding.proposers.draft_model import DraftModelProposer
 from engine.decoding.proposers.lookup import LookupProposer
 from engine.decoding.runtime import LoadSettings, Model
 from engine.decoding.sampling import SamplingParams, filter_logits
+from engine.decoding.speculation_config import SpeculationConfig
 from engine.decoding.verifier import Verifier
 from engine.lab.bench import encode
 from engine.measure.real_pair import DRAFT, TARGET, pair_dir
+
+from support.distributions import chi_square_p_value
+from support.greedy_check import assert_each_token_is_the_targets_argmax
 
 T07 = SamplingParams(temperature=0.7, seed=3)  # SpecChat's default top-k 40, top-p 0.95, min-p 0.05
 DRAWS = 20_000

@@ -2,15 +2,16 @@
 cut back part-way: they decode without speculation, say why, and reuse their cache only forwards."""
 
 import pytest
-from damaged_models import write_tiny_mamba
 
-from engine.decoding.cost_model import SpeculationConfig
 from engine.decoding.generate import SpeculativeDecoder
 from engine.decoding.loader import DecoderSettings, build_decoder, make_proposer
 from engine.decoding.proposers.lookup import LookupProposer
 from engine.decoding.runtime import LoadSettings, Model
 from engine.decoding.sampling import SamplingParams
+from engine.decoding.speculation_config import SpeculationConfig
 from engine.errors import EngineError, SpeculationUnavailable
+
+from support.damaged_models import write_tiny_mamba
 
 GREEDY = SamplingParams(temperature=0)
 # Lookup drafts 14 after 138 and 16 after 299; this model continues otherwise, so a guess is rejected.

@@ -15,7 +15,6 @@ import httpx
 import keyring
 import pytest
 from keyring.backends.fail import Keyring as NoKeyring
-from remote_server import DONE, MIB, HostileServer, drafting_specchat_server, event, specchat_server  # noqa: E501
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.routing import Route
@@ -25,8 +24,11 @@ from engine.decoding.sampling import SamplingParams
 from engine.errors import EngineError, InvalidSettingError
 from engine.modelfiles.embedded import embedded_model_path
 from engine.remote import keys, prometheus
-from engine.remote.client import EventStream, RemoteEngine, RemoteModel
+from engine.remote.client import RemoteEngine, RemoteModel
 from engine.remote.endpoint import Endpoint, normalised_url, url_warning
+from engine.remote.sse import EventStream
+
+from support.remote_server import DONE, MIB, HostileServer, drafting_specchat_server, event, specchat_server  # noqa: E501
 
 GREEDY = SamplingParams(temperature=0.0)
 COPY = [
@@ -143,6 +145,7 @@ def test_stop_ends_the_answer_and_frees_the_servers_slot(engine, server):
     assert httpx.get(server.url + "/health").json()["slots_processing"] == 0
 
 
+@pytest.mark.slow
 def test_continue_writes_more_of_an_answer_cut_short(engine):
     """vLLM's continue_final_message, which the SpecChat server also takes: the window's Continue on a remote chat."""
     model = engine.model()
@@ -471,6 +474,7 @@ def test_huge_metrics_are_read_to_8_mib_and_too_many_series_are_not_parsed():
     assert not prometheus.SpecCounters.from_text(long_line).speculates  # skipped unread
 
 
+@pytest.mark.slow
 def test_a_listing_of_100000_models_is_cut_to_1000_and_a_missing_model_named_in_a_short_message():
     many = {"object": "list", "data": [{"id": f"org/model-{i:06d}", "object": "model"} for i in range(100_000)]}
     too_many = {"object": "list", "data": many["data"] * 3}  # 13 MB of JSON
@@ -489,6 +493,7 @@ def test_a_listing_of_100000_models_is_cut_to_1000_and_a_missing_model_named_in_
         RemoteEngine(Endpoint(server.url)).models()
 
 
+@pytest.mark.slow
 def test_a_quick_call_ends_at_its_deadline_though_bytes_trickle_in(monkeypatch):
     from engine.remote import client
 
@@ -572,6 +577,7 @@ def test_stop_ends_the_answer_within_a_second_whatever_the_server_does(after):
     assert took < 1.0 and pieces == ["Hello"] and answer.figures.finish_reason == "cancelled"
 
 
+@pytest.mark.slow
 def test_an_answer_with_no_new_event_for_the_deadline_fails_though_bytes_trickle_in():
     with HostileServer({CHAT: hello_then(lambda conn: trickle(conn, every_s=0.2))}) as server:
         (pieces, error), took, _peak = measured(lambda: collect(hostile_answer(server, read_timeout_s=1.0)))
@@ -687,13 +693,14 @@ def test_llama_server_streams_stops_counts_and_reports_its_drafts():
 
 
 # --- the experiment against running servers ------------------------------------------------------------
+@pytest.mark.slow
 def test_a_level_against_a_server_stays_full_until_its_last_request_is_answered(server):
     """The remote lab's cells, as the local lab's levels: a client done with its requests sends fillers until every
     client is, the last cut short (and ended by the server); their tokens count in the aggregate."""
     import argparse
     import asyncio
 
-    from engine.lab.serve_bench import run_cell
+    from engine.lab.serve_cell import run_cell
 
     n = 160
     args = argparse.Namespace(
@@ -713,6 +720,7 @@ def test_a_level_against_a_server_stays_full_until_its_last_request_is_answered(
     assert alone["filler_requests"] == alone["filler_tokens"] == 0 and alone["completion_tokens"] == 2 * n
 
 
+@pytest.mark.slow
 def test_the_lab_runs_against_servers_through_serve_benchs_path_with_the_crossover(tmp_path, server, monkeypatch):
     """engine.lab --engine-url: plain and lookup SpecChat servers (a real model each), and a vLLM whose acceptance
     comes from its /metrics counters, measured through serve_bench's path into the lab's own results document,

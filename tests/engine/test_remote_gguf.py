@@ -11,14 +11,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from hub_server import Fault, LocalHub, write_tiny_gguf
 
 from engine.errors import ModelFileError
 from engine.modelfiles import gguf_header
-from engine.modelfiles.downloads import DownloadCancelled, DownloadError, HubUnreachable
 from engine.modelfiles.embedded import embedded_gemma_path, embedded_model_path
 from engine.modelfiles.gguf_header import read_gguf_metadata
+from engine.modelfiles.hub_files import DownloadCancelled, DownloadError, HubUnreachable
 from engine.modelfiles.remote_gguf import FIRST_READ_BYTES, read_remote_metadata
+
+from support.hub_server import Fault, LocalHub
 
 REPO = "tester/headers"
 PAIRS = Path("/root/.cache/SpecChat/pairs")
@@ -30,11 +31,6 @@ def real_models() -> dict[str, Path]:
     for path in sorted(PAIRS.glob("qwen2.5-coder-*.gguf")):  # absent in CI
         found[path.name] = path
     return found
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    return write_tiny_gguf(tmp_path_factory.mktemp("remote") / "tiny.gguf")
 
 
 @pytest.fixture

@@ -39,8 +39,8 @@ def test_only_matrices_every_architecture_multiplies_are_chosen():
     ]
 
 
-def test_the_patterns_match_exactly_the_chosen_names(model_path):
-    tensors = read_gguf_tensors(model_path)
+def test_the_patterns_match_exactly_the_chosen_names(gemma_path):
+    tensors = read_gguf_tensors(gemma_path)
     chosen = repack.repacked_tensors(tensors, repack.AVX2_TYPES | repack.AVX512_TYPES)
     patterns = [re.compile(p) for p in repack.name_patterns(chosen)]
     assert chosen and len(patterns) < len(chosen) / 2  # grouped by role, not one per name
@@ -48,8 +48,8 @@ def test_the_patterns_match_exactly_the_chosen_names(model_path):
     assert matched == chosen
 
 
-def test_the_tensor_list_is_read_from_the_file(model_path):
-    tensors = read_gguf_tensors(model_path)
+def test_the_tensor_list_is_read_from_the_file(gemma_path):
+    tensors = read_gguf_tensors(gemma_path)
     names = {t.name for t in tensors}
     assert "token_embd.weight" in names and "blk.0.attn_q.weight" in names
     assert all(1 <= len(t.shape) <= 4 for t in tensors)
@@ -64,7 +64,7 @@ needs_amx = pytest.mark.skipif(
 
 
 @needs_amx
-def test_a_repacked_model_computes_what_the_unpacked_one_does(model_path, monkeypatch):
+def test_a_repacked_model_computes_what_the_unpacked_one_does(gemma_path, monkeypatch):
     """The repacked weights are the same weights: a 4-row step (the repacked kernels' block) gives the same
     logits as the unpacked load, up to the rounding of another summation order, and the same argmax."""
 
@@ -73,12 +73,12 @@ def test_a_repacked_model_computes_what_the_unpacked_one_does(model_path, monkey
         model.decode(tokens[:-4], 0, 0)
         return np.array(model.decode(tokens[-4:], len(tokens) - 4, 4))
 
-    with Model(model_path, LoadSettings(n_ctx=256, threads=2)) as packed:
+    with Model(gemma_path, LoadSettings(n_ctx=256, threads=2)) as packed:
         assert packed.repacked_weights > 0
         repacked = last_rows(packed)
     unpacked_params = runtime.model_params
     monkeypatch.setattr(runtime, "model_params", lambda path=None, gpu=0: unpacked_params(None, gpu))
-    with Model(model_path, LoadSettings(n_ctx=256, threads=2)) as plain:
+    with Model(gemma_path, LoadSettings(n_ctx=256, threads=2)) as plain:
         assert plain.repacked_weights == 0
         reference = last_rows(plain)
     assert (repacked.argmax(axis=1) == reference.argmax(axis=1)).all()

@@ -6,7 +6,7 @@ import random
 import pytest
 
 from engine.decoding.sampling import SamplingParams
-from engine.measure import recording, replay
+from engine.measure import recording, replay, replay_loop
 from engine.measure.recording import Answer, Recording
 
 # A CPU-like curve: each extra verified row costs 15% of a one-row step.
@@ -68,10 +68,11 @@ def test_the_replay_is_deterministic_and_max_draft_bounds_the_steps():
     assert replay.replay_lookup(rec, max_draft=4)[0] <= 5 / 1.6 + 1e-9
 
 
+@pytest.mark.slow
 def test_record_and_replay_from_the_command_line(tmp_path, capsys):
     """Recorded answers are the model's plain greedy answers; the replay prints one row per prompt. The curve is
     timed at every size the planner calibrates, up to --max-rows (17 here: the default 65 takes the longest)."""
-    from engine.decoding.cost_model import calibration_sizes
+    from engine.decoding.calibration import calibration_sizes
     from engine.modelfiles.embedded import embedded_model_path
 
     model_path = embedded_model_path()
@@ -121,15 +122,16 @@ def test_record_and_replay_from_the_command_line(tmp_path, capsys):
     assert "| count |" in table and "| median |" in table and "any-copy bound" in table
 
 
+@pytest.mark.slow
 def test_sampled_answers_are_recorded_per_seed_and_lookup_writes_the_same_tokens(tmp_path, capsys):
     """A recording at a temperature holds one answer per seed, each the model's own plain sampled answer; the
     replay then charges lookup's drafts against it, which is right because a seed fixes every position's token
     whatever is drafted: live lookup with the same seed writes exactly the recorded tokens (drafts of 2 here,
     verified in 3-row steps, which round as one-row steps do on this CPU: see test_generation)."""
-    from engine.decoding.cost_model import SpeculationConfig
     from engine.decoding.generate import SpeculativeDecoder
     from engine.decoding.loader import DecoderSettings, build_decoder
     from engine.decoding.proposers.lookup import LookupProposer
+    from engine.decoding.speculation_config import SpeculationConfig
     from engine.modelfiles.embedded import embedded_model_path
 
     model_path, text = embedded_model_path(), "Repeat this list exactly: apples, pears, plums, figs, limes, dates."
@@ -195,8 +197,9 @@ def test_a_low_realism_recovers_while_not_drafting_when_the_shadows_hold():
     out (they did not count: Gemma 3's fix-json answer decoded two whole copies plainly)."""
     import torch
 
-    from engine.decoding.cost_model import REALISM_HORIZON, SpeculationConfig
+    from engine.decoding.draft_planner import REALISM_HORIZON
     from engine.decoding.proposers.lookup import LookupProposer
+    from engine.decoding.speculation_config import SpeculationConfig
     from engine.decoding.stats import GenerationStats
     from engine.decoding.step import SequenceState, StepLoop
     from engine.decoding.verifier import Verifier
@@ -345,9 +348,9 @@ def test_with_host_time_the_loops_own_time_counts():
     searching the history at every pass."""
     tiny = {rows: 1e-9 * seconds / CURVE[1] for rows, seconds in CURVE.items()}
     rec = Recording("synthetic", tiny, copy_and_fresh(), ends=[])
-    curve_only = replay._replay(rec, "none", 48, None, True, False)
+    curve_only = replay_loop._replay(rec, "none", 48, None, True, False)
     assert curve_only == pytest.approx([(len(a.answer) - 1) * 1e-9 for a in rec.answers])
-    with_host = replay._replay(rec, "none", 48, None, True, True)
+    with_host = replay_loop._replay(rec, "none", 48, None, True, True)
     assert all(h > 100 * c for h, c in zip(with_host, curve_only)), (with_host, curve_only)
     copy, fresh = replay.replay_method(rec, "lookup", host_time=True)
     # Host time is this machine's real time, so the figures move with its load (1.21 and 0.60 in one CI-like run,

@@ -12,30 +12,16 @@ import httpx
 import openai
 import pytest
 
-from engine.decoding.cost_model import SpeculationConfig
 from engine.decoding.proposers.base import NoProposer
-from engine.decoding.proposers.lookup import LookupProposer
 from engine.decoding.runtime import LoadSettings, Model
+from engine.decoding.speculation_config import SpeculationConfig
 from engine.errors import InvalidSettingError
 from engine.modelfiles.embedded import embedded_model_path
 from engine.serving.service import ServeOptions, Service
 
+from support.serving import COUNTING, N_CTX, PARALLEL, start
+
 ROOT = Path(__file__).resolve().parents[2]
-N_CTX = 1024
-PARALLEL = 4
-COUNTING = [{"role": "user", "content": "Write the numbers from 1 to 30, separated by commas."}]
-
-
-def start(parallel=PARALLEL, proposer=None, **options) -> tuple[Service, Model]:
-    model = Model(embedded_model_path(), LoadSettings(n_ctx=N_CTX, threads=2, n_seq_max=parallel))
-    service = Service(
-        model,
-        proposer or LookupProposer(),
-        SpeculationConfig(max_draft=8),
-        ServeOptions(port=0, parallel=parallel, **options),
-        model_id="smollm2",
-    ).start()
-    return service, model
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +63,8 @@ def test_chat_completion_carries_usage_and_timings(client):
     assert timings["predicted_n"] == reply.usage.completion_tokens
     assert timings["method"] == "lookup" and timings["draft_n_accepted"] <= timings["draft_n"]
     assert timings["predicted_per_second"] > 0 and timings["prompt_n"] + timings["cache_n"] == reply.usage.prompt_tokens
-    assert timings["mean_acceptance_length"] >= 1.0
+    length = timings["mean_acceptance_length"]  # per step that verified drafts: n/a where none drafted
+    assert length is None if timings["draft_n"] == 0 else length >= 1.0
 
 
 def test_streamed_chat_matches_the_whole_answer_and_ends_with_figures(client):
@@ -127,6 +114,7 @@ def test_curl_sees_server_sent_events_ending_with_done(server):
     assert last["choices"][0]["finish_reason"] in ("stop", "length") and "usage" in last and "timings" in last
 
 
+@pytest.mark.slow
 def test_four_concurrent_streams_are_decoded_together(server, client):
     prompts = ["Name ten fruits.", "List the days of the week.", "Count from 1 to 20.", "Name five colours."]
     spans, texts, errors = {}, {}, []
@@ -214,7 +202,7 @@ def test_a_prompt_beyond_the_context_says_so(server):
 def test_a_giant_prompt_is_refused_at_once_while_health_keeps_answering(server):
     """A 6 MB message was templated and tokenized on the event loop before its size was checked: a 20 MB one
     blocked every request for 72 s. Now its byte length alone refuses it, and /health never waits."""
-    from test_server_limits import while_healthy
+    from support.serving import while_healthy
 
     giant = "The quick brown fox jumps over the lazy dog. " * 140_000
     reply, slowest, _ = while_healthy(
@@ -268,6 +256,7 @@ def test_beyond_the_queue_a_request_gets_429_with_retry_after():
         model.close()
 
 
+@pytest.mark.slow
 def test_the_command_refuses_the_network_without_a_key_and_a_taken_port():
     run = subprocess.run(
         [sys.executable, "-m", "engine.serve", "--host", "0.0.0.0"],

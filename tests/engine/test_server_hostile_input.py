@@ -12,9 +12,10 @@ from urllib.parse import urlsplit
 
 import openai
 import pytest
-from test_server import COUNTING, start
 
 from engine.serving.api_schema import MAX_CONTENT_PARTS, MAX_MESSAGES, MAX_STOP_CHARS, MAX_STOPS
+
+from support.serving import COUNTING, start
 
 CHAT, COMPLETIONS, TOKENIZE = "/v1/chat/completions", "/v1/completions", "/tokenize"
 
@@ -101,6 +102,7 @@ def test_every_sized_field_is_bounded_with_a_400_naming_it(server, client, field
     still_serving(client)
 
 
+@pytest.mark.slow
 def test_sixteen_long_stops_and_another_clients_short_request_both_complete(server, client):
     """The long-stop request runs while the short one comes and goes: it did not hold the engine thread."""
     stops = [f"{i:02d}" + "\u2603" * (MAX_STOP_CHARS - 2) for i in range(MAX_STOPS)]  # never written by the model

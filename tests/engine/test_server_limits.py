@@ -6,36 +6,19 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
 
 import httpx
 import pytest
-from test_hostile_templates import CHATML, HOGS, SPINS, hostile_gguf, tree_rss
 
-from engine.decoding.cost_model import SpeculationConfig
-from engine.decoding.proposers.lookup import LookupProposer
-from engine.decoding.runtime import LoadSettings, Model
 from engine.serving import openai_api
 from engine.serving import service as service_module
-from engine.serving.service import ServeOptions, Service
+
+from support.hostile_templates import HOGS, hostile_gguf
+from support.serving import SPINS_ON_W9, serve, while_healthy
 
 HEALTH_WITHIN_S = 1.0
-# Fine on the probe's conversation; spins when a message holds the word w9.
-SPINS_ON_W9 = CHATML.replace("{% endfor %}", "{% if 'w9' in m['content'] %}" + SPINS + "{% endif %}{% endfor %}")
 HELLO = [{"role": "user", "content": "w1 w2"}]
-
-
-def serve(path, **options) -> tuple[Service, Model]:
-    model = Model(path, LoadSettings(n_ctx=512, threads=1, n_seq_max=2))
-    service = Service(
-        model,
-        LookupProposer(),
-        SpeculationConfig(max_draft=4),
-        ServeOptions(port=0, parallel=2, **options),
-        model_id="tiny",
-    ).start()
-    return service, model
 
 
 @pytest.fixture()
@@ -56,24 +39,7 @@ def chat(url: str, messages, **extra) -> httpx.Response:
     return httpx.post(url + "/v1/chat/completions", json={"messages": messages, "max_tokens": 4, **extra}, timeout=60)
 
 
-def while_healthy(url: str, work) -> tuple[object, float, int]:
-    """Run work() on a thread while /health is asked again and again: work's result, the slowest /health
-    answer and the largest growth of this process tree's memory meanwhile."""
-    result, base = {}, tree_rss()
-    thread = threading.Thread(target=lambda: result.setdefault("r", work()))
-    thread.start()
-    slowest, grew = 0.0, 0
-    with httpx.Client(timeout=10) as client:
-        while thread.is_alive():
-            started = time.monotonic()
-            assert client.get(url + "/health").json()["status"] == "ok"
-            slowest = max(slowest, time.monotonic() - started)
-            grew = max(grew, tree_rss() - base)
-            time.sleep(0.05)
-    thread.join()
-    return result["r"], slowest, grew
-
-
+@pytest.mark.slow
 def test_a_template_that_spins_is_a_clear_error_and_the_server_keeps_answering(spinning):
     assert chat(spinning.url, HELLO).status_code == 200  # the template works on this conversation
     reply, slowest, grew = while_healthy(spinning.url, lambda: chat(spinning.url, [{"role": "user", "content": "w9"}]))
@@ -168,6 +134,7 @@ def test_a_prompt_far_beyond_the_context_is_refused_from_its_size_without_tokeni
         del target.tokenize
 
 
+@pytest.mark.slow
 def test_connections_that_send_nothing_or_dribble_are_closed(spinning, monkeypatch):
     monkeypatch.setattr(service_module, "REQUEST_HEAD_TIMEOUT_S", 1.0)
     monkeypatch.setattr(openai_api, "BODY_TIMEOUT_S", 1.0)

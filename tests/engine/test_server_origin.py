@@ -16,11 +16,13 @@ from pathlib import Path
 import httpx
 import pytest
 from starlette.datastructures import Headers
-from test_hostile_templates import CHATML, hostile_gguf
-from test_server_limits import serve
 
-from engine.serving.openai_api import ApiConfig, host_name, request_refusal
+from engine.serving.api_config import ApiConfig
+from engine.serving.request_guard import host_name, request_refusal
 from engine.serving.service import ServeOptions
+
+from support.hostile_templates import CHATML, hostile_gguf
+from support.serving import serve
 
 ROOT = Path(__file__).resolve().parents[2]
 ALLOWED_ORIGIN = "http://localhost:3000"
@@ -59,13 +61,13 @@ def folder(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def tiny(folder) -> Path:
+def chatml_gguf(folder) -> Path:
     return hostile_gguf(folder / "tiny.gguf", CHATML, complete=True)  # a plain ChatML template: it works
 
 
 @pytest.fixture(scope="module")
-def server(tiny):
-    service, model = serve(tiny, cors_origins=(ALLOWED_ORIGIN,), allowed_hosts=(LISTED,))
+def server(chatml_gguf):
+    service, model = serve(chatml_gguf, cors_origins=(ALLOWED_ORIGIN,), allowed_hosts=(LISTED,))
     yield service
     service.stop()
     model.close()
@@ -94,6 +96,7 @@ def raw_reply(port: int, head: str, seconds: float = 5.0) -> tuple[int, dict]:
     return int(status_line.split()[1]), json.loads(body)
 
 
+@pytest.mark.slow
 def test_a_browsers_simple_post_is_a_415_before_the_body_is_read_or_the_model_runs(server, model_work):
     for path, body in JSON_ENDPOINTS.items():
         for content_type in (
@@ -200,8 +203,8 @@ def test_a_foreign_origin_is_a_403_and_an_allowed_one_gets_cors_headers(server, 
     assert plain.status_code == 200 and not any(h.startswith("access-control-") for h in plain.headers)
 
 
-def test_serving_every_interface_takes_ip_hosts_but_only_listed_names(tiny):
-    service, model = serve(tiny, host="0.0.0.0", api_key="sesame", allowed_hosts=("mybox.local",))
+def test_serving_every_interface_takes_ip_hosts_but_only_listed_names(chatml_gguf):
+    service, model = serve(chatml_gguf, host="0.0.0.0", api_key="sesame", allowed_hosts=("mybox.local",))
     try:
         url, key = f"http://127.0.0.1:{service.port}", {"Authorization": "Bearer sesame"}
         for host in ("192.168.1.5:{port}", "10.0.0.7", "[fe80::1]:{port}", "mybox.local:{port}", "localhost"):
@@ -239,6 +242,7 @@ def test_the_rules_on_their_own():
         ServeOptions(allowed_hosts=("*.example",))
 
 
+@pytest.mark.slow
 def test_cors_star_without_a_key_is_warned_of(caplog):
     with caplog.at_level(logging.WARNING):
         ServeOptions(cors_origins=("*",), api_key="sesame")

@@ -3,21 +3,18 @@ stands, and nothing in the server fails on the way out (no "Event loop is closed
 server that only cuts the connection says the same in words, not httpx's "incomplete chunked read"."""
 
 import logging
-import sys
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from remote_server import HostileServer, event, specchat_server  # noqa: E402
+from engine.decoding.sampling import SamplingParams
+from engine.errors import EngineError
+from engine.remote.client import RemoteEngine
+from engine.remote.endpoint import Endpoint
 
-from engine.decoding.sampling import SamplingParams  # noqa: E402
-from engine.errors import EngineError  # noqa: E402
-from engine.remote.client import RemoteEngine  # noqa: E402
-from engine.remote.endpoint import Endpoint  # noqa: E402
+from support.remote_server import HostileServer, event, specchat_server
 
 LONG = [{"role": "user", "content": "Write the numbers from 1 to 300, separated by commas."}]
 
@@ -40,6 +37,7 @@ def no_failure_logged(caplog, capfd) -> None:
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info], said[-3000:]
 
 
+@pytest.mark.slow
 def test_stopping_the_server_mid_answer_tells_the_client_and_logs_no_failure(server_logs, capfd):
     service, model = specchat_server()
     try:

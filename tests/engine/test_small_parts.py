@@ -4,16 +4,11 @@ import struct
 
 import pytest
 
-from engine.decoding.cost_model import (
-    REALISM_HORIZON,
-    REALISM_RANGE,
-    Acceptance,
-    DraftPlanner,
-    SpeculationConfig,
-    StepCosts,
-    calibration_sizes,
-    prior_acceptance,
-)
+from engine.decoding.acceptance import Acceptance, prior_acceptance
+from engine.decoding.calibration import calibration_sizes
+from engine.decoding.draft_planner import REALISM_HORIZON, REALISM_RANGE, DraftPlanner
+from engine.decoding.speculation_config import SpeculationConfig
+from engine.decoding.step_costs import StepCosts
 from engine.decoding.stop_strings import StopMatcher
 from engine.decoding.text_stream import TextStream
 from engine.errors import InvalidSettingError, ModelFileError
@@ -141,7 +136,7 @@ def test_step_costs_follow_recent_medians_and_notice_a_busy_machine():
 def test_a_growing_context_and_dear_drafted_steps_are_not_taken_for_a_busy_machine():
     """Measured step times of SmolLM2 here (flash attention on): one row 9.1 ms in an empty cache, 14 ms at
     position 230, 27.3 ms at 800; 24 rows 112.8 ms empty, 445 ms at 800. None of it is another process."""
-    from engine.decoding.cost_model import QUIET_MEMORY
+    from engine.decoding.step_costs import QUIET_MEMORY
 
     costs = StepCosts()
     costs.take_calibration({1: 0.0091, 24: 0.1128})
@@ -206,8 +201,12 @@ def test_calibration_times_every_single_sequence_size_then_every_eighth():
 def test_calibration_times_sizes_in_rounds_and_keeps_each_ones_fastest():
     """Each size is timed once per round (not twice in a row: this VM's speed wanders over seconds), the
     fastest kept; sizes wider than one sequence's verify are timed in the first round only."""
-    from engine.decoding.calibration import time_steps
-    from engine.decoding.cost_model import CALIBRATION_REPEATED_UP_TO, CALIBRATION_REPEATS, CALIBRATION_WARMUP
+    from engine.decoding.calibration import (
+        CALIBRATION_REPEATED_UP_TO,
+        CALIBRATION_REPEATS,
+        CALIBRATION_WARMUP,
+        time_steps,
+    )
 
     class SlowThenFast:  # every decode of round 1 takes 2 ms a row, of later rounds 1 ms a row
         def __init__(self):
@@ -239,6 +238,7 @@ def test_calibration_times_sizes_in_rounds_and_keeps_each_ones_fastest():
     assert (1, 1) in target.step_timings and (2, 1) in target.step_timings
 
 
+@pytest.mark.slow
 def test_step_timings_are_kept_per_file_and_settings_for_a_day(tmp_path, monkeypatch):
     """A reload of the same file with the same settings, or another context size, finds the sizes timed before,
     in this process and, from the cache folder, in the next one; another batch size, a changed file, a day-old
@@ -438,7 +438,7 @@ def test_a_sequence_that_copies_drafts_though_the_others_do_not():
 
 
 @pytest.mark.parametrize("amx", [True, False])
-def test_no_weights_go_to_amx_kernels_which_crash(monkeypatch, amx, model_path):
+def test_no_weights_go_to_amx_kernels_which_crash(monkeypatch, amx, gemma_path):
     """On a CPU whose llama.cpp build has AMX kernels, Gemma 3's first multi-row step segfaulted in them (an
     Intel Xeon with AMX_INT8): SpecChat then loads without extra buffer types and hands the repackable weights to
     CPU_REPACK by name (repack.py); llama-server beside it can only run with --no-repack. Elsewhere llama.cpp
@@ -456,7 +456,7 @@ def test_no_weights_go_to_amx_kernels_which_crash(monkeypatch, amx, model_path):
     try:
         assert model_params()[0].use_extra_bufts is not amx
         assert ("--no-repack" in same_kernels()) is amx
-        params, repacked = model_params(model_path)
+        params, repacked = model_params(gemma_path)
         if not amx:
             assert params.use_extra_bufts and repacked == -1 and not params.tensor_buft_overrides
         elif repack.cpu_repack_buffer_type() is not None:
@@ -484,7 +484,8 @@ def test_flash_attention_is_llama_cpps_choice_unless_asked(asked, kind, server_f
     assert [f for f in flags if f != "--no-repack"] == server_flags
 
 
-def test_a_model_collected_while_another_thread_loads_is_freed_by_the_next_load(model_path):
+@pytest.mark.slow
+def test_a_model_collected_while_another_thread_loads_is_freed_by_the_next_load(gemma_path):
     """The garbage collector never frees a model while another thread loads or frees one (that crashed the
     process once); the model waits for the next load or close, which frees it."""
     import gc
@@ -493,7 +494,7 @@ def test_a_model_collected_while_another_thread_loads_is_freed_by_the_next_load(
     from engine.decoding import runtime
     from engine.decoding.runtime import LoadSettings, Model
 
-    model = Model(model_path, LoadSettings(n_gpu_layers=0), vocab_only=True)
+    model = Model(gemma_path, LoadSettings(n_gpu_layers=0), vocab_only=True)
     holding, release = threading.Event(), threading.Event()
 
     def loading_elsewhere():
@@ -509,7 +510,7 @@ def test_a_model_collected_while_another_thread_loads_is_freed_by_the_next_load(
     assert len(runtime._unfreed) == 1 and runtime._unfreed[0]._model  # left for later, not freed meanwhile
     release.set()
     thread.join()
-    Model(model_path, LoadSettings(n_gpu_layers=0), vocab_only=True).close()
+    Model(gemma_path, LoadSettings(n_gpu_layers=0), vocab_only=True).close()
     assert runtime._unfreed == []
 
 
@@ -539,8 +540,8 @@ def test_a_draft_kept_whole_also_shows_the_slot_after_it():
         Verdict(2, 5),  # kept whole, the target wrote 5: slot 2 a miss
         Verdict(1, 5),
     ):  # not kept whole: slot 2 not reached
-        seq.continuing = False  # (one feature throughout)
+        seq.draft.continuing = False  # (one feature throughout)
         drafting.record_tables([seq], [cut], [verdict])
-    for table in (planner.acceptance, seq.acceptance):
+    for table in (planner.acceptance, seq.draft.acceptance):
         assert table._seen[f][:3] == [3.0, 3.0, 2.0]
         assert table.mean_acceptance(f)[2] < table.mean_acceptance(f)[0]  # one hit and one miss, against 3 of 3

@@ -1,15 +1,17 @@
 """'Speculation paused' says the adaptive policy predicted plain decoding faster. It must never be
 said because an answer's last tokens left no room to draft (the token budget caps the draft length)."""
 
-from step_costs import pin_step_costs
+import pytest
 
 from engine.decoding import threads
-from engine.decoding.cost_model import SpeculationConfig
 from engine.decoding.generate import SpeculativeDecoder
 from engine.decoding.proposers.lookup import LookupProposer
 from engine.decoding.sampling import SamplingParams
+from engine.decoding.speculation_config import SpeculationConfig
 from engine.lab.bench import read_prompts
 from engine.paths import resources_dir
+
+from support.step_costs import pin_step_costs
 
 GREEDY = SamplingParams(temperature=0.0)
 
@@ -28,6 +30,7 @@ def answer(decoder: SpeculativeDecoder, prompt: list[int], max_tokens: int) -> l
     return trace
 
 
+@pytest.mark.slow
 def test_the_token_budget_capping_the_last_drafts_is_not_reported_as_paused(target, monkeypatch):
     pin_step_costs(monkeypatch, one_row_s=0.010, extra_row_s=0.0005)  # verified rows nearly free: drafting pays
     decoder = SpeculativeDecoder(target, LookupProposer(), SpeculationConfig(max_draft=8, adaptive=True))
@@ -41,6 +44,7 @@ def test_the_token_budget_capping_the_last_drafts_is_not_reported_as_paused(targ
         assert not any(paused for paused, _ in trace), (budget, trace)  # no room is no prediction
 
 
+@pytest.mark.slow
 def test_the_policy_choosing_plain_decoding_is_reported_as_paused(target, monkeypatch):
     pin_step_costs(monkeypatch, one_row_s=0.010, extra_row_s=0.010)  # every verified row costs a whole step
     # No trial of fewer threads within these 24 tokens: the step after a switch measures, it predicts nothing.

@@ -38,6 +38,7 @@ def first_token_counts(params: SamplingParams, draft_kind: str, trials: int = 20
     return counts
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("draft_kind", ["model", "lookup"])
 @pytest.mark.parametrize(
     "params",

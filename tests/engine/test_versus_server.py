@@ -21,6 +21,8 @@ from engine.measure.versus_server import (
     table,
 )
 
+pytestmark = pytest.mark.slow  # SpecChat beside llama-server on the real model
+
 METHODS = ["a", "b", "c", "d", "e"]
 
 
@@ -75,10 +77,10 @@ def test_first_difference():
     assert first_difference([1, 2], [1, 2, 3]) == 2
 
 
-def test_specchat_half_on_the_real_model(model_path):
+def test_specchat_half_on_the_real_model(gemma_path):
     """Both SpecChat methods write the same greedy answer to the same prompt, one run per round each."""
     runners = {
-        m: specchat_runner(str(model_path), method, 2)
+        m: specchat_runner(str(gemma_path), method, 2)
         for m, method in (("SpecChat plain", "none"), ("SpecChat lookup", "lookup"))
     }
     items = [{"id": "copy", "prompt": "Copy this line: the cat sat on the mat. The cat sat on the mat."}]
@@ -93,13 +95,13 @@ SERVER = os.environ.get("SPECCHAT_LLAMA_SERVER")
 
 
 @pytest.mark.skipif(not (SERVER and Path(SERVER).exists()), reason="set SPECCHAT_LLAMA_SERVER to a llama-server binary")
-def test_llama_server_with_specchats_cache_settings_writes_specchats_answer(model_path):
-    server = LlamaServer(SERVER, str(model_path), ["--swa-full", "--kv-unified"], threads=2)
+def test_llama_server_with_specchats_cache_settings_writes_specchats_answer(gemma_path):
+    server = LlamaServer(SERVER, str(gemma_path), ["--swa-full", "--kv-unified"], threads=2)
     try:
         theirs = server.complete("The capital of France is", 16)
     finally:
         server.close()
-    ours = specchat_runner(str(model_path), "none", 2)("The capital of France is", 16)
+    ours = specchat_runner(str(gemma_path), "none", 2)("The capital of France is", 16)
     assert theirs.tokens_per_s > 0 and json.dumps(theirs.tokens) == json.dumps(ours.tokens)
 
 

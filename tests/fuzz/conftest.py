@@ -15,10 +15,11 @@ import os
 import random
 import tempfile
 
-import fuzz_watchdog
 import pytest
 from hypothesis import HealthCheck, Phase, core, settings
 from hypothesis.configuration import set_hypothesis_home_dir
+
+from support import fuzz_watchdog
 
 settings.register_profile(
     "specchat-fuzz",

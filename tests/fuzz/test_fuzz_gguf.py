@@ -9,7 +9,6 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from fuzz_watchdog import bounded
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -21,6 +20,8 @@ from engine.modelfiles.gguf_header import (
     read_gguf_metadata,
     read_gguf_tensors,
 )
+
+from support.fuzz_watchdog import bounded
 
 FUZZ = settings.get_profile("specchat-fuzz")
 MAX_PEAK_BYTES = 16 << 20  # a few-kB file's header: nothing near this is ever needed

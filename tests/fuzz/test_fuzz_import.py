@@ -7,13 +7,14 @@ import copy
 import json
 
 import pytest
-from fuzz_values import texts_in
-from fuzz_watchdog import bounded
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from app.conversations.files import ConversationFileError, conversation_data, import_json
 from app.conversations.store import MEMORY, ConversationStore, Message
+
+from support.fuzz_values import texts_in
+from support.fuzz_watchdog import bounded
 
 FUZZ = settings.get_profile("specchat-fuzz")
 STATS = {

@@ -5,7 +5,6 @@ loaded: every resource Qt asks for goes to SafeTextBrowser.loadResource, which a
 or nothing, so a real image file named in the text is never read."""
 
 import pytest
-from fuzz_watchdog import bounded
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from PySide6.QtCore import QUrl
@@ -15,6 +14,8 @@ from PySide6.QtWidgets import QTextBrowser
 from app.chat.message_text import ResponseText
 from app.conversations.store import Message
 from app.safe_text import SafeTextBrowser, placeholder_image
+
+from support.fuzz_watchdog import bounded
 
 FUZZ = settings.get_profile("specchat-fuzz")
 PROBE_SIZE = (37, 23)  # the real image's size (not the placeholder's)

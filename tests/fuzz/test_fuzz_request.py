@@ -6,13 +6,14 @@ take (a lone surrogate from a JSON escape would fail there, as a 500), its numbe
 import json
 import math
 
-from fuzz_watchdog import bounded
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from engine.decoding.sampling import SamplingParams
 from engine.serving.api_schema import ApiError, Generation, parse_generation, parse_messages, parse_prompt
 from engine.serving.request_body import parse_json  # the body's JSON, read as the server reads it
+
+from support.fuzz_watchdog import bounded
 
 N_CTX = 2048
 FUZZ = settings.get_profile("specchat-fuzz")

@@ -1,5 +1,5 @@
-"""Fuzz: the remote engine's reading of a server's stream (engine/remote/client.py: EventStream, _chunk and
-RemoteAnswer's chunk reader). Whatever bytes a server sends, in whatever pieces, an answer gives text pieces and
+"""Fuzz: the remote engine's reading of a server's stream (engine/remote/sse.py: EventStream and parse_chunk;
+answer_stream.py: RemoteAnswer's chunk reader). Whatever bytes a server sends, in whatever pieces, an answer gives text pieces and
 ends, or raises EngineError (its documented error, with a message for a person): never another exception. Every
 text it hands on (the pieces, the figures' texts, an error's message) is text that encodes as UTF-8, whatever
 JSON escapes the server used. A well-formed stream loses nothing: its pieces are the text the server sent."""
@@ -8,16 +8,18 @@ import json
 from unittest import mock
 
 import pytest
-from fuzz_values import texts_in
-from fuzz_watchdog import bounded
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from engine.decoding.sampling import SamplingParams
 from engine.errors import EngineError
-from engine.remote import client
-from engine.remote.client import EventStream, RemoteEngine, RemoteModel
+from engine.remote import answer_stream, sse
+from engine.remote.client import RemoteEngine, RemoteModel
 from engine.remote.endpoint import Endpoint
+from engine.remote.sse import EventStream
+
+from support.fuzz_values import texts_in
+from support.fuzz_watchdog import bounded
 
 FUZZ = settings.get_profile("specchat-fuzz")
 MAX_TOKENS = 64
@@ -42,10 +44,10 @@ def engine():
         yield remote
 
 
-def run_answer(engine, items) -> tuple[list[str], client.RemoteFigures, EngineError | None]:
+def run_answer(engine, items) -> tuple[list[str], answer_stream.RemoteFigures, EngineError | None]:
     answer = engine.answer([{"role": "user", "content": "hi"}], SamplingParams(), MAX_TOKENS, RemoteModel("m", None))
     pieces, error = [], None
-    with mock.patch.object(client, "_Pump", lambda _engine, _body: FakePump(items)), bounded("the SSE client"):
+    with mock.patch.object(answer_stream, "_Pump", lambda _engine, _body: FakePump(items)), bounded("the SSE client"):
         try:
             for piece in answer:
                 pieces.append(piece)
@@ -163,7 +165,7 @@ line = st.one_of(
         ]
     ),
     st.binary(max_size=60),
-    st.builds(lambda n, nested: Big(n, nested), st.integers(1, client.MAX_LINE_BYTES + 100), st.booleans()),
+    st.builds(lambda n, nested: Big(n, nested), st.integers(1, sse.MAX_LINE_BYTES + 100), st.booleans()),
 )
 
 
@@ -272,5 +274,5 @@ def test_the_event_parser_takes_any_bytes(chunks):
             for d in datas:
                 assert isinstance(d, str)
                 d.encode("utf-8")
-                parsed = client._chunk(d)
-                assert parsed is None or parsed is client.DONE or isinstance(parsed, dict)
+                parsed = sse.parse_chunk(d)
+                assert parsed is None or parsed is sse.DONE or isinstance(parsed, dict)

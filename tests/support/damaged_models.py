@@ -10,7 +10,8 @@ from pathlib import Path
 
 import gguf
 import numpy as np
-from hub_server import default_tokens
+
+from .tiny import default_tokens
 
 ALIGNMENT = 32  # GGUF's default: tensor data starts at a multiple of it
 

@@ -11,14 +11,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
-from step_costs import ONE_ROW_S, pin_step_costs  # tests/engine/step_costs.py
 
-from engine.decoding.cost_model import SpeculationConfig
 from engine.decoding.proposers.base import NoProposer
 from engine.decoding.proposers.lookup import LookupProposer
 from engine.decoding.runtime import LoadSettings, Model
+from engine.decoding.speculation_config import SpeculationConfig
 from engine.modelfiles.embedded import embedded_model_path
 from engine.serving.service import ServeOptions, Service
+
+from .step_costs import ONE_ROW_S, pin_step_costs
 
 
 def specchat_server(api_key: str | None = None, n_ctx: int = 1024, plain: bool = False) -> tuple[Service, Model]:

@@ -1,9 +1,9 @@
 """The figures behind the limits for hostile input (README, "Untrusted files"), measured rather than asserted:
 
-    .venv/bin/python tests/engine/hostile_figures.py
+    .venv/bin/python -m tests.support.hostile_figures
 
 1. a normal chat-template render through engine/template_sandbox.py against in-process, and the child's start;
-2. each hostile template of test_hostile_templates.py: time to refusal, and the growth of this process tree's
+2. each hostile template of hostile_templates.py: time to refusal, and the growth of this process tree's
    resident memory meanwhile;
 3. the server under hostile requests (the embedded SmolLM2 for sizes, a tiny GGUF whose template spins or hogs
    memory): status, time, the slowest /health answer meanwhile, memory growth.
@@ -13,26 +13,25 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("SPECCHAT_CACHE_DIR", tempfile.mkdtemp())
 
-import httpx  # noqa: E402
-from llama_cpp.llama_chat_format import Jinja2ChatFormatter  # noqa: E402
-from test_hostile_templates import CHATML, HELLO, HOGS, HOSTILE, hostile_gguf, tree_rss  # noqa: E402
-from test_server_limits import SPINS_ON_W9, while_healthy  # noqa: E402
+import httpx
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-from engine.decoding.cost_model import SpeculationConfig  # noqa: E402
-from engine.decoding.proposers.lookup import LookupProposer  # noqa: E402
-from engine.decoding.runtime import LoadSettings, Model  # noqa: E402
-from engine.modelfiles.embedded import embedded_model_path  # noqa: E402
-from engine.serving.service import ServeOptions, Service  # noqa: E402
-from engine.template_sandbox import TemplateRefused, TemplateSandbox  # noqa: E402
+from engine.decoding.proposers.lookup import LookupProposer
+from engine.decoding.runtime import LoadSettings, Model
+from engine.decoding.speculation_config import SpeculationConfig
+from engine.modelfiles.embedded import embedded_model_path
+from engine.serving.service import ServeOptions, Service
+from engine.template_sandbox import TemplateRefused, TemplateSandbox
+
+from .hostile_templates import CHATML, HELLO, HOGS, HOSTILE, hostile_gguf, tree_rss
+from .serving import SPINS_ON_W9, while_healthy
 
 
 def renders() -> None:

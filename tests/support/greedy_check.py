@@ -32,3 +32,17 @@ def argmax_shortfall(model: Model, prompt: list[int], out: list[int], seq: int =
     shortfall = rows.max(axis=1) - picked
     model.forget_from(0, seq)
     return shortfall
+
+
+def assert_each_token_is_the_targets_argmax(checker: Model, prompt, out):
+    """Self-consistency: teacher-force the answer through plain one-token decoding; every emitted
+    token must be that step's argmax, up to the kernels' batch-vs-single numerics."""
+    checker.forget_all()
+    row = checker.prefill(prompt, 0)[0]
+    exact = 0
+    for i, token in enumerate(out):
+        gap = float(row.max() - row[token])
+        assert gap <= NEAR_TIE, (i, token, int(row.argmax()), gap)
+        exact += gap == 0.0
+        row = checker.decode([token], len(prompt) + i, 1)[0]
+    assert exact >= EXACT_SHARE * len(out), f"only {exact}/{len(out)} tokens were the exact argmax"

@@ -1,11 +1,11 @@
 """Screenshots of every window and dialog the menus open, at its default size, into docs/window-<name>.png.
 
 Not a test: run it under a virtual X server, on temporary settings and conversations:
-    xvfb-run -a -s "-screen 0 1280x900x24" .venv/bin/python tests/app/screenshots.py
+    xvfb-run -a -s "-screen 0 1280x900x24" .venv/bin/python -m tests.support.screenshots
 With `models`, only the Models dialog's "Search the hub" (a local hub serving real GGUF files) and "On this machine"
 (a made-up LM Studio and Ollama folder), into docs/window-models-search.png and docs/window-models-local.png.
 With `vulkan`, only an answer and the system check, into docs/window-vulkan-*.png, on the Vulkan build over lavapipe:
-    GGML_VK_VISIBLE_DEVICES=0 xvfb-run -a -s "-screen 0 1280x900x24" .venv-vulkan/bin/python tests/app/screenshots.py vulkan
+    GGML_VK_VISIBLE_DEVICES=0 xvfb-run -a -s "-screen 0 1280x900x24" .venv-vulkan/bin/python -m tests.support.screenshots vulkan
 """
 
 from __future__ import annotations
@@ -22,10 +22,9 @@ DOCS = ROOT / "docs"
 scratch = tempfile.mkdtemp(prefix="specchat-shots-")
 os.environ["SPECCHAT_CONFIG_DIR"] = os.path.join(scratch, "config")  # never the user's own files
 os.environ["SPECCHAT_DATA_DIR"] = os.path.join(scratch, "data")
-sys.path.insert(0, str(ROOT))
 
-from PySide6.QtCore import QEventLoop, QTimer  # noqa: E402
-from PySide6.QtWidgets import QApplication  # noqa: E402
+from PySide6.QtCore import QEventLoop, QTimer  # noqa: E402 - after the folders are set
+from PySide6.QtWidgets import QApplication  # noqa: E402 - after the folders are set
 
 # Menu item → picture name; every item that opens a window or a dialog.
 SHOTS = {
@@ -86,10 +85,9 @@ def shoot(window, action, name: str) -> None:
 
 def remote_shots(window) -> None:
     """A new chat answered by a SpecChat server on this machine, set up through the chat settings dialog."""
-    sys.path.insert(0, str(Path(__file__).parents[1] / "engine"))
-    from remote_server import specchat_server
-
     from app.chat.engine_picker import REMOTE
+
+    from .remote_server import specchat_server
 
     service, model = specchat_server()
     try:
@@ -120,10 +118,10 @@ def remote_shots(window) -> None:
 
 def remote_lab_shot(lookup_url: str) -> None:
     """The lab window after a small run against two servers: a plain one and the lookup one."""
-    from remote_server import specchat_server
-
     from app.lab.form import SERVERS
     from app.lab.window import LabWindow
+
+    from .remote_server import specchat_server
 
     plain, model = specchat_server(plain=True)
     lab = LabWindow()
@@ -149,7 +147,7 @@ def vulkan_shots(window, actions) -> None:
     """The answer's figures (VRAM and the device's name) and the system check's verdict on a software device."""
     save(window, "vulkan-answer")
     actions["Help → System check…"].trigger()
-    check = window._system_check
+    check = window.tools.system_check
     wait_until(lambda: not check.running, 600)
     wait(300)
     save(check, "vulkan-system-check")
@@ -162,12 +160,12 @@ def models_shots() -> None:
     """The hub search with its draft list, and the models other apps keep; on a local hub and a made-up home."""
     import json
 
-    sys.path.insert(0, str(ROOT / "tests" / "engine"))
-    from hub_server import LocalHub, write_tiny_gguf
-
     from app.models.dialog import ModelsDialog
     from engine.measure.real_pair import DRAFT, TARGET, pair_dir
     from engine.modelfiles.embedded import embedded_model_path
+
+    from .hub_server import LocalHub
+    from .tiny import write_tiny_gguf
 
     smol, pairs = embedded_model_path(), pair_dir()
     hub = LocalHub().start()
@@ -236,8 +234,7 @@ def main() -> None:
     from app.main_window import MainWindow
     from app.settings.values import AppSettings
 
-    sys.path.insert(0, str(Path(__file__).parent))
-    from test_every_menu import menu_actions
+    from .window import menu_actions
 
     store, notices = open_store()
     window = MainWindow(AppSettings(temperature=0.0, max_tokens=64, n_ctx=2048), store, notices)
@@ -257,7 +254,7 @@ def main() -> None:
     for label, name in SHOTS.items():
         shoot(window, actions[label], name)
     actions["Help → System check…"].trigger()  # pictured after a real bench on the window's model
-    check = window._system_check
+    check = window.tools.system_check
     wait_until(lambda: not check.running)
     check.measure()
     wait_until(lambda: not check.running)

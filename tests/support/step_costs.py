@@ -21,7 +21,7 @@ def pin_step_costs(
 ) -> None:
     """Make the planner see pinned step times (from `cost`, or one_row_s + extra_row_s per extra row)
     instead of live timings, both at calibration and at every step."""
-    from engine.decoding.cost_model import StepCosts
+    from engine.decoding.step_costs import StepCosts
 
     def pinned(rows: int) -> float:
         if cost is not None:
@@ -42,7 +42,7 @@ def pin_draft_costs(monkeypatch, token_s: float, catch_up_row_s: float | None = 
     token unless given: a batched row of a small model costs about that here) instead of timing them. Both, not
     the token alone: a catch-up timed on a busy machine (up to 3 of the target's one-row steps a row in CI) made
     the draft's catch-up look too dear to repay, and a draft pinned to pay never drafted."""
-    from engine.decoding.cost_model import DraftPlanner
+    from engine.decoding.draft_planner import DraftPlanner
 
     record_draft, record_catch_up = DraftPlanner.record_draft, DraftPlanner.record_catch_up
     row_s = token_s / 3 if catch_up_row_s is None else catch_up_row_s
