@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..errors import EngineError
 from ..paths import resources_dir
@@ -122,7 +123,7 @@ def _file(entry: object, where: str) -> ModelFile:
     )
 
 
-def _text(entry: dict, key: str, where: str) -> str:
+def _text(entry: dict[str, Any], key: str, where: str) -> str:
     value = entry.get(key)
     if not isinstance(value, str) or not value.strip():
         raise CatalogError(f"{where}: '{key}' must be a non-empty string.")

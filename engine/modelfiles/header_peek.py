@@ -8,6 +8,7 @@ from __future__ import annotations
 import mmap
 import threading
 from pathlib import Path
+from typing import Any
 
 from ..errors import ModelFileError
 from .gguf_header import open_model, parse_gguf, read_gguf_header
@@ -51,7 +52,7 @@ FILE_TYPES = {
     38: "MXFP4_MOE",
 }
 
-_cache: dict[tuple, dict] = {}
+_cache: dict[tuple[str, int, int], dict[str, Any]] = {}
 _lock = threading.Lock()
 
 
@@ -73,7 +74,7 @@ def vocab_type(path: str | Path) -> str | None:
     return _MODELS[model][0] if model in _MODELS else None
 
 
-def _meta(path: Path) -> dict:
+def _meta(path: Path) -> dict[str, Any]:
     try:
         stat = path.stat()
     except OSError:
@@ -99,5 +100,5 @@ class _Mapped:
     def __init__(self, data: mmap.mmap):
         self._data, self.size = data, len(data)
 
-    def read(self, at: int, n: int):
+    def read(self, at: int, n: int) -> bytes | mmap.mmap:
         return self._data if at == 0 else self._data[at : at + n]

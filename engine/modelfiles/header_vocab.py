@@ -12,6 +12,8 @@ leaves out; the same defaults are applied here, so both checks give the same ans
 
 from __future__ import annotations
 
+from typing import Any
+
 from .vocab_check import FIRST_CHECKED_TOKEN, MAX_SIZE_DIFFERENCE, Compatibility
 
 _NONE = -1  # LLAMA_TOKEN_NULL
@@ -48,7 +50,7 @@ _BPE_WITHOUT_BOS = {"chatglm-bpe", "glm4", "glm5"}
 _GEMMA4_PRE = {"gemma4", "granite-embed-multi-311m"}  # llama.cpp forces add_bos for these
 
 
-def check_compatible_metadata(target_meta: dict, draft_meta: dict) -> Compatibility:
+def check_compatible_metadata(target_meta: dict[str, Any], draft_meta: dict[str, Any]) -> Compatibility:
     """Compare two GGUF headers' vocabularies as vocab_check.check_compatible compares loaded models."""
     for role, meta in (("target", target_meta), ("draft", draft_meta)):
         problem = _unloadable(meta)
@@ -77,7 +79,7 @@ def check_compatible_metadata(target_meta: dict, draft_meta: dict) -> Compatibil
     return Compatibility(True)
 
 
-def _unloadable(meta: dict) -> str | None:
+def _unloadable(meta: dict[str, Any]) -> str | None:
     """What would stop llama.cpp loading this vocabulary at all (so its check fails too); None if nothing."""
     model = _str(meta.get("tokenizer.ggml.model"))
     if model is None:
@@ -101,8 +103,9 @@ def _unloadable(meta: dict) -> str | None:
 class _Vocab:
     """What llama.cpp makes of a header's vocabulary keys: type, BOS/EOS ids, add_bos/add_eos, tokens."""
 
-    def __init__(self, meta: dict):
+    def __init__(self, meta: dict[str, Any]):
         model = _str(meta["tokenizer.ggml.model"])
+        assert model is not None  # _unloadable checked it first
         self.type, bos, eos, add_bos, add_eos = _MODELS[model]
         pre = "gemma4" if model == "gemma4" else _str(meta.get("tokenizer.ggml.pre")) or ""
         if self.type == "none":  # llama.cpp stops here: dummy tokens, no keys read
@@ -122,7 +125,7 @@ class _Vocab:
         self.add_bos = _flag(meta, "tokenizer.ggml.add_bos_token", add_bos) or gemma4
         self.add_eos = _flag(meta, "tokenizer.ggml.add_eos_token", add_eos)
 
-    def _special(self, meta: dict, key: str, default: int) -> int:
+    def _special(self, meta: dict[str, Any], key: str, default: int) -> int:
         if default >= len(self.tokens):
             default = _NONE  # "default special token out of vocab range, disabling"
         value = meta.get(key)
@@ -131,7 +134,7 @@ class _Vocab:
         return default  # absent, or "bad special token ... using default id"
 
 
-def _flag(meta: dict, key: str, default: bool) -> bool:
+def _flag(meta: dict[str, Any], key: str, default: bool) -> bool:
     value = meta.get(key)
     return bool(value) if isinstance(value, (bool, int)) else default
 
@@ -144,5 +147,5 @@ def _text(tokens: list[bytes], i: int) -> bytes:
     return token.split(b"\0", 1)[0]
 
 
-def _str(value) -> str | None:
+def _str(value: object) -> str | None:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else None

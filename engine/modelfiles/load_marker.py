@@ -12,6 +12,7 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from ..paths import data_dir, write_text_atomic
 
@@ -41,7 +42,7 @@ class LoadMarker:
         except OSError as exc:
             log.warning("could not remove the loading marker %s: %s", self.path, exc)
 
-    def left_over(self) -> dict | None:
+    def left_over(self) -> dict[str, Any] | None:
         """The note a crashed load left behind (and remove it), or None after a clean exit."""
         try:
             note = json.loads(self.path.read_text(encoding="utf-8"))

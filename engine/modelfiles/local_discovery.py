@@ -186,7 +186,7 @@ def _skipped_file(name: str) -> bool:
     if "mmproj" in name.lower():
         return True
     split = _SPLIT_PART.search(name)
-    return bool(split) and int(split.group(1)) != 1
+    return split is not None and int(split.group(1)) != 1
 
 
 def _split_size(path: Path, size: int) -> int:
@@ -253,7 +253,7 @@ def _walk(root: Path, search: _Search, depth: int = MAX_DEPTH, suffix: str | Non
                 yield path  # a broken or looping link too: the search says what is wrong with it
 
 
-def _is_dir(entry: os.DirEntry) -> bool:
+def _is_dir(entry: os.DirEntry[str]) -> bool:
     try:
         return entry.is_dir()
     except OSError:

@@ -13,6 +13,7 @@ Compute buffers and the runtime's own memory are what the margins stand for; not
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import psutil
 
@@ -39,7 +40,7 @@ class MemoryFit:
     text: str  # for people: "≈1.4 GiB at 4096 tokens: fits in RAM (estimate)"
 
 
-def kv_cache_bytes(meta: dict, n_ctx: int) -> int | None:
+def kv_cache_bytes(meta: dict[str, Any], n_ctx: int) -> int | None:
     """Bytes of an f16 KV cache for n_ctx tokens, or None when the header lacks the counts."""
     shape = _attention_shape(meta)
     if shape is None:
@@ -49,7 +50,7 @@ def kv_cache_bytes(meta: dict, n_ctx: int) -> int | None:
 
 
 def estimate_fit(
-    meta: dict,
+    meta: dict[str, Any],
     file_size: int,
     n_ctx: int,
     *,
@@ -109,7 +110,7 @@ def _gpu_split(model: int, draft: int, n_layers: int, free_vram: int) -> tuple[i
     return layers, in_ram
 
 
-def _attention_shape(meta: dict) -> list[tuple[int, int, int]] | None:
+def _attention_shape(meta: dict[str, Any]) -> list[tuple[int, int, int]] | None:
     """(KV heads, key length, value length) of every layer, from the header's counts."""
     n_layers = _int(meta, "block_count")
     n_embd = _int(meta, "embedding_length")
@@ -127,19 +128,19 @@ def _attention_shape(meta: dict) -> list[tuple[int, int, int]] | None:
     return shape
 
 
-def _value(meta: dict, key: str):
+def _value(meta: dict[str, Any], key: str) -> Any:
     arch = meta.get("general.architecture")
     if isinstance(arch, bytes):
         arch = arch.decode("utf-8", "replace")
     return meta.get(f"{arch}.{key}") if arch else None
 
 
-def _int(meta: dict, key: str) -> int | None:
+def _int(meta: dict[str, Any], key: str) -> int | None:
     value = _value(meta, key)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _per_layer(value, n_layers: int | None) -> list[int] | None:
+def _per_layer(value: object, n_layers: int | None) -> list[int] | None:
     """A count the header gives once for all layers, or as one number per layer (hybrid models)."""
     if not n_layers:
         return None

@@ -21,6 +21,8 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 from ..errors import ModelFileError
 from ..paths import cache_dir, write_text_atomic
@@ -80,7 +82,7 @@ def _key(path: Path, vocab_only: bool) -> str:
     return f"{file_identity(path)}|{llama_cpp.__version__}+{CHECK_VERSION}|{kind}"
 
 
-def _check_in_child(path: Path, vocab_only: bool) -> dict:
+def _check_in_child(path: Path, vocab_only: bool) -> dict[str, Any]:
     name = path.name
     env = {**os.environ, "GGML_NO_BACKTRACE": "1"}  # a crash prints its assert, not a gdb session
     try:
@@ -104,7 +106,8 @@ def _check_in_child(path: Path, vocab_only: bool) -> dict:
     lines = done.stdout.strip().splitlines()
     if done.returncode == 0 and lines:
         try:
-            return json.loads(lines[-1])
+            verdict: dict[str, Any] = json.loads(lines[-1])  # the child's last line: its verdict, an object
+            return verdict
         except ValueError:
             pass
     # Only a crash says something about the file; a kill (out of memory, logout) or a failure of the
@@ -181,7 +184,7 @@ def _load_problem(path: Path, vocab_only: bool) -> tuple[str | None, str | None]
     ), template
 
 
-def _template_problem(L, model) -> str | None:
+def _template_problem(L: ModuleType, model: object) -> str | None:  # L: llama_cpp; model: its llama_model
     """Why the model's chat template is refused (a limit broken rendering PROBE_CONVERSATION), or None."""
     from ..template_sandbox import TemplateRefused, TemplateSandbox
 
@@ -214,7 +217,7 @@ def _verdicts_path() -> Path:
     return cache_dir() / VERDICTS_FILE
 
 
-def _read_verdicts() -> dict:
+def _read_verdicts() -> dict[str, Any]:
     try:
         verdicts = json.loads(_verdicts_path().read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -222,7 +225,7 @@ def _read_verdicts() -> dict:
     return verdicts if isinstance(verdicts, dict) else {}
 
 
-def _write_verdicts(verdicts: dict) -> None:
+def _write_verdicts(verdicts: dict[str, Any]) -> None:
     try:
         write_text_atomic(_verdicts_path(), json.dumps(verdicts, indent=1))
     except OSError:  # a read-only cache only means checking again next time

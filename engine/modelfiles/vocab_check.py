@@ -4,6 +4,8 @@ same vocabulary type, same BOS/EOS handling, sizes within 128, identical token t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
 
 import llama_cpp as L
 
@@ -19,7 +21,18 @@ class Compatibility:
     reason: str = ""
 
 
-def check_compatible(target, draft) -> Compatibility:
+class _Vocabulary(Protocol):
+    """What of a loaded model (engine.decoding.runtime.Model) the check reads."""
+
+    @property
+    def vocab(self) -> Any: ...  # llama.cpp's llama_vocab pointer
+    @property
+    def n_vocab(self) -> int: ...
+    @property
+    def path(self) -> Path: ...
+
+
+def check_compatible(target: _Vocabulary, draft: _Vocabulary) -> Compatibility:
     """Compare two loaded models (Model objects; vocab_only loads suffice)."""
     tv, dv = target.vocab, draft.vocab
     if L.llama_vocab_type(tv) != L.llama_vocab_type(dv):
@@ -41,7 +54,7 @@ def check_compatible(target, draft) -> Compatibility:
     return Compatibility(True)
 
 
-def require_compatible(target, draft) -> None:
+def require_compatible(target: _Vocabulary, draft: _Vocabulary) -> None:
     result = check_compatible(target, draft)
     if not result.ok:
         raise VocabMismatchError(
