@@ -6,10 +6,9 @@ from __future__ import annotations
 from app.answers import Answer, GenerationRequest
 from app.progress import snapshot
 from engine.chat_format import answer_reserve
-from engine.decoding.batch import Job
 from engine.decoding.generate import SpeculativeDecoder
+from engine.decoding.jobs import Job, job_for
 from engine.decoding.proposers.base import NoProposer
-from engine.decoding.sampling import request_seed, stream_seeds
 from engine.errors import EngineError
 
 NO_MODEL = "No model is loaded. Choose one in Settings or Models…."
@@ -84,13 +83,12 @@ class ServedAnswers:
                 out.finish(stats, trimmed_messages=prompt.trimmed)
 
         self.worker.service.scheduler.submit(
-            Job(
+            job_for(
                 f"chat-{request.id}",
                 prompt.tokens,
                 request.sampling,
                 request.max_tokens,
                 stop=prompt.stop,
-                seeds=stream_seeds(request_seed(request.sampling)),
                 cancel=request.cancel,
                 on_delta=on_delta,
                 on_done=on_done,

@@ -1,22 +1,20 @@
 """Sequences sharing one target context (llama.cpp sequence ids), on the one step loop. Jobs join and
 leave at any step: the lab fills it from a fixed list, the server from its clients.
 
-Each pump: drop cancelled jobs, prefill about one chunk of prompt (the job being admitted goes on, else waiting
-ones take a free sequence id; after a prompt's last piece, its first token), end the longest sequence if the
-shared cache is full, then one StepLoop.step over every active sequence. So a long prompt delays the others' next
-token by one chunk, not by its whole prefill, and a job cancelled while it is prefilled frees its id within one.
-With keep_caches, a finished job's cache stays in its sequence id, and a later prompt that starts the
-same way (the next turn of a conversation) is given that id and prefills only what is new; one that shares
-only a shorter start with it (a system prompt) gets a fresh id with that start shared into it.
+The one loop (pump.py) turns it: admit() drops cancelled jobs and prefills about one chunk of prompt (the job being
+admitted goes on, else waiting ones take a free sequence id; after a prompt's last piece, its first token); step()
+ends the longest sequence if the shared cache is full, then runs one StepLoop.step over every active sequence and
+hands each job its output. So a long prompt delays the others' next token by one chunk, not by its whole prefill,
+and a job cancelled while it is prefilled frees its id within one. Which sequence id a job gets, and which caches
+outlive their jobs, is kv_slots.py's policy.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -24,22 +22,17 @@ import torch
 from ..errors import ContextOverflowError, EngineError, GenerationCancelled, InvalidSettingError
 from ..hardware import read_memory
 from .answer import AnswerStream, Delta
-from .cost_model import SpeculationConfig, StepCosts
+from .jobs import Job, RequestRun
+from .kv_slots import KvSlots
 from .proposers.base import Proposer
-from .runtime import Model, common_prefix
-from .sampling import SamplingParams, pick_device
+from .runtime import Model
+from .sampling import pick_device
+from .speculation_config import SpeculationConfig
 from .stats import GenerationStats
 from .step import SequenceState, StepLoop
+from .step_costs import StepCosts
 from .verifier import Verifier
 
-# A kept cache is taken over by a prompt that shares at least this share of it (its conversation goes on);
-# a prompt sharing less (another conversation with the same system prompt) leaves it whole.
-CONTINUES = 0.5
-# Kept caches cost every later step: llama.cpp attends over every used cell of the shared cache, other
-# sequences' cells included (measured, SmolLM2, one row: 1,000 kept cells made a step 9% slower, 3,500 24%;
-# eight kept conversations had slowed a plain server from ~170 to ~150 tok/s). So they hold at most this
-# share of the context.
-KEPT_SHARE = 1 / 8
 # Prompt tokens prefilled per pump while other sequences decode (llama-server and vLLM interleave the same way).
 # Measured here (2 cores, SmolLM2 135M): a 128-token piece took 0.4-0.5 s at the start of a 3,000-token prompt
 # and 0.8-1.0 s at its end (attention spans more cells), a one-row step ~10 ms; a 3,000-token prompt ran at
@@ -56,69 +49,9 @@ MEMORY_EVERY_S = 0.5  # a memory reading costs a syscall (or an NVML call): not 
 
 
 @dataclass
-class RequestRun:
-    """One request's tokens and timeline (perf_counter seconds)."""
-
-    request_id: str
-    slot: int
-    tokens: list[int]
-    stats: GenerationStats
-    admitted_at: float
-    deliveries: list[tuple[float, int]] = field(default_factory=list)  # (when, tokens) per step with output
-    finished_at: float | None = None
-
-    @property
-    def first_token_at(self) -> float | None:
-        return self.deliveries[0][0] if self.deliveries else None
-
-    @property
-    def end_to_end_s(self) -> float | None:
-        return self.finished_at - self.admitted_at if self.finished_at is not None else None
-
-    @property
-    def decode_tokens_per_s(self) -> float | None:
-        """Tokens after the first over the time after the first (as GenerationStats counts)."""
-        if len(self.tokens) < 2 or len(self.deliveries) < 2:
-            return None
-        span = self.deliveries[-1][0] - self.deliveries[0][0]
-        return (len(self.tokens) - 1) / span if span > 0 else None
-
-    def inter_token_gaps(self) -> list[float]:
-        """Seconds per token after the first: a step that delivers m tokens after a gap g counts as m
-        gaps of g/m, so a burst of accepted drafts is neither hidden nor counted as zero-latency."""
-        gaps: list[float] = []
-        for (t0, _), (t1, m) in zip(self.deliveries, self.deliveries[1:]):
-            gaps += [(t1 - t0) / m] * m
-        return gaps
-
-
-@dataclass(eq=False)
-class Job:
-    """One request: what to answer, and where its output goes. on_delta and on_done run on the thread
-    that pumps the batch, so they must be quick (hand the data to another thread's queue)."""
-
-    id: str
-    prompt: list[int]
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    max_tokens: int = 256
-    ignore_eos: bool = False
-    stop: Sequence[str] = ()
-    seeds: tuple[int, int] = (0, 0)  # the verifier's and the draft's random streams
-    cancel: threading.Event = field(default_factory=threading.Event)
-    on_delta: Callable[[Job, Delta], None] | None = None
-    on_done: Callable[[Job], None] | None = None
-    run: RequestRun | None = None  # set when admitted
-    error: str | None = None  # set when it could not be served
-
-    @property
-    def finish_reason(self) -> str | None:
-        return "error" if self.error else (self.run.stats.finish_reason if self.run else None)
-
-
-@dataclass
 class _Sequence(SequenceState):
-    job: Job | None = None
-    answer: AnswerStream | None = None
+    job: Job = field(kw_only=True)
+    answer: AnswerStream = field(kw_only=True)
     proposing: bool = False  # the proposer has started on it (after its first token is out)
     memory_read_at: float = 0.0
 
@@ -147,10 +80,10 @@ def prefill_piece(done: int, total: int, chunk: int, block: int) -> int:
 
 
 class Batch:
-    """Jobs through one target context and one StepLoop: the one driver of decoding. The chat is one slot that
-    keeps its cache and reuses its prompt's logits on Regenerate (generate.py), the server many slots fed from
-    its clients (serving/scheduler.py), the lab a fixed list (batch_decode.py). Not thread-safe: one thread
-    pumps it."""
+    """Jobs through one target context and one StepLoop: the one driver of decoding, turned by the one loop
+    (pump.py). The chat is one slot that keeps its cache and reuses its prompt's logits on Regenerate
+    (generate.py), the server many slots fed from its clients (serving/scheduler.py), the lab a fixed list
+    (batch_decode.py). Not thread-safe: one thread pumps it."""
 
     def __init__(
         self,
@@ -165,15 +98,10 @@ class Batch:
             raise InvalidSettingError(
                 f"slots must be 1..{target.settings.n_seq_max} (the context's sequences), got {slots!r}"
             )
-        self.loop, self.target, self.keep_caches, self.slots = loop, target, keep_caches, slots
-        # A prompt's own logits, by the sequence id that holds its cache: the same prompt again (Regenerate) takes
-        # them rather than re-decoding its last token alone, whose logits differ slightly from the batched prefill's.
-        self.reuse_prompt_logits = reuse_prompt_logits
-        self.prompt_logits: dict[int, tuple[tuple[int, ...], np.ndarray]] = {}
+        self.loop, self.target, self.slots = loop, target, slots
+        self.kv = KvSlots(target, slots, keep_caches, reuse_prompt_logits)  # who gets which id, which caches stay
         self.waiting: deque[Job] = deque()
         self.active: list[_Sequence] = []
-        self.free_slots = list(range(slots))[::-1]
-        self.cached: dict[int, list[int]] = {}  # a free sequence id -> the tokens its cache still holds
         self.filling: _Filling | None = None  # the job being prefilled: neither waiting nor active
         self.prefill_chunk = prefill_chunk  # prompt tokens per pump (a huge one: whole prompts, as before issue 51)
 
@@ -187,15 +115,11 @@ class Batch:
         device: torch.device | None = None,
         step_costs: StepCosts | None = None,
         tune_threads: bool = True,
-        **options,
+        **options: Any,
     ) -> Batch:
         """A batch on a new StepLoop: the one place outside the research tools that makes a step loop."""
         loop = StepLoop(target, proposer, speculation, device or pick_device(), step_costs, tune_threads=tune_threads)
         return cls(loop, slots, **options)
-
-    def take_caches(self, other: Batch) -> None:
-        """Keep what another batch on the same target left in its cache (a speculation change keeps the chat's)."""
-        self.cached, self.prompt_logits = other.cached, other.prompt_logits
 
     @property
     def idle(self) -> bool:
@@ -226,7 +150,7 @@ class Batch:
         self.waiting.append(job)
 
     def pump(self) -> None:
-        """Prefill about one chunk of what fits, then one step for every active sequence."""
+        """One turn of the loop (pump.py) at once, for a caller that steps the batch by hand."""
         self.admit()
         self.step()
 
@@ -276,20 +200,10 @@ class Batch:
         for seq in list(self.active):
             self._end(seq, reason)
 
-    def forget_caches(self) -> None:
-        for slot in self.cached:
-            self.target.forget_from(0, slot)
-        self.cached.clear()
-        self.prompt_logits.clear()
-
     # --- the cache's cells ------------------------------------------------------------------------
-    @property
-    def _held_cells(self) -> int:
-        return sum(len(tokens) for tokens in self.cached.values())
-
     def _free_cells(self) -> int:
         # The job being prefilled has its whole prompt's cells set aside: the active ones must not grow into them.
-        self.loop.held_cells = self._held_cells + (len(self.filling.job.prompt) if self.filling else 0)
+        self.loop.held_cells = self.kv.held_cells + (len(self.filling.job.prompt) if self.filling else 0)
         return self.loop.free_cells(self.active)
 
     def _make_room(self) -> None:
@@ -309,41 +223,10 @@ class Batch:
 
     def _release_caches(self, cells: int) -> None:
         """Drop kept caches, the least recently used first, until `cells` cells are free (or none is kept)."""
-        while self.cached and self._free_cells() < cells:
-            self._drop_oldest_cache()
-
-    def _bound_caches(self) -> None:
-        """Kept caches hold at most KEPT_SHARE of the context, the least recently used given up first. One slot's
-        cache is bounded by the context alone: no other sequence attends over it, and the next prompt takes it."""
-        while self.slots > 1 and self.cached and self._held_cells > KEPT_SHARE * self.target.n_ctx:
-            self._drop_oldest_cache()
-
-    def _drop_oldest_cache(self) -> None:
-        slot = next(iter(self.cached))
-        self.target.forget_from(0, slot)
-        del self.cached[slot]
-        self.prompt_logits.pop(slot, None)
+        while self.kv.cached and self._free_cells() < cells:
+            self.kv.drop_oldest()
 
     # --- a job's life -----------------------------------------------------------------------------
-    def _pick_slot(self, prompt: list[int]) -> tuple[int, int]:
-        """A free sequence id for the prompt, and how many of its tokens that id's cache holds already. A kept
-        cache the prompt continues (the next turn of its conversation) is taken over. Otherwise the prompt
-        goes to an id without a cache, keeping the others whole, and the start it shares with the best of
-        them (a system prompt) is shared into it."""
-
-        def score(slot: int) -> tuple[int, bool]:
-            return common_prefix(self.cached.get(slot, ()), prompt), slot not in self.cached
-
-        best = max(self.free_slots, key=score)
-        shared = score(best)[0]
-        empty = [slot for slot in self.free_slots if slot not in self.cached]
-        if shared >= CONTINUES * len(self.cached.get(best, ())) or not empty:
-            return best, shared
-        if shared and self.target.can_roll_back:  # attention KV: cells can belong to two sequences
-            self.target.share_prefix(best, empty[0], shared)
-            return empty[0], shared
-        return empty[0], 0
-
     def _prefill(self) -> None:
         """Prefill about prefill_chunk prompt tokens: the job being admitted goes on, and once it is active the
         next waiting job that fits takes a free sequence id. A piece is decoded whole, so one more than the chunk
@@ -351,7 +234,7 @@ class Batch:
         spent = 0
         while True:
             if self.filling is None:
-                if not (self.waiting and self.free_slots and self._fits(self.waiting[0].prompt)):
+                if not (self.waiting and self.kv.free and self._fits(self.waiting[0].prompt)):
                     return
                 self._start_filling(self.waiting.popleft())
                 continue
@@ -366,19 +249,7 @@ class Batch:
     def _start_filling(self, job: Job) -> None:
         """Give a job a free sequence id (with what its cache holds of the prompt); its prefill starts."""
         target, loop = self.target, self.loop
-        slot, shared = self._pick_slot(job.prompt)
-        self.free_slots.remove(slot)
-        held = self.cached.pop(slot, ())
-        if not target.can_roll_back and (shared < len(held) or shared == len(job.prompt)):
-            shared = 0  # a recurrent state cannot be cut back part-way: start again from the first token
-        known = self.prompt_logits.pop(slot, None)
-        again = (
-            self.reuse_prompt_logits
-            and known is not None
-            and known[0] == tuple(job.prompt)
-            and shared == len(job.prompt)
-        )
-        reused = shared if again else min(shared, len(job.prompt) - 1)  # else a token is decoded, for fresh logits
+        slot, reused, known = self.kv.claim(job.prompt)
         stats = GenerationStats(
             method=loop.method,
             backend=target.backend,
@@ -394,8 +265,8 @@ class Batch:
         except EngineError as exc:
             self._drop_filling(str(exc))
             return
-        if again:  # Regenerate: the prompt's cells and logits are there already
-            self._prompt_done(self.filling, known[1])
+        if known is not None:  # Regenerate: the prompt's cells and logits are there already
+            self._prompt_done(self.filling, known)
 
     def _prefill_piece(self, fill: _Filling, rows: int) -> None:
         """Decode the next `rows` of the prompt; after the last, the job's first token."""
@@ -405,8 +276,8 @@ class Batch:
         try:
             logits = self.target.decode(job.prompt[start : start + rows], start, 1 if last else 0, seq_id=fill.slot)
             fill.done += rows
-            if last and self.reuse_prompt_logits:
-                self.prompt_logits[fill.slot] = (tuple(job.prompt), logits.copy())
+            if last:
+                self.kv.keep_prompt_logits(fill.slot, job.prompt, logits)
         except GenerationCancelled:
             self._drop_filling(None)
             return
@@ -428,8 +299,10 @@ class Batch:
 
     def _activate(self, job: Job, slot: int, verifier: Verifier, first: int) -> None:
         """A prefilled job joins the active sequences with its first token; its proposer starts at its first step."""
-        now, stats = time.perf_counter(), job.run.stats
-        stats.prefill_s = stats.ttft_s = now - job.run.admitted_at  # other sequences' steps included: a wait
+        run = job.run
+        assert run is not None  # set when it was admitted (_start_filling)
+        now, stats = time.perf_counter(), run.stats
+        stats.prefill_s = stats.ttft_s = now - run.admitted_at  # other sequences' steps included: a wait
         seq = _Sequence(
             slot,
             [*job.prompt, first],
@@ -439,7 +312,7 @@ class Batch:
             job=job,
             answer=AnswerStream(self.target, job.max_tokens, job.ignore_eos, job.stop),
         )
-        job.run.tokens = seq.answer.tokens  # the run's tokens are the answer's, as it grows
+        run.tokens = seq.answer.tokens  # the run's tokens are the answer's, as it grows
         self.active.append(seq)
         self._emit(seq, seq.answer.push([first]), now)
 
@@ -447,20 +320,19 @@ class Batch:
         """End the job being prefilled (cancelled, or failed): its sequence id is free again, its new cells gone. A
         cancelled prompt leaves the cache it continued (a recurrent state, cut part-way, cannot)."""
         fill, self.filling = self.filling, None
-        keep = fill.reused if error is None and self.keep_caches and self.target.can_roll_back else 0
-        self.target.forget_from(keep, fill.slot)
-        if keep:
-            self.cached[fill.slot] = fill.job.prompt[:keep]
-        self.free_slots.append(fill.slot)
+        assert fill is not None  # only while a job is being prefilled
+        self.kv.release(fill.slot, fill.job.prompt, fill.reused if error is None and self.target.can_roll_back else 0)
         self._fail(fill.job, error)
 
     def _emit(self, seq: _Sequence, delta: Delta, now: float) -> None:
         """Hand on what the answer kept of a step; end the sequence when the answer is done."""
         run, answer = seq.job.run, seq.answer
+        assert run is not None  # an active job was admitted
         if delta.tokens:
             stats = run.stats
             run.deliveries.append((now, len(delta.tokens)))
             stats.generated = len(answer.tokens)
+            assert run.first_token_at is not None  # a delivery was just recorded
             stats.decode_s = now - run.first_token_at
             if stats.decode_tokens_per_s:  # the live rate's history
                 stats.rate_history.append((now - run.admitted_at, stats.decode_tokens_per_s))
@@ -479,18 +351,15 @@ class Batch:
             tail = answer.end(reason)
             if tail.segments and job.on_delta:
                 job.on_delta(job, tail)
-        job.run.finished_at = time.perf_counter()
-        job.run.stats.finish_reason = answer.finish
-        job.run.stats.memory = read_memory(self.target.backend)  # the final reading, as the answer ends
+        run = job.run
+        assert run is not None  # an active job was admitted
+        run.finished_at = time.perf_counter()
+        run.stats.finish_reason = answer.finish
+        run.stats.memory = read_memory(self.target.backend)  # the final reading, as the answer ends
         history = [*job.prompt, *answer.tokens]  # what was really produced
         self.active.remove(seq)
         self.loop.drafting.finish(seq.slot, history)
-        keep = min(len(seq.history) - 1, len(history)) if self.keep_caches else 0  # the KV convention
-        self.target.forget_from(keep, seq.slot)
-        if keep:
-            self.cached[seq.slot] = history[:keep]
-            self._bound_caches()
-        self.free_slots.append(seq.slot)
+        self.kv.release(seq.slot, history, len(seq.history) - 1)  # the KV convention: its last token is not in it
         if job.on_done:
             job.on_done(job)
 
@@ -504,23 +373,3 @@ class Batch:
         job.run.stats.finish_reason = "error" if error else "cancelled"
         if job.on_done:
             job.on_done(job)
-
-
-def run_jobs(
-    batch: Batch,
-    cancel: threading.Event | None = None,
-    on_step: Callable[[], None] | None = None,
-    done: Callable[[], bool] | None = None,
-) -> None:
-    """Pump until every job is done, or until done() says so (the jobs left are then ended); on cancel,
-    end them all and raise GenerationCancelled."""
-    while not batch.idle:
-        if cancel is not None and cancel.is_set():
-            batch.cancel_all()
-            raise GenerationCancelled("stopped by the user")
-        if done is not None and done():
-            batch.cancel_all("length")
-            return
-        batch.pump()
-        if on_step:
-            on_step()

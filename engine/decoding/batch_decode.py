@@ -1,4 +1,4 @@
-"""A fixed list of requests through one Batch (batch.py), as the lab measures them.
+"""A fixed list of requests through one Batch (batch.py), pumped by the one loop (pump.py), as the lab measures them.
 
 Requests wait in order; up to `concurrency` are in flight, and a finished one hands its sequence id
 to the next, as a server with continuous batching would. Every step is StepLoop.step over all of
@@ -15,12 +15,15 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .batch import Batch, Job, RequestRun, run_jobs
-from .cost_model import SpeculationConfig, StepCosts
+from .batch import Batch
+from .jobs import Job, RequestRun, job_for
 from .proposers.base import NoProposer, Proposer
+from .pump import run_jobs
 from .runtime import Model
-from .sampling import SamplingParams, pick_device, request_seed, stream_seeds
+from .sampling import SamplingParams, pick_device
+from .speculation_config import SpeculationConfig
 from .step import StepTotals
+from .step_costs import StepCosts
 
 
 # --- requests and what became of them ---------------------------------------------------------
@@ -95,63 +98,41 @@ class BatchDecoder:
         target = self.target
         target.forget_all()
         batch = Batch.build(target, self.proposer, self.speculation, concurrency, self.device, self.step_costs)
-        loop = batch.loop
-        seed = request_seed(sampling)  # reproducible with a seed; each request gets streams of its own
-        jobs = [
-            Job(r.id, list(r.prompt), sampling, max_tokens, ignore_eos, seeds=stream_seeds(seed, i))
-            for i, r in enumerate(requests)
-        ]
+        # Request i of the list has the streams of index i (jobs.py's seed rule); a filler goes on counting.
+        jobs = [job_for(r.id, r.prompt, sampling, max_tokens, ignore_eos, i) for i, r in enumerate(requests)]
         for job in jobs:
             batch.submit(job)
-        loop.calibrate(0, 0, max(target.bos, 0), sequences=concurrency)  # before the clock
-        loop.totals = StepTotals()
+        batch.loop.calibrate(0, 0, max(target.bos, 0), sequences=concurrency)  # before the clock
+        batch.loop.totals = StepTotals()
         started = time.perf_counter()
-
-        def report() -> None:
-            if on_progress:
-                runs = [j.run for j in jobs if j.run is not None]
-                done = sum(1 for r in runs if r.finished_at is not None)
-                on_progress(
-                    BatchProgress(
-                        done,
-                        len(jobs),
-                        sum(len(r.tokens) for r in runs),
-                        len(batch.active),
-                        time.perf_counter() - started,
-                    )
-                )
-
         fillers: list[Job] = []
 
         def answered() -> bool:
             return all(j.run is not None and j.run.finished_at is not None for j in jobs)
 
         def step_done() -> None:
-            if keep_full and not answered():
-                refill(concurrency - len(batch.active) - len(batch.waiting))
-            report()
-
-        def refill(free: int) -> None:
-            for _ in range(free):
-                i = len(jobs) + len(fillers)
-                request = requests[i % len(requests)]
-                fillers.append(
-                    Job(
-                        f"{request.id}+{i}",
-                        list(request.prompt),
-                        sampling,
-                        max_tokens,
-                        ignore_eos,
-                        seeds=stream_seeds(seed, i),
-                    )
-                )
-                batch.submit(fillers[-1])
+            if keep_full and not answered():  # slots that freed take the same requests again, in turn
+                for _ in range(concurrency - len(batch.active) - len(batch.waiting)):
+                    i = len(jobs) + len(fillers)
+                    request = requests[i % len(requests)]
+                    fillers.append(job_for(f"{request.id}+{i}", request.prompt, sampling, max_tokens, ignore_eos, i))
+                    batch.submit(fillers[-1])
+            if on_progress:
+                on_progress(progress(jobs, batch, started))
 
         run_jobs(batch, cancel, on_step=step_done, done=answered)
-        return BatchResult(
-            [j.run for j in jobs],
-            loop.totals,
-            started,
-            time.perf_counter(),
-            [j.run for j in fillers if j.run is not None],
-        )
+        fill_runs = [j.run for j in fillers if j.run is not None]
+        return BatchResult([_run_of(j) for j in jobs], batch.loop.totals, started, time.perf_counter(), fill_runs)
+
+
+def _run_of(job: Job) -> RequestRun:
+    assert job.run is not None  # run_jobs admits or fails every job: each has its run
+    return job.run
+
+
+def progress(jobs: list[Job], batch: Batch, started: float) -> BatchProgress:
+    """How far a run has come: its requests answered, their tokens, the sequences decoding now."""
+    runs = [j.run for j in jobs if j.run is not None]
+    done = sum(1 for r in runs if r.finished_at is not None)
+    generated = sum(len(r.tokens) for r in runs)
+    return BatchProgress(done, len(jobs), generated, len(batch.active), time.perf_counter() - started)

@@ -1,24 +1,33 @@
 """A proposer with the planner that decides, per sequence and step, how much of it to verify. The step loop
 (step.py) asks each through one small interface, in the spirit of llama.cpp's common/speculative (begin /
 draft / accept): begin(slot, ...) when a sequence starts, draft(...) for this step's proposals, accept(...)
-with the verdicts, finish(slot, history) when it ends. A free proposer (lookup) proposes first and is then
-cut to the plan; a draft model is planned first and drafts only what is wanted; auto (proposers/auto.py)
-weighs both."""
+with the verdicts, finish(slot, history) when it ends. drafting_for picks the kind from what the proposer's
+protocol says (proposers/base.py), never from its class: a free proposer (lookup) proposes first and is then cut
+to the plan; a costly one (a draft model) is planned first and drafts only what is wanted; one that offers
+alternatives (auto: lookup and a draft model) has both weighed per sequence and step.
+
+Each sequence's drafting state (its own acceptance table, whether its last proposal was kept whole, the shadow
+proposal scored while it does not draft) is a DraftState that the step loop's SequenceState holds and only this
+module changes."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
 
-from .cost_model import HORIZON_FLOOR, Acceptance, DraftPlanner, Plan, SpeculationConfig
-from .proposers.base import Proposal, Proposer
+from .acceptance import Acceptance
+from .draft_planner import HORIZON_FLOOR, DraftPlanner, Plan
+from .proposers.base import Proposal, Proposer, Want
 from .runtime import Model
 from .sampling import SamplingParams
+from .speculation_config import SpeculationConfig
+from .step_costs import StepCosts
 
 if TYPE_CHECKING:
-    from .proposers.draft_model import DraftModelProposer
+    from .proposers.base import CostlyProposer
     from .step import SequenceState
     from .verifier import Verdict
 
@@ -30,6 +39,25 @@ SHADOW_TOKENS = 8
 
 # This step's proposals, the plan's length for each sequence, and what bounded each (see StepLoop._propose).
 Drafted = tuple[list[Proposal], Plan, list[int]]
+
+
+@dataclass
+class DraftState:
+    """What drafting knows of one sequence, kept across its steps. The step loop's SequenceState holds it; only
+    this module changes it."""
+
+    continuing: bool = False  # its last resolved proposal was kept whole
+    acceptance: Acceptance | None = None  # its own drafts' fate; the planner's shared table is the prior
+    shadow: list[int] = field(default_factory=list)  # a free proposal scored while not drafting
+    shadow_feature: Hashable = None
+    shadow_hits: int = 0
+    shadow_predicted: float = 0.0  # the tokens of the shadow the acceptance tables expected kept
+
+    def own(self, max_draft: int) -> Acceptance:
+        """The sequence's own acceptance table, made on first use; its planner's shared table is the prior."""
+        if self.acceptance is None:
+            self.acceptance = Acceptance(max_draft)
+        return self.acceptance
 
 
 def tokens_to_come(s: SequenceState, tokens_left: int) -> int:
@@ -49,18 +77,31 @@ def lookup_feature(match_length: int, continuing: bool) -> tuple[int, bool]:
 
 def feature(s: SequenceState, proposal: Proposal) -> Hashable:
     """What a proposal's acceptance is predicted by, and recorded under."""
-    return DRAFT_FEATURE if proposal.from_draft else lookup_feature(proposal.match_length, s.continuing)
+    return DRAFT_FEATURE if proposal.from_draft else lookup_feature(proposal.match_length, s.draft.continuing)
 
 
-def own_table(s: SequenceState, max_draft: int) -> Acceptance:
-    """The sequence's own acceptance table, made on first use; its planner's shared table is the prior."""
-    if s.acceptance is None:
-        s.acceptance = Acceptance(max_draft)
-    return s.acceptance
+def drafting_for(
+    proposer: Proposer,
+    speculation: SpeculationConfig,
+    steps: StepCosts | None,
+    target: Model,
+    clock: Callable[[], float],
+) -> Drafting:
+    """How a proposer is planned, from its protocol alone: alternatives (auto) are weighed, a free proposer is
+    proposed then cut to the plan, a costly one planned then drafted."""
+    if proposer.alternatives:
+        free, costly = proposer.alternatives
+        return AutoDrafting(proposer, free, costly, speculation, steps, target, clock)
+    kind = FreeDrafting if proposer.free else ModelDrafting
+    return kind(
+        proposer, DraftPlanner(speculation, costly_proposer=not proposer.free, steps=steps), target, speculation, clock
+    )
 
 
 class Drafting:
     """One proposer and its planner. `planner` holds the step costs every planner of a loop shares."""
+
+    sources: tuple[str, ...] = ()  # who may propose its drafts, as the stats count them ("lookup", "draft")
 
     def __init__(
         self,
@@ -88,11 +129,15 @@ class Drafting:
     ) -> None:
         self.proposer.start(slot, prompt, sampling, device, seed)
 
-    def draft(self, active: list[SequenceState], room: list[int], tokens_left: list[int]) -> Drafted:
+    def draft(self, active: Sequence[SequenceState], room: list[int], tokens_left: list[int]) -> Drafted:
         raise NotImplementedError
 
     def accept(
-        self, active: list[SequenceState], proposals: list[Proposal], verdicts: list[Verdict], tokens: list[list[int]]
+        self,
+        active: Sequence[SequenceState],
+        proposals: list[Proposal],
+        verdicts: list[Verdict],
+        tokens: list[list[int]],
     ) -> None:
         """Learn from a step's verdicts: each proposal's fate in its tables, the step's in its planner, and
         every sequence's new tokens against any shadow proposal."""
@@ -113,12 +158,14 @@ class Drafting:
 
     # --- shared by every kind -------------------------------------------------------------------
     def own(self, s: SequenceState) -> Acceptance:
-        return own_table(s, self.planner.acceptance.max_draft)
+        return s.draft.own(self.planner.acceptance.max_draft)
 
     def planner_of(self, proposal: Proposal) -> DraftPlanner:
         return self.draft_planner if proposal.from_draft else self.planner
 
-    def record_tables(self, active: list[SequenceState], proposals: list[Proposal], verdicts: list[Verdict]) -> None:
+    def record_tables(
+        self, active: Sequence[SequenceState], proposals: list[Proposal], verdicts: list[Verdict]
+    ) -> None:
         for s, proposal, verdict in zip(active, proposals, verdicts):
             k = len(proposal.tokens)
             if k:
@@ -131,29 +178,32 @@ class Drafting:
                     table.record(f, k, verdict.accepted)
                     if beyond is not None:
                         table.record_slot(f, k, verdict.next_token == beyond)
-                s.continuing = verdict.accepted == k
+                s.draft.continuing = verdict.accepted == k
 
     def score_shadow(self, s: SequenceState, new_tokens: list[int]) -> None:
         """Score a shadow proposal slot by slot as the real tokens arrive; once it is settled, its tokens kept
         against those predicted count towards the planner's realism as a drafted step's would."""
+        d = s.draft
         for tok in new_tokens:
-            if not s.shadow:
+            if not d.shadow:
                 return
-            hit = s.shadow[s.shadow_hits] == tok
+            hit = d.shadow[d.shadow_hits] == tok
             for table in (self.planner.acceptance, self.own(s)):
-                table.record_slot(s.shadow_feature, s.shadow_hits, hit)
-            s.shadow_hits += 1
-            if not hit or s.shadow_hits == len(s.shadow):
-                s.continuing = hit
-                self.planner.record_shadow_outcome(s.shadow_predicted, s.shadow_hits - (0 if hit else 1))
-                s.shadow, s.shadow_hits = [], 0
+                table.record_slot(d.shadow_feature, d.shadow_hits, hit)
+            d.shadow_hits += 1
+            if not hit or d.shadow_hits == len(d.shadow):
+                d.continuing = hit
+                self.planner.record_shadow_outcome(d.shadow_predicted, d.shadow_hits - (0 if hit else 1))
+                d.shadow, d.shadow_hits = [], 0
 
 
 class FreeDrafting(Drafting):
     """A proposer that costs next to nothing (lookup, none): propose first, then plan knowing each proposal;
     a proposal not verified becomes a shadow, scored as the real tokens arrive."""
 
-    def draft(self, active: list[SequenceState], room: list[int], tokens_left: list[int]) -> Drafted:
+    sources = ("lookup",)
+
+    def draft(self, active: Sequence[SequenceState], room: list[int], tokens_left: list[int]) -> Drafted:
         planner, max_draft = self.planner, self.speculation.max_draft
         offered = [
             self._up_to_end(p) if s.stops_at_end else p
@@ -169,9 +219,10 @@ class FreeDrafting(Drafting):
             for p, k in zip(offered, plan.lengths)
         ]
         for s, p, f, k in zip(active, offered, features, plan.lengths):
-            if not k and p.tokens and not s.shadow:  # not drafting: score what it would have said
-                s.shadow, s.shadow_feature, s.shadow_hits = p.tokens[:SHADOW_TOKENS], f, 0
-                s.shadow_predicted = planner.acceptance.expected_tokens(f, self.own(s), len(s.shadow))[-1] - 1.0
+            d = s.draft
+            if not k and p.tokens and not d.shadow:  # not drafting: score what it would have said
+                d.shadow, d.shadow_feature, d.shadow_hits = p.tokens[:SHADOW_TOKENS], f, 0
+                d.shadow_predicted = planner.acceptance.expected_tokens(f, self.own(s), len(d.shadow))[-1] - 1.0
         return chosen, plan, caps
 
     def _up_to_end(self, proposal: Proposal) -> Proposal:
@@ -187,9 +238,10 @@ class ModelDrafting(Drafting):
     """A draft model costs a decode per token: plan first, then draft only what is wanted, timed (its catch-up
     apart from the drafted tokens)."""
 
-    proposer: DraftModelProposer
+    sources = ("draft",)
+    proposer: CostlyProposer
 
-    def plan(self, active: list[SequenceState], room: list[int], tokens_left: list[int]) -> Plan:
+    def plan(self, active: Sequence[SequenceState], room: list[int], tokens_left: list[int]) -> Plan:
         """The plan, with each sequence's catch-up to repay within the tokens to come."""
         return self.planner.plan(
             [DRAFT_FEATURE] * len(active),
@@ -200,11 +252,11 @@ class ModelDrafting(Drafting):
         )
 
     def draft(
-        self, active: list[SequenceState], room: list[int], tokens_left: list[int], plan: Plan | None = None
+        self, active: Sequence[SequenceState], room: list[int], tokens_left: list[int], plan: Plan | None = None
     ) -> Drafted:
         t = self.clock()
         plan = plan or self.plan(active, room, tokens_left)
-        wants = [(s.slot, s.history, k) for s, k in zip(active, plan.lengths) if k]
+        wants: list[Want] = [(s.slot, s.history, k) for s, k in zip(active, plan.lengths) if k]
         made = iter(self.proposer.propose(wants) if wants else [])
         chosen = [next(made) if k else Proposal() for k in plan.lengths]
         spent = self.clock() - t
@@ -221,3 +273,71 @@ class ModelDrafting(Drafting):
             # busy spell, and taken as it was it made every catch-up look too dear to repay, so the draft never
             # ran and no live catch-up could correct it.
             self.planner.record_catch_up(1, min(catch_up_row_s, token_s))
+
+
+class AutoDrafting(Drafting):
+    """A proposer's alternatives (auto's: lookup's copy and the draft model's guess), weighed per sequence and step.
+    Two planners share the step costs: `planner` plans the free proposer's copies, `draft_planner` the costly one's
+    guesses (each keeps its own acceptance, realism and probing). Each sequence verifies whichever proposal
+    promises more tokens per second of its step, the draft's own tokens counted."""
+
+    sources = ("lookup", "draft")
+
+    def __init__(
+        self,
+        proposer: Proposer,
+        free: Proposer,
+        costly: CostlyProposer,
+        speculation: SpeculationConfig,
+        steps: StepCosts | None,
+        target: Model,
+        clock: Callable[[], float],
+    ):
+        copies = DraftPlanner(speculation, costly_proposer=False, steps=steps)
+        super().__init__(proposer, copies, target, speculation, clock)
+        self.copies = FreeDrafting(free, copies, target, speculation, clock)
+        guesses = DraftPlanner(speculation, costly_proposer=True, steps=copies.steps)
+        self.guesses = ModelDrafting(costly, guesses, target, speculation, clock)
+
+    @property
+    def draft_planner(self) -> DraftPlanner:
+        return self.guesses.planner
+
+    def draft(self, active: Sequence[SequenceState], room: list[int], tokens_left: list[int]) -> Drafted:
+        """Both plan (planning is cheap); the draft model then drafts for the sequences it won alone."""
+        copies, copy_plan, caps = self.copies.draft(active, room, tokens_left)
+        if copy_plan.measuring_plain:
+            return copies, copy_plan, caps
+        guess_plan = self.guesses.plan(active, room, tokens_left)
+        use_draft = self.choose(len(active), copy_plan, guess_plan)
+        self.planner.keep_only(copy_plan, [not u for u in use_draft])
+        self.draft_planner.keep_only(guess_plan, use_draft)
+        wanted = Plan([g if u else 0 for g, u in zip(guess_plan.lengths, use_draft)], guess_plan.measuring_plain)
+        guesses, _, _ = self.guesses.draft(active, room, tokens_left, wanted)
+        chosen = [g if u else c for c, g, u in zip(copies, guesses, use_draft)]
+        lengths = [g if u else c for c, g, u in zip(copy_plan.lengths, guess_plan.lengths, use_draft)]
+        return chosen, Plan(lengths, guess_plan.measuring_plain), room  # room bounds both proposals
+
+    def choose(self, n: int, copy_plan: Plan, guess_plan: Plan) -> list[bool]:
+        """Per sequence: does the draft model's guess promise more tokens per second of the step than the copy?"""
+        steps, d = self.planner.steps, self.draft_planner.draft_seconds_per_token
+
+        def rate(plan: Plan, k: int, i: int, drafting: float) -> float:
+            gained = plan.expected[i] if k else 0.0
+            return (n + gained) / ((steps.seconds(n + k, drafted=k > 0) or 1.0) + drafting * k)
+
+        # A draft plan that bets on nothing (a probe, or fixed lengths) is taken where lookup offers no copy.
+        return [
+            bool(g) and (rate(guess_plan, g, i, d) > rate(copy_plan, c, i, 0.0) if guess_plan.expected else not c)
+            for i, (c, g) in enumerate(zip(copy_plan.lengths, guess_plan.lengths))
+        ]
+
+    def record_outcome(self, proposals: list[Proposal], verdicts: list[Verdict]) -> None:
+        """Each planner learns from its own proposer's drafts."""
+        drafted = [p.from_draft for p in proposals]
+        self.draft_planner.count_step(any(p.tokens and p.from_draft for p in proposals))
+        self.draft_planner.record_outcome(sum(v.accepted for v, d in zip(verdicts, drafted) if d))
+        self.planner.record_outcome(sum(v.accepted for v, d in zip(verdicts, drafted) if not d))
+
+    def time_draft(self, slot: int) -> None:
+        self.guesses.time_draft(slot)

@@ -1,5 +1,6 @@
-"""The chat's decoder: one slot of a Batch (batch.py) that keeps its KV cache between answers, so a chat only
-processes the new part of its prompt, streaming text as it is produced."""
+"""The chat's decoder (and the bench's): one slot of a Batch (batch.py), pumped by the one loop (pump.py), that
+keeps its KV cache between answers, so a chat only processes the new part of its prompt, streaming text as it is
+produced."""
 
 from __future__ import annotations
 
@@ -10,14 +11,17 @@ import torch
 
 from ..errors import ContextOverflowError, InvalidSettingError
 from .answer import Delta
-from .batch import Batch, Job
+from .batch import Batch
 from .calibration import Progress
-from .cost_model import SpeculationConfig, StepCosts
+from .jobs import job_for
 from .proposers.base import Proposer
+from .pump import ADMITTED, pump
 from .runtime import Model
-from .sampling import SamplingParams, pick_device, request_seed
+from .sampling import SamplingParams, pick_device
+from .speculation_config import SpeculationConfig
 from .stats import GenerationStats
 from .step import StepLoop
+from .step_costs import StepCosts
 
 CHAT_SLOT = 0  # the chat's one sequence
 
@@ -36,15 +40,19 @@ class SpeculativeDecoder:
         self.device = device or pick_device()
         self.stats = GenerationStats()
         self._step_costs = StepCosts()  # the machine's and the model's: kept whatever the speculation
-        self.batch: Batch | None = None
-        self.set_speculation(proposer, speculation or SpeculationConfig())
+        self.batch = self._new_batch(proposer, speculation or SpeculationConfig())
 
     def set_speculation(self, proposer: Proposer | None, speculation: SpeculationConfig) -> None:
         """Change how the next response speculates, keeping the loaded models, the KV cache and the
         measured step costs. Until the next change the planner is kept across responses, so acceptance
         follows the conversation."""
+        batch = self._new_batch(proposer, speculation)
+        batch.kv.take_over(self.batch.kv)
+        self.batch = batch
+
+    def _new_batch(self, proposer: Proposer | None, speculation: SpeculationConfig) -> Batch:
         # Whole prompts at once (Model.prefill's chunks): one answer at a time has no other stream to let through.
-        batch = Batch.build(
+        return Batch.build(
             self.target,
             proposer,
             speculation,
@@ -55,9 +63,6 @@ class SpeculativeDecoder:
             prefill_chunk=self.target.n_batch,
             reuse_prompt_logits=True,
         )
-        if self.batch is not None:
-            batch.take_caches(self.batch)
-        self.batch = batch
 
     @property
     def loop(self) -> StepLoop:
@@ -67,15 +72,14 @@ class SpeculativeDecoder:
         """Time every verify size now (once per loaded model: ~2.5 s for SmolLM2 135M, ~3.5 s for Gemma 3
         270M on this 2-core CPU), so the first answer neither waits for it nor guesses. Uses free cells after
         the cached tokens. on_progress(done, total, seconds_left) hears of each timing."""
-        cached = self.batch.cached.get(CHAT_SLOT)
+        cached = self.batch.kv.cached.get(CHAT_SLOT)
         token = cached[-1] if cached else max(self.target.bos, 0)
         self.loop.calibrate(CHAT_SLOT, self.target.next_position(CHAT_SLOT), token, on_progress=on_progress)
 
     def forget(self) -> None:
         """Empty the KV cache: the next prompt is processed from its first token (a benchmark's fresh start)."""
+        self.batch.kv.forget()
         self.target.forget_all()
-        self.batch.cached.clear()
-        self.batch.prompt_logits.clear()
 
     @property
     def proposer(self) -> Proposer:
@@ -108,17 +112,15 @@ class SpeculativeDecoder:
                 f"The prompt is {len(prompt)} tokens; the context holds {self.target.n_ctx}, and room is needed "
                 "for the answer. Shorten it or raise the context size in Settings."
             )
-        seed = request_seed(sampling)
         deltas: list[Delta] = []
-        job = Job(
+        job = job_for(
             "chat",
-            list(prompt),
+            prompt,
             sampling,
             max_tokens,
             ignore_eos,
-            stop,
-            seeds=(seed, seed),
-            cancel=cancel or threading.Event(),
+            stop=stop,
+            cancel=cancel,
             on_delta=lambda _job, delta: deltas.append(delta),
         )
         batch = self.batch
@@ -126,12 +128,9 @@ class SpeculativeDecoder:
         self.target.set_interrupt(job.cancel.is_set)  # Stop ends even a verify part-way
         try:
             batch.submit(job)
-            while not batch.idle:
-                batch.admit()
-                if job.run is not None:
+            for phase in pump(batch):
+                if phase is ADMITTED and job.run is not None:
                     self.stats = job.run.stats
-                yield from self._hand_on(deltas)
-                batch.step()
                 yield from self._hand_on(deltas)
         finally:
             self.target.set_interrupt(None)

@@ -10,10 +10,9 @@ from ..methods import DEFAULT_MAX_DRAFT, DEFAULT_METHOD, DEFAULT_MIN_DRAFT, DEFA
 from ..modelfiles.embedded import resolve_model
 from .cost_model import SpeculationConfig
 from .generate import SpeculativeDecoder
-from .proposers.auto import AutoProposer
 from .proposers.base import NoProposer
-from .proposers.draft_model import DraftModelProposer
-from .proposers.lookup import DEFAULT_MAX_NGRAM, LookupProposer
+from .proposers.lookup import DEFAULT_MAX_NGRAM
+from .proposers.registry import proposer_for
 from .runtime import LoadSettings, Model
 
 log = logging.getLogger(__name__)
@@ -95,28 +94,6 @@ def make_proposer(settings: DecoderSettings, target: Model, draft: Model | None)
         max_ngram=settings.max_ngram,
         remember_requests=settings.remember_requests,
     )
-
-
-def proposer_for(
-    method: str,
-    target: Model,
-    draft: Model | None,
-    p_min: float = DEFAULT_P_MIN,
-    min_ngram: int = 1,
-    max_ngram: int = DEFAULT_MAX_NGRAM,
-    remember_requests: bool = True,
-):
-    """The proposer of one method (the chat's, the lab's, the system check's): none, lookup, draft or auto."""
-    if method == "lookup":
-        return LookupProposer(min_ngram, max_ngram, remember_requests)
-    if method in DRAFT_METHODS:
-        if draft is None:
-            raise InvalidSettingError(f"The {method} method needs a draft model.")
-        drafter = DraftModelProposer(draft, target, p_min)
-        if method == "auto":
-            return AutoProposer(LookupProposer(min_ngram, max_ngram, remember_requests), drafter)
-        return drafter
-    return NoProposer()
 
 
 def build_decoder(settings: DecoderSettings) -> SpeculativeDecoder:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import llama_cpp as L
 import numpy as np
@@ -33,6 +34,7 @@ from ..modelfiles.model_check import check_model_file
 from . import step_timings
 from .load_log import llama_log, placement
 from .repack import repack_overrides
+from .vocabulary import Vocabulary
 
 log = logging.getLogger(__name__)
 
@@ -100,12 +102,16 @@ def _free_unfreed() -> None:
         _unfreed.pop().close()
 
 
-class Model:
-    """A loaded model and its context. Not thread-safe: one worker drives it."""
+class Model(Vocabulary):
+    """A loaded model and its context: its vocabulary (tokens and text, vocabulary.py), the decodes and the KV
+    cache's sequences. Not thread-safe: one worker drives it."""
 
     def __init__(self, path: str | Path, settings: LoadSettings = LoadSettings(), vocab_only: bool = False):
-        self._model = self._ctx = self._batch = None  # first: __del__ runs even when a check below raises
-        self.placement: dict = {}  # where llama.cpp put the layers and its buffers (load_log.placement)
+        # first: __del__ runs even when a check below raises
+        self._model: L.llama_model_p | None = None
+        self._ctx: L.llama_context_p | None = None
+        self._batch: L.llama_batch | None = None
+        self.placement: dict[str, Any] = {}  # where llama.cpp put the layers and its buffers (load_log.placement)
         self.path = Path(path)
         self.settings = settings
         # In a child process first: llama.cpp aborts on some files. Its chat template is probe-rendered there too.
@@ -127,14 +133,10 @@ class Model:
                 f"llama.cpp could not load {self.path.name}: the file may be damaged, or its architecture "
                 "is newer than this llama.cpp build (upgrade llama-cpp-python)."
             )
-        self.vocab = L.llama_model_get_vocab(self._model)
-        self.n_vocab = L.llama_vocab_n_tokens(self.vocab)
+        self._open_vocabulary(L.llama_model_get_vocab(self._model))
         # Recurrent and hybrid models (Mamba, RWKV, LFM2, Granite 4 H) keep a state that cannot be cut
         # back part-way, so a rejected draft could not be undone: they decode without speculation.
         self.can_roll_back = not (L.llama_model_is_recurrent(self._model) or L.llama_model_is_hybrid(self._model))
-        self._pieces: dict[int, bytes] = {}
-        self._ends: dict[int, bool] = {}
-        self._max_token_bytes: int | None = None
         # (threads, rows) -> seconds (calibration.time_steps), shared by every load of this file with these settings
         self.step_timings = step_timings.table_for(
             self.path, settings.n_gpu_layers, settings.n_batch, settings.flash_attention, self.repacked_weights
@@ -167,25 +169,25 @@ class Model:
                 f"Could not create a context of {cparams.n_ctx} tokens for {self.path.name} "
                 "(out of memory? try a smaller context size or fewer GPU layers)."
             )
-        self.n_ctx = L.llama_n_ctx(self._ctx)
+        self.n_ctx: int = L.llama_n_ctx(self._ctx)
         # llama.cpp lowers the batch to a small requested context (and aborts on a bigger batch).
-        self.n_batch = L.llama_n_batch(self._ctx)
-        self._memory = L.llama_get_memory(self._ctx)
+        self.n_batch: int = L.llama_n_batch(self._ctx)
+        self._memory: L.llama_memory_t | None = L.llama_get_memory(self._ctx)
         self._batch = L.llama_batch_init(self.n_batch, 0, settings.n_seq_max)
         # Writable numpy views over the batch's arrays, so filling a batch is a few vector copies.
-        self._b_token = np.ctypeslib.as_array(self._batch.token, shape=(self.n_batch,))
-        self._b_pos = np.ctypeslib.as_array(self._batch.pos, shape=(self.n_batch,))
-        self._b_nseq = np.ctypeslib.as_array(self._batch.n_seq_id, shape=(self.n_batch,))
-        self._b_logits = np.ctypeslib.as_array(self._batch.logits, shape=(self.n_batch,))
+        self._b_token: np.ndarray = np.ctypeslib.as_array(self._batch.token, shape=(self.n_batch,))
+        self._b_pos: np.ndarray = np.ctypeslib.as_array(self._batch.pos, shape=(self.n_batch,))
+        self._b_nseq: np.ndarray = np.ctypeslib.as_array(self._batch.n_seq_id, shape=(self.n_batch,))
+        self._b_logits: np.ndarray = np.ctypeslib.as_array(self._batch.logits, shape=(self.n_batch,))
         self._b_nseq[:] = 1
-        self._b_seq = [self._batch.seq_id[i] for i in range(self.n_batch)]
+        self._b_seq: list[Any] = [self._batch.seq_id[i] for i in range(self.n_batch)]  # ctypes int pointers
         for row in self._b_seq:
             row[0] = 0
-        self._seq_filled = 0  # rows whose seq_id may be non-zero
-        self._interrupt = None  # ctypes callback that lets a long decode stop mid-way
-        self._interrupt_installed = False
+        self._seq_filled: int = 0  # rows whose seq_id may be non-zero
+        self._interrupt: Any = None  # ctypes callback that lets a long decode stop mid-way
+        self._interrupt_installed: bool = False
         self._logits_views: dict[tuple[int, int], np.ndarray] = {}  # (address, rows) -> view of llama.cpp's logits
-        self.backend = backend_name() if settings.n_gpu_layers != 0 else "CPU"
+        self.backend: str = backend_name() if settings.n_gpu_layers != 0 else "CPU"
 
     def _note_placement(self, log_text: str) -> None:
         """Where the layers went and what llama.cpp allocated on GPU devices, read from its log; the allocations
@@ -233,62 +235,6 @@ class Model:
     def size_bytes(self) -> int:
         return int(L.llama_model_size(self._model))
 
-    # --- vocabulary ---------------------------------------------------------------------------
-    @property
-    def bos(self) -> int:
-        return L.llama_vocab_bos(self.vocab)
-
-    @property
-    def eos(self) -> int:
-        return L.llama_vocab_eos(self.vocab)
-
-    @property
-    def adds_bos(self) -> bool:
-        return bool(L.llama_vocab_get_add_bos(self.vocab))
-
-    def is_end(self, token: int) -> bool:
-        end = self._ends.get(token)
-        if end is None:  # a ctypes call per token adds up: every draft token is checked each step
-            end = self._ends[token] = bool(L.llama_vocab_is_eog(self.vocab, token))
-        return end
-
-    def token_text(self, token: int) -> bytes:
-        return L.llama_vocab_get_text(self.vocab, token) or b""
-
-    def max_token_bytes(self) -> int:
-        """The longest token text in the vocabulary, in bytes: no token stands for more bytes of text (a piece
-        is never longer than its token's text), so a text of more than n times this is more than n tokens.
-        Read once (0.4 s for Gemma's 262,144 tokens, 0.09 s for SmolLM2's 49,152)."""
-        if self._max_token_bytes is None:
-            self._max_token_bytes = max(1, max(len(self.token_text(t)) for t in range(self.n_vocab)))
-        return self._max_token_bytes
-
-    def tokenize(self, text: str, add_bos: bool = True, special: bool = True) -> list[int]:
-        data = text.encode("utf-8")
-        cap = len(data) + 8
-        buf = (L.llama_token * cap)()
-        n = L.llama_tokenize(self.vocab, data, len(data), buf, cap, add_bos, special)
-        if n < 0:
-            cap = -n
-            buf = (L.llama_token * cap)()
-            n = L.llama_tokenize(self.vocab, data, len(data), buf, cap, add_bos, special)
-        return list(buf[:n])
-
-    def piece(self, token: int) -> bytes:
-        """The bytes of one token as text (control tokens render as nothing). Cached per model."""
-        cached = self._pieces.get(token)
-        if cached is None:
-            buf = ctypes.create_string_buffer(64)
-            n = L.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
-            if n < 0:
-                buf = ctypes.create_string_buffer(-n)
-                n = L.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
-            cached = self._pieces[token] = buf.raw[:n]
-        return cached
-
-    def detokenize(self, tokens: Sequence[int]) -> str:
-        return b"".join(self.piece(t) for t in tokens).decode("utf-8", "replace")
-
     # --- decoding -----------------------------------------------------------------------------
     def decode(self, tokens: Sequence[int], start_pos: int, logits_rows: int, seq_id: int = 0) -> np.ndarray:
         """Decode tokens at positions start_pos.. in one sequence; logits on the last logits_rows rows.
@@ -313,7 +259,7 @@ class Model:
         self._set_seq_ids(seq_ids)
         return self._run(n, int(sum(bool(x) for x in want_logits)))
 
-    def _fill(self, n: int, tokens: Sequence[int], positions, logits_rows: int) -> None:
+    def _fill(self, n: int, tokens: Sequence[int], positions: Sequence[int] | np.ndarray, logits_rows: int) -> None:
         if n > self.n_batch:
             raise EngineError(f"batch of {n} rows exceeds n_batch={self.n_batch}")
         self._b_token[:n] = tokens
@@ -321,6 +267,7 @@ class Model:
         self._b_logits[:n] = 0
         if logits_rows:
             self._b_logits[n - logits_rows : n] = 1
+        assert self._batch is not None  # decodes run on an open context
         self._batch.n_tokens = n
 
     def _set_seq_ids(self, seq_ids: Sequence[int]) -> None:
@@ -371,9 +318,14 @@ class Model:
         return view
 
     def prefill(
-        self, tokens: Sequence[int], start_pos: int = 0, seq_id: int = 0, chunk: int | None = None, should_stop=None
-    ) -> np.ndarray:
-        """Decode a long run of tokens in chunks; logits for the last token only."""
+        self,
+        tokens: Sequence[int],
+        start_pos: int = 0,
+        seq_id: int = 0,
+        chunk: int | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> np.ndarray | None:
+        """Decode a long run of tokens in chunks; logits for the last token only (None for no tokens)."""
         if start_pos + len(tokens) > self.n_ctx:
             raise ContextOverflowError(
                 f"The prompt is {start_pos + len(tokens)} tokens; the context holds {self.n_ctx}. "
@@ -389,16 +341,6 @@ class Model:
             logits = self.decode(part, start_pos + begin, 1 if last else 0, seq_id)
         return logits
 
-    def prefill_all_logits(self, tokens: Sequence[int], first_row: int = 0, seq_id: int = 0) -> np.ndarray:
-        """Decode tokens from position 0 and return a copy of the logits of rows first_row.. (for checks)."""
-        rows = []
-        for begin in range(0, len(tokens), self.n_batch):
-            part = tokens[begin : begin + self.n_batch]
-            want = [begin + i >= first_row for i in range(len(part))]
-            logits = self.decode_multi(part, range(begin, begin + len(part)), [seq_id] * len(part), want)
-            rows.append(logits.copy())
-        return np.concatenate(rows)
-
     def forget_from(self, pos: int, seq_id: int = 0) -> None:
         """Roll the KV cache of seq_id back so it holds positions < pos only."""
         if not L.llama_memory_seq_rm(self._memory, seq_id, pos, -1):
@@ -406,7 +348,7 @@ class Model:
 
     def next_position(self, seq_id: int = 0) -> int:
         """The position after the last one seq_id holds in the KV cache (0 when it holds none)."""
-        return L.llama_memory_seq_pos_max(self._memory, seq_id) + 1
+        return int(L.llama_memory_seq_pos_max(self._memory, seq_id)) + 1
 
     def share_prefix(self, source: int, seq_id: int, n: int) -> None:
         """Give seq_id the first n positions of source's KV cache: the cells are shared, nothing is copied."""
@@ -436,7 +378,7 @@ class Model:
     def __enter__(self) -> Model:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __del__(self) -> None:

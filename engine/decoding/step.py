@@ -10,23 +10,28 @@ cache keeps positions < pos + 1 + accepted.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
 
 import torch
 
 from ..errors import GenerationCancelled
 from .calibration import Progress, calibrate_steps
-from .cost_model import Acceptance, DraftPlanner, SpeculationConfig, StepCosts
-from .drafting import Drafting, FreeDrafting, ModelDrafting
+from .draft_planner import DraftPlanner
+from .drafting import DraftState, drafting_for
 from .exactness import exact_verify_rows
 from .pace import PlainPace, SequencePace
-from .proposers.auto import AutoDrafting, AutoProposer
 from .proposers.base import NoProposer, Proposal, Proposer
 from .runtime import Model
+from .speculation_config import SpeculationConfig
 from .stats import GenerationStats
+from .step_costs import StepCosts
 from .threads import ThreadTuner
-from .verifier import Verifier
+from .verifier import Verdict, Verifier
+
+if TYPE_CHECKING:
+    from .proposers.base import CostlyProposer
 
 
 @dataclass
@@ -37,13 +42,8 @@ class SequenceState:
     history: list[int]
     verifier: Verifier
     stats: GenerationStats
-    continuing: bool = False  # its last resolved proposal was kept whole
     stops_at_end: bool = True  # an end token ends the answer (not so with ignore_eos)
-    acceptance: Acceptance | None = None  # its own drafts' fate; the planner's shared table is the prior
-    shadow: list[int] = field(default_factory=list)  # a free proposal scored while not drafting
-    shadow_feature: Hashable = None
-    shadow_hits: int = 0
-    shadow_predicted: float = 0.0  # the tokens of the shadow the acceptance tables expected kept
+    draft: DraftState = field(default_factory=DraftState)  # how its proposals have fared: drafting.py's alone
     pace: SequencePace = field(default_factory=SequencePace)  # its time against plain decoding's, and the guard
 
 
@@ -142,42 +142,62 @@ class StepLoop:
     @property
     def proposer_names(self) -> tuple[str, ...]:
         """Who may propose this loop's drafts, as the stats count them (auto: both, from the first token on)."""
-        if not self.speculating:
-            return ()
-        if isinstance(self.proposer, AutoProposer):
-            return ("lookup", "draft")
-        return ("lookup",) if self.proposer.free else ("draft",)
+        return self.drafting.sources if self.speculating else ()
 
     @property
     def draft_model_bytes(self) -> int | None:
         """The draft model's weights in memory, where this loop runs one."""
-        return None if self.proposer.free else self.proposer.model.size_bytes
+        proposer = self.proposer
+        model = None if proposer.free else cast("CostlyProposer", proposer).model
+        return model.size_bytes if model is not None else None
 
-    def free_cells(self, active: list[SequenceState]) -> int:
+    def free_cells(self, active: Sequence[SequenceState]) -> int:
         """Cells left in the target's KV cache, which every sequence shares (kv_unified: n_ctx in all)."""
         return self.target.n_ctx - self.held_cells - sum(len(s.history) - 1 for s in active)
 
-    def step(self, active: list[SequenceState], tokens_left: list[int]) -> list[StepOutcome]:
+    def step(self, active: Sequence[SequenceState], tokens_left: list[int]) -> list[StepOutcome]:
         """One step for every active sequence. tokens_left: each one's remaining token budget.
         On GenerationCancelled the half-decoded batch is dropped and every cache is as before."""
-        target, cfg, n = self.target, self.speculation, len(active)
-        proposals = [Proposal() for _ in active]
+        n = len(active)
         first = active[0]  # calibrates once, in its free cells, if nobody did before the first step
         self.calibrate(first.slot, len(first.history) - 1, first.history[-1])
         began = self.clock()
         if self.speculating:
-            row_budget = (target.n_batch - n) // n  # every sequence's drafts fit one batch ...
-            cell_budget = (self.free_cells(active) - n) // n  # ... and the shared cache
-            if cfg.exact:  # the batch stays as narrow as decodes like plain steps (unmeasured yet: one row)
-                row_budget = min(row_budget, ((self.exact_rows or 1) - n) // n)
-            room = [
-                0 if s.pace.holding else max(0, min(cfg.max_draft, row_budget, cell_budget, left - 1))
-                for s, left in zip(active, tokens_left)
-            ]  # the guard holds a sequence that ran below plain
-            proposals = self._propose(active, room, tokens_left)
+            proposals = self._propose(active, self._room(active, tokens_left), tokens_left)
+        else:
+            proposals = [Proposal() for _ in active]
         self._switch_threads(self.threads.before_step(drafting=any(p.tokens for p in proposals)))
-        totals = self.totals
-        rows, positions, seq_ids = [], [], []
+        verdicts, rows, seconds = self._verify(active, proposals)
+        self.totals.record(rows, seconds, n)
+        per_row = self.planner.record_step(rows, rows - n, seconds)
+        self._switch_threads(self.threads.record(per_row, self.planner.steps.contended, drafted=rows > n))
+        outcomes = self._settle(active, proposals, verdicts)
+        self.drafting.accept(active, proposals, verdicts, [o.tokens for o in outcomes])
+        self._record_pace(active, proposals, outcomes, self.clock() - began)
+        for s, outcome in zip(active, outcomes):
+            s.history += outcome.tokens
+        return outcomes
+
+    def _room(self, active: Sequence[SequenceState], tokens_left: list[int]) -> list[int]:
+        """The most draft rows each sequence may verify this step: every sequence's drafts fit one batch and the
+        shared cache, within its token budget; none for a sequence the guard holds (it ran below plain)."""
+        target, cfg, n = self.target, self.speculation, len(active)
+        row_budget = (target.n_batch - n) // n  # every sequence's drafts fit one batch ...
+        cell_budget = (self.free_cells(active) - n) // n  # ... and the shared cache
+        if cfg.exact:  # the batch stays as narrow as decodes like plain steps (unmeasured yet: one row)
+            row_budget = min(row_budget, ((self.exact_rows or 1) - n) // n)
+        return [
+            0 if s.pace.holding else max(0, min(cfg.max_draft, row_budget, cell_budget, left - 1))
+            for s, left in zip(active, tokens_left)
+        ]
+
+    def _verify(self, active: Sequence[SequenceState], proposals: list[Proposal]) -> tuple[list[Verdict], int, float]:
+        """ONE batch of every sequence's last token and drafts, decoded with logits on every row, each sequence
+        verified on its own rows. Returns the verdicts, the rows and the seconds they took."""
+        target = self.target
+        rows: list[int] = []
+        positions: list[int] = []
+        seq_ids: list[int] = []
         for s, proposal in zip(active, proposals):
             pos = len(s.history) - 1
             row = [s.history[-1], *proposal.tokens]
@@ -200,11 +220,13 @@ class StepLoop:
                 )
             )
             offset += k + 1
-        seconds = self.clock() - t
-        totals.record(len(rows), seconds, n)
-        per_row = self.planner.record_step(len(rows), len(rows) - n, seconds)
-        self._switch_threads(self.threads.record(per_row, self.planner.steps.contended, drafted=len(rows) > n))
-        outcomes = []
+        return verdicts, len(rows), self.clock() - t
+
+    def _settle(
+        self, active: Sequence[SequenceState], proposals: list[Proposal], verdicts: list[Verdict]
+    ) -> list[StepOutcome]:
+        """Each sequence's kept tokens: its rejected drafts' cells rolled back, its stats counted."""
+        target, outcomes = self.target, []
         for s, proposal, verdict in zip(active, proposals, verdicts):
             k = len(proposal.tokens)
             if verdict.accepted < k:  # rejected drafts' cells go (a plain step or a whole keep leaves none)
@@ -217,14 +239,10 @@ class StepLoop:
             outcomes.append(
                 StepOutcome([*proposal.tokens[: verdict.accepted], verdict.next_token], verdict.accepted, source)
             )
-        self.drafting.accept(active, proposals, verdicts, [o.tokens for o in outcomes])
-        self._record_pace(active, proposals, outcomes, self.clock() - began)
-        for s, outcome in zip(active, outcomes):
-            s.history += outcome.tokens
         return outcomes
 
     def _record_pace(
-        self, active: list[SequenceState], proposals: list[Proposal], outcomes: list[StepOutcome], seconds: float
+        self, active: Sequence[SequenceState], proposals: list[Proposal], outcomes: list[StepOutcome], seconds: float
     ) -> None:
         """Each sequence's time against plain decoding's for the same tokens: a step that drafted nothing is plain
         decoding, at its own cost, and teaches what a plain step costs; a drafting step's tokens are priced at
@@ -286,7 +304,7 @@ class StepLoop:
         self.drafting.time_draft(slot)
 
     # --- proposing and planning -----------------------------------------------------------------
-    def _propose(self, active: list[SequenceState], room: list[int], tokens_left: list[int]) -> list[Proposal]:
+    def _propose(self, active: Sequence[SequenceState], room: list[int], tokens_left: list[int]) -> list[Proposal]:
         """This step's proposals, each as long as its drafting planned; the sequences' stats say so."""
         cfg = self.speculation
         t = self.clock()
@@ -310,20 +328,3 @@ class StepLoop:
 def proposal_source(proposal: Proposal) -> str:
     """Who proposed these drafts, as the stats and the shading name them."""
     return "draft" if proposal.from_draft else "lookup"
-
-
-def drafting_for(
-    proposer: Proposer,
-    speculation: SpeculationConfig,
-    steps: StepCosts | None,
-    target: Model,
-    clock: Callable[[], float],
-) -> Drafting:
-    """How a proposer is planned: auto weighs lookup against the draft model, a free proposer is proposed then
-    cut to the plan, a costly one planned then drafted."""
-    if isinstance(proposer, AutoProposer):
-        return AutoDrafting(proposer, speculation, steps, target, clock)
-    kind = FreeDrafting if proposer.free else ModelDrafting
-    return kind(
-        proposer, DraftPlanner(speculation, costly_proposer=not proposer.free, steps=steps), target, speculation, clock
-    )

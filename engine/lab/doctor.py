@@ -35,8 +35,8 @@ from .. import hardware
 from ..chat_format import ChatFormatter
 from ..decoding.cost_model import SpeculationConfig
 from ..decoding.generate import SpeculativeDecoder
-from ..decoding.loader import proposer_for
 from ..decoding.proposers.base import NoProposer
+from ..decoding.proposers.registry import proposer_for
 from ..decoding.runtime import LoadSettings, Model
 from ..decoding.sampling import SamplingParams, pick_device
 from ..errors import EngineError

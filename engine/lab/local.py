@@ -18,7 +18,8 @@ import torch
 from ..chat_format import ChatFormatter
 from ..decoding.batch_decode import BatchDecoder, BatchProgress, BatchRequest
 from ..decoding.cost_model import SpeculationConfig
-from ..decoding.loader import proposer_for, require_rollback
+from ..decoding.loader import require_rollback
+from ..decoding.proposers.registry import proposer_for
 from ..decoding.runtime import LoadSettings, Model
 from ..decoding.sampling import SamplingParams
 from ..errors import InvalidSettingError

@@ -21,7 +21,7 @@ from .. import hardware
 from ..chat_format import ChatFormatter
 from ..decoding.cost_model import SpeculationConfig
 from ..decoding.generate import SpeculativeDecoder
-from ..decoding.loader import proposer_for
+from ..decoding.proposers.registry import proposer_for
 from ..decoding.runtime import LoadSettings, Model
 from ..decoding.sampling import SamplingParams
 from ..lab import doctor

@@ -71,6 +71,7 @@ class ReplayDraft:
 
     name = "draft"
     free = False
+    alternatives = ()
     model = None  # no weights held
 
     def __init__(

@@ -206,7 +206,7 @@ def _replay(
         seq = SequenceState(0, history, Verifier(GREEDY, torch.device("cpu"), 0), GenerationStats(), stops_at_end=False)
         started, produced = target.clock(), 1
         while produced < len(a.answer):
-            continuing, lookup.last = seq.continuing, []
+            continuing, lookup.last = seq.draft.continuing, []
             outcome = loop.step([seq], [len(a.answer) - produced])[0]
             if on_step is not None:
                 offer = lookup.last[0] if lookup.last else Proposal()

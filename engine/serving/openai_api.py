@@ -55,7 +55,7 @@ from starlette.routing import Route
 from ..chat_format import ChatFormatter, provably_too_long, utf8_size
 from ..decoding.answer import Delta
 from ..decoding.batch import Job
-from ..decoding.sampling import request_seed, stream_seeds
+from ..decoding.jobs import job_for
 from ..errors import EngineError
 from .api_schema import (
     ApiError,
@@ -250,15 +250,7 @@ class _Handlers:
 
     def make_job(self, kind: str, tokens: list[int], gen: Generation, stop: list[str]) -> Job:
         budget = fit_prompt(tokens, gen.max_tokens, self.n_ctx)
-        return Job(
-            f"{kind}-{uuid.uuid4().hex[:24]}",
-            tokens,
-            gen.sampling,
-            budget,
-            ignore_eos=gen.ignore_eos,
-            stop=stop,
-            seeds=stream_seeds(request_seed(gen.sampling)),
-        )
+        return job_for(f"{kind}-{uuid.uuid4().hex[:24]}", tokens, gen.sampling, budget, gen.ignore_eos, stop=stop)
 
     def submit(self, job: Job) -> _Feed:
         feed = _Feed(job)

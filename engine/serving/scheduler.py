@@ -1,9 +1,9 @@
-"""The engine thread a server (and the window's chat, while serving) shares: one Batch, pumped while it
-has work, fed from any thread. Up to `parallel` jobs decode together; up to `max_queue` more wait in line,
-and beyond that submit() refuses (the server answers 429). The step loop's cost model decides per step
-how many draft rows each sequence verifies, so speculation steps back by itself as the batch fills. A long prompt
-is prefilled a chunk per pump (batch.py): the other streams go on between its chunks, and a request cancelled in
-its prefill frees its slot within one."""
+"""The engine thread a server (and the window's chat, while serving) shares: one Batch, pumped by the one loop
+(decoding/pump.py) while it has work, fed from any thread. Up to `parallel` jobs decode together; up to
+`max_queue` more wait in line, and beyond that submit() refuses (the server answers 429). The step loop's cost
+model decides per step how many draft rows each sequence verifies, so speculation steps back by itself as the batch
+fills. A long prompt is prefilled a chunk per pump (batch.py): the other streams go on between its chunks, and a
+request cancelled in its prefill frees its slot within one."""
 
 from __future__ import annotations
 
@@ -14,10 +14,13 @@ from dataclasses import dataclass
 
 import torch
 
-from ..decoding.batch import Batch, Job
-from ..decoding.cost_model import SpeculationConfig, StepCosts
+from ..decoding.batch import Batch
+from ..decoding.jobs import Job
 from ..decoding.proposers.base import Proposer
+from ..decoding.pump import pump
 from ..decoding.runtime import Model
+from ..decoding.speculation_config import SpeculationConfig
+from ..decoding.step_costs import StepCosts
 from ..errors import EngineError
 
 log = logging.getLogger(__name__)
@@ -147,23 +150,27 @@ class Scheduler:
                 self._ended.set()  # stop() waits on it, whatever happened
 
     def _pump_until_stopped(self) -> None:
-        batch = self.batch
-        while True:
-            with self._wake:
-                while not self._stopping and not self._inbox and batch.idle:
-                    self._wake.wait()
-                if self._stopping:
-                    break
-                inbox, self._inbox = self._inbox, []
-                for job in inbox:
-                    batch.waiting.append(job)  # checked by submit
-            try:
-                batch.pump()
-            except Exception as exc:  # noqa: BLE001 - a failed step ends its jobs, never the server
-                log.exception("a batch step failed")
-                for job in batch.running_jobs:  # the one being prefilled included
-                    job.error = f"the engine failed: {exc}"
-                batch.cancel_all("error")
+        for _ in pump(self.batch, self._take_inbox, self._fail_running):
+            pass
+
+    def _take_inbox(self, batch: Batch) -> bool:
+        """The loop's feed: wait for work, then hand the batch what came in; False once stopping."""
+        with self._wake:
+            while not self._stopping and not self._inbox and batch.idle:
+                self._wake.wait()
+            if self._stopping:
+                return False
+            inbox, self._inbox = self._inbox, []
+            for job in inbox:
+                batch.waiting.append(job)  # checked by submit
+        return True
+
+    def _fail_running(self, exc: Exception) -> None:
+        """A failed step ends its jobs, never the server."""
+        log.exception("a batch step failed")
+        for job in self.batch.running_jobs:  # the one being prefilled included
+            job.error = f"the engine failed: {exc}"
+        self.batch.cancel_all("error")
 
     def _end_jobs(self) -> None:
         """Every job left ends: one mid-answer is told the server stopped (its text so far stands), one still
@@ -176,4 +183,4 @@ class Scheduler:
         for job in batch.running_jobs:
             job.error = job.error or SERVER_STOPPED
         batch.cancel_all("error")
-        batch.forget_caches()
+        batch.kv.forget()

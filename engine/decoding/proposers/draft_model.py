@@ -22,7 +22,7 @@ from ...modelfiles.vocab_check import require_compatible
 from ..calibration import time_steps
 from ..runtime import Model, common_prefix
 from ..sampling import Candidates, SamplingParams, filter_logits, make_generator, position_seed
-from .base import Proposal, Want
+from .base import Ingredients, Proposal, Want
 
 # A sequence whose draft cache lags the target by at least this many tokens (its prompt, or an answer that
 # lookup wrote in --method auto) catches up in a prefill of its own, timed apart: folded into the drafted
@@ -68,6 +68,7 @@ class _DraftSlot:
 class DraftModelProposer:
     name = "draft"
     free = False
+    alternatives = ()
 
     def __init__(self, draft: Model, target: Model, p_min: float = DEFAULT_P_MIN):
         check_draft(draft, target, p_min)
@@ -189,3 +190,7 @@ class DraftModelProposer:
         q = filter_logits(torch.from_numpy(row).to(state.device).view(1, -1), state.sampling)
         state.generator.manual_seed(position_seed(state.seed, position))
         return q.sample(0, state.generator), float(q.probs[0].max()), q
+
+
+def build(ingredients: Ingredients) -> DraftModelProposer:
+    return DraftModelProposer(ingredients.draft_model("draft"), ingredients.target, ingredients.p_min)

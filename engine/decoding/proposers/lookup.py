@@ -15,11 +15,17 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ...errors import InvalidSettingError
-from .base import Proposal, Want
+from .base import Ingredients, Proposal, Want
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..sampling import SamplingParams
 
 MAX_NGRAM = 32
 EARLIER_TOKENS = 200_000  # earlier histories kept for lookup, oldest dropped first
@@ -117,6 +123,7 @@ class HistoryArray:
         h, n = self._source, self._length
         if not n:
             return 0, 0
+        assert h is not None  # of() set it with the length
         ends = self._where[h[n - 1]]
         if len(ends) > FEW_CANDIDATES_FOR_PYTHON:  # a common token: numpy compares them all at once
             array = self._buffer[:n]
@@ -201,6 +208,7 @@ class Edits:
 class LookupProposer:
     name = "lookup"
     free = True
+    alternatives = ()
 
     def __init__(self, min_ngram: int = 1, max_ngram: int = DEFAULT_MAX_NGRAM, remember_requests: bool = True):
         if not (1 <= min_ngram <= max_ngram <= MAX_NGRAM):
@@ -215,7 +223,9 @@ class LookupProposer:
         self._edits: dict[int, Edits] = {}  # per sequence id
         self._arrays: dict[int, HistoryArray] = {}  # per sequence id
 
-    def start(self, slot, prompt, sampling, device, seed) -> None:
+    def start(
+        self, slot: int, prompt: Sequence[int], sampling: SamplingParams, device: torch.device, seed: int
+    ) -> None:
         self._edits[slot] = Edits(len(prompt))  # a new answer makes its own edits
         self._arrays[slot] = HistoryArray()
 
@@ -227,7 +237,11 @@ class LookupProposer:
         return out
 
     def propose_one(
-        self, history: Sequence[int], max_tokens: int, edits: Edits | None = None, index: HistoryArray | None = None
+        self,
+        history: Sequence[int] | np.ndarray,
+        max_tokens: int,
+        edits: Edits | None = None,
+        index: HistoryArray | None = None,
     ) -> Proposal:
         tokens = np.asarray(history, dtype=np.int64)  # no copy when it is one already (propose's are)
         if edits is not None:
@@ -262,3 +276,8 @@ class LookupProposer:
                 parts += [h, np.array([_GAP], dtype=np.int64)]
             self._earlier_corpus = np.concatenate(parts)
         return self._earlier_corpus
+
+
+def build(ingredients: Ingredients) -> LookupProposer:
+    i = ingredients
+    return LookupProposer(i.min_ngram, DEFAULT_MAX_NGRAM if i.max_ngram is None else i.max_ngram, i.remember_requests)
