@@ -24,6 +24,16 @@ LOCAL, REMOTE, SHOWN, ANSWER = "local", "remote", "shown", "answer"
 BOTH = (LOCAL, REMOTE)
 
 
+def mean_accepted_length(accepted: float, drafts: float) -> float | None:
+    """Mean accepted length: the tokens a draft yields, its bonus token included, 1 + accepted ÷ drafts, where a
+    draft is one sequence's target step that verified drafted tokens (plain steps do not count). vLLM's definition
+    (vllm/v1/spec_decode/metrics.py: 1 + num_accepted_tokens / num_drafts, "conventionally including the bonus
+    token"), and the acceptance length of the EAGLE and Medusa papers; llama.cpp's server reports only accepted ÷
+    drafted. The window (GenerationStats), the server's timings, the lab and the remote client (prometheus.SpecDelta)
+    all read it here. None before any draft."""
+    return 1.0 + accepted / drafts if drafts else None
+
+
 @dataclass(frozen=True)
 class Figure:
     key: str
@@ -104,11 +114,13 @@ FIGURES: tuple[Figure, ...] = (
         "mean accepted length",
         unit="tok/step",
         fmt=".2f",
-        tooltip="Mean accepted length: tokens produced per target step, the bonus token included "
-        "(1.00 means no gain from speculation).",
-        remote_tooltip="Mean accepted length: tokens per target step, the bonus token included; {source}.",
-        meaning="tokens produced per target step, bonus token included: 1 + accepted ÷ target steps. 1.0 is "
-        "plain decoding; 3.0 means each expensive step yielded three tokens",
+        tooltip="Mean accepted length: tokens each step that verified drafts produced, the bonus token included "
+        "(1.00 means every draft was rejected).",
+        remote_tooltip="Mean accepted length: tokens per step that verified drafts, the bonus token included; "
+        "{source}.",
+        meaning="tokens produced per target step that verified drafts, bonus token included: 1 + accepted ÷ such "
+        "steps, as vLLM counts it. 1.0 means every draft was rejected; 3.0 means each step that drafted yielded "
+        "three tokens",
     ),
     Figure(
         "memory_label",
@@ -227,11 +239,6 @@ def keys_of(kind: str) -> frozenset[str]:
 
 def keys_set_by(source: str) -> frozenset[str]:
     return frozenset(f.key for f in FIGURES if source in f.set_by)
-
-
-def unlisted(keys, source: str) -> set[str]:
-    """The keys a source gives that this table does not list for it (a test keeps this empty)."""
-    return set(keys) - keys_set_by(source)
 
 
 def markdown_table() -> str:

@@ -114,6 +114,7 @@ class TemplateSandbox:
 
     def _ask(self, request: dict) -> dict:
         proc = self._proc
+        assert proc is not None and proc.stdin is not None  # started (with pipes) before anything is asked
         try:
             proc.stdin.write(json.dumps(request, ensure_ascii=False) + "\n")
             proc.stdin.flush()
@@ -156,7 +157,8 @@ class TemplateSandbox:
             pass
         for pipe in (proc.stdin, proc.stdout):
             try:
-                pipe.close()
+                if pipe is not None:
+                    pipe.close()
             except OSError:
                 pass
 
@@ -244,7 +246,7 @@ def _limit_address_space(resource) -> None:
             used = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError):
         return  # not Linux: the parent's watch of resident memory is the limit
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     want = used + MEMORY_LIMIT_BYTES
     if hard != resource.RLIM_INFINITY:
         want = min(want, hard)

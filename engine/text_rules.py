@@ -18,7 +18,6 @@ import json
 import re
 import unicodedata
 
-REPLACEMENT = "\ufffd"
 # Format (Cf: bidi controls, zero-width characters, soft hyphen, tags), control (Cc), line and paragraph separators.
 _INVISIBLE = ("Cf", "Cc", "Zl", "Zp")
 # The characters that reorder the text around them: embeddings and overrides (U+202A-E), isolates (U+2066-9).
@@ -35,11 +34,6 @@ def valid_text(text: str) -> str:
         return text
     except UnicodeEncodeError:
         return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-
-
-def is_valid_text(text: str) -> bool:
-    """Whether text encodes as UTF-8 as it is (no lone surrogate)."""
-    return text.isascii() or valid_text(text) is text
 
 
 def valid_json(value):

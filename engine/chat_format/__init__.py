@@ -127,11 +127,6 @@ class ChatFormatter:
         """The model's own chat template writes the prompts."""
         return bool(self.template) and self.template_error is None
 
-    @property
-    def format_name(self) -> str:
-        """What writes the prompts: "template" (the model's own), a built-in format's name, or "plain"."""
-        return "template" if self.uses_template else self._family or "plain"
-
     def _refuse(self, reason: str) -> None:
         """The model's template is not used again: a built-in format that its control tokens match writes the
         prompts instead, else the plain transcript."""

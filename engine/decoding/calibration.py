@@ -14,15 +14,43 @@ import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from ..methods import MAX_DRAFT_LIMIT
 from . import step_timings
-from .cost_model import (
-    CALIBRATION_REPEATED_UP_TO,
-    CALIBRATION_REPEATS,
-    CALIBRATION_WARMUP,
-    StepCosts,
-    calibration_sizes,
-)
 from .runtime import Model
+from .step_costs import StepCosts
+
+# --- which sizes are timed, and how often ------------------------------------------------------
+# Calibration decodes untimed first: the first decode after a load or a pause ran ~25% slow (SmolLM2,
+# 1 row: 6.9 ms against 5.5 after), and a slow one-row base made every verify look that much cheaper than
+# it is (8 rows: 3.4 plain steps predicted, 4.9 paid), so drafts that lose were taken (8a2b122).
+CALIBRATION_WARMUP = 2  # untimed one-row decodes before the timing starts (a cold first decode ran ~25% slow)
+# A decode wider than any before grows llama.cpp's compute buffers: timed once in rising order, the wide sizes
+# came out 15-23% dear (Gemma 3 270M, 32 rows: 97.7 ms, against 79.4 as the faster of two), which kept
+# copies from drafting long. So the widest size is decoded once untimed first, and every size one sequence
+# may verify is timed twice, in rounds over the sizes: the curve's ratios to one row varied 11% between
+# calibrations timed back to back, 5% in rounds (4447e85, 6ac761e); wider ones (a batch of sequences) once.
+CALIBRATION_REPEATS = 2  # rounds over the sizes, the fastest of each kept (once, wide sizes came out 15-23% dear)
+CALIBRATION_REPEATED_UP_TO = MAX_DRAFT_LIMIT + 1  # sizes timed in every round: one sequence's widest verify
+# The curve is not smooth (Gemma 3 Q4_K on this 2-core CPU verifies 16 rows for 5.2 one-row steps but 15 rows
+# for 7.2), so every size up to 17 is timed, then every 8th to 64, then every 32nd (a batch of sequences; a
+# 264-row step takes 0.6 s here), then the largest (fa010b1, 2c9b522).
+CALIBRATION_EVERY_SIZE = 17  # sizes timed one by one, 1..17 (the curve jumps between neighbours)
+CALIBRATION_STRIDE = 8  # past those, every 8th size up to CALIBRATION_WIDE_FROM
+CALIBRATION_WIDE_FROM = 64  # past this, sizes are batches of sequences, spaced wider
+CALIBRATION_WIDE_STRIDE = 32  # their spacing: a 264-row step takes 0.6 s on this CPU (2c9b522)
+
+
+def calibration_sizes(max_rows: int) -> list[int]:
+    """Rows to time up front: every size up to CALIBRATION_EVERY_SIZE, then every CALIBRATION_STRIDE-th to
+    CALIBRATION_WIDE_FROM, then every CALIBRATION_WIDE_STRIDE-th, then max_rows."""
+    first_strided = (CALIBRATION_EVERY_SIZE // CALIBRATION_STRIDE + 1) * CALIBRATION_STRIDE
+    sizes = list(range(1, min(max_rows, CALIBRATION_EVERY_SIZE) + 1))
+    sizes += range(first_strided, min(max_rows, CALIBRATION_WIDE_FROM) + 1, CALIBRATION_STRIDE)
+    sizes += range(CALIBRATION_WIDE_FROM + CALIBRATION_WIDE_STRIDE, max_rows + 1, CALIBRATION_WIDE_STRIDE)
+    if sizes[-1] < max_rows:
+        sizes.append(max_rows)
+    return sizes
+
 
 # on_progress(done, total, seconds_left): timings done (one per size and round) of those the curve needs, and
 # the seconds the rest should take, an estimate from the timings so far (None until three sizes are timed).
@@ -168,6 +196,8 @@ def _reporter(
     of the seconds left. `measured` (seconds by rows so far) takes each timing at the time it took from the end
     of the one before, rollback and reporting included: by the decode alone, the estimate fell short by half on
     a busy machine (SmolLM2, 48 timings: 22 s left said, 50 s taken)."""
+    if on_progress is None:
+        return lambda rows, seconds: None
     total = sum(rounds_of(rows) for rows in sizes)
     last: list[float] = []  # the clock when the last timing was reported
 
@@ -179,8 +209,6 @@ def _reporter(
         left = [rows for rows in missing for _ in range(rounds_of(rows) - begun.get(rows, (0.0, 0))[1])]
         on_progress(total - len(left), total, seconds_left(measured, left))
 
-    if on_progress is None:
-        return lambda rows, seconds: None
     report()  # where it starts: 0 of all, or where a timing cut short stopped
     return report
 

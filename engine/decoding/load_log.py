@@ -13,6 +13,7 @@ import sys
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import llama_cpp
 
@@ -32,8 +33,8 @@ def llama_log() -> Iterator[list[str]]:
     lines: list[str] = []
     echo = bool(os.environ.get("SPECCHAT_LLAMA_VERBOSE"))  # the chatter the user asked to see, still shown
 
-    @llama_cpp.llama_log_callback
-    def keep(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    @llama_cpp.llama_log_callback  # type: ignore[untyped-decorator]  # a ctypes CFUNCTYPE: untyped
+    def keep(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
         line = text.decode("utf-8", errors="replace")
         lines.append(line)
         if echo:
@@ -54,18 +55,20 @@ def on_device(buffer: str, gpu_names: Iterable[str]) -> str | None:
     return next((name for name in gpu_names if buffer == name or buffer.startswith(name + "_")), None)
 
 
-def placement(log_text: str, gpu_names: Iterable[str] = ()) -> dict:
+def placement(log_text: str, gpu_names: Iterable[str] = ()) -> dict[str, Any]:
     """Where llama.cpp put a model's layers (the output layer counted as one) and what it allocated on each GPU
     device (weights, KV cache, compute buffers), from its load log. None where the log said nothing."""
     gpu_names = tuple(gpu_names)
     layers = Counter(_LAYER.findall(log_text))
     on_gpu = sum(n for device, n in layers.items() if not device.upper().startswith("CPU"))
     offloaded = _OFFLOADED.search(log_text)
+    total: int | None
     if offloaded:  # llama.cpp's own count, where it gives one (GPU builds)
         on_gpu, total = int(offloaded[1]), int(offloaded[2])
     else:
         total = sum(layers.values()) or None
-    buffers, device_bytes = [], Counter()
+    buffers: list[dict[str, Any]] = []
+    device_bytes: Counter[str] = Counter()
     for _, name, kind, mib in _BUFFER.findall(log_text):
         size = round(float(mib) * _MIB)
         buffers.append({"buffer": name, "kind": kind, "bytes": size})

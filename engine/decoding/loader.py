@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from ..errors import InvalidSettingError, SpeculationUnavailable
 from ..methods import DEFAULT_MAX_DRAFT, DEFAULT_METHOD, DEFAULT_MIN_DRAFT, DEFAULT_P_MIN, DRAFT_METHODS, METHODS
 from ..modelfiles.embedded import resolve_model
-from .cost_model import SpeculationConfig
 from .generate import SpeculativeDecoder
-from .proposers.base import NoProposer
+from .proposers.base import NoProposer, Proposer
 from .proposers.lookup import DEFAULT_MAX_NGRAM
 from .proposers.registry import proposer_for
 from .runtime import LoadSettings, Model
+from .speculation_config import SpeculationConfig
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def require_rollback(*models: Model | None) -> None:
             )
 
 
-def make_proposer(settings: DecoderSettings, target: Model, draft: Model | None):
+def make_proposer(settings: DecoderSettings, target: Model, draft: Model | None) -> Proposer:
     settings.speculation()  # validates the draft lengths
     if settings.method != "none":
         require_rollback(target, draft)

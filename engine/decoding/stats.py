@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
+from ..figures import mean_accepted_length
 from ..hardware import MemoryReading
 
 
@@ -51,8 +53,8 @@ class GenerationStats:
 
     @property
     def mean_acceptance_length(self) -> float | None:
-        """Tokens produced per target step, bonus included: 1 + accepted / verify steps."""
-        return 1.0 + self.accepted / self.verify_steps if self.verify_steps else None
+        """Tokens each speculative step produced, bonus included (figures.mean_accepted_length)."""
+        return mean_accepted_length(self.accepted, self.speculative_steps)
 
     @property
     def draft_time_share(self) -> float | None:
@@ -76,7 +78,7 @@ class GenerationStats:
             self.per_position_drafted[i] += 1
             self.per_position_accepted[i] += i < accepted
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The figures as plain data: exactly engine.figures' LOCAL keys (tests/engine/test_figures.py)."""
         out = asdict(self)
         out["memory_bytes"] = self.memory.bytes_used if self.memory else None

@@ -7,7 +7,7 @@ builds) and CPU; it maps (threads, rows) to seconds. Not the context size: a ste
 attends to the cells in use, not to the whole cache (Gemma 3 270M here, 1/9/33 rows: 34/232/734 ms at n_ctx 256,
 37/239/726 ms at 8192), so a new context size is not timed again. A day, because this machine's
 speed is what they describe, and a busy or idle spell, a driver or a BIOS change make older readings wrong; the
-planner's live step medians correct smaller drifts meanwhile (cost_model.StepCosts)."""
+planner's live step medians correct smaller drifts meanwhile (step_costs.StepCosts)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import platform
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import llama_cpp
 
@@ -35,7 +36,9 @@ _measured_at: dict[str, float] = {}
 _lock = threading.Lock()
 
 
-def table_for(path: Path, n_gpu_layers: int, n_batch: int, flash_attention: bool | None, repacked: int = -1) -> dict:
+def table_for(
+    path: Path, n_gpu_layers: int, n_batch: int, flash_attention: bool | None, repacked: int = -1
+) -> dict[tuple[int, int], float]:
     """The shared, growing (threads, rows) -> seconds table of this file loaded with these settings (repacked:
     runtime.model_params' count of repacked weights): what this process measured, else what the cache folder
     holds from the last day, else a new empty one."""
@@ -110,12 +113,17 @@ def plausible(table: dict[tuple[int, int], float]) -> bool:
     )
 
 
-def _saved_table(saved) -> tuple[float, dict[tuple[int, int], float]]:
+def _key(text: str) -> tuple[int, int]:
+    threads, rows = map(int, text.split(","))  # anything but two numbers: a ValueError, a damaged entry
+    return threads, rows
+
+
+def _saved_table(saved: Any) -> tuple[float, dict[tuple[int, int], float]]:
     """(when measured, table) of a saved entry from the last day; (now, {}) for none, an old, a damaged or an
     implausible one."""
     try:
         if time.time() - saved["measured_at"] < MAX_AGE_S:
-            table = {tuple(map(int, k.split(","))): float(v) for k, v in saved["seconds"].items()}
+            table = {_key(k): float(v) for k, v in saved["seconds"].items()}
             if plausible(table):
                 return saved["measured_at"], table
     except (KeyError, TypeError, ValueError, AttributeError):
@@ -123,7 +131,7 @@ def _saved_table(saved) -> tuple[float, dict[tuple[int, int], float]]:
     return time.time(), {}
 
 
-def _read() -> dict:
+def _read() -> dict[str, Any]:
     try:
         saved = json.loads((cache_dir() / FILE_NAME).read_text(encoding="utf-8"))
     except (OSError, ValueError):  # none yet, or damaged: time again

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from ..errors import EngineError
 from .gguf_header import read_gguf_metadata
@@ -65,7 +66,7 @@ class DraftSearch:
         return [c for c in self.candidates if c.compatible]
 
 
-def family_of(meta: dict, repo_id: str | None = None, base_model: str | None = None) -> str:
+def family_of(meta: dict[str, Any], repo_id: str | None = None, base_model: str | None = None) -> str:
     """What to search the hub for to find the target's smaller siblings: the header's basename, else the name
     before its size label ("Mistral-7B-Instruct-v0.3" → "Mistral", "Llama-3.2-3B" → "Llama-3.2")."""
     basename = _text(meta.get("general.basename"))
@@ -107,29 +108,15 @@ def find_drafts(
     return replace(search, bytes_read=search.bytes_read + header.bytes_read)
 
 
-def find_drafts_for_file(
-    path: str | Path,
-    *,
-    installed: Iterable[Path] = (),
-    endpoint: str | None = None,
-    cancelled: Callable[[], bool] | None = None,
-    search_hub: bool = True,
-) -> DraftSearch:
-    """Drafts for a model on this machine: the same search, its header read from disk."""
-    path = Path(path)
-    meta = read_gguf_metadata(path)
-    return _find(meta, path.stat().st_size, path.name, None, None, installed, endpoint, cancelled, search_hub)
-
-
 def _find(
-    meta: dict,
+    meta: dict[str, Any],
     size: int,
     name: str,
     repo_id: str | None,
     base_model: str | None,
     installed: Iterable[Path],
     endpoint: str | None,
-    cancelled,
+    cancelled: Callable[[], bool] | None,
     search_hub: bool = True,
 ) -> DraftSearch:
     family = family_of(meta, repo_id, base_model)
@@ -145,7 +132,14 @@ def _find(
     return DraftSearch(name, size, family, candidates, sum(c.bytes_read for c in hub), problems)
 
 
-def _hub_candidates(meta: dict, size: int, family: str, target_repo: str | None, endpoint, cancelled):
+def _hub_candidates(
+    meta: dict[str, Any],
+    size: int,
+    family: str,
+    target_repo: str | None,
+    endpoint: str | None,
+    cancelled: Callable[[], bool] | None,
+) -> list[DraftCandidate]:
     repos = [r for r in search_repos(family, limit=SEARCH_LIMIT, endpoint=endpoint) if r.repo_id != target_repo]
     with ThreadPoolExecutor(HUB_READERS) as pool:  # each is a round trip to the hub: ask in parallel
         offers = list(pool.map(lambda repo: _offer(repo, size, endpoint, cancelled), repos))
@@ -156,7 +150,9 @@ def _hub_candidates(meta: dict, size: int, family: str, target_repo: str | None,
     return checked + skipped
 
 
-def _offer(repo: RepoResult, target_size: int, endpoint, cancelled) -> DraftCandidate:
+def _offer(
+    repo: RepoResult, target_size: int, endpoint: str | None, cancelled: Callable[[], bool] | None
+) -> DraftCandidate:
     """The file of this repo that would draft best for the target, not yet checked."""
     if cancelled and cancelled():
         return DraftCandidate(repo.repo_id, 0, "", None, "not looked at: the search was stopped", repo.repo_id)
@@ -184,7 +180,14 @@ def _offer(repo: RepoResult, target_size: int, endpoint, cancelled) -> DraftCand
     )
 
 
-def _check_remote(target_meta: dict, target_size: int, offer: DraftCandidate, endpoint, cancelled) -> DraftCandidate:
+def _check_remote(
+    target_meta: dict[str, Any],
+    target_size: int,
+    offer: DraftCandidate,
+    endpoint: str | None,
+    cancelled: Callable[[], bool] | None,
+) -> DraftCandidate:
+    assert offer.repo_id is not None  # an offer from the hub
     try:
         header = read_remote_metadata(offer.repo_id, offer.parts[0], endpoint=endpoint, cancelled=cancelled)
     except EngineError as exc:
@@ -192,7 +195,7 @@ def _check_remote(target_meta: dict, target_size: int, offer: DraftCandidate, en
     return _verdict(target_meta, target_size, header.metadata, replace(offer, bytes_read=header.bytes_read))
 
 
-def _check_installed(target_meta: dict, target_size: int, path: Path) -> DraftCandidate:
+def _check_installed(target_meta: dict[str, Any], target_size: int, path: Path) -> DraftCandidate:
     path = Path(path)
     try:
         size = path.stat().st_size
@@ -205,14 +208,16 @@ def _check_installed(target_meta: dict, target_size: int, path: Path) -> DraftCa
     return _verdict(target_meta, target_size, meta, offer)
 
 
-def _verdict(target_meta: dict, target_size: int, draft_meta: dict, offer: DraftCandidate) -> DraftCandidate:
+def _verdict(
+    target_meta: dict[str, Any], target_size: int, draft_meta: dict[str, Any], offer: DraftCandidate
+) -> DraftCandidate:
     result = check_compatible_metadata(target_meta, draft_meta)
     if result.ok and offer.size > SMALL_ENOUGH * target_size:
         return replace(offer, compatible=True, reason="usable, but close to the target's size: little to gain")
     return replace(offer, compatible=result.ok, reason=result.reason)
 
 
-def _rank(c: DraftCandidate, target_size: int) -> tuple:
+def _rank(c: DraftCandidate, target_size: int) -> tuple[int, float, int, bool, str]:
     """Usable first; then the size closest to a tenth of the target's; then the better quantization; then one on
     this machine (nothing to download)."""
     order = {True: 0, None: 1, False: 2}[c.compatible]
@@ -231,5 +236,5 @@ def _quant_rank(quantization: str) -> int:
     return PREFERRED_QUANTS.index(q) if q in PREFERRED_QUANTS else len(PREFERRED_QUANTS)
 
 
-def _text(value) -> str:
+def _text(value: bytes | str | None) -> str:
     return value.decode("utf-8", "replace").strip() if isinstance(value, bytes) else (value or "").strip()

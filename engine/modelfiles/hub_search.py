@@ -32,8 +32,8 @@ from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_st
 
 from ..errors import InvalidSettingError  # noqa: E402
 
-# downloads first: it guards the hub client's import against a malformed HF_ENDPOINT.
-from .downloads import DownloadError, HubUnreachable, _http, _hub_endpoint
+# hub_files guards the hub client's import against a malformed HF_ENDPOINT.
+from .hub_files import DownloadError, HubUnreachable, hub_endpoint, hub_http
 
 # What people pick from, and the hub's name for each order (always most first).
 SORTS = {"downloads": "downloads", "likes": "likes", "recent": "lastModified"}
@@ -78,11 +78,6 @@ class RepoResult:
     base_model: str | None  # from the model card; the first one where the card names several
     files: tuple[GGUFFile, ...] = ()  # filled by repo_files(), empty from search_repos()
 
-    @property
-    def access_note(self) -> str | None:
-        """What a person must do before downloading from a gated repo; None for an open one."""
-        return gated_message(self.repo_id) if self.gated else None
-
 
 BROAD_SEARCH_LIMIT = 200  # repos asked for when a many-word search is retried with one word
 
@@ -108,7 +103,13 @@ def search_repos(
 
 
 def _list(hub: str, search: str, sort: str, limit: int, timeout_s: float) -> list[RepoResult]:
-    params = {"filter": "gguf", "sort": SORTS[sort], "direction": -1, "limit": limit, "expand": _LIST_FIELDS}
+    params: dict[str, str | int | list[str]] = {
+        "filter": "gguf",
+        "sort": SORTS[sort],
+        "direction": -1,
+        "limit": limit,
+        "expand": _LIST_FIELDS,
+    }
     if search:
         params["search"] = search
     try:
@@ -117,7 +118,7 @@ def _list(hub: str, search: str, sort: str, limit: int, timeout_s: float) -> lis
         items = response.json()
         if not isinstance(items, list):
             raise ValueError("the model listing is not a list")
-        infos = [ModelInfo(**item) for item in items[:limit]]
+        infos = [ModelInfo(**item) for item in items[:limit]]  # type: ignore[no-untyped-call]  # hub's **kwargs
     except Exception as exc:
         raise _explain(exc, hub, timeout_s) from exc
     return [_result(info) for info in infos]
@@ -196,7 +197,7 @@ def gated_message(repo_id: str) -> str:
 
 
 def _endpoint(endpoint: str | None) -> str:
-    return endpoint.rstrip("/") if endpoint else _hub_endpoint()
+    return endpoint.rstrip("/") if endpoint else hub_endpoint()
 
 
 def _result(info: ModelInfo) -> RepoResult:
@@ -223,12 +224,12 @@ def _explain(
             f"The hub at {endpoint} cannot be reached: HF_HUB_OFFLINE is set, so SpecChat stays "
             "offline. Unset HF_HUB_OFFLINE to search the hub."
         )
-    if isinstance(exc, _http.TimeoutException):
+    if isinstance(exc, hub_http.TimeoutException):
         return HubUnreachable(
             f"The hub at {endpoint} did not answer within {timeout_s:g} s. Check the network "
             f"connection{check}, then try again."
         )
-    if isinstance(exc, _http.TransportError):
+    if isinstance(exc, hub_http.TransportError):
         return HubUnreachable(f"The hub at {endpoint} cannot be reached ({exc}). Check the network connection{check}.")
     if isinstance(exc, HFValidationError):
         return DownloadError(f"{repo_id!r} is not a valid Hugging Face repo id: {exc}")

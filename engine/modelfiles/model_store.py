@@ -5,25 +5,25 @@ files elsewhere on disk that the user added (by hand, or found in another app's 
 engine.modelfiles.local_discovery); those are only remembered (in local_models.json in the data dir), never
 copied or deleted. The list holds a path string per file, or {"path", "name"} where a display name is kept
 (an Ollama blob's file name is its digest): older lists of plain strings read as they are, and entries this
-version cannot read are kept on rewrite. Whether a draft can serve a target is llama.cpp's vocabulary check
-(engine.modelfiles.vocab_check) on vocab-only loads, cached per file version.
+version cannot read are kept on rewrite. Whether a draft can serve a target is engine.decoding.pair_check's
+(llama.cpp's vocabulary check on vocab-only loads).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..errors import ModelFileError
 from ..paths import data_dir
-from .catalog import CatalogPair, load_catalog
-from .downloads import FileRequest, installed_path, models_dir, partial_bytes, read_source_record, source_record_path
+from .catalog import CatalogPair, ModelFile, load_catalog
 from .gguf_header import read_gguf_header
-from .vocab_check import Compatibility
+from .hub_files import FileRequest
+from .model_folder import installed_path, models_dir, partial_bytes, read_source_record, source_record_path
 
 REGISTRY_FILE = "local_models.json"
 DOWNLOADED = "downloaded"
@@ -138,82 +138,8 @@ def catalog_requests(pair: CatalogPair) -> list[FileRequest]:
     return [_request(f) for f in pair.files]
 
 
-def check_pair(target: str | Path, draft: str | Path) -> Compatibility:
-    return check_drafts(target, [draft])[Path(draft)]
-
-
-def check_drafts(
-    target: str | Path, drafts: Iterable[str | Path], should_stop: Callable[[], bool] = lambda: False
-) -> dict[Path, Compatibility]:
-    """Can each draft serve this target? The target's vocabulary is loaded once for all of them."""
-    target = Path(target)
-    drafts = [Path(d) for d in drafts]
-    results: dict[Path, Compatibility] = {}
-    missing = []
-    for draft in drafts:
-        cached = _cache_get(target, draft)
-        if cached is None:
-            missing.append(draft)
-        else:
-            results[draft] = cached
-    if not missing:
-        return results
-    from ..decoding.runtime import Model  # llama.cpp loads only when a check is needed
-    from .vocab_check import check_compatible
-
-    try:
-        target_model = _vocab(Model, target)
-    except ModelFileError as exc:
-        return {**results, **{d: Compatibility(False, f"the target cannot be read: {exc}") for d in missing}}
-    try:
-        for draft in missing:
-            if should_stop():
-                break
-            try:
-                draft_model = _vocab(Model, draft)
-            except ModelFileError as exc:
-                results[draft] = Compatibility(False, f"cannot be read: {exc}")
-                continue
-            try:
-                results[draft] = check_compatible(target_model, draft_model)
-            finally:
-                draft_model.close()
-            _cache_put(target, draft, results[draft])
-    finally:
-        target_model.close()
-    return results
-
-
 # --- internals ---------------------------------------------------------------------------------
-_cache: dict[tuple, Compatibility] = {}
-_cache_lock = threading.Lock()
-
-
-def _version(path: Path) -> tuple:
-    try:
-        stat = path.stat()
-    except OSError:
-        return (str(path), None)
-    return (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
-
-
-def _cache_get(target: Path, draft: Path) -> Compatibility | None:
-    with _cache_lock:
-        return _cache.get((_version(target), _version(draft)))
-
-
-def _cache_put(target: Path, draft: Path, result: Compatibility) -> None:
-    with _cache_lock:
-        _cache[(_version(target), _version(draft))] = result
-
-
-def _vocab(model_class, path: Path):
-    from ..decoding.runtime import LoadSettings
-
-    return model_class(path, LoadSettings(n_gpu_layers=0), vocab_only=True)
-
-
-def _request(model_file) -> FileRequest:
+def _request(model_file: ModelFile) -> FileRequest:
     return FileRequest(model_file.repo_id, model_file.filename, model_file.revision)
 
 
@@ -225,7 +151,7 @@ def _registered() -> dict[Path, str | None]:
     return _read_registry()[1]
 
 
-def _read_registry() -> tuple[list, dict[Path, str | None]]:
+def _read_registry() -> tuple[list[Any], dict[Path, str | None]]:
     """The list as stored, and the files it names with their display names (None: the file name)."""
     try:
         entries = json.loads(_registry_path().read_text(encoding="utf-8"))
@@ -243,7 +169,7 @@ def _read_registry() -> tuple[list, dict[Path, str | None]]:
     return entries, registered
 
 
-def _parse_entry(entry) -> tuple[Path, str | None] | None:
+def _parse_entry(entry: object) -> tuple[Path, str | None] | None:
     if isinstance(entry, str) and entry:
         return Path(entry), None
     if isinstance(entry, dict) and isinstance(entry.get("path"), str) and entry["path"]:
@@ -252,7 +178,7 @@ def _parse_entry(entry) -> tuple[Path, str | None] | None:
     return None  # not ours to read (damaged, or a later version's): kept as it is, never dropped
 
 
-def _write_registry(registered: dict[Path, str | None], entries: list) -> None:
+def _write_registry(registered: dict[Path, str | None], entries: list[Any]) -> None:
     unread = [e for e in entries if _parse_entry(e) is None]
     known = [str(p) if name is None else {"path": str(p), "name": name} for p, name in registered.items()]
     target = _registry_path()

@@ -12,23 +12,25 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from huggingface_hub import get_hf_file_metadata, hf_hub_url
 from huggingface_hub.errors import HfHubHTTPError
 from huggingface_hub.utils import build_hf_headers, get_session
 
 from ..errors import EngineError, ModelFileError
-from .downloads import (
+from .downloads import format_bytes
+from .gguf_header import parse_gguf
+from .hub_files import (
     DownloadCancelled,
     DownloadError,
     FileRequest,
     HubUnreachable,
-    _explain,
-    _hub_endpoint,
-    _origin,
-    format_bytes,
+    explain_failure,
+    hub_endpoint,
+    hub_http,
+    origin,
 )
-from .gguf_header import parse_gguf
 
 MAX_HEADER_BYTES = 64 * 1024 * 1024  # the largest real headers (262k-token vocabularies) take ~10 MB
 FIRST_READ_BYTES = 256 * 1024
@@ -41,7 +43,7 @@ class RemoteHeader:
     repo_id: str
     filename: str
     revision: str
-    metadata: dict  # as read_gguf_metadata gives it for the downloaded file (token strings kept)
+    metadata: dict[str, Any]  # as read_gguf_metadata gives it for the downloaded file (token strings kept)
     file_size: int
     bytes_read: int  # every body byte received, over all range requests
 
@@ -60,7 +62,7 @@ def read_remote_metadata(
     that is not (a sane) GGUF, DownloadError (HubUnreachable, DownloadCancelled) for the hub's answers.
     The whole call takes at most about timeout_s."""
     request = FileRequest(repo_id, filename, revision)
-    endpoint = (endpoint or _hub_endpoint()).rstrip("/")
+    endpoint = (endpoint or hub_endpoint()).rstrip("/")
     deadline = time.monotonic() + timeout_s
     url, headers = _locate(request, endpoint, deadline)
     source = _RangeSource(request, endpoint, url, headers, deadline, max_header_bytes, cancelled)
@@ -75,8 +77,8 @@ def read_remote_metadata(
     )
 
 
-def _locate(request: FileRequest, endpoint: str, deadline: float) -> tuple[str, dict]:
-    """Where the bytes are (the CDN for LFS files) and the headers to send there, as downloads.py does."""
+def _locate(request: FileRequest, endpoint: str, deadline: float) -> tuple[str, dict[str, str]]:
+    """Where the bytes are (the CDN for LFS files) and the headers to send there, as hub_files.resolve_file does."""
     url = hf_hub_url(request.repo_id, request.filename, revision=request.revision, endpoint=endpoint)
     try:
         meta = get_hf_file_metadata(url, timeout=_left(deadline, request, endpoint), endpoint=endpoint)
@@ -86,15 +88,15 @@ def _locate(request: FileRequest, endpoint: str, deadline: float) -> tuple[str, 
         status = exc.response.status_code if exc.response is not None else None
         if status in (401, 403) and type(exc) is HfHubHTTPError:  # no X-Error-Code to tell more
             raise _gated(request, status) from exc
-        raise _explain(exc, request, endpoint) from exc
+        raise explain_failure(exc, request, endpoint) from exc
     except EngineError:
         raise
     except Exception as exc:
-        raise _explain(exc, request, endpoint) from exc
+        raise explain_failure(exc, request, endpoint) from exc
     byte_url = url
     if meta.xet_file_data is None and meta.location and meta.location != url:
         byte_url = meta.location
-    if _origin(byte_url) != _origin(url):
+    if origin(byte_url) != origin(url):
         headers.pop("authorization", None)  # the token is for the hub, not for the CDN
     return byte_url, headers
 
@@ -107,7 +109,7 @@ class _RangeSource:
         request: FileRequest,
         endpoint: str,
         url: str,
-        headers: dict,
+        headers: dict[str, str],
         deadline: float,
         max_bytes: int,
         cancelled: Callable[[], bool] | None,
@@ -145,9 +147,9 @@ class _RangeSource:
         except EngineError:
             raise
         except Exception as exc:
-            raise _explain(exc, self.request, self.endpoint) from exc
+            raise explain_failure(exc, self.request, self.endpoint) from exc
 
-    def _check(self, response, start: int, length: int) -> int:
+    def _check(self, response: hub_http.Response, start: int, length: int) -> int:
         """How many bytes the answer brings; refuses any answer but the bytes asked for before reading it."""
         status, label = response.status_code, self.request.label
         if status in (401, 403):
@@ -158,7 +160,7 @@ class _RangeSource:
             raise ModelFileError(f"{label} is truncated: it has no byte {start:,}.")
         if status == 200:  # the whole file is coming: read none of it
             raise DownloadError(
-                f"The server of {label} ({_origin(self.url)[1]}) does not support range reads (it "
+                f"The server of {label} ({origin(self.url)[1]}) does not support range reads (it "
                 "answered a request for part of the file with all of it), so its header cannot be "
                 "read without downloading the whole file."
             )
@@ -180,7 +182,7 @@ class _RangeSource:
         self.size = int(match.group(3))
         return min(length, int(match.group(2)) + 1 - start)  # fewer where the file ends
 
-    def _body(self, response, length: int) -> bytes:
+    def _body(self, response: hub_http.Response, length: int) -> bytes:
         """Up to length bytes of the body, counting each one; stops at the deadline or a cancel."""
         chunks, got = [], 0
         for chunk in response.iter_bytes(_CHUNK_BYTES):

@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ..figures import mean_accepted_length
+
 PREFIX = "vllm:spec_decode_"
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
@@ -104,7 +106,7 @@ class SpecDelta:
 
     @property
     def mean_acceptance_length(self) -> float | None:
-        return 1.0 + self.accepted / self.drafts if self.drafts else None
+        return mean_accepted_length(self.accepted, self.drafts)
 
     def note(self) -> str:
         if self.alone:
@@ -116,7 +118,7 @@ class SpecDelta:
 
 def delta(before: SpecCounters, after: SpecCounters) -> SpecDelta | None:
     """after − before, or None when the server reports no spec-decode counters."""
-    if not (before.speculates and after.speculates):
+    if before.draft_tokens is None or after.draft_tokens is None:  # not both .speculates
         return None
     drafts = round((after.drafts or 0.0) - (before.drafts or 0.0))
     per_position = [

@@ -16,7 +16,7 @@ import reprlib
 from dataclasses import dataclass
 from typing import Any, overload
 
-from ..decoding.batch import Job
+from ..decoding.jobs import Job
 from ..decoding.sampling import SamplingParams
 from ..decoding.stats import GenerationStats
 from ..errors import InvalidSettingError

@@ -12,7 +12,7 @@ import threading
 from ..decoding.loader import DecoderSettings, load_draft, load_target, make_proposer
 from ..errors import EngineError
 from ..methods import DEFAULT_MAX_DRAFT, DEFAULT_METHOD, DRAFT_METHODS, METHODS
-from .openai_api import MAX_BODY_BYTES
+from .api_config import MAX_BODY_BYTES
 from .service import DEFAULT_PORT, ServeOptions, Service
 
 

@@ -11,52 +11,35 @@ is templated or tokenized; a body that is not a JSON object, or whose fields are
 is a 4xx naming what is wrong (request_body.py), never a 500; a chat template the sandbox refused
 (engine/template_sandbox.py) makes chat requests fail with a clear 500 rather than guess another format for a
 client that cannot see a notice.
-
-Any web page can send requests to a loopback server: a "simple" cross-site POST (Content-Type text/plain, no
-preflight) runs the model, and a page whose DNS name is rebound to 127.0.0.1 reads the answers. So, before any
-route runs (RequestGuard), a request is refused when:
-- its Host is not allowed (403 host_not_allowed). Allowed: localhost, a loopback address (127.0.0.0/8, [::1]),
-  the address the server is bound to, and the names listed in ApiConfig.allowed_hosts (--allow-host), with or
-  without a port. Bound to every interface (0.0.0.0 or ::, which needs an API key), any IP-address Host is
-  allowed too, since clients on the network name the machine by its LAN address; a DNS name must still be listed,
-  as a rebound name is exactly what a hostile page sends. A request without Host (HTTP/1.0) passes: browsers
-  always send one;
-- it carries an Origin (every browser request that a page makes across origins does) that is not among
-  ApiConfig.cors_origins, unless those hold '*' (403 origin_not_allowed); clients that send no Origin (curl,
-  editors, SDKs) are unaffected;
-- it is a POST (every POST here takes a JSON body) whose Content-Type is not application/json, parameters such
-  as charset aside (415 unsupported_media_type): a page can send application/json across origins only after a
-  CORS preflight, which only the origins allowed above pass.
+Requests a web page could have sent are refused before any route runs (request_guard.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
-import ipaddress
 import json
 import logging
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Iterable
+from typing import Any, cast
 
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..chat_format import ChatFormatter, provably_too_long, utf8_size
 from ..decoding.answer import Delta
-from ..decoding.batch import Job
-from ..decoding.jobs import job_for
+from ..decoding.jobs import Job, job_for
 from ..errors import EngineError
+from .api_config import ApiConfig, RequestRecord, keep_record
 from .api_schema import (
     ApiError,
     Generation,
@@ -70,43 +53,13 @@ from .api_schema import (
     usage,
 )
 from .request_body import declared_length, parse_json, read_capped, too_large
+from .request_guard import RequestGuard
 from .scheduler import SERVER_STOPPED, QueueFull, Scheduler, ServerStopping
 
 log = logging.getLogger(__name__)
 RETRY_AFTER_S = 1
 DISCONNECT_POLL_S = 0.25
-MAX_BODY_BYTES = 8 << 20  # a 128k-token conversation is ~0.5-1.5 MB of JSON; 20 MB took 72 s to refuse before
 BODY_TIMEOUT_S = 30.0  # for the whole body to arrive once the headers have
-
-
-@dataclass
-class RequestRecord:
-    """One served request, for a log: what the Server panel lists."""
-
-    id: str
-    endpoint: str
-    client: str
-    started: float  # time.time()
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    tokens_per_s: float | None = None  # the response's timings.predicted_per_second (llama.cpp's count)
-    acceptance_rate: float | None = None
-    ttft_s: float | None = None
-    method: str = "-"  # "-" for a request refused before it reached the engine
-    finish: str | None = None
-    status: int = 200
-
-
-@dataclass
-class ApiConfig:
-    model_id: str
-    api_key: str | None = None
-    cors_origins: tuple[str, ...] = ()
-    on_record: Callable[[RequestRecord], None] | None = None  # called on the event loop's thread
-    records: list[RequestRecord] = field(default_factory=list)
-    max_body_bytes: int = MAX_BODY_BYTES
-    bind_host: str = "127.0.0.1"  # the address listened on: a Host that names it is allowed
-    allowed_hosts: tuple[str, ...] = ()  # more names a Host may give (--allow-host)
 
 
 class _Feed:
@@ -127,7 +80,7 @@ class _Feed:
         except RuntimeError:
             pass
 
-    async def deltas(self):
+    async def deltas(self) -> AsyncIterator[Delta]:
         while (delta := await self.queue.get()) is not None:
             yield delta
 
@@ -184,7 +137,7 @@ class _Handlers:
                 code="invalid_api_key",
             )
 
-    async def read_body(self, request: Request) -> dict:
+    async def read_body(self, request: Request) -> dict[str, Any]:
         """The body as a JSON object, or a 4xx ApiError (request_body.py): never an exception that becomes a 500."""
         cap = self.config.max_body_bytes
         declared = declared_length(request.headers.get("content-length"))
@@ -204,7 +157,7 @@ class _Handlers:
         return await run_in_threadpool(parse_json, raw)  # a few MB of JSON is tens of ms: not on the event loop
 
     def chat_tokens(
-        self, messages: list[dict], limit: bool = True, continue_last: bool = False
+        self, messages: list[dict[str, str]], limit: bool = True, continue_last: bool = False
     ) -> tuple[list[int], tuple[str, ...]]:
         """On a worker thread: the size check (unless only counting), then the template (in its sandbox) and
         the tokenizer; continue_last: the last message is an answer to write more of."""
@@ -225,7 +178,7 @@ class _Handlers:
         self.refuse_beyond_context([prompt])
         return self.target.tokenize(prompt, add_bos=self.target.adds_bos, special=False)
 
-    def refuse_beyond_context(self, texts) -> None:
+    def refuse_beyond_context(self, texts: Iterable[str]) -> None:
         size = utf8_size(texts)
         if provably_too_long(self.target, size, self.n_ctx - 1):
             raise ApiError(
@@ -283,9 +236,9 @@ class _Handlers:
             rec.ttft_s, rec.method, rec.finish = stats.ttft_s, stats.method, job.finish_reason
         if status == 499:  # the client went away: its job ends at the engine's next step
             rec.finish = "cancelled"
-        _keep(self.config, rec)
+        keep_record(self.config, rec)
 
-    def envelope(self, job: Job, kind: str) -> dict:
+    def envelope(self, job: Job, kind: str) -> dict[str, Any]:
         return {
             "id": job.id,
             "object": kind,
@@ -303,10 +256,11 @@ class _Handlers:
             return SERVER_STOPPED
         return None
 
-    def figures(self, job: Job) -> dict:
+    def figures(self, job: Job) -> dict[str, Any]:
+        assert job.run is not None  # asked of a job that ran
         return {"usage": usage(job.run.stats), "timings": timings(job.run.stats)}
 
-    async def complete(self, request: Request, endpoint: str, chat: bool):
+    async def complete(self, request: Request, endpoint: str, chat: bool) -> Response:
         job = None
         try:
             self.authorised(request)
@@ -333,7 +287,8 @@ class _Handlers:
 
     async def whole(self, request: Request, endpoint: str, feed: _Feed, chat: bool) -> JSONResponse:
         """A non-streamed answer; a client that hangs up first cancels it."""
-        job, parts = feed.job, []
+        job = feed.job
+        parts: list[str] = []
         waiter = asyncio.ensure_future(_collect(feed, parts))
         while not waiter.done():
             await asyncio.wait([waiter], timeout=DISCONNECT_POLL_S)
@@ -358,13 +313,15 @@ class _Handlers:
         kind = "chat.completion" if chat else "text_completion"
         return JSONResponse({**self.envelope(job, kind), "choices": [choice], **self.figures(job)})
 
-    async def stream(self, request: Request, endpoint: str, feed: _Feed, chat: bool, gen: Generation):
+    async def stream(
+        self, request: Request, endpoint: str, feed: _Feed, chat: bool, gen: Generation
+    ) -> AsyncIterator[str]:
         job = feed.job
         kind = "chat.completion.chunk" if chat else "text_completion"
 
         produced = 0  # tokens streamed so far, counted from the deltas (the engine may be a step ahead)
 
-        def chunk(content: str | None, reason: str | None = None, role: bool = False) -> dict:
+        def chunk(content: str | None, reason: str | None = None, role: bool = False) -> dict[str, Any]:
             if chat:
                 delta = ({"role": "assistant"} if role else {}) | ({"content": content} if content is not None else {})
                 choice = {"index": 0, "delta": delta, "finish_reason": reason, "logprobs": None}
@@ -402,13 +359,13 @@ class _Handlers:
                 self.scheduler.cancel(job)
                 self.record(request, endpoint, job, 499)
 
-    async def chat_completions(self, request: Request):
+    async def chat_completions(self, request: Request) -> Response:
         return await self.complete(request, "/v1/chat/completions", chat=True)
 
-    async def completions(self, request: Request):
+    async def completions(self, request: Request) -> Response:
         return await self.complete(request, "/v1/completions", chat=False)
 
-    async def models(self, request: Request):
+    async def models(self, request: Request) -> Response:
         try:
             self.authorised(request)
         except ApiError as exc:
@@ -434,7 +391,7 @@ class _Handlers:
             }
         )
 
-    async def tokenize(self, request: Request):
+    async def tokenize(self, request: Request) -> Response:
         """vLLM's /tokenize ({"messages"} through the chat template, or {"prompt"}), which also takes llama-server's
         {"content"}: {"count", "max_model_len", "tokens"}. The window's context meter counts with it."""
         try:
@@ -453,7 +410,7 @@ class _Handlers:
             return _error_response(exc)
         return JSONResponse({"count": len(tokens), "max_model_len": self.n_ctx, "tokens": tokens})
 
-    async def health(self, request: Request):
+    async def health(self, request: Request) -> Response:
         load = self.scheduler.load()
         return JSONResponse(
             {
@@ -464,117 +421,13 @@ class _Handlers:
             }
         )
 
-    async def http_error(self, request: Request, exc: HTTPException):
+    async def http_error(self, request: Request, exc: Exception) -> Response:
+        exc = cast(HTTPException, exc)  # Starlette calls it for HTTPException only (exception_handlers)
         return _error_response(ApiError(exc.status_code, str(exc.detail), kind="invalid_request_error"))
 
-    async def crashed(self, request: Request, exc: Exception):
+    async def crashed(self, request: Request, exc: Exception) -> Response:
         log.exception("request %s failed", request.url.path)
         return _error_response(ApiError(500, f"The server failed: {type(exc).__name__}: {exc}", kind="server_error"))
-
-
-class RequestGuard:
-    """Refuses a request a web page could have sent (see the module's docstring) before any route reads a byte
-    of its body or the model does any work; each refusal is recorded, so the Server panel lists it."""
-
-    def __init__(self, app, config: ApiConfig):
-        self.app, self.config = app, config
-
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "http":
-            refused = request_refusal(Headers(scope=scope), scope["method"], self.config)
-            if refused is not None:
-                client = scope.get("client")
-                _keep(
-                    self.config,
-                    RequestRecord("-", scope["path"], client[0] if client else "?", time.time(), status=refused.status),
-                )
-                response = JSONResponse(
-                    refused.body(), status_code=refused.status, headers={"Connection": "close"}
-                )  # its body, if any, is never read
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
-def request_refusal(headers: Headers, method: str, config: ApiConfig) -> ApiError | None:
-    """Why this request is refused (Host, then Origin, then Content-Type), or None."""
-    host = headers.get("host")
-    if host is not None and not host_allowed(host, config):
-        return ApiError(
-            403,
-            f"Host {host!r} is not allowed: this server answers to {_answers_to(config)}. If it "
-            "is this server's name, list it: --allow-host NAME, or Host names in SpecChat's Server "
-            "panel (a web page can point any name at this machine).",
-            kind="permission_error",
-            code="host_not_allowed",
-        )
-    origin = headers.get("origin")
-    if origin is not None and "*" not in config.cors_origins and origin not in config.cors_origins:
-        return ApiError(
-            403,
-            f"Origin {origin!r} is not allowed: web pages may call this server only from the "
-            "origins given with --cors ORIGIN (the Server panel's CORS origins).",
-            kind="permission_error",
-            code="origin_not_allowed",
-        )
-    media_type = headers.get("content-type", "").partition(";")[0].strip().lower()
-    if method == "POST" and media_type != "application/json":
-        said = repr(media_type) if media_type else "missing"
-        return ApiError(
-            415, f"Content-Type {said}: this endpoint takes only 'application/json'.", code="unsupported_media_type"
-        )
-    return None
-
-
-def host_allowed(host: str, config: ApiConfig) -> bool:
-    name, bound = host_name(host), host_name(config.bind_host)
-    if is_loopback(name) or name == bound or name in map(host_name, config.allowed_hosts):
-        return True
-    return _every_interface(bound) and _address(name) is not None  # an IP address; a DNS name must be listed
-
-
-def _answers_to(config: ApiConfig) -> str:
-    """The Hosts host_allowed takes, for a person (the listed names aside)."""
-    bound = host_name(config.bind_host)
-    if _every_interface(bound):
-        return "localhost and IP addresses"
-    if is_loopback(bound):
-        return "localhost and loopback addresses"
-    return f"localhost, loopback addresses and {bound}"
-
-
-def is_loopback(host: str) -> bool:
-    """localhost, or a loopback address (127.0.0.0/8, ::1)."""
-    address = _address(host)
-    return host == "localhost" or address is not None and address.is_loopback
-
-
-def _every_interface(bound: str) -> bool:
-    return bound in ("0.0.0.0", "::")
-
-
-def _address(name: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    try:
-        return ipaddress.ip_address(name)
-    except ValueError:
-        return None
-
-
-def host_name(host: str) -> str:
-    """'Example.COM.:8765' -> 'example.com', '[::1]:80' -> '::1': the name or address a Host header gives."""
-    host = host.strip().lower()
-    if host.startswith("["):
-        host = host[1:].partition("]")[0]
-    elif host.count(":") == 1:
-        host = host.partition(":")[0]
-    return host.removesuffix(".")
-
-
-def _keep(config: ApiConfig, rec: RequestRecord) -> None:
-    config.records.append(rec)
-    del config.records[:-1000]
-    if config.on_record:
-        config.on_record(rec)
 
 
 async def _collect(feed: _Feed, parts: list[str]) -> None:

@@ -3,21 +3,26 @@ of its own, started and stopped as one. The command line (cli.py) and the window
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ..chat_format import ChatFormatter
-from ..decoding.cost_model import SpeculationConfig, StepCosts
 from ..decoding.proposers.base import Proposer
 from ..decoding.runtime import Model
+from ..decoding.speculation_config import SpeculationConfig
+from ..decoding.step_costs import StepCosts
 from ..errors import EngineError, InvalidSettingError
-from .openai_api import MAX_BODY_BYTES, ApiConfig, create_app, is_loopback
+from .api_config import MAX_BODY_BYTES, ApiConfig, RequestRecord
+from .openai_api import create_app
+from .request_guard import is_loopback
 from .scheduler import Scheduler
 
 log = logging.getLogger(__name__)
@@ -36,7 +41,7 @@ class ServeOptions:
     parallel: int = 4
     max_queue: int = 32
     max_body_bytes: int = MAX_BODY_BYTES
-    allowed_hosts: tuple[str, ...] = ()  # names a request's Host may give beyond loopback (openai_api's docstring)
+    allowed_hosts: tuple[str, ...] = ()  # names a request's Host may give beyond loopback (request_guard's docstring)
 
     def __post_init__(self) -> None:
         if not (isinstance(self.port, int) and 0 <= self.port <= 65535):
@@ -84,16 +89,16 @@ class TimedH11Protocol(H11Protocol):
     times out idle keep-alive connections only after a first answer, so a client that connects and says nothing,
     or one header byte a second, held a connection (and its memory) for good."""
 
-    def connection_made(self, transport) -> None:
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn's own
         super().connection_made(transport)
-        self._head_timer = None
+        self._head_timer: asyncio.TimerHandle | None = None
         self._arm_head_timer()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
         self._arm_head_timer()
 
-    def connection_lost(self, exc) -> None:
+    def connection_lost(self, exc: Exception | None) -> None:
         if self._head_timer is not None:
             self._head_timer.cancel()
         super().connection_lost(exc)
@@ -122,7 +127,7 @@ class Service:
         options: ServeOptions,
         model_id: str,
         step_costs: StepCosts | None = None,
-        on_record=None,
+        on_record: Callable[[RequestRecord], None] | None = None,
     ):
         if options.parallel > target.settings.n_seq_max:
             raise InvalidSettingError(

@@ -153,8 +153,8 @@ def test_drafts_stop_at_an_end_token_unless_end_tokens_are_ignored(target):
     after that token: the answer ends there, so nothing after it could be kept."""
     import torch
 
-    from engine.decoding.cost_model import SpeculationConfig
     from engine.decoding.sampling import SamplingParams
+    from engine.decoding.speculation_config import SpeculationConfig
     from engine.decoding.stats import GenerationStats
     from engine.decoding.step import SequenceState, StepLoop
     from engine.decoding.verifier import Verifier

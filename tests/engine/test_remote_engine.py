@@ -768,7 +768,7 @@ def test_the_lab_runs_against_servers_through_serve_benchs_path_with_the_crossov
     assert set(cells) == {(m, n) for m in ("none", "lookup", "vllm") for n in (1, 2)}
     assert all(c["aggregate_tokens_per_s"] > 0 and not c["errors"] and c["e2e_p50_s"] > 0 for c in cells.values())
     assert all(c["requests"] == c["concurrency"] for c in cells.values())  # one prompt: each client sends it once
-    # Picked as the local lab's repeats are (engine.lab.report.least_disturbed), every run's figures kept beside the pick.
+    # Picked as the local lab's repeats are (engine.lab.crossover.least_disturbed), every run's figures kept beside the pick.
     assert all(c["repeats"] == 1 and c["full_tokens_per_s_runs"] == [c["full_tokens_per_s"]] for c in cells.values())
     assert cells[("lookup", 1)]["acceptance_source"] == "timings" and cells[("none", 1)]["acceptance_source"] is None
     assert cells[("lookup", 1)]["drafted"] > 0 and cells[("lookup", 1)]["per_request_tokens_per_s"] > 0
