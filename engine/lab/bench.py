@@ -26,11 +26,10 @@ import torch
 
 from .. import safe_files
 from ..chat_format import ChatFormatter
-from ..decoding.cost_model import DEFAULT_MAX_DRAFT
 from ..decoding.loader import DecoderSettings, build_decoder
 from ..decoding.sampling import SamplingParams
 from ..errors import EngineError, InvalidSettingError
-from ..methods import METHODS
+from ..methods import DEFAULT_MAX_DRAFT, METHODS
 
 GREEDY = SamplingParams(temperature=0.0)
 
@@ -133,20 +132,31 @@ def run(args: argparse.Namespace) -> dict:
         for repeat in range(args.repeats):  # the whole set each time: outside load falls on every prompt alike
             for item, (tokens, _), kept in zip(prompts, encoded, every_run):
                 kept.append(one_run(decoder, item, tokens, sampling, args, stop, repeat))
-        env = {
-            "model": str(target.path),
-            "draft": args.draft,
-            "backend": target.backend,
-            "threads": settings.load_settings().resolved_threads(),
-            "n_ctx": target.n_ctx,
-            "llama_cpp_python": llama_cpp.__version__,
-            "torch": torch.__version__,
-            "python": platform.python_version(),
-            "machine": platform.machine(),
-        }
+        env = _environment(target, args, settings)
     finally:
         target.close()
-    run_settings = {
+    run_settings = _run_settings(args, decoder.loop.exact_rows, formatter, stop)
+    return {"runs": [fastest(runs) for runs in every_run], "settings": run_settings, "env": env}
+
+
+def _environment(target, args: argparse.Namespace, settings: DecoderSettings) -> dict:
+    return {
+        "model": str(target.path),
+        "draft": args.draft,
+        "backend": target.backend,
+        "threads": settings.load_settings().resolved_threads(),
+        "n_ctx": target.n_ctx,
+        "llama_cpp_python": llama_cpp.__version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+    }
+
+
+def _run_settings(
+    args: argparse.Namespace, exact_rows: int | None, formatter: ChatFormatter | None, stop: tuple[str, ...]
+) -> dict:
+    return {
         "method": args.method,
         "max_tokens": args.max_tokens,
         "ignore_eos": args.ignore_eos,
@@ -159,13 +169,12 @@ def run(args: argparse.Namespace) -> dict:
         "adaptive": not args.no_adaptive,
         "repeats": args.repeats,
         "exact": args.exact,
-        "exact_rows": decoder.loop.exact_rows,
+        "exact_rows": exact_rows,
         "chat": args.chat,
         "chat_template": (None if formatter is None else "model" if formatter.uses_template else "plain fallback"),
         "stop": list(stop),
         "prompts": str(args.prompts),
     }
-    return {"runs": [fastest(runs) for runs in every_run], "settings": run_settings, "env": env}
 
 
 def encode(target, formatter: ChatFormatter | None, text: str) -> tuple[list[int], tuple[str, ...]]:

@@ -1,5 +1,5 @@
 """A method against plain decoding, measure by measure: the one place the lab's ratios come from, so the table's
-"× plain" figures and the verdict above it are the same numbers (report.py words them, app/lab/results_table.py
+"× plain" figures and the verdict above it are the same numbers (advice.py words them, app/lab/results_table.py
 shows them)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ SMALL_SAMPLE_TOKENS = 1024
 
 def throughput(cell: dict) -> float | None:
     """The tokens/s a level is judged by: decode throughput with every slot busy where that was measured (metrics.py;
-    servers: serve_bench.full_load_rate), else the aggregate (results saved before it was measured)."""
+    servers: serve_cell.full_load_rate), else the aggregate (results saved before it was measured)."""
     return cell.get("full_tokens_per_s") or cell.get("aggregate_tokens_per_s")
 
 

@@ -16,19 +16,19 @@ import llama_cpp
 import torch
 
 from ..chat_format import ChatFormatter
-from ..decoding.batch_decode import BatchDecoder, BatchProgress, BatchRequest
-from ..decoding.cost_model import SpeculationConfig
+from ..decoding.batch_decode import BatchDecoder, BatchProgress, BatchRequest, BatchResult
 from ..decoding.loader import require_rollback
 from ..decoding.proposers.registry import proposer_for
 from ..decoding.runtime import LoadSettings, Model
 from ..decoding.sampling import SamplingParams
+from ..decoding.speculation_config import SpeculationConfig
 from ..errors import InvalidSettingError
 from ..methods import DRAFT_METHODS, METHODS
 from ..modelfiles.embedded import resolve_model
 from .bench import read_prompts
+from .crossover import least_disturbed
 from .metrics import UtilisationMeter, memory_figure, summarise_cell
-from .report import least_disturbed
-from .schema import SCHEMA, LabProgress
+from .schema import SCHEMA, LabProgress, cell_progress
 
 CTX_ALIGN = 256
 
@@ -109,14 +109,8 @@ def run_lab(
     prompts = read_prompts(config.prompts)
     if not prompts:
         raise InvalidSettingError(f"{config.prompts} holds no prompts")
-    slots = max(config.concurrency)
-    probe = Model(resolve_model(config.model), vocab_only=True)  # tokenize first, to size the context
-    tokenize = prompt_tokenizer(probe, config.chat)
-    longest = max(len(tokenize(p["prompt"])) for p in prompts)
-    probe.close()
-    load = LoadSettings(
-        n_ctx=context_size(longest, config), n_gpu_layers=config.n_gpu_layers, threads=config.threads, n_seq_max=slots
-    )
+    load, longest = _load_settings(config, prompts)
+    slots = load.n_seq_max
     target = Model(resolve_model(config.model), load)
     draft = None
     try:
@@ -127,6 +121,7 @@ def run_lab(
                 "Lower the concurrency or max tokens."
             )
         if set(config.methods) & set(DRAFT_METHODS):
+            assert config.draft is not None  # LabConfig refuses draft methods without one
             draft = Model(resolve_model(config.draft), load)
             if load.n_ctx > draft.n_ctx:  # its cache follows every sequence too
                 raise InvalidSettingError(
@@ -135,59 +130,7 @@ def run_lab(
                 )
         if set(config.methods) - {"none"}:
             require_rollback(target, draft)
-        sampling = SamplingParams(temperature=config.temperature, seed=config.seed)
-        speculation = SpeculationConfig(max_draft=config.max_draft, adaptive=config.adaptive)
-        _warm_up(target, sampling, prompts)
-        cells: list[dict] = []
-        per_level = [(repeat, m) for repeat in range(config.repeats) for m in config.methods]
-        cells_total = len(config.concurrency) * len(per_level)
-        index = 0
-        for concurrency in config.concurrency:
-            requests = plan_requests(prompts, prompt_tokenizer(target, config.chat), concurrency)
-            expected = len(requests) * config.max_tokens
-            measured: dict[str, list[dict]] = {m: [] for m in config.methods}
-            for _, method in per_level:  # methods alternate, so outside load falls on them alike
-                decoder = BatchDecoder(target, _drafter(method, target, draft), speculation)
-
-                def progress(
-                    p: BatchProgress, index=index, concurrency=concurrency, method=method, expected=expected
-                ) -> None:
-                    if on_progress:
-                        share = min(p.generated / expected, 1.0)
-                        on_progress(
-                            LabProgress(
-                                (index + share) / cells_total,
-                                index + 1,
-                                cells_total,
-                                method,
-                                concurrency,
-                                p.generated,
-                                expected,
-                                p.elapsed_s,
-                            )
-                        )
-
-                with UtilisationMeter(target.backend) as meter:
-                    result = decoder.run(
-                        requests,
-                        concurrency,
-                        sampling,
-                        config.max_tokens,
-                        ignore_eos=config.ignore_eos,
-                        cancel=cancel,
-                        on_progress=progress,
-                        keep_full=True,
-                    )
-                cell = summarise_cell(result, method, concurrency)
-                cell["utilisation"] = meter.result.to_dict()
-                cell["memory"] = memory_figure(target.backend)
-                measured[method].append(cell)
-                index += 1
-            for method in config.methods:
-                cell = least_disturbed(measured[method])
-                cells.append(cell)
-                if on_cell:
-                    on_cell(cell)
+        cells = _measure_levels(config, target, draft, prompts, on_progress, on_cell, cancel)
         return {
             "schema": SCHEMA,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -199,6 +142,82 @@ def run_lab(
         target.close()
         if draft is not None:
             draft.close()
+
+
+def _load_settings(config: LabConfig, prompts: list[dict]) -> tuple[LoadSettings, int]:
+    """How to load the models, their context sized for the busiest level; and the longest prompt's tokens."""
+    probe = Model(resolve_model(config.model), vocab_only=True)  # tokenize first, to size the context
+    tokenize = prompt_tokenizer(probe, config.chat)
+    longest = max(len(tokenize(p["prompt"])) for p in prompts)
+    probe.close()
+    load = LoadSettings(
+        n_ctx=context_size(longest, config),
+        n_gpu_layers=config.n_gpu_layers,
+        threads=config.threads,
+        n_seq_max=max(config.concurrency),
+    )
+    return load, longest
+
+
+def _measure_levels(
+    config: LabConfig,
+    target: Model,
+    draft: Model | None,
+    prompts: list[dict],
+    on_progress: Callable[[LabProgress], None] | None,
+    on_cell: Callable[[dict], None] | None,
+    cancel: threading.Event,
+) -> list[dict]:
+    """Every cell, concurrency-major with the methods alternating in each level; the fastest run of each kept."""
+    sampling = SamplingParams(temperature=config.temperature, seed=config.seed)
+    speculation = SpeculationConfig(max_draft=config.max_draft, adaptive=config.adaptive)
+    _warm_up(target, sampling, prompts)
+    cells: list[dict] = []
+    per_level = [(repeat, m) for repeat in range(config.repeats) for m in config.methods]
+    cells_total = len(config.concurrency) * len(per_level)
+    index = 0
+    for concurrency in config.concurrency:
+        requests = plan_requests(prompts, prompt_tokenizer(target, config.chat), concurrency)
+        expected = len(requests) * config.max_tokens
+        measured: dict[str, list[dict]] = {m: [] for m in config.methods}
+        for _, method in per_level:  # methods alternate, so outside load falls on them alike
+            decoder = BatchDecoder(target, _drafter(method, target, draft), speculation)
+
+            def progress(
+                p: BatchProgress, index=index, concurrency=concurrency, method=method, expected=expected
+            ) -> None:
+                if on_progress:
+                    on_progress(
+                        cell_progress(index, cells_total, method, concurrency, p.generated, expected, p.elapsed_s)
+                    )
+
+            with UtilisationMeter(target.backend) as meter:
+                result = decoder.run(
+                    requests,
+                    concurrency,
+                    sampling,
+                    config.max_tokens,
+                    ignore_eos=config.ignore_eos,
+                    cancel=cancel,
+                    on_progress=progress,
+                    keep_full=True,
+                )
+            measured[method].append(_cell(result, method, concurrency, meter, target.backend))
+            index += 1
+        for method in config.methods:
+            cell = least_disturbed(measured[method])
+            cells.append(cell)
+            if on_cell:
+                on_cell(cell)
+    return cells
+
+
+def _cell(result: BatchResult, method: str, concurrency: int, meter: UtilisationMeter, backend: str) -> dict:
+    cell = summarise_cell(result, method, concurrency)
+    assert meter.result is not None  # the meter has stopped: the cell ran
+    cell["utilisation"] = meter.result.to_dict()
+    cell["memory"] = memory_figure(backend)
+    return cell
 
 
 def _warm_up(target: Model, sampling: SamplingParams, prompts: list[dict]) -> None:

@@ -15,6 +15,7 @@ import numpy as np
 import psutil
 
 from ..decoding.batch_decode import BatchResult
+from ..figures import mean_accepted_length
 from ..hardware import read_memory
 
 log = logging.getLogger(__name__)
@@ -32,29 +33,22 @@ def _ms(seconds: float | None) -> float | None:
 
 def summarise_cell(result: BatchResult, method: str, concurrency: int) -> dict:
     """Throughput, latency and acceptance figures for one cell."""
-    runs = result.runs
-    gaps = [g for r in runs for g in r.inter_token_gaps()]
-    e2e = [r.end_to_end_s for r in runs if r.end_to_end_s is not None]
-    ttft = [r.stats.ttft_s for r in runs if r.stats.ttft_s is not None]
-    per_request = [r.decode_tokens_per_s for r in runs if r.decode_tokens_per_s is not None]
-    drafted = sum(r.stats.drafted for r in runs)
-    accepted = sum(r.stats.accepted for r in runs)
-    verify_steps = sum(r.stats.verify_steps for r in runs)
-    slots = max((len(r.stats.per_position_drafted) for r in runs), default=0)
-    slot_drafted = [
-        sum(r.stats.per_position_drafted[i] for r in runs if i < len(r.stats.per_position_drafted))
-        for i in range(slots)
-    ]
-    slot_accepted = [
-        sum(r.stats.per_position_accepted[i] for r in runs if i < len(r.stats.per_position_accepted))
-        for i in range(slots)
-    ]
-    totals = result.totals
-    generated = result.generated
+    acceptance = _acceptance(result.runs)
     return {
         "method": method,
         "concurrency": concurrency,
-        "requests": len(runs),
+        "requests": len(result.runs),
+        **_throughput(result),
+        **_latency(result.runs),
+        **acceptance,
+        **_steps(result, method, acceptance["drafted"]),
+    }
+
+
+def _throughput(result: BatchResult) -> dict:
+    totals, generated = result.totals, result.generated
+    per_request = [r.decode_tokens_per_s for r in result.runs if r.decode_tokens_per_s is not None]
+    return {
         "generated_tokens": generated,
         "wall_s": result.wall_s,
         # Fillers kept every slot busy until the last request was answered (BatchDecoder.run's keep_full): their
@@ -69,17 +63,49 @@ def summarise_cell(result: BatchResult, method: str, concurrency: int) -> dict:
         "filler_requests": len(result.fillers),
         "filler_tokens": result.filler_tokens,
         "per_request_tokens_per_s": float(np.mean(per_request)) if per_request else None,
+    }
+
+
+def _latency(runs) -> dict:
+    gaps = [g for r in runs for g in r.inter_token_gaps()]
+    e2e = [r.end_to_end_s for r in runs if r.end_to_end_s is not None]
+    ttft = [r.stats.ttft_s for r in runs if r.stats.ttft_s is not None]
+    return {
         "itl_p50_ms": _ms(percentile(gaps, 50)),
         "itl_p95_ms": _ms(percentile(gaps, 95)),
         "e2e_p50_s": percentile(e2e, 50),
         "e2e_p95_s": percentile(e2e, 95),
         "ttft_p50_s": percentile(ttft, 50),
+    }
+
+
+def _acceptance(runs) -> dict:
+    drafted = sum(r.stats.drafted for r in runs)
+    accepted = sum(r.stats.accepted for r in runs)
+    verify_steps = sum(r.stats.verify_steps for r in runs)
+    speculative_steps = sum(r.stats.speculative_steps for r in runs)
+    slots = max((len(r.stats.per_position_drafted) for r in runs), default=0)
+    slot_drafted = [
+        sum(r.stats.per_position_drafted[i] for r in runs if i < len(r.stats.per_position_drafted))
+        for i in range(slots)
+    ]
+    slot_accepted = [
+        sum(r.stats.per_position_accepted[i] for r in runs if i < len(r.stats.per_position_accepted))
+        for i in range(slots)
+    ]
+    return {
         "drafted": drafted,
         "accepted": accepted,
         "verify_steps": verify_steps,
         "acceptance_rate": accepted / drafted if drafted else None,
-        "mean_acceptance_length": 1.0 + accepted / verify_steps if verify_steps else None,
+        "mean_acceptance_length": mean_accepted_length(accepted, speculative_steps),
         "per_position_acceptance": [a / d for d, a in zip(slot_drafted, slot_accepted) if d],
+    }
+
+
+def _steps(result: BatchResult, method: str, drafted: int) -> dict:
+    totals = result.totals
+    return {
         "batch_steps": totals.steps,
         # The concurrency itself where fillers keep the slots busy (below it only where no request was left to take
         # a freed slot: a level run without them)
@@ -92,7 +118,7 @@ def summarise_cell(result: BatchResult, method: str, concurrency: int) -> dict:
         "draft_ms_per_token": 1000.0 * totals.draft_s / drafted if drafted and totals.draft_s else None,
         # What proposing cost: its share of the level's wall time, and the draft model's weights where one runs.
         "draft_share": totals.draft_s / result.wall_s if method != "none" and result.wall_s > 0 else None,
-        "draft_model_bytes": next((r.stats.draft_model_bytes for r in runs if r.stats.draft_model_bytes), None),
+        "draft_model_bytes": next((r.stats.draft_model_bytes for r in result.runs if r.stats.draft_model_bytes), None),
         "prefill_s": totals.prefill_s,
     }
 

@@ -19,9 +19,9 @@ from pathlib import Path
 from ..errors import GenerationCancelled, InvalidSettingError
 from ..remote.endpoint import normalised_url
 from .bench import read_prompts
-from .report import least_disturbed
-from .schema import SCHEMA, LabProgress
-from .serve_bench import RequestTrace, named_url, run_cell, served_model
+from .crossover import least_disturbed
+from .schema import SCHEMA, LabProgress, cell_progress
+from .serve_cell import RequestTrace, named_url, run_cell, served_model
 
 MAX_CLIENTS = 1024
 
@@ -124,6 +124,41 @@ def run_remote_lab(
     for name in names:  # a warm-up request each: first requests allocate and compile on some servers
         url = config.servers[name]
         asyncio.run(run_cell(url, prompts[:1], 1, _bench_args(config, url, 1)))
+    cells = _measure_levels(config, prompts, on_progress, on_cell, cancel)
+    settings = {k: v for k, v in asdict(config).items() if k != "api_keys"}
+    return {
+        "schema": SCHEMA,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "settings": {
+            **settings,
+            "methods": names,
+            "prompt_set": Path(config.prompts).stem,
+            "prompt_count": len(prompts),
+            "chat": True,
+            "max_draft": None,
+            "adaptive": None,
+        },
+        "env": {
+            "remote": True,
+            "backend": "remote",
+            "servers": dict(config.servers),
+            "model_name": ", ".join(
+                sorted({served_model(u, _bench_args(config, u, 1)) for u in config.servers.values()})
+            ),
+        },
+        "cells": cells,
+    }
+
+
+def _measure_levels(
+    config: RemoteLabConfig,
+    prompts: list[str],
+    on_progress: Callable[[LabProgress], None] | None,
+    on_cell: Callable[[dict], None] | None,
+    cancel: threading.Event,
+) -> list[dict]:
+    """Every cell, level by level with the servers alternating in each; the fastest run of each kept."""
+    names = list(config.servers)
     cells_total = len(config.concurrency) * len(names) * config.repeats
     index, number, cells = 0, 1000, []
     for clients in config.concurrency:
@@ -145,19 +180,8 @@ def run_remote_lab(
                 ) -> None:
                     done[0] += trace.completion_tokens
                     if on_progress:
-                        share = min(done[0] / expected, 1.0)
-                        on_progress(
-                            LabProgress(
-                                (index + share) / cells_total,
-                                index + 1,
-                                cells_total,
-                                name,
-                                clients,
-                                done[0],
-                                expected,
-                                time.monotonic() - started,
-                            )
-                        )
+                        elapsed = time.monotonic() - started
+                        on_progress(cell_progress(index, cells_total, name, clients, done[0], expected, elapsed))
 
                 cell = asyncio.run(
                     run_cell(
@@ -182,26 +206,4 @@ def run_remote_lab(
             cells.append(best)
             if on_cell:
                 on_cell(best)
-    settings = {k: v for k, v in asdict(config).items() if k != "api_keys"}
-    return {
-        "schema": SCHEMA,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "settings": {
-            **settings,
-            "methods": names,
-            "prompt_set": Path(config.prompts).stem,
-            "prompt_count": len(prompts),
-            "chat": True,
-            "max_draft": None,
-            "adaptive": None,
-        },
-        "env": {
-            "remote": True,
-            "backend": "remote",
-            "servers": dict(config.servers),
-            "model_name": ", ".join(
-                sorted({served_model(u, _bench_args(config, u, 1)) for u in config.servers.values()})
-            ),
-        },
-        "cells": cells,
-    }
+    return cells

@@ -19,3 +19,11 @@ class LabProgress:
     generated: int  # tokens so far in this cell
     expected: int  # tokens this cell will produce at most
     elapsed_s: float  # in this cell
+
+
+def cell_progress(
+    index: int, cells: int, method: str, concurrency: int, generated: int, expected: int, elapsed_s: float
+) -> LabProgress:
+    """The progress of the run while its cell number index + 1 (of `cells`) has generated `generated` tokens."""
+    share = min(generated / expected, 1.0)
+    return LabProgress((index + share) / cells, index + 1, cells, method, concurrency, generated, expected, elapsed_s)

@@ -19,11 +19,11 @@ from pathlib import Path
 
 from .. import hardware
 from ..chat_format import ChatFormatter
-from ..decoding.cost_model import SpeculationConfig
 from ..decoding.generate import SpeculativeDecoder
 from ..decoding.proposers.registry import proposer_for
 from ..decoding.runtime import LoadSettings, Model
 from ..decoding.sampling import SamplingParams
+from ..decoding.speculation_config import SpeculationConfig
 from ..lab import doctor
 from ..lab.local import LabConfig, run_lab
 from ..lab.report import memory_text
@@ -62,7 +62,7 @@ def offload(path: Path, gpu_layers: int, tokens: int) -> dict:
             "layers_on_gpu": where["layers_on_gpu"],
             "all_layers_offloaded": where["all_layers_offloaded"],
             "device_bytes": where["device_bytes"],
-            "memory": decoder.stats.memory.to_dict(),
+            "memory": decoder.stats.memory.to_dict() if decoder.stats.memory is not None else None,
             "device_memory": device_memory(),
         }
 
@@ -83,7 +83,9 @@ def first_parting(model: Model, prompt: list[int], plain: list[int], other: list
     if at is None:
         return None
     model.forget_all()
-    row = model.prefill(prompt, 0)[0]
+    logits = model.prefill(prompt, 0)
+    assert logits is not None  # the prompt is not empty
+    row = logits[0]
     for i, token in enumerate(plain[:at]):
         row = model.decode([token], len(prompt) + i, 1)[0]
     gap = float(row[plain[at]] - row[other[at]])

@@ -60,6 +60,7 @@ def reference_run(
         stopping_criteria=StoppingCriteriaList([note_token]),
         logits_processor=LogitsProcessorList([mask_end_tokens]) if end_tokens else None,
     )
+    assert isinstance(out, dict)  # not streamed: one response
     n = out["usage"]["completion_tokens"]  # tokens it kept: an end token that stopped it is not one
     times = sampled_at[:n]
     rate = (n - 1) / (times[-1] - times[0]) if n > 1 and times[-1] > times[0] else 0.0
@@ -134,9 +135,9 @@ def by_kind(rows: list[dict], kinds: dict[str, str], methods: list[str]) -> dict
         ids = [i for i, k in kinds.items() if k == kind]
         for m in methods:
             medians = [median_ratio([r for r in rows if r["id"] == i], m, "none") for i in ids]
-            medians = [x for x in medians if x]
-            if medians:
-                out.setdefault(kind, {})[m] = statistics.geometric_mean(medians)
+            ratios = [x for x in medians if x]
+            if ratios:
+                out.setdefault(kind, {})[m] = statistics.geometric_mean(ratios)
     return out
 
 
@@ -190,7 +191,7 @@ def safe_model_params():
         lowlevel.llama_model_default_params = default
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m engine.measure.bench_compare")
     ap.add_argument("--model", default="embedded")
     ap.add_argument("--draft")
@@ -218,25 +219,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--methods", help="some of none,lookup,draft,auto (draft and auto need --draft); none always runs")
     ap.add_argument("--out")
     args = ap.parse_args(argv)
-    seeds = args.seeds or [args.seed]
-    if len(seeds) > 1 and not args.temperature:
+    args.seeds = args.seeds or [args.seed]
+    if len(args.seeds) > 1 and not args.temperature:
         ap.error("--seeds needs --temperature: greedy answers do not depend on a seed")
-    sampling = SamplingParams(temperature=args.temperature, seed=seeds[0]) if args.temperature else GREEDY
-    prompts = read_prompts(args.prompts)
-    path = resolve_model(args.model)
-    check_model_file(path)  # Llama() below loads it in this process, where a damaged file would abort it
-    llm = None
-    if not args.no_reference:
-        with safe_model_params():
-            llm = Llama(str(path), n_threads=args.threads, n_threads_batch=args.threads, n_ctx=4096, verbose=False)
-    methods = ["none", "lookup"] + (["draft", "auto"] if args.draft else [])
-    if args.methods:
-        wanted = ["none", *(m for m in args.methods.split(",") if m != "none")]
-        unknown = [m for m in wanted if method_settings(m)[0] not in methods]
-        if unknown:
-            ap.error(f"--methods: {', '.join(unknown)} not available here (draft and auto need --draft)")
-        methods = wanted
-    # Lookup searches the prompt and the answer so far, not earlier answers: a repeat would copy its last run.
+    available = ["none", "lookup"] + (["draft", "auto"] if args.draft else [])
+    args.methods = ["none", *(m for m in args.methods.split(",") if m != "none")] if args.methods else available
+    unknown = [m for m in args.methods if method_settings(m)[0] not in available]
+    if unknown:
+        ap.error(f"--methods: {', '.join(unknown)} not available here (draft and auto need --draft)")
+    return args
+
+
+def warmed_decoders(args: argparse.Namespace) -> dict:
+    """A calibrated, warmed-up decoder per method, as the chat's is at load: no answer pays for timing the step
+    sizes, nor for the first decodes after a load, which run slow. Lookup searches the prompt and the answer so far,
+    not earlier answers: a repeat would copy its last run."""
     decoders = {
         m: build_decoder(
             DecoderSettings(
@@ -249,12 +246,69 @@ def main(argv: list[str] | None = None) -> int:
                 exact=method_settings(m)[1],
             )
         )
-        for m in methods
+        for m in args.methods
     }
-    for decoder in decoders.values():  # as the chat does at load: no answer pays for timing the step sizes
+    for decoder in decoders.values():
         decoder.calibrate()
         for _ in decoder.generate(decoder.target.tokenize("Warm-up."), GREEDY, max_tokens=8):
-            pass  # nor for the first decodes after a load, which run slow
+            pass
+    return decoders
+
+
+def prompt_run(
+    args: argparse.Namespace,
+    decoders: dict,
+    llm: Llama | None,
+    tokens: list[int],
+    end_tokens: list[int] | None,
+    sampling: SamplingParams,
+    order: list[str],
+) -> dict:
+    """One prompt run: the reference, then the methods in `order` (plain decoding between them), as a row."""
+    row: dict = {}
+    if llm is not None:
+        row[REFERENCE], row[REFERENCE + "_detail"] = reference_run(llm, tokens, args.max_tokens, end_tokens, sampling)
+    runs = [engine_rate(decoders[m], tokens, args.max_tokens, args.ignore_eos, sampling) for m in order]
+    plains = [rate for m, (rate, _) in zip(order, runs) if m == "none"]
+    for i, m in enumerate(order):  # kept in one order, whichever ran first; plain: its first run
+        if m not in row:
+            row[m], row[m + "_detail"] = runs[i]
+        if m != "none":
+            row.setdefault("plain_beside", {})[m] = float(np.sqrt(runs[i - 1][0] * runs[i + 1][0]))
+    row["plain_runs"] = plains
+    return row
+
+
+def print_ratios(rows: list[dict], kinds: dict[str, str], methods: list[str], reference: bool) -> tuple[dict, dict]:
+    """The median ratios against each baseline and, per kind, against plain decoding: printed and returned."""
+    ratios = {
+        **({f"none / {REFERENCE}": median_ratio(rows, "none", REFERENCE)} if reference else {}),
+        **{f"{m} / none": median_ratio(rows, m, "none") for m in methods[1:]},
+    }
+    for name, value in ratios.items():
+        print(f"{name}: " + ("n/a" if value is None else f"{value:.2f}x") + f" (median over {len(rows)} prompt runs)")
+    kind_ratios = by_kind(rows, kinds, methods[1:])
+    for kind, per_method in kind_ratios.items():
+        print(
+            f"{kind}: "
+            + ", ".join(f"{m} {v:.2f}x" for m, v in per_method.items())
+            + " plain decoding (geomean over prompts of each one's median)"
+        )
+    return ratios, kind_ratios
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    seeds, methods = args.seeds, args.methods
+    sampling = SamplingParams(temperature=args.temperature, seed=seeds[0]) if args.temperature else GREEDY
+    prompts = read_prompts(args.prompts)
+    path = resolve_model(args.model)
+    check_model_file(path)  # Llama() below loads it in this process, where a damaged file would abort it
+    llm = None
+    if not args.no_reference:
+        with safe_model_params():
+            llm = Llama(str(path), n_threads=args.threads, n_threads_batch=args.threads, n_ctx=4096, verbose=False)
+    decoders = warmed_decoders(args)
     target = decoders["none"].target
     formatter = ChatFormatter(target) if args.chat else None
     end_tokens = [t for t in range(target.n_vocab) if target.is_end(t)] if args.ignore_eos else None
@@ -269,46 +323,15 @@ def main(argv: list[str] | None = None) -> int:
         if not sampling.greedy:
             sampling = replace(sampling, seed=seed)
         tokens, _ = encode(target, formatter, item["prompt"])  # once, so every side decodes the same prompt
-        row = {"id": str(item["id"]), **({"seed": seed} if not sampling.greedy else {})}
-        if llm is not None:
-            row[REFERENCE], row[REFERENCE + "_detail"] = reference_run(
-                llm, tokens, args.max_tokens, end_tokens, sampling
-            )
         # Rotated by the round as well: with as many prompts as methods to rotate (or a multiple), each prompt ran in
         # the same order every round (SmolLM2's open-garden read 0.90x with lookup+exact, always fourth, in 3 of 3)
         order = bracketed(methods, turn + turn // len(prompts))
-        runs = [engine_rate(decoders[m], tokens, args.max_tokens, args.ignore_eos, sampling) for m in order]
-        plains = [rate for m, (rate, _) in zip(order, runs) if m == "none"]
-        for i, m in enumerate(order):  # kept in one order, whichever ran first; plain: its first run
-            if m not in row:
-                row[m], row[m + "_detail"] = runs[i]
-            if m != "none":
-                row.setdefault("plain_beside", {})[m] = float(np.sqrt(runs[i - 1][0] * runs[i + 1][0]))
-        row["plain_runs"] = plains
+        row = {"id": str(item["id"]), **({"seed": seed} if not sampling.greedy else {})}
+        row |= prompt_run(args, decoders, llm, tokens, end_tokens, sampling, order)
         rows.append(row)
-        print(
-            json.dumps(
-                {
-                    k: (round(v, 1) if isinstance(v, float) else v)
-                    for k, v in row.items()
-                    if not k.endswith("_detail") and k != "plain_beside"
-                }
-            ),
-            file=sys.stderr,
-        )
-    ratios = {
-        **({f"none / {REFERENCE}": median_ratio(rows, "none", REFERENCE)} if llm is not None else {}),
-        **{f"{m} / none": median_ratio(rows, m, "none") for m in methods[1:]},
-    }
-    for name, value in ratios.items():
-        print(f"{name}: " + ("n/a" if value is None else f"{value:.2f}x") + f" (median over {len(rows)} prompt runs)")
-    kind_ratios = by_kind(rows, kinds, methods[1:])
-    for kind, per_method in kind_ratios.items():
-        print(
-            f"{kind}: "
-            + ", ".join(f"{m} {v:.2f}x" for m, v in per_method.items())
-            + " plain decoding (geomean over prompts of each one's median)"
-        )
+        shown = {k: v for k, v in row.items() if not k.endswith("_detail") and k != "plain_beside"}
+        print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in shown.items()}), file=sys.stderr)
+    ratios, kind_ratios = print_ratios(rows, kinds, methods, llm is not None)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(

@@ -16,9 +16,9 @@ import time
 
 import httpx
 
-from ..decoding.cost_model import SpeculationConfig
 from ..decoding.proposers.base import NoProposer
 from ..decoding.runtime import LoadSettings, Model
+from ..decoding.speculation_config import SpeculationConfig
 from ..modelfiles.embedded import embedded_gemma_path, embedded_model_path
 from ..serving.service import ServeOptions, Service
 

@@ -31,6 +31,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -233,7 +234,7 @@ def sampling_costs(repeats: int = 20) -> dict:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m engine.measure.gpu_kit", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
     w = sub.add_parser("write", help="write random-weight GGUF files in real shapes")
@@ -248,36 +249,42 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--threads", type=int)
     m = sub.add_parser("sampling", help="time the sampling math on the CPU and on CUDA (where torch has it)")
     m.add_argument("--out", required=True)
-    args = ap.parse_args(argv)
-    if args.command == "sampling":
-        costs = sampling_costs()
-        Path(args.out).write_text(json.dumps(costs, indent=1), encoding="utf-8")
-        for key, seconds in costs["seconds"].items():
-            print(f"{key}: {seconds * 1e3:.2f} ms", file=sys.stderr)
-        return 0
-    if args.command == "write":
-        names = [n.strip() for n in args.shapes.split(",") if n.strip()]
-        unknown = [n for n in names if n not in SHAPES]
-        if unknown:
-            print(f"error: unknown shape {', '.join(unknown)}; known: {', '.join(SHAPES)}", file=sys.stderr)
-            return 2
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        for name in names:
-            started = time.perf_counter()
-            path = write(SHAPES[name], out / f"{name}.gguf", args.quant)
-            print(
-                f"{path}: {path.stat().st_size / 2**30:.2f} GiB in {time.perf_counter() - started:.1f} s",
-                file=sys.stderr,
-            )
-        return 0
+    return ap.parse_args(argv)
+
+
+def run_sampling(args: argparse.Namespace) -> int:
+    costs = sampling_costs()
+    Path(args.out).write_text(json.dumps(costs, indent=1), encoding="utf-8")
+    for key, seconds in costs["seconds"].items():
+        print(f"{key}: {seconds * 1e3:.2f} ms", file=sys.stderr)
+    return 0
+
+
+def run_write(args: argparse.Namespace) -> int:
+    names = [n.strip() for n in args.shapes.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SHAPES]
+    if unknown:
+        print(f"error: unknown shape {', '.join(unknown)}; known: {', '.join(SHAPES)}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        started = time.perf_counter()
+        path = write(SHAPES[name], out / f"{name}.gguf", args.quant)
+        print(
+            f"{path}: {path.stat().st_size / 2**30:.2f} GiB in {time.perf_counter() - started:.1f} s", file=sys.stderr
+        )
+    return 0
+
+
+def run_curves(args: argparse.Namespace) -> int:
     import llama_cpp
 
     files = sorted(Path(args.models).glob("*.gguf"))
     if not files:
         print(f"error: no .gguf files in {args.models}", file=sys.stderr)
         return 2
-    report = {
+    report: dict[str, Any] = {
         "machine": platform.machine(),
         "system": platform.system(),
         "llama_cpp": llama_cpp.__version__,
@@ -296,6 +303,11 @@ def main(argv: list[str] | None = None) -> int:
         )
     Path(args.out).write_text(json.dumps(report, indent=1), encoding="utf-8")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    return {"sampling": run_sampling, "write": run_write, "curves": run_curves}[args.command](args)
 
 
 if __name__ == "__main__":

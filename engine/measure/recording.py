@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..chat_format import ChatFormatter
-from ..decoding.cost_model import calibration_sizes
+from ..decoding.calibration import calibration_sizes
 from ..decoding.loader import DecoderSettings, build_decoder, load_target
 from ..decoding.proposers.draft_model import check_draft
 from ..decoding.runtime import Model

@@ -208,7 +208,7 @@ def run_paired(
     report: Callable[[str], None] = print,
 ) -> dict[str, dict[str, list[Run]]]:
     """results[method][prompt id]: one Run per round."""
-    results = {m: {str(i["id"]): [] for i in items} for m in runners}
+    results: dict[str, dict[str, list[Run]]] = {m: {str(i["id"]): [] for i in items} for m in runners}
     orders = iter(rotations(list(runners), rounds, len(items)))
     for r in range(rounds):
         for item in items:
@@ -233,7 +233,7 @@ def summarise(
     against `base`. With prompt kinds ("repeating", "open") given, the same for each kind under "by_kind"."""
     ids = list(results[base])
     summary = _summary(results, ids, base)
-    groups = {}
+    groups: dict[str | None, list[str]] = {}
     for i in ids:
         groups.setdefault((kinds or {}).get(i), []).append(i)
     if len(groups) > 1 or None not in groups:
@@ -311,7 +311,7 @@ def kind_table(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m engine.measure.versus_server", description=__doc__.splitlines()[0])
     ap.add_argument("--server", required=True, help="the llama-server binary")
     ap.add_argument("--model", required=True, help="a GGUF path, 'embedded' or 'embedded-gemma'")
@@ -335,7 +335,35 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def _served_by(server: LlamaServer, rendered: dict[str, str], sampling: SamplingParams) -> Callable[[str, int], Run]:
+    """A runner that asks this server for each prompt as rendered."""
+    return lambda prompt, n: server.complete(rendered[prompt], n, sampling)
+
+
+def server_prompts(model_path: str, items: list[dict], chat: bool) -> dict[str, str]:
+    """Each prompt as the server is sent it: the text itself, or (chat) as SpecChat's runners decode it."""
+    if not chat:
+        return {i["prompt"]: i["prompt"] for i in items}
+    with Model(Path(model_path), vocab_only=True) as vocab:
+        formatter = ChatFormatter(vocab)
+        return {i["prompt"]: formatter.render([{"role": "user", "content": i["prompt"]}])[0] for i in items}
+
+
+def print_summary(summary: dict, pair: bool) -> None:
+    print(table(summary))
+    if not pair:
+        print()
+        print(kind_table(summary))
+    else:
+        for kind, s in (summary.get("by_kind") or {}).items():
+            print(f"\n{kind}:\n{table(s)}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     sampling = SamplingParams(temperature=args.temperature, seed=args.seed) if args.temperature else GREEDY
     items = read_prompts(args.prompts)
     flash = FLASH_ATTENTION[args.flash_attn]
@@ -345,50 +373,24 @@ def main(argv: list[str] | None = None) -> int:
         for m, method in ours.items()
     }
     model_path = str(resolve_model(args.model))  # 'embedded' or 'embedded-gemma' too
-    rendered = {i["prompt"]: i["prompt"] for i in items}
-    if args.chat:  # what SpecChat's runners decode, as text for the server
-        with Model(Path(model_path), vocab_only=True) as vocab:
-            formatter = ChatFormatter(vocab)
-            rendered = {i["prompt"]: formatter.render([{"role": "user", "content": i["prompt"]}])[0] for i in items}
-    servers = {}
+    rendered = server_prompts(model_path, items, args.chat)
+    servers: dict[str, LlamaServer] = {}
     try:
         for m, extra in (server_pair_methods(args.draft) if args.draft else SERVER_METHODS).items():
             servers[m] = LlamaServer(args.server, model_path, extra, args.threads, flash_attention=flash)
-        runs = run_paired(
-            {
-                **{m: (lambda prompt, n, s=s: s.complete(rendered[prompt], n, sampling)) for m, s in servers.items()},
-                **runners,
-            },
-            items,
-            args.rounds,
-            args.max_tokens,
-        )
+        served = {m: _served_by(s, rendered, sampling) for m, s in servers.items()}
+        runs = run_paired({**served, **runners}, items, args.rounds, args.max_tokens)
     finally:
         for s in servers.values():
             s.close()
     summary = summarise(runs, {str(i["id"]): i["kind"] for i in items})
-    print(table(summary))
-    if not args.draft:
-        print()
-        print(kind_table(summary))
-    else:
-        for kind, s in (summary.get("by_kind") or {}).items():
-            print(f"\n{kind}:\n{table(s)}")
+    print_summary(summary, bool(args.draft))
     if args.out:
-        Path(args.out).write_text(
-            json.dumps(
-                {
-                    "summary": summary,
-                    "runs": {
-                        m: {
-                            i: [{"tokens_per_s": r.tokens_per_s, "tokens": r.tokens} for r in rs]
-                            for i, rs in per.items()
-                        }
-                        for m, per in runs.items()
-                    },
-                }
-            )
-        )
+        per_prompt = {
+            m: {i: [{"tokens_per_s": r.tokens_per_s, "tokens": r.tokens} for r in rs] for i, rs in per.items()}
+            for m, per in runs.items()
+        }
+        Path(args.out).write_text(json.dumps({"summary": summary, "runs": per_prompt}))
     return 0
 
 
