@@ -31,6 +31,14 @@ from typing import cast
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """The app's options (args.engine: the --engine-url server's Endpoint, or None), and the rest for Qt."""
+    parser = _parser()
+    args, qt_args = parser.parse_known_args(argv)
+    _check(parser, args)
+    return args, qt_args
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="specchat", description="Chat with local GGUF models, faster with lossless speculative decoding."
     )
@@ -70,7 +78,11 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         metavar="NAME",
         help="with --engine-url: the environment variable that holds the server's API key",
     )
-    args, qt_args = parser.parse_known_args(argv)
+    return parser
+
+
+def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Options that go together, or not at all (parser.error exits); the --engine-url server, checked."""
     if (args.engine_url or args.api_key_env or args.engine_model) and not args.smoke_test:
         parser.error(
             "--engine-url, --engine-model and --api-key-env go with --smoke-test; in the window, a chat's "
@@ -99,7 +111,6 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         parser.error("--use-settings goes with --smoke-test (the window always uses them)")
     if args.prompt is not None and not args.prompt.strip():
         parser.error("--prompt needs some text")
-    return args, qt_args
 
 
 class _PrivateLog(logging.handlers.RotatingFileHandler):
@@ -134,27 +145,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return doctor(argv[1:])
     args, qt_args = parse_args(argv)
-    if args.smoke_test:
-        from engine.paths import config_dir
-
-        saved = config_dir() if args.use_settings else None  # found before the temporary folders replace it
-        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-        scratch = tempfile.mkdtemp(prefix="specchat-smoke-")
-        os.environ["SPECCHAT_CONFIG_DIR"] = os.path.join(scratch, "config")  # never the user's own files
-        os.environ["SPECCHAT_DATA_DIR"] = os.path.join(scratch, "data")
-        if saved is not None:  # a copy: reading a damaged file must not set the user's own aside
-            shutil.copytree(saved, os.environ["SPECCHAT_CONFIG_DIR"], dirs_exist_ok=True)
+    scratch = _smoke_folders(args.use_settings) if args.smoke_test else ""
     _setup_logging()
-
-    from PySide6.QtWidgets import QApplication
-
-    from app.qt_compat import guard_none_refcount
-
-    guard_none_refcount()  # also when `app` was imported as a namespace package (an editable install)
-    app = cast("QApplication | None", QApplication.instance()) or QApplication([sys.argv[0], *qt_args])
-    app.setApplicationName("SpecChat")
-    app.setApplicationDisplayName("SpecChat")
-    app.setOrganizationName("SpecChat")
+    app = _application(qt_args)
 
     from app.single_instance import claim, instance_name
     from engine.paths import data_dir
@@ -163,24 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     if instance is None:  # before the store opens: the running one owns the conversation file
         logging.getLogger("specchat").info("SpecChat is already running; it was asked to come forward.")
         return 0
-
-    # Imported after the QApplication exists and before the window: the engine pulls in torch, and
-    # loading it here keeps that one-off cost out of the running GUI.
-    from app.conversations.held_answers import open_store_with_held
-    from app.main_window import MainWindow
-    from app.settings.values import load_settings
-
-    settings, notices = load_settings()
-    store, store_notices = open_store_with_held()
-    if args.smoke_test and not args.use_settings:
-        from app.smoke import smoke_settings
-
-        settings = smoke_settings()
-    if args.smoke_test and args.exact:
-        settings = settings.merged({"exact_greedy": True})
-    for text in notices + store_notices:
-        logging.getLogger("specchat").warning("%s", text)  # shown in the window too; kept in the log
-    window = MainWindow(settings, store, notices + store_notices)
+    window = _open_window(args)
     instance.requested.connect(lambda request: _come_forward(window, request))
     _install_excepthook(window, smoke=args.smoke_test)
     window.show()
@@ -198,6 +174,57 @@ def main(argv: list[str] | None = None) -> int:
     code = app.exec()
     instance.close()  # removes the socket file now: Python's exit may never run Qt's destructors
     return code
+
+
+def _smoke_folders(use_settings: bool) -> str:
+    """The smoke test's own settings and conversations, in a temporary folder (returned), never the user's: with
+    use_settings, a copy of the user's settings. Offscreen unless told otherwise."""
+    from engine.paths import config_dir
+
+    saved = config_dir() if use_settings else None  # found before the temporary folders replace it
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    scratch = tempfile.mkdtemp(prefix="specchat-smoke-")
+    os.environ["SPECCHAT_CONFIG_DIR"] = os.path.join(scratch, "config")  # never the user's own files
+    os.environ["SPECCHAT_DATA_DIR"] = os.path.join(scratch, "data")
+    if saved is not None:  # a copy: reading a damaged file must not set the user's own aside
+        shutil.copytree(saved, os.environ["SPECCHAT_CONFIG_DIR"], dirs_exist_ok=True)
+    return scratch
+
+
+def _application(qt_args: list[str]):
+    """The QApplication (the one there already, when there is one), named."""
+    from PySide6.QtWidgets import QApplication
+
+    from app.qt_compat import guard_none_refcount
+
+    guard_none_refcount()  # also when `app` was imported as a namespace package (an editable install)
+    app = cast("QApplication | None", QApplication.instance()) or QApplication([sys.argv[0], *qt_args])
+    app.setApplicationName("SpecChat")
+    app.setApplicationDisplayName("SpecChat")
+    app.setOrganizationName("SpecChat")
+    return app
+
+
+def _open_window(args: argparse.Namespace):
+    """The main window on the saved settings (the smoke test's own, unless --use-settings) and conversations,
+    with what went wrong reading them said in it and kept in the log."""
+    # Imported after the QApplication exists and before the window: the engine pulls in torch, and
+    # loading it here keeps that one-off cost out of the running GUI.
+    from app.conversations.held_answers import open_store_with_held
+    from app.main_window import MainWindow
+    from app.settings.values import load_settings
+
+    settings, notices = load_settings()
+    store, store_notices = open_store_with_held()
+    if args.smoke_test and not args.use_settings:
+        from app.smoke import smoke_settings
+
+        settings = smoke_settings()
+    if args.smoke_test and args.exact:
+        settings = settings.merged({"exact_greedy": True})
+    for text in notices + store_notices:
+        logging.getLogger("specchat").warning("%s", text)  # shown in the window too; kept in the log
+    return MainWindow(settings, store, notices + store_notices)
 
 
 def _come_forward(window, request: dict) -> None:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from app.background import run_in_background
 from app.progress import ProgressBatch
 from engine.decoding.sampling import SamplingParams
 from engine.errors import EngineError
@@ -106,8 +107,11 @@ def run_answer(source: AnswerSource, request: GenerationRequest, signals: Answer
         out.fail(message, out.figures())
 
 
-def run_answer_on_thread(source: AnswerSource, request: GenerationRequest, signals: AnswerSignals, name: str) -> None:
-    """run_answer on a thread of its own, whose signals are queued to the GUI."""
+def run_answer_in_background(
+    source: AnswerSource, request: GenerationRequest, signals: AnswerSignals, name: str
+) -> None:
+    """run_answer off the GUI thread (app.background), its signals queued to the GUI. A daemon job: an answer that
+    waits on a server far away does not keep the app from quitting."""
 
     def run() -> None:
         try:
@@ -115,4 +119,4 @@ def run_answer_on_thread(source: AnswerSource, request: GenerationRequest, signa
         except RuntimeError as exc:  # the worker was deleted: the window closed while this was answered
             log.info("an answer outlived its window: %s", exc)
 
-    threading.Thread(target=run, daemon=True, name=name).start()
+    run_in_background(run, daemon=True, name=name)

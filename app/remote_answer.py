@@ -1,7 +1,7 @@
 """A chat answer from a remote engine (engine/remote), on a thread of its own: RemoteAnswers, one of the answer
 path's sources (app/answers.py), so the chat, Stop, Regenerate and the figures work as they do for this machine's
 answers, and the local engine stays free (it may be loading, or serving). Also the servers kept for the run, their
-API keys, and asking a server something off the GUI thread (the engine picker's model list).
+API keys, and asking a server something off the GUI thread (the engine picker's model list, the context meter).
 
 API keys: the one given for this run (the chat settings when no keyring works, or --api-key-env) first, else
 the one saved in the system keyring for the server's URL. Looked up here, not on the GUI thread (a keyring
@@ -13,9 +13,13 @@ import re
 import threading
 from collections.abc import Callable
 
+from PySide6.QtCore import QObject
+
+from app.background import Job, run_in_background
 from app.progress import rate_points
 from engine.errors import EngineError
-from engine.remote.client import RemoteEngine, RemoteFigures, interruptible
+from engine.remote.answer_stream import RemoteFigures, interruptible
+from engine.remote.client import RemoteEngine
 from engine.remote.endpoint import Endpoint
 from engine.remote.keys import saved_key
 from engine.text_rules import plain_name
@@ -55,23 +59,23 @@ def server_for(endpoint: Endpoint) -> RemoteEngine:
 
 
 def ask_server(
-    endpoint: Endpoint, question: Callable[[RemoteEngine], object], answer: Callable[[object], None], name: str
-) -> None:
-    """question(server) on a thread of its own (a server far away must not freeze the window), then answer(its
-    result), or answer(why it failed, as text), from that thread: answer should emit a signal. A window closed
-    meanwhile is no error."""
+    endpoint: Endpoint,
+    question: Callable[[RemoteEngine], object],
+    answer: Callable[[object], None],
+    name: str,
+    owner: QObject | None = None,
+) -> Job:
+    """question(server) off the GUI thread (a server far away must not freeze the window), then answer(its result),
+    or answer(why it failed, as text), on the GUI thread; not once owner is gone. A daemon job (app.background): a
+    server that never answers does not keep the app from quitting."""
 
-    def run() -> None:
+    def ask() -> object:
         try:
-            result = question(server_for(endpoint))
+            return question(server_for(endpoint))
         except Exception as exc:  # noqa: BLE001 - told to the person, whatever it is
-            result = str(exc) if isinstance(exc, EngineError) else f"{type(exc).__name__}: {exc}"
-        try:
-            answer(result)
-        except RuntimeError:  # the signal's object was deleted: its window closed meanwhile
-            pass
+            return str(exc) if isinstance(exc, EngineError) else f"{type(exc).__name__}: {exc}"
 
-    threading.Thread(target=run, daemon=True, name=name).start()
+    return run_in_background(ask, done=answer, owner=owner, daemon=True, name=name)
 
 
 def model_label(model_id: str) -> str:

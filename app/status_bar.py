@@ -57,9 +57,6 @@ class ElidedLabel(QLabel):
     def text(self) -> str:  # noqa: D102 - the whole text, not what fits
         return self._full
 
-    def shown_text(self) -> str:
-        return super().text()
-
     def setText(self, text: str) -> None:  # noqa: N802 - Qt's name
         self._full = text
         self.updateGeometry()

@@ -1,6 +1,10 @@
 """The engine on its own thread. The GUI thread only sends requests and receives signals.
 
-EngineWorker lives on a QThread and owns every model; EngineClient is its GUI-side handle.
+EngineWorker lives on a QThread and owns every model; EngineClient is its GUI-side handle. It is a dedicated
+thread, not a background job (app.background), because it is an actor with state rather than one call: it holds
+the loaded models and their KV caches for as long as the window is open, they are used from that one thread in
+the order asked (load, apply, answer, serve, close), it runs the server's engine loop for as long as serving lasts,
+and a load cannot be interrupted, so closing hands the thread to app.models.threads to be waited for at exit.
 Answers come through app/answers.py (one path for this machine's engine, the server's batch and a remote
 engine), which emits this worker's answer signals; EngineClient picks the source for each request and relays
 the signals to the GUI. Tokens are batched (app/progress.py), so a fast model cannot flood the event loop.
@@ -23,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, QTimer, Signal, Slot
 
-from app.answers import GenerationRequest, run_answer, run_answer_on_thread
+from app.answers import GenerationRequest, run_answer, run_answer_in_background
 from app.engine_answers import LocalAnswers, ServedAnswers
 from app.models.model_names import model_label
 from app.models.threads import keep_until_finished
@@ -81,7 +85,7 @@ class EngineWorker(QObject):
     serverStarted = Signal(object)  # {"url", "method", "parallel", "model"}
     serverStopped = Signal(str)  # why, for a person ("" when asked to)
     serverFailed = Signal(str)
-    serverRequest = Signal(object)  # engine.serving.openai_api.RequestRecord, one per API request
+    serverRequest = Signal(object)  # engine.serving.api_config.RequestRecord, one per API request
     closed = Signal()
 
     def __init__(self) -> None:
@@ -379,11 +383,11 @@ class EngineClient(QObject):
         """Answer request from the source it needs (app/answers.py); its signals come from this client."""
         self.current = request
         if request.remote is not None:  # another machine answers: a thread waits on it, this engine is free
-            run_answer_on_thread(RemoteAnswers(), request, self.worker, "remote-answer")
+            run_answer_in_background(RemoteAnswers(), request, self.worker, "remote-answer")
         elif self.worker.service is not None:  # the worker's thread is running the server's engine loop
             # Templating and tokenizing a conversation is not the GUI thread's work (a template may take its
             # sandbox's 3 s before it is refused): a thread of its own, whose signals are queued to the GUI.
-            run_answer_on_thread(ServedAnswers(self.worker), request, self.worker, "served-chat-prompt")
+            run_answer_in_background(ServedAnswers(self.worker), request, self.worker, "served-chat-prompt")
         else:
             self.worker.answer_waiting.set()  # a step timing under way stops for it (EngineWorker._calibrate)
             # Start on the next turn of the event loop, once the GUI has laid out the messages just

@@ -45,7 +45,7 @@ from PySide6.QtWidgets import (
 )
 from shiboken6 import isValid
 
-from app.background import Lane
+from app.background import run_in_background
 from engine import safe_files
 from engine.safe_files import FileRefused, Wording, human_size
 from engine.text_rules import plain_name
@@ -211,7 +211,7 @@ def _read_or_refusal(path: str) -> Attachment | AttachmentRefused:
         return AttachmentRefused(f"{Path(path).name} could not be read: {str(exc) or type(exc).__name__}.")
 
 
-_reader = Lane("attachment-reader")  # one thread: files arrive in the order they were given
+READER_LANE = "attachment-reader"  # one at a time: files arrive in the order they were given
 
 
 def compose(text: str, attachments: list[Attachment]) -> str:
@@ -262,7 +262,7 @@ class FileDrops(QObject):
         widget.setAcceptDrops(True)
         widget.installEventFilter(self)
 
-    def eventFilter(self, obj, event) -> bool:
+    def eventFilter(self, _obj, event) -> bool:
         kind = event.type()
         if kind in (QEvent.Type.DragEnter, QEvent.Type.DragMove) and local_files(event.mimeData()):
             event.acceptProposedAction()
@@ -421,7 +421,7 @@ class AttachmentTray(AttachmentRow):
         and until then counts as pending, so the message waits for it."""
         for path in paths:
             self.pending += 1
-            _reader.run(_read_or_refusal, str(path), then=self._read)
+            run_in_background(_read_or_refusal, str(path), lane=READER_LANE, done=self._read, owner=self)
 
     def _read(self, result: Attachment | AttachmentRefused) -> None:
         if not isValid(self):  # the window closed while the file was read

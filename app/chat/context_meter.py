@@ -2,11 +2,15 @@
 "1,234 / 4,096 tokens", with a warning before the oldest messages would be left out.
 
 Counting uses the loaded model's own tokenizer and chat format (engine.chat_format), so the figure is
-the prompt the model would get. A chat on a remote engine is counted by the server (its /tokenize), on a
-thread of its own, or estimated from its characters where the server cannot count, and labelled so.
+the prompt the model would get. A chat on a remote engine is counted by the server (its /tokenize), off the
+GUI thread (app.background), or estimated from its characters where the server cannot count, and labelled so.
 The model itself lives on the engine thread, which is busy for as long as an answer streams; so a
 vocabulary-only copy (no weights, a few MB) is loaded on a thread of its own, and the GUI thread only sends
 it work and gets results back as signals. Typing is debounced.
+
+The counter is not a background job (app.background) but a thread of its own, as the engine worker is: it holds
+a loaded vocabulary for as long as the window is open, and its loads, counts and close must reach that one
+vocabulary in order, the newest count of a kind skipping older ones still waiting.
 """
 
 from __future__ import annotations
@@ -223,7 +227,6 @@ class ContextMeter(QWidget):
     answer's max tokens; schedule() counts again a moment later (call it on every change)."""
 
     measured = Signal(object)  # Measure
-    _counted_remotely = Signal(int, object, int)  # job, PromptCount or error text, max tokens (from a thread)
 
     def __init__(
         self,
@@ -237,7 +240,6 @@ class ContextMeter(QWidget):
         self.source: Callable[[], tuple[list[dict], int]] | None = source  # None once the window closes
         self.remote = remote  # the open chat's remote engine, or None for this machine's
         self._remote_job = 0
-        self._counted_remotely.connect(self._show_remote)
         self.measure: Measure | None = None
         row = QHBoxLayout(self)
         row.setContentsMargins(2, 0, 0, 0)
@@ -298,7 +300,7 @@ class ContextMeter(QWidget):
         def count(remote) -> PromptCount:
             return remote.count_prompt(messages, remote.model()) if messages else PromptCount(0, None, True)
 
-        ask_server(endpoint, count, lambda result: self._counted_remotely.emit(job, result, max_tokens), "remote-count")
+        ask_server(endpoint, count, lambda result: self._show_remote(job, result, max_tokens), "remote-count", self)
 
     def _show_remote(self, job: int, result, max_tokens: int) -> None:
         if job != self._remote_job or self.source is None:

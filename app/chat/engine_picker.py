@@ -4,12 +4,12 @@ own) and an API key, which goes to the system keyring (engine/remote/keys.py), n
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QLineEdit, QPushButton, QWidget
 
+from app.background import run_in_background
 from app.remote_answer import ask_server, use_key_for_this_run
 from app.settings.dialog import hint
 from engine.errors import EngineError, InvalidSettingError
@@ -22,7 +22,6 @@ WARNING_STYLE = "color: #c62828;"
 
 class EnginePicker(QGroupBox):
     changed = Signal()  # what values() gives may differ
-    modelsListed = Signal(str, object)  # url, [model ids] or why they could not be listed: from a thread
 
     def __init__(self, parent=None):
         super().__init__("Engine", parent)
@@ -60,7 +59,6 @@ class EnginePicker(QGroupBox):
         for signal in (self.engine.currentIndexChanged, self.url.textChanged, self.model.currentTextChanged):
             signal.connect(self._show_state)
             signal.connect(self.changed)
-        self.modelsListed.connect(self._models_listed)
         self._show_state()
 
     @property
@@ -106,8 +104,9 @@ class EnginePicker(QGroupBox):
         ask_server(
             Endpoint(url, "", key),
             lambda remote: [m.id for m in remote.models()],
-            lambda listed: self.modelsListed.emit(url, listed),
+            lambda listed: self._models_listed(url, listed),
             "list-models",
+            owner=self,
         )
 
     def _models_listed(self, url: str, ids) -> None:
@@ -120,20 +119,21 @@ class EnginePicker(QGroupBox):
         self.model.setCurrentText(typed if typed in ids else ids[0])
         self._say(f"{url} serves {len(ids)} model{'s' if len(ids) != 1 else ''}.")
 
-    def keep_api_key(self, warn: Callable[[str], None]) -> None:
-        """A typed key is used at once, and saved in the system keyring on a thread of its own (a keyring may wait
-        for the person to unlock it); where there is none, warn(why), from that thread, and the key lasts until
-        SpecChat quits. warn must be safe to call from another thread (a signal's emit)."""
+    def keep_api_key(self, warn: Callable[[str], None], owner: QObject | None = None) -> None:
+        """A typed key is used at once, and saved in the system keyring off the GUI thread (a keyring may wait for
+        the person to unlock it: a daemon job, app.background); where there is none, warn(why) follows on the GUI
+        thread (unless owner is gone by then), and the key lasts until SpecChat quits."""
         key = self.api_key.text().strip()
         if not key or not self.remote:
             return
         url = normalised_url(self.url.text())
         use_key_for_this_run(url, key)
 
-        def save() -> None:
+        def save() -> str:
             try:
                 save_key(url, key)
             except EngineError as exc:
-                warn(str(exc))
+                return str(exc)
+            return ""
 
-        threading.Thread(target=save, daemon=True, name="save-api-key").start()
+        run_in_background(save, done=lambda why: why and warn(why), owner=owner, daemon=True, name="save-api-key")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QGuiApplication, QPalette
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QToolButton, QVBoxLayout, QWidget
 
@@ -87,7 +87,6 @@ class CodeBlock(QFrame):
     out on a background thread (render.lex_in_background), then put on COLOUR_SLICE runs per turn of the
     event loop, so the window never waits."""
 
-    _lexed = Signal(object, object)  # (code, language), runs: from the highlighting thread
     # All at once, a 400-line block's 2,400 coloured runs held the GUI thread 30-90 ms on a 2-core CPU.
     COLOUR_SLICE = 300
 
@@ -120,7 +119,6 @@ class CodeBlock(QFrame):
         self.highlighted = False  # the colours are on
         self._key = None
         self._spans: list[list[int]] = []
-        self._lexed.connect(self._colour)
         self._uncoloured: list = []  # (start, end, format) still to put on, a slice per turn
         self._colouring = QTimer(self, singleShot=True, interval=0)
         self._colouring.timeout.connect(self._colour_slice)
@@ -151,7 +149,7 @@ class CodeBlock(QFrame):
         self.language.setText(fence.language or "code")
         if complete and not self.highlighted:
             lex_in_background(
-                fence.code, fence.language, lambda runs, k=(fence.code, fence.language): self._lexed.emit(k, runs)
+                fence.code, fence.language, lambda runs, k=(fence.code, fence.language): self._colour(k, runs), self
             )
 
     def _colour(self, what, runs) -> None:

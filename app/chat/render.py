@@ -13,13 +13,13 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 
-from PySide6.QtCore import QUrl
+from PySide6.QtCore import QObject, QUrl
 from PySide6.QtGui import QColor, QFont, QFontDatabase, QTextCharFormat, QTextCursor, QTextDocument, QTextFormat
 
+from app.background import run_in_background
 from app.chat.model import span_source
 from app.safe_text import LINK_SCHEMES
 
@@ -73,12 +73,6 @@ def span_at(spans: list[list]):
     return find
 
 
-def in_spans(spans: list[list[int]]):
-    """A membership test for character index in sorted [start, end) spans."""
-    find = span_at(spans)
-    return lambda i: find(i) is not None
-
-
 def shaded_runs(rendered: str, source: str, spans: list[list]) -> list[tuple[int, int, QColor]]:
     """[start, end) ranges of rendered positions whose source characters came from accepted drafts, each with
     the colour of the proposer that drafted them."""
@@ -99,11 +93,6 @@ def shaded_runs(rendered: str, source: str, spans: list[list]) -> list[tuple[int
         runs.append((start, len(rendered), color))
     # Drafted tokens often begin with a space (" the"): shading it makes ragged edges.
     return [(a, b, c) for a, b, c in ((*trim_run(rendered, a, b), c) for a, b, c in runs) if a < b]
-
-
-def draft_runs(rendered: str, source: str, spans: list[list[int]]) -> list[tuple[int, int]]:
-    """[start, end) ranges of rendered positions whose source characters came from accepted drafts."""
-    return [(a, b) for a, b, _ in shaded_runs(rendered, source, spans)]
 
 
 def trim_run(text: str, start: int, end: int) -> tuple[int, int]:
@@ -464,18 +453,13 @@ def _merge_formats(cursor: QTextCursor, ranges: list[tuple[int, int, QTextCharFo
             cursor.mergeCharFormat(fmt)
 
 
-_lexing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="highlight")
+HIGHLIGHT_LANE = "highlight"  # one block at a time: colouring never takes more than one core from the answer
 
 
-def lex_in_background(code: str, language: str, deliver: Callable[[object], None]) -> None:
-    """Run code_tokens on a background thread and call deliver(runs) there. Pygments is pure Python and
-    takes tens of ms on a long block: never on the GUI thread. Pass a signal's emit as deliver, so the
-    runs arrive on the GUI thread (a queued connection)."""
-
-    def done(future) -> None:
-        try:
-            deliver(future.result())
-        except Exception:  # noqa: BLE001 - the widget went away, or the lexer failed: the code stays plain
-            pass
-
-    _lexing.submit(code_tokens, code, language).add_done_callback(done)
+def lex_in_background(code: str, language: str, deliver: Callable[[object], None], owner: QObject) -> None:
+    """Run code_tokens off the GUI thread (app.background) and call deliver(runs) on it, unless owner is gone by
+    then. Pygments is pure Python and takes tens of ms on a long block: never on the GUI thread. A lexer that fails
+    leaves the code plain."""
+    run_in_background(
+        code_tokens, code, language, lane=HIGHLIGHT_LANE, done=deliver, failed=lambda _exc: None, owner=owner
+    )

@@ -98,7 +98,15 @@ class ChatSettingsDialog(QDialog):
         self.session = session
         self.book = session.presets()  # the window's own: changes here are the app's
         conversation = session.conversation_settings()
+        self._make_preset_buttons()
+        self._make_fields()
+        self._lay_out()
+        self.resize(560, 760)
+        self._fill_presets(self.book.base_of(conversation).name)
+        self.show_values(self.book.effective(conversation))
+        self._connect()
 
+    def _make_preset_buttons(self) -> None:
         self.preset = QComboBox()
         self.preset.setToolTip("The preset this chat follows. Picking one shows its values.")
         self.make_default = QPushButton("Make default")
@@ -110,6 +118,8 @@ class ChatSettingsDialog(QDialog):
         self.delete = QPushButton("Delete…")
         self.delete.setToolTip("Chats that follow a deleted preset follow the default one.")
 
+    def _make_fields(self) -> None:
+        """The values this chat uses (self.fields, by their settings names), its engine, and the lines under them."""
         self.system_prompt = QPlainTextEdit()
         self.system_prompt.setPlaceholderText("Optional instructions the model sees before the conversation")
         self.system_prompt.setMinimumHeight(90)
@@ -148,6 +158,7 @@ class ChatSettingsDialog(QDialog):
         self.error.setStyleSheet("color: #c62828;")
         self.error.hide()
 
+    def _lay_out(self) -> None:
         picker = QHBoxLayout()
         picker.addWidget(self.preset, 1)
         picker.addWidget(self.make_default)
@@ -173,10 +184,8 @@ class ChatSettingsDialog(QDialog):
         layout.addWidget(self.error)
         layout.addStretch(1)
         layout.addWidget(self.buttons)
-        self.resize(560, 760)
 
-        self._fill_presets(self.book.base_of(conversation).name)
-        self.show_values(self.book.effective(conversation))
+    def _connect(self) -> None:
         self.preset.activated.connect(lambda _i: self.show_values(self.current_preset()))
         self.make_default.clicked.connect(self.make_current_default)
         self.save_to.clicked.connect(self.save_to_preset)
@@ -346,6 +355,6 @@ class ChatSettingsDialog(QDialog):
         except InvalidSettingError as exc:
             return self._show_error(str(exc))
         self.session.set_conversation_settings({"preset": self.current_preset().name, **changes})
-        session = self.session  # outlives this dialog; its signal is safe to emit from the saving thread
-        self.engine_picker.keep_api_key(lambda text: session.noticeRaised.emit(text, "warning"))
+        session = self.session  # outlives this dialog: told if the key cannot be saved
+        self.engine_picker.keep_api_key(lambda text: session.noticeRaised.emit(text, "warning"), owner=session)
         super().accept()

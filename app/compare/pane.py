@@ -7,8 +7,8 @@ from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QGroupBox, QLabel, QPlainTextEdit, QTextEdit, QVBoxLayout
 
 from app.chat.render import DRAFT_COLOR
-from app.chat.stats_view import stat_items
 from app.compare.series import SPECULATIVE
+from app.figure_texts import stat_items
 
 DIFFERENCE_COLOR = QColor(198, 40, 40, 60)  # translucent red: readable on light and dark themes
 PAUSED_WORDS = "drafting paused at the end (plain decoding predicted faster)"

@@ -88,6 +88,30 @@ class CompareWindow(QWidget):
         self._set_running(False)
 
     def _build(self) -> None:
+        options = self._build_options()
+        self.status = QLabel("")
+        self.status.setWordWrap(True)
+        self.plain_pane, self.spec_pane = RunPane(PLAIN), RunPane(SPECULATIVE)
+        self.panes = {PLAIN: self.plain_pane, SPECULATIVE: self.spec_pane}
+        sides = QHBoxLayout()
+        sides.addWidget(self.plain_pane, 1)
+        sides.addWidget(self.spec_pane, 1)
+        self.pairs_table = PairsTable()
+        self._build_verdict()
+        layout = QVBoxLayout(self)
+        layout.addWidget(QLabel("Prompt"))
+        layout.addWidget(self.prompt_edit)
+        layout.addLayout(options)
+        layout.addWidget(self.status)
+        layout.addLayout(sides, 2)
+        layout.addWidget(self.pairs_table, 1)
+        layout.addWidget(self.verdict)
+        self.resize(1100, 820)
+        self._titles()
+        self.status.setText(self._plan_words())
+
+    def _build_options(self) -> QHBoxLayout:
+        """The prompt, and the row under it: tokens per run, greedy, Run and Cancel."""
         self.prompt_edit = QPlainTextEdit()
         self.prompt_edit.setPlaceholderText(
             "A prompt to answer in pairs of runs. Prompt lookup pays where the answer "
@@ -121,14 +145,10 @@ class CompareWindow(QWidget):
         options.addStretch(1)
         options.addWidget(self.run_button)
         options.addWidget(self.cancel_button)
-        self.status = QLabel("")
-        self.status.setWordWrap(True)
-        self.plain_pane, self.spec_pane = RunPane(PLAIN), RunPane(SPECULATIVE)
-        self.panes = {PLAIN: self.plain_pane, SPECULATIVE: self.spec_pane}
-        sides = QHBoxLayout()
-        sides.addWidget(self.plain_pane, 1)
-        sides.addWidget(self.spec_pane, 1)
-        self.pairs_table = PairsTable()
+        return options
+
+    def _build_verdict(self) -> None:
+        """The verdict under the pairs, in large type, shown once there is one."""
         self.verdict = QLabel("")
         self.verdict.setWordWrap(True)
         self.verdict.setTextFormat(Qt.TextFormat.PlainText)
@@ -137,17 +157,6 @@ class CompareWindow(QWidget):
         font.setPointSizeF(font.pointSizeF() * 1.25)
         self.verdict.setFont(font)
         self.verdict.hide()
-        layout = QVBoxLayout(self)
-        layout.addWidget(QLabel("Prompt"))
-        layout.addWidget(self.prompt_edit)
-        layout.addLayout(options)
-        layout.addWidget(self.status)
-        layout.addLayout(sides, 2)
-        layout.addWidget(self.pairs_table, 1)
-        layout.addWidget(self.verdict)
-        self.resize(1100, 820)
-        self._titles()
-        self.status.setText(self._plan_words())
 
     # --- what is compared ---------------------------------------------------------------------
     def speculation_words(self) -> str:

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any, TypeGuard, overload
 
-from app.chat.stats_view import stat_items
 from app.conversations.store import STATUSES, ConversationStore, Message
+from app.figure_texts import stat_items
 from app.plain_text import safe_file_name
 from app.settings.values import FIELDS, check_field, write_json_atomic
 from engine import safe_files

@@ -38,8 +38,8 @@ def places() -> list[Path]:
     return [data_dir() / name, cache_dir() / name, Path(tempfile.gettempdir()) / f"specchat-{name}"]
 
 
-def write(held: list[tuple[int | None, Message]]) -> Path | None:
-    """The held (conversation, message) pairs in the first place that takes them: where, or None if none did."""
+def answers_text(held: list[tuple[int | None, Message]]) -> str:
+    """The file's text for the held (conversation, message) pairs."""
     answers = [
         {
             "conversation": cid,
@@ -53,7 +53,11 @@ def write(held: list[tuple[int | None, Message]]) -> Path | None:
         }
         for cid, m in held
     ]
-    text = json.dumps({"format": FORMAT, "answers": answers})
+    return json.dumps({"format": FORMAT, "answers": answers})
+
+
+def write_text(text: str, count: int) -> Path | None:
+    """answers_text's text (of count answers) in the first place that takes it: where, or None if none did."""
     for place in places():
         try:
             place.parent.mkdir(parents=True, exist_ok=True)
@@ -61,7 +65,7 @@ def write(held: list[tuple[int | None, Message]]) -> Path | None:
         except OSError as exc:
             log.warning("held answers could not be kept in %s: %s", place, exc)
             continue
-        log.warning("%d answer(s) the conversation file refused are kept in %s until the next start", len(held), place)
+        log.warning("%d answer(s) the conversation file refused are kept in %s until the next start", count, place)
         return place
     return None
 

@@ -1,7 +1,7 @@
 """File → Import conversation…, with nothing slow on the GUI thread.
 
 A conversation file may be 64 MB of crafted JSON, or a path to a FIFO or /dev/zero: reading, parsing and checking
-it, and storing what it holds, all run on the import thread (app.background). The GUI thread only asks the person
+it, and storing what it holds, all run on the import lane (app.background). The GUI thread only asks the person
 about the file's settings (app.conversations.imported_settings) and shows the result. Storing uses a connection
 made on the import thread (sqlite3 connections stay on the thread that made them), to the window's file.
 """
@@ -16,13 +16,13 @@ from pathlib import Path
 from PySide6.QtCore import QEventLoop, QObject, Signal
 from shiboken6 import isValid
 
-from app.background import Lane
+from app.background import run_in_background
 from app.conversations.files import ConversationFileError, add_conversation, read_conversation_file, settings_to_confirm
 from app.conversations.store import BUSY_TIMEOUT_S, MEMORY, ConversationStore
 
 log = logging.getLogger(__name__)
 
-_lane = Lane("conversation-import")  # one import at a time, in the order asked
+IMPORT_LANE = "conversation-import"  # one import at a time, in the order asked
 
 
 class ThreadStore(ConversationStore):
@@ -91,7 +91,16 @@ class ConversationImport(QObject):
         """Read, check and store path in the background; finished follows. Call on the GUI thread, when not busy."""
         self.path = str(path)
         self._job += 1
-        _lane.run(read_file, self.path, then=lambda result, job=self._job: self._read(job, result))
+        self._in_background(read_file, self.path, then=lambda result, job=self._job: self._read(job, result))
+
+    def _in_background(self, work, *args, then) -> None:
+        """work(*args) on the import lane; then(its result, or the exception it raised) on the GUI thread."""
+
+        def failed(exc: BaseException) -> None:
+            log.error("an import failed on the import thread", exc_info=exc)
+            then(exc)
+
+        run_in_background(work, *args, lane=IMPORT_LANE, done=then, failed=failed, owner=self)
 
     def run(self, path: str) -> int | str:
         """start(path), and return its result once finished. The event loop runs meanwhile, as under a dialog: the
@@ -140,7 +149,9 @@ class ConversationImport(QObject):
         if self.store.path == MEMORY:  # no other connection can reach a store in memory: added here
             self._stored(job, self._add_here(result, dropped))
             return
-        _lane.run(store_conversation, self.store.path, result, dropped, then=lambda outcome: self._stored(job, outcome))
+        self._in_background(
+            store_conversation, self.store.path, result, dropped, then=lambda outcome: self._stored(job, outcome)
+        )
 
     def _add_here(self, data: dict, dropped: tuple) -> int | BaseException:
         try:

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from app.conversations.salvage import salvage
+from app.conversations.schema import MIGRATIONS, SCHEMA_VERSION, NewerSchemaError
 from engine.paths import data_dir, unwritable_reason
 from engine.text_rules import plain_name, valid_json, valid_text
 
@@ -33,82 +35,6 @@ STATUSES = ("done", "streaming", "stopped", "error", "interrupted")
 MEMORY = ":memory:"
 BUSY_TIMEOUT_S = 5.0  # how long SQLite itself retries when another program holds the file
 WRITE_WAIT_S = 0.01  # how long a write of the open store waits for the file (see __init__)
-
-_SCHEMA_V1 = (
-    """CREATE TABLE IF NOT EXISTS conversations (
-    id INTEGER PRIMARY KEY,
-    title TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL
-)""",
-    """CREATE TABLE IF NOT EXISTS messages (
-    id INTEGER PRIMARY KEY,
-    conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
-    role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant')),
-    content TEXT NOT NULL DEFAULT '',
-    status TEXT NOT NULL DEFAULT 'done',
-    model TEXT NOT NULL DEFAULT '',
-    stats TEXT,            -- JSON of the response's GenerationStats, as shown
-    draft_spans TEXT,      -- JSON [[start, end], ...]: characters that came from accepted drafts
-    notice TEXT NOT NULL DEFAULT '',
-    created_at REAL NOT NULL
-)""",
-    "CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id)",
-)
-_TREE_COLUMNS = {"conversations": ("active_root",), "messages": ("parent_id", "active_child")}  # version 3
-_COLUMNS = {
-    "conversations": ("id", "title", "created_at", "updated_at"),
-    "messages": (
-        "id",
-        "conversation_id",
-        "role",
-        "content",
-        "status",
-        "model",
-        "stats",
-        "draft_spans",
-        "notice",
-        "created_at",
-    ),
-}
-
-
-def _v1_first_schema(db: sqlite3.Connection) -> None:
-    for statement in _SCHEMA_V1:  # IF NOT EXISTS: files from before versions were recorded have these
-        db.execute(statement)
-
-
-def _v2_conversation_settings(db: sqlite3.Connection) -> None:
-    # JSON of the settings a conversation overrides (system prompt, sampling, preset); NULL = the defaults.
-    db.execute("ALTER TABLE conversations ADD COLUMN settings TEXT")
-
-
-def _v3_message_tree(db: sqlite3.Connection) -> None:
-    # Messages form a tree: a regenerated answer or an edited question is a sibling of the one it replaces,
-    # which stays. active_child (a conversation's active_root for its first messages) is the branch shown;
-    # NULL, or a child that is gone, means the newest. A linear conversation becomes a chain.
-    db.execute("ALTER TABLE messages ADD COLUMN parent_id INTEGER REFERENCES messages(id) ON DELETE CASCADE")
-    db.execute("ALTER TABLE messages ADD COLUMN active_child INTEGER")
-    db.execute("ALTER TABLE conversations ADD COLUMN active_root INTEGER")
-    db.execute(
-        "UPDATE messages SET parent_id = (SELECT MAX(p.id) FROM messages p "
-        "WHERE p.conversation_id = messages.conversation_id AND p.id < messages.id)"
-    )
-    db.execute("CREATE INDEX messages_by_parent ON messages(parent_id)")
-
-
-# Step i takes a file from schema version i to i + 1 (PRAGMA user_version). A later change appends a step;
-# a released step is never edited.
-MIGRATIONS = [_v1_first_schema, _v2_conversation_settings, _v3_message_tree]
-SCHEMA_VERSION = len(MIGRATIONS)
-
-
-class NewerSchemaError(Exception):
-    """The file was written by a newer SpecChat: this one must not change it."""
-
-    def __init__(self, version: int):
-        super().__init__(f"schema version {version}; this SpecChat knows up to {SCHEMA_VERSION}")
-        self.version = version
 
 
 @dataclass
@@ -491,7 +417,7 @@ def _start_over(path: Path, exc: sqlite3.DatabaseError) -> tuple[ConversationSto
             f"The conversation file {path} could not be read ({exc}), and a new one could not be started "
             f"({error}). Conversations will not be saved; the files were left where they are."
         ]
-    saved, found = _salvage(kept, store)
+    saved, found = salvage(kept, store.db)
     store.mark_interrupted()
     what = (
         f"{saved} of {found} messages were recovered into a new file"
@@ -502,98 +428,3 @@ def _start_over(path: Path, exc: sqlite3.DatabaseError) -> tuple[ConversationSto
         f"The conversation file could not be read ({exc}); {what}. The old file is kept, unchanged, "
         f"as {kept.name} in {kept.parent}."
     ]
-
-
-def _salvage(source_path: Path, store: ConversationStore) -> tuple[int, int]:
-    """Copy readable conversations and messages, row by row: (messages copied, messages found)."""
-    try:
-        source = sqlite3.connect(f"{source_path.resolve().as_uri()}?mode=ro", uri=True)  # with its WAL, if any
-    except sqlite3.Error:
-        return 0, 0
-    counts, now = {}, time.time()
-    has_tree = _has_column(source, "messages", "parent_id")  # files from before schema version 3 have none
-    parents: dict[int, object] = {}  # copied message id -> its parent in the file
-    store.db.execute("BEGIN")
-    try:
-        for table, columns in _COLUMNS.items():
-            names = ", ".join(columns)
-            insert = f"INSERT INTO {table} ({names}) VALUES ({', '.join('?' * len(columns))})"
-            tree_columns = _TREE_COLUMNS[table] if has_tree else ()
-            read = ", ".join(columns + tree_columns)
-            ids = _readable_ids(source, table)
-            copied = 0
-            for row_id in ids:
-                try:
-                    row = source.execute(f"SELECT {read} FROM {table} WHERE id=?", (row_id,)).fetchone()
-                    if row is None:
-                        continue
-                    if table == "messages":  # a message whose conversation was lost gets one of its own
-                        store.db.execute(
-                            "INSERT OR IGNORE INTO conversations (id, title, created_at, updated_at) "
-                            "VALUES (?, 'Recovered chat', ?, ?)",
-                            (row[1], now, now),
-                        )
-                    store.db.execute(insert, row[: len(columns)])
-                    copied += 1
-                    tree = dict(zip(tree_columns, row[len(columns) :]))
-                    if table == "messages":
-                        parents[row_id] = tree.get("parent_id", _END)
-                    if tree_columns and row[-1] is not None:  # the branch chosen (one that is gone is ignored)
-                        store.db.execute(f"UPDATE {table} SET {tree_columns[-1]}=? WHERE id=?", (row[-1], row_id))
-                except sqlite3.Error:
-                    pass  # it sits on a damaged page, or its values no longer make sense
-            counts[table] = copied, len(ids)
-        if _has_column(source, "conversations", "settings"):  # schema version 2: each chat's own settings
-            _copy_settings(source, store.db)
-        _relink(store.db, parents)
-    finally:
-        store.db.execute("COMMIT")
-        source.close()
-    return counts["messages"]
-
-
-def _copy_settings(source: sqlite3.Connection, db: sqlite3.Connection) -> None:
-    for cid in _readable_ids(source, "conversations"):
-        try:
-            row = source.execute("SELECT settings FROM conversations WHERE id=?", (cid,)).fetchone()
-            if row and row[0] is not None:
-                db.execute("UPDATE conversations SET settings=? WHERE id=?", (row[0], cid))
-        except sqlite3.Error:
-            pass  # on a damaged page: that chat follows the default preset
-
-
-def _relink(db: sqlite3.Connection, parents: dict[int, object]) -> None:
-    """Link copied messages into their trees: each to its parent where that was copied too, else (its
-    parent was lost, or the file had no tree) to the message before it, so every one stays reachable."""
-    previous: dict[int, int] = {}  # conversation -> the last message linked
-    conversation_of = dict(db.execute("SELECT id, conversation_id FROM messages").fetchall())
-    for message_id in sorted(parents):
-        cid, parent = conversation_of[message_id], parents[message_id]
-        if parent is not None:
-            if parent not in conversation_of or conversation_of[parent] != cid:
-                parent = previous.get(cid)
-            db.execute("UPDATE messages SET parent_id=? WHERE id=?", (parent, message_id))
-        previous[cid] = message_id
-
-
-def _has_column(db: sqlite3.Connection, table: str, column: str) -> bool:
-    try:
-        return any(row[1] == column for row in db.execute(f"PRAGMA table_info({table})"))
-    except sqlite3.Error:
-        return False
-
-
-def _readable_ids(db: sqlite3.Connection, table: str) -> list[int]:
-    """Row ids, gathered by every route that may still work: an index, and the table read from both ends
-    (a scan stops at the first damaged page; the other end reaches the rows past it)."""
-    ids: set[int] = set()
-    queries = [f"SELECT id FROM {table} ORDER BY id", f"SELECT id FROM {table} ORDER BY id DESC"]
-    if table == "messages":
-        queries.append("SELECT id FROM messages INDEXED BY messages_by_conversation")
-    for query in queries:
-        try:
-            for (row_id,) in db.execute(query):
-                ids.add(row_id)
-        except sqlite3.DatabaseError:
-            pass
-    return sorted(ids)

@@ -65,7 +65,11 @@ class SystemCheckDialog(QDialog):
         self._started = self._progress_at = 0.0
         self._tick = QTimer(self, interval=1000)  # the seconds so far and the estimate left move during a long run
         self._tick.timeout.connect(self._show_status)
+        self._build()
+        self.run("--no-model")
 
+    def _build(self) -> None:
+        """The status and steps above the report, what went wrong in red, the report, and the buttons."""
         self.status = QLabel()
         self.status.setWordWrap(True)
         self.status.setTextFormat(Qt.TextFormat.PlainText)  # a failure quotes the child's output
@@ -80,6 +84,15 @@ class SystemCheckDialog(QDialog):
         self.text = QPlainTextEdit(readOnly=True)
         self.text.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         self.text.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.status)
+        layout.addWidget(self.busy)
+        layout.addWidget(self.problems)
+        layout.addWidget(self.text, 1)
+        layout.addLayout(self._buttons())
+        self.problems.hide()
+
+    def _buttons(self) -> QHBoxLayout:
         self.bench_button = QPushButton("Measure speed")
         self.bench_button.setToolTip(
             "Loads the current model a second time and times plain decoding against "
@@ -97,14 +110,7 @@ class SystemCheckDialog(QDialog):
         buttons.addWidget(self.copy_button)
         buttons.addStretch(1)
         buttons.addWidget(close)
-        layout = QVBoxLayout(self)
-        layout.addWidget(self.status)
-        layout.addWidget(self.busy)
-        layout.addWidget(self.problems)
-        layout.addWidget(self.text, 1)
-        layout.addLayout(buttons)
-        self.problems.hide()
-        self.run("--no-model")
+        return buttons
 
     @property
     def running(self) -> bool:

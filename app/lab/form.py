@@ -38,7 +38,22 @@ THIS_MACHINE, SERVERS = "local", "servers"
 class LabForm(QGroupBox):
     def __init__(self, parent=None):
         super().__init__("Experiment", parent)
-        self.form = form = QFormLayout(self)
+        self.form = QFormLayout(self)
+        self._engine_rows()
+        model_row, draft_row = self._model_rows()
+        methods = self._method_row()
+        levels = self._level_row()
+        self._prompt_row()
+        drafting = self._run_rows()
+        # The rows only this machine's models use, and the rows only servers use (QFormLayout finds a row by its field).
+        self._local_rows = (model_row, draft_row, methods, levels, drafting, self.threads)
+        self._server_rows = (self.servers_edit, self.clients_edit)
+        self.engine.currentIndexChanged.connect(self._show_engine)
+        self._show_engine()
+
+    def _engine_rows(self) -> None:
+        """Which engine is measured: this machine's models, or servers (their addresses, and how many clients)."""
+        form = self.form
         self.engine = QComboBox()
         self.engine.addItem("This machine", THIS_MACHINE)
         self.engine.addItem("Servers (OpenAI-compatible)", SERVERS)
@@ -57,7 +72,10 @@ class LabForm(QGroupBox):
         self.clients_edit = QLineEdit("1,2,4,8,16,32,64,128,256")
         self.clients_edit.setToolTip("Concurrent clients per level, up to 1024.")
         form.addRow("Clients", self.clients_edit)
-        # The built-in models by their display names (the run gets their keys), or a typed or browsed GGUF path.
+
+    def _model_rows(self) -> tuple[QHBoxLayout, QHBoxLayout]:
+        """The target and the draft: the built-in models by their display names (the run gets their keys), or a
+        typed or browsed GGUF path."""
         self.model_edit = QComboBox(editable=True)
         self.model_edit.setInsertPolicy(QComboBox.NoInsert)
         for key, name in DISPLAY_NAMES.items():
@@ -65,13 +83,15 @@ class LabForm(QGroupBox):
         self.model_edit.setCurrentIndex(self.model_edit.findData(EMBEDDED))
         self.model_edit.setToolTip("A built-in model, or the path of a GGUF file (Browse…).")
         model_row = self._with_browse(self.model_edit)
-        form.addRow("Target model", model_row)
+        self.form.addRow("Target model", model_row)
         self.draft_edit = QLineEdit()
         self.draft_edit.setPlaceholderText("none (needed for the draft model and auto)")
         self.draft_edit.textChanged.connect(self._draft_changed)
         draft_row = self._with_browse(self.draft_edit)
-        form.addRow("Draft model", draft_row)
+        self.form.addRow("Draft model", draft_row)
+        return model_row, draft_row
 
+    def _method_row(self) -> QHBoxLayout:
         self.method_boxes = {}
         methods = QHBoxLayout()
         for method in METHODS:
@@ -83,8 +103,10 @@ class LabForm(QGroupBox):
             methods.addWidget(box)
         self.method_boxes["none"].setEnabled(False)  # the baseline every speed-up is measured against
         self.method_boxes["none"].setToolTip("Plain decoding is always run: it is the baseline.")
-        form.addRow("Methods", methods)
+        self.form.addRow("Methods", methods)
+        return methods
 
+    def _level_row(self) -> QHBoxLayout:
         self.level_boxes = {}
         levels = QHBoxLayout()
         for level in LEVELS:
@@ -92,8 +114,10 @@ class LabForm(QGroupBox):
             box.setChecked(level <= 8)
             self.level_boxes[level] = box
             levels.addWidget(box)
-        form.addRow("Concurrency", levels)
+        self.form.addRow("Concurrency", levels)
+        return levels
 
+    def _prompt_row(self) -> None:
         self.prompt_combo = QComboBox()
         for key, label in PROMPT_SETS.items():
             self.prompt_combo.addItem(label, key)
@@ -107,8 +131,10 @@ class LabForm(QGroupBox):
         prompts = QVBoxLayout()
         prompts.addWidget(self.prompt_combo)
         prompts.addWidget(self.prompt_file)
-        form.addRow("Prompts", prompts)
+        self.form.addRow("Prompts", prompts)
 
+    def _run_rows(self) -> QHBoxLayout:
+        """How each cell runs: tokens per request, draft length, threads, repeats. The draft length's row."""
         self.max_tokens = QSpinBox(minimum=4, maximum=2048, value=128)
         self.max_draft = QSpinBox(minimum=1, maximum=MAX_DRAFT_LIMIT, value=DEFAULT_MAX_DRAFT)  # the chat's default
         self.adaptive = QCheckBox("adaptive (as in the chat)")
@@ -124,18 +150,14 @@ class LabForm(QGroupBox):
             "Runs per cell, methods alternating; the fastest is kept.\n"
             "Raise it when other programs keep the machine busy."
         )
-        form.addRow("Tokens per request", self.max_tokens)
+        self.form.addRow("Tokens per request", self.max_tokens)
         drafting = QHBoxLayout()
         drafting.addWidget(self.max_draft)
         drafting.addWidget(self.adaptive)
-        form.addRow("Max draft tokens", drafting)
-        form.addRow("Threads", self.threads)
-        form.addRow("Repeats", self.repeats)
-        # The rows only this machine's models use, and the rows only servers use (QFormLayout finds a row by its field).
-        self._local_rows = (model_row, draft_row, methods, levels, drafting, self.threads)
-        self._server_rows = (self.servers_edit, self.clients_edit)
-        self.engine.currentIndexChanged.connect(self._show_engine)
-        self._show_engine()
+        self.form.addRow("Max draft tokens", drafting)
+        self.form.addRow("Threads", self.threads)
+        self.form.addRow("Repeats", self.repeats)
+        return drafting
 
     @property
     def remote(self) -> bool:

@@ -44,8 +44,8 @@ HEADER_TIPS = [
     "delivers m tokens counts as m gaps of 1/m of its time); median and 95th percentile over all tokens.",
     "End-to-end seconds: from a request's admission (its prefill) to its last token; median and 95th "
     "percentile over the level's requests.",
-    "Acceptance: accepted ÷ drafted tokens. Mean accepted length (tok/step): tokens each target step produced, "
-    "1 + accepted ÷ verify steps. n/a for plain decoding, which drafts nothing.",
+    "Acceptance: accepted ÷ drafted tokens. Mean accepted length (tok/step): tokens each step that verified "
+    "drafts produced, 1 + accepted ÷ such steps. n/a for plain decoding, which drafts nothing.",
     "Drafting: the share of the level's wall time spent proposing drafts (a draft model's decodes, its catch-up "
     "on each prompt included; lookup's search). Model: the draft model's weights in memory. n/a for plain "
     "decoding; 'none' where no draft model runs. Sizes in MiB.",

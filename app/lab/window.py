@@ -1,8 +1,8 @@
 """The speculation lab window: run plain vs speculative decoding at rising concurrency on this
 machine, watch the chart fill in, read the advice, and apply it to the chat.
 
-Its parts live in app/lab/: the experiment form (form.py), the runner that measures on its own
-thread through engine.lab.local.run_lab, the same code as the CLI (runner.py), the charts (chart.py) and
+Its parts live in app/lab/: the experiment form (form.py), the runner that measures in the background
+(app.background) through engine.lab.local.run_lab, the same code as the CLI (runner.py), the charts (chart.py) and
 the results table (results_table.py). This module lays them out, starts and cancels runs, and turns
 results into advice; it also saves and loads results documents.
 """
@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 from app.lab.chart import LabChart
 from app.lab.form import CUSTOM, LEVELS, PROMPT_SETS, LabForm
 from app.lab.results_table import LEGEND, NA, ResultsTable
-from app.lab.runner import PROGRESS_EVERY_S, LabRunner, LabWorker
+from app.lab.runner import PROGRESS_EVERY_S, LabRunner
 from app.lab.scope import ChatModels, apply_blocker, changes_words, chat_changes
 from engine import safe_files
 from engine.errors import EngineError
@@ -39,7 +39,7 @@ from engine.lab.report import best_draft_length, crossover, method_words, throug
 from engine.lab.schema import LabProgress
 from engine.methods import DRAFT_METHODS
 
-__all__ = ["CUSTOM", "LEVELS", "NA", "PROGRESS_EVERY_S", "PROMPT_SETS", "LabChart", "LabWindow", "LabWorker"]
+__all__ = ["CUSTOM", "LEVELS", "NA", "PROGRESS_EVERY_S", "PROMPT_SETS", "LabChart", "LabWindow"]
 
 
 MAX_RESULTS_BYTES = 64 << 20  # a results file is a few KB; more is not a lab's
@@ -121,7 +121,23 @@ class LabWindow(QWidget):
             f.max_draft,
         )
         self.adaptive, self.threads, self.repeats = f.adaptive, f.threads, f.repeats
+        left = QVBoxLayout()
+        left.addWidget(self.form)
+        left.addLayout(self._build_buttons())
+        left.addWidget(self.progress)
+        left.addWidget(self.status)
+        left.addStretch(1)
+        grid = QGridLayout(self)
+        grid.addLayout(left, 0, 0, 2, 1)
+        grid.addLayout(self._build_charts(), 0, 1)
+        grid.addLayout(self._build_results(), 1, 1)
+        grid.addWidget(self._build_advice(), 2, 0, 1, 2)
+        grid.setColumnStretch(1, 1)
+        grid.setRowStretch(1, 1)  # room to spare goes to the table
+        self.resize(1280, 800)  # the charts side by side and every results column in sight
 
+    def _build_buttons(self) -> QHBoxLayout:
+        """Run, Cancel, Save and Load; and the progress and status under them."""
         self.run_button = QPushButton("Run")
         self.run_button.clicked.connect(self.start_run)
         self.cancel_button = QPushButton("Cancel")
@@ -133,7 +149,6 @@ class LabWindow(QWidget):
         buttons = QHBoxLayout()
         for b in (self.run_button, self.cancel_button, self.save_button, self.load_button):
             buttons.addWidget(b)
-
         self.progress = QProgressBar(minimum=0, maximum=100)
         # Shown only while a run measures (an empty bar at rest looks like a text box); its room is kept.
         policy = self.progress.sizePolicy()
@@ -142,18 +157,27 @@ class LabWindow(QWidget):
         self.progress.hide()
         self.status = QLabel("Choose what to compare, then Run.")
         self.status.setWordWrap(True)
+        return buttons
+
+    def _build_charts(self) -> QHBoxLayout:
         self.rate_chart = LabChart(RATE_TITLES[True], "tokens/s", throughput)
         self.itl_chart = LabChart("Inter-token latency (p50)", "ms per token", "itl_p50_ms")
         charts = QHBoxLayout()
         charts.addWidget(self.rate_chart)
         charts.addWidget(self.itl_chart)
+        return charts
+
+    def _build_results(self) -> QVBoxLayout:
         self.table = ResultsTable()
         self.table_legend = QLabel(LEGEND)  # why aggregate and per-request tokens/s differ
         self.table_legend.setWordWrap(True)
         results_box = QVBoxLayout()
         results_box.addWidget(self.table, 1)
         results_box.addWidget(self.table_legend)
+        return results_box
 
+    def _build_advice(self) -> QGroupBox:
+        """The advice, and Apply with what it changes in the chat (or why it is not offered)."""
         self.advice = QLabel("")
         self.advice.setWordWrap(True)
         self.advice.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -169,21 +193,7 @@ class LabWindow(QWidget):
         apply_row.addWidget(self.apply_note, 1)
         apply_row.addWidget(self.apply_button, alignment=Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignTop)
         advice_layout.addLayout(apply_row)
-
-        left = QVBoxLayout()
-        left.addWidget(self.form)
-        left.addLayout(buttons)
-        left.addWidget(self.progress)
-        left.addWidget(self.status)
-        left.addStretch(1)
-        grid = QGridLayout(self)
-        grid.addLayout(left, 0, 0, 2, 1)
-        grid.addLayout(charts, 0, 1)
-        grid.addLayout(results_box, 1, 1)
-        grid.addWidget(advice_box, 2, 0, 1, 2)
-        grid.setColumnStretch(1, 1)
-        grid.setRowStretch(1, 1)  # room to spare goes to the table
-        self.resize(1280, 800)  # the charts side by side and every results column in sight
+        return advice_box
 
     # --- running ------------------------------------------------------------------------------
     def config(self) -> LabConfig | RemoteLabConfig:
@@ -380,7 +390,7 @@ class LabWindow(QWidget):
 
     # --- closing ------------------------------------------------------------------------------
     def closeEvent(self, event) -> None:
-        """Closing cancels a run and stops the worker thread; the window can be shown and run again."""
+        """Closing cancels a run and waits for it to stop; the window can be shown and run again."""
         self.shutdown()
         super().closeEvent(event)
 

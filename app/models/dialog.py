@@ -8,9 +8,9 @@ search with its draft finder (search_tab.py) and the models found on this machin
 This module puts them together and passes news between them: a finished download is selected in
 the picker, an added or removed file redraws all three.
 
-Downloads and compatibility checks run on QThreads (app/models/threads.py keeps them until they end);
-the GUI thread only receives their signals. A download stops (keeping what arrived) when the window
-closes; Resume continues it later.
+Downloads, searches and compatibility checks run in the background (app.background); the GUI thread only
+receives their answers. A download stops (keeping what arrived) when the window closes; Resume continues it
+later.
 """
 
 from __future__ import annotations
@@ -19,19 +19,17 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QDialog, QTabWidget, QVBoxLayout
 
 from app.models.builtin_models import BuiltinModel, builtin_models
-from app.models.download_worker import DownloadWorker
 from app.models.installed_tab import GGUF_FILTER, InstalledTab
 from app.models.local_tab import LocalTab
-from app.models.model_picker import CompatibilityWorker, ModelPicker
+from app.models.model_picker import ModelPicker
 from app.models.pairs_tab import BAR_STEPS, PairsTab
 from app.models.search_tab import SearchTab
-from app.models.threads import STOP_WAIT_MS
 from engine.errors import EngineError
 from engine.modelfiles import model_store
 from engine.modelfiles.catalog import CatalogPair, load_catalog
 from engine.modelfiles.embedded import EMBEDDED
 
-__all__ = ["BAR_STEPS", "GGUF_FILTER", "STOP_WAIT_MS", "CompatibilityWorker", "DownloadWorker", "ModelsDialog"]
+__all__ = ["BAR_STEPS", "GGUF_FILTER", "ModelsDialog"]
 
 
 class ModelsDialog(QDialog):
@@ -127,7 +125,7 @@ class ModelsDialog(QDialog):
         super().done(result)
 
     def _stop_workers(self) -> None:
-        """Threads must end before the window goes; a stopped download keeps what arrived."""
+        """What runs in the background ends before the window goes; a stopped download keeps what arrived."""
         self.pairs.stop()
         self.search_tab.stop()
         self.local_tab.stop()

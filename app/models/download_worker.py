@@ -1,41 +1,49 @@
-"""The download job runner: one engine.modelfiles.downloads.DownloadJob on a worker thread, reporting by signals."""
+"""A download: one engine.modelfiles.downloads.DownloadJob off the GUI thread (app.background), its progress and
+its end told to the window on the GUI thread."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
-from PySide6.QtCore import QObject, QThread, Signal, Slot
+from PySide6.QtCore import QObject
 
+from app.background import Job
 from engine.errors import EngineError
-from engine.modelfiles.downloads import DownloadCancelled, DownloadJob, FileRequest
+from engine.modelfiles.downloads import DownloadJob, Progress
+from engine.modelfiles.hub_files import DownloadCancelled, FileRequest
 
 log = logging.getLogger(__name__)
 
 
-class DownloadWorker(QObject):
-    progress = Signal(object)  # engine.modelfiles.downloads.Progress
-    finished = Signal(list)  # local paths
-    failed = Signal(str)
-    stopped = Signal(str)
+def start_download(
+    requests: list[FileRequest],
+    owner: QObject,
+    *,
+    progress: Callable[[Progress], None],
+    finished: Callable[[list[str]], None],
+    failed: Callable[[str], None],
+    stopped: Callable[[str], None],
+) -> Job:
+    """Download requests in the background: progress(Progress) as it goes, then finished(local paths), failed(why) or
+    stopped(what was kept). job.stop() stops it at the next piece of data."""
 
-    def __init__(self, requests: list[FileRequest]):
-        super().__init__()
-        self.job = DownloadJob(requests, self.progress.emit)
-
-    def stop(self) -> None:
-        self.job.cancel()  # thread-safe; the job stops at the next piece of data
-
-    @Slot()
-    def run(self) -> None:
-        try:
-            paths = self.job.run()
-        except DownloadCancelled as exc:
-            self.stopped.emit(str(exc))
-        except EngineError as exc:
-            self.failed.emit(str(exc))
-        except Exception as exc:  # noqa: BLE001 - a worker must always report back
-            log.exception("download")
-            self.failed.emit(f"The download failed unexpectedly: {exc}")
+    def ended(exc: BaseException) -> None:
+        if isinstance(exc, DownloadCancelled):
+            stopped(str(exc))
+        elif isinstance(exc, EngineError):
+            failed(str(exc))
         else:
-            self.finished.emit([str(p) for p in paths])
-        QThread.currentThread().quit()
+            log.error("download", exc_info=exc)
+            failed(f"The download failed unexpectedly: {exc}")
+
+    job = Job(
+        progress=progress,
+        done=lambda paths: finished([str(p) for p in paths]),
+        failed=ended,
+        owner=owner,
+        name="download",
+    )
+    download = DownloadJob(requests, job.report)
+    job.on_stop = download.cancel  # thread-safe; the download stops at the next piece of data
+    return job.start(download.run)

@@ -1,20 +1,22 @@
 """The "Use these models" box: a target and a draft for it. The draft picker offers only drafts that
-pass llama.cpp's vocabulary check against the chosen target (run on a worker thread); the others are
+pass llama.cpp's vocabulary check against the chosen target (run in the background, app.background); the others are
 listed greyed out, with the reason."""
 
 from __future__ import annotations
 
 import logging
-import threading
+from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QStandardItem, QStandardItemModel
 from PySide6.QtWidgets import QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QPushButton, QVBoxLayout
 
+from app.background import Job
 from app.models.builtin_models import BuiltinModel, gemma_assembled
 from app.models.model_names import model_label
-from app.models.threads import start_worker, stop_and_wait
+from app.models.task_worker import STOP_WAIT_S
+from engine.decoding import pair_check
 from engine.modelfiles import model_store
 from engine.modelfiles.downloads import format_bytes
 from engine.modelfiles.embedded import EMBEDDED, EMBEDDED_GEMMA, resolve_model
@@ -25,35 +27,24 @@ log = logging.getLogger(__name__)
 TYPES_DIFFER = "different vocabulary types (e.g. SentencePiece vs BPE)"  # vocab_check's words for the same rule
 
 
-class CompatibilityWorker(QObject):
-    checked = Signal(int, object)  # generation, {draft spec: Compatibility}
-
-    def __init__(self, generation: int, target: str, drafts: list[str]):
-        super().__init__()
-        self.generation, self.target, self.drafts = generation, target, drafts
-        self._stop = threading.Event()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    @Slot()
-    def run(self) -> None:
-        try:
-            target = resolve_model(self.target)
-            paths = {spec: resolve_model(spec) for spec in self.drafts}
-            # Vocabulary types from the headers first (0.1 s): llama.cpp's check refuses those pairs anyway, and
-            # loading a 262k-token vocabulary (the built-in Gemma's) to be told so took 1.5 s per target.
-            results = {
-                spec: Compatibility(False, TYPES_DIFFER) for spec, path in paths.items() if _types_differ(target, path)
-            }
-            loaded = {spec: path for spec, path in paths.items() if spec not in results}
-            found = model_store.check_drafts(target, loaded.values(), self._stop.is_set)
-            results.update({spec: found[path] for spec, path in loaded.items() if path in found})
-        except Exception as exc:  # noqa: BLE001 - report as a reason, never crash the dialog
-            log.exception("compatibility check")
-            results = {spec: Compatibility(False, f"could not be checked: {exc}") for spec in self.drafts}
-        self.checked.emit(self.generation, results)
-        QThread.currentThread().quit()
+def check_compatibility(target_spec: str, drafts: list[str], stopped: Callable[[], bool]) -> dict:
+    """{draft spec: Compatibility} with the target, in the background (app.background): never raises, a failure is
+    each draft's reason."""
+    try:
+        target = resolve_model(target_spec)
+        paths = {spec: resolve_model(spec) for spec in drafts}
+        # Vocabulary types from the headers first (0.1 s): llama.cpp's check refuses those pairs anyway, and
+        # loading a 262k-token vocabulary (the built-in Gemma's) to be told so took 1.5 s per target.
+        results = {
+            spec: Compatibility(False, TYPES_DIFFER) for spec, path in paths.items() if _types_differ(target, path)
+        }
+        loaded = {spec: path for spec, path in paths.items() if spec not in results}
+        found = pair_check.check_drafts(target, loaded.values(), stopped)
+        results.update({spec: found[path] for spec, path in loaded.items() if path in found})
+    except Exception as exc:  # noqa: BLE001 - report as a reason, never crash the dialog
+        log.exception("compatibility check")
+        results = {spec: Compatibility(False, f"could not be checked: {exc}") for spec in drafts}
+    return results
 
 
 class ModelPicker(QGroupBox):
@@ -66,7 +57,7 @@ class ModelPicker(QGroupBox):
         self._current_target = current_target
         self._current_draft = current_draft
         self.installed: list[model_store.InstalledModel] = []
-        self._check: tuple[QThread, CompatibilityWorker] | None = None
+        self._check: Job | None = None
         self._compat: dict[str, Compatibility] = {}
         self._compat_target: str | None = None
         self._compat_generation = 0  # bumps whenever the target or the candidates change
@@ -190,17 +181,13 @@ class ModelPicker(QGroupBox):
 
     def _start_check(self) -> None:
         if self._check is not None:
-            self._check[1].stop()  # its answer is out of date; _check_done starts the next check
+            self._check.stop()  # its answer is out of date; _check_done starts the next check
             return
-        target = self._compat_target
-        worker = CompatibilityWorker(self._compat_generation, target, self._draft_candidates(target))
-        worker.checked.connect(self._check_done)
-        self._check = start_worker(worker, self)
+        target, generation = self._compat_target, self._compat_generation
+        job = Job(owner=self, name="compatibility-check", done=lambda results: self._check_done(generation, results))
+        self._check = job.start(check_compatibility, target, self._draft_candidates(target), job.stopped)
 
-    @Slot(int, object)
     def _check_done(self, generation: int, results: dict) -> None:
-        thread, _ = self._check
-        thread.wait()
         self._check = None
         if generation != self._compat_generation:
             self._start_check()
@@ -211,8 +198,10 @@ class ModelPicker(QGroupBox):
         self.compatibilityChecked.emit()
 
     def stop(self) -> None:
-        """The window is closing: stop a check in progress and wait for its thread."""
-        stop_and_wait(self._check)
+        """The window is closing: stop a check in progress and wait (a while) for it to end."""
+        if self._check is not None:
+            self._check.stop()
+            self._check.wait(STOP_WAIT_S)
 
 
 def _types_differ(target: Path, draft: Path) -> bool:

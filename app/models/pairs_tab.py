@@ -6,15 +6,17 @@ from __future__ import annotations
 import html
 import re
 
-from PySide6.QtCore import Qt, QThread, Signal, Slot
+from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
-from app.models.download_worker import DownloadWorker
+from app.background import Job
+from app.models.download_worker import start_download
 from app.models.tables import make_table, selected_key, set_row
-from app.models.threads import start_worker, stop_and_wait
+from app.models.task_worker import STOP_WAIT_S
 from engine.modelfiles import model_store
 from engine.modelfiles.catalog import CatalogPair
-from engine.modelfiles.downloads import Progress, format_bytes, partial_bytes
+from engine.modelfiles.downloads import Progress, format_bytes
+from engine.modelfiles.model_folder import partial_bytes
 
 BAR_STEPS = 1000
 WORD_JOINER = "\u2060"  # invisible; forbids a line break on either side
@@ -38,7 +40,7 @@ class PairsTab(QWidget):
     def __init__(self, catalog: list[CatalogPair], catalog_error: str = "", parent=None):
         super().__init__(parent)
         self.catalog = catalog
-        self._download: tuple[QThread, DownloadWorker] | None = None
+        self._download: Job | None = None
         self._download_pair: CatalogPair | None = None
         self.table = make_table(["Pair", "Download size", "Status"])
         self.table.itemSelectionChanged.connect(self._pair_selected)
@@ -137,25 +139,29 @@ class PairsTab(QWidget):
         for bar in (self.target_bar, self.draft_bar):
             bar.setRange(0, BAR_STEPS)
             bar.setValue(0)
-        worker = DownloadWorker(model_store.catalog_requests(pair))
-        worker.progress.connect(self._download_progress)
-        worker.finished.connect(self._download_finished)
-        worker.failed.connect(self._download_failed)  # bound methods: delivered on the GUI thread
-        worker.stopped.connect(self._download_stopped)
         self.show_status(f"Asking the hub about {pair.name}…")
-        self._download = start_worker(worker, self)
+        self._download = start_download(
+            model_store.catalog_requests(pair),
+            self,
+            progress=self._download_progress,
+            finished=self._download_finished,
+            failed=self._download_failed,
+            stopped=self._download_stopped,
+        )
         self.progress_box.show()
         self._update_buttons()
 
     def cancel_download(self) -> None:
         if self._download is not None:
-            self._download[1].stop()
+            self._download.stop()
             self.show_status("Stopping…")
             self.cancel_button.setEnabled(False)
 
     def stop(self) -> None:
-        """The window is closing: stop the download, keeping what arrived, and wait for its thread."""
-        stop_and_wait(self._download)
+        """The window is closing: stop the download, keeping what arrived, and wait (a while) for it to end."""
+        if self._download is not None:
+            self._download.stop()
+            self._download.wait(STOP_WAIT_S)
 
     @Slot(object)
     def _download_progress(self, p: Progress) -> None:
@@ -204,8 +210,6 @@ class PairsTab(QWidget):
         self.downloadEnded.emit(message)
 
     def _end_download(self) -> None:
-        thread, _ = self._download
-        thread.wait()
         self._download = None
         self.progress_box.hide()  # the status line says how it ended
 

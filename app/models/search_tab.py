@@ -6,7 +6,7 @@ Every hub call runs on a worker thread (app/models/task_worker.py); the window o
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, QThread, Signal, Slot
+from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
@@ -20,17 +20,18 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.models.download_worker import DownloadWorker
+from app.background import Job
+from app.models.download_worker import start_download
 from app.models.pairs_tab import BAR_STEPS
 from app.models.tables import make_table, selected_key, set_row
-from app.models.task_worker import Tasks
-from app.models.threads import start_worker, stop_and_wait
+from app.models.task_worker import STOP_WAIT_S, Tasks
 from engine.errors import EngineError
 from engine.hardware import free_gpu_memory
 from engine.modelfiles import model_store
-from engine.modelfiles.downloads import FileRequest, Progress, format_bytes
+from engine.modelfiles.downloads import Progress, format_bytes
 from engine.modelfiles.draft_finder import DraftCandidate, DraftSearch, find_drafts
 from engine.modelfiles.embedded import embedded_model_path
+from engine.modelfiles.hub_files import FileRequest
 from engine.modelfiles.hub_search import GGUFFile, RepoResult, repo_files, search_repos
 from engine.modelfiles.memory_fit import estimate_fit
 from engine.modelfiles.remote_gguf import read_remote_metadata
@@ -39,7 +40,6 @@ from engine.text_rules import plain_name
 SORTS = (("Most downloaded", "downloads"), ("Most liked", "likes"), ("Recently updated", "recent"))
 DEFAULT_CONTEXT = 4096
 HUB_TIMEOUT_S = 15.0  # a hub that stops answering is given up on after this, and said so
-NO_DRAFT = -1
 
 
 class SearchTab(QWidget):
@@ -55,7 +55,7 @@ class SearchTab(QWidget):
         self.repo_meta: dict | None = None  # the header of one of the repo's files: sizes its KV cache
         self.free_vram: int | None = None  # read with the repo's files, off the GUI thread (a GPU call)
         self.drafts: DraftSearch | None = None
-        self._download: tuple[QThread, DownloadWorker] | None = None
+        self._download: Job | None = None
         self._download_plan: tuple[int, str | None] = (1, None)  # target parts, installed draft path
 
         self.query_edit = QLineEdit()
@@ -291,20 +291,22 @@ class SearchTab(QWidget):
         if draft is not None and draft.repo_id:
             requests += [FileRequest(draft.repo_id, part) for part in draft.parts]
         self._download_plan = (len(target.parts), installed_draft)
-        worker = DownloadWorker(requests)
-        worker.progress.connect(self._download_progress)
-        worker.finished.connect(self._download_finished)
-        worker.failed.connect(self._download_failed)
-        worker.stopped.connect(self._download_stopped)
         self.progress.setValue(0)
         self.progress.show()
         self.show_status(f"Asking the hub about {target.filename}…")
-        self._download = start_worker(worker, self)
+        self._download = start_download(
+            requests,
+            self,
+            progress=self._download_progress,
+            finished=self._download_finished,
+            failed=self._download_failed,
+            stopped=self._download_stopped,
+        )
         self._update_buttons()
 
     def cancel_download(self) -> None:
         if self._download is not None:
-            self._download[1].stop()
+            self._download.stop()
             self.show_status("Stopping…")
             self.cancel_button.setEnabled(False)
 
@@ -350,7 +352,6 @@ class SearchTab(QWidget):
         self.downloadEnded.emit(message)
 
     def _end_download(self) -> None:
-        self._download[0].wait()
         self._download = None
         self.progress.hide()
         self._update_buttons()
@@ -358,7 +359,9 @@ class SearchTab(QWidget):
     def stop(self) -> None:
         """The window is closing: stop searches and a download (keeping what arrived)."""
         self.tasks.stop_all()
-        stop_and_wait(self._download)
+        if self._download is not None:
+            self._download.stop()
+            self._download.wait(STOP_WAIT_S)
 
     # --- shared -------------------------------------------------------------------------------
     def _failed(self, message: str) -> None:

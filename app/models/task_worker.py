@@ -1,83 +1,70 @@
-"""One engine call on a worker thread (a hub search, a header read, a look through the disk): the window
-gets its result or its message by signal, and a newer call of the same kind makes an older answer stale."""
+"""The Models dialog's background calls (a hub search, a header read, a look through the disk), by kind, on
+app.background: the window gets each call's result or its message on the GUI thread, and a newer call of the same
+kind makes an older answer stale."""
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 
-from PySide6.QtCore import QObject, QThread, Signal, Slot
+from PySide6.QtCore import QObject
 
-from app.models.threads import start_worker, stop_and_wait
+from app.background import Job
 from engine.errors import EngineError
 
 log = logging.getLogger(__name__)
 
+STOP_WAIT_S = 15.0  # a closing dialog waits this long for a call it stopped: a stalled connection notices a cancel
+# within the hub client's read timeout
 
-class TaskWorker(QObject):
-    done = Signal(int, object)  # generation, result
-    failed = Signal(int, str)  # generation, message for a person
 
-    def __init__(self, generation: int, call: Callable[[Callable[[], bool]], object]):
-        super().__init__()
-        self.generation, self.call = generation, call
-        self._stop = threading.Event()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    @Slot()
-    def run(self) -> None:
-        try:
-            result = self.call(self._stop.is_set)
-        except EngineError as exc:
-            self.failed.emit(self.generation, str(exc))
-        except Exception as exc:  # noqa: BLE001 - a worker must always report back
-            log.exception("background task")
-            self.failed.emit(self.generation, f"Something went wrong: {exc}")
-        else:
-            self.done.emit(self.generation, result)
-        QThread.currentThread().quit()
+def failure_text(exc: BaseException) -> str:
+    """A background call's failure, for a person: an EngineError's own words, anything else logged and named."""
+    if isinstance(exc, EngineError):
+        return str(exc)
+    log.error("background task", exc_info=exc)
+    return f"Something went wrong: {exc}"
 
 
 class Tasks(QObject):
-    """Background calls by kind: starting one stops the kind's previous call, whose answer is then ignored."""
+    """Background calls by kind: starting one cancels the kind's previous call, whose answer is then dropped.
+    call(stopped) gets a callable that says whether it should stop."""
 
     def __init__(self, owner: QObject):
         super().__init__(owner)
         self._owner = owner
-        self._running: dict[str, tuple] = {}
-        self._generation = 0
+        self._running: dict[str, tuple[int, Job]] = {}  # kind → (call number, its job)
+        self._calls = 0
 
-    def start(self, kind: str, call, on_done: Callable[[object], None], on_failed: Callable[[str], None]) -> None:
+    def start(
+        self,
+        kind: str,
+        call: Callable[[Callable[[], bool]], object],
+        on_done: Callable[[object], None],
+        on_failed: Callable[[str], None],
+    ) -> None:
         self.cancel(kind)
-        self._generation += 1
-        generation = self._generation
-        worker = TaskWorker(generation, call)
-        worker.done.connect(self._done)  # a bound slot of this GUI-thread object: delivered on the GUI thread
-        worker.failed.connect(self._failed)
-        self._running[kind] = (*start_worker(worker, self._owner), generation, on_done, on_failed)
+        self._calls += 1
+        n = self._calls
 
-    @Slot(int, object)
-    def _done(self, generation: int, result) -> None:
-        running = self._take(generation)
-        if running is not None:
-            running[3](result)
+        def done(result: object) -> None:
+            if self._ended(kind, n):
+                on_done(result)
 
-    @Slot(int, str)
-    def _failed(self, generation: int, message: str) -> None:
-        running = self._take(generation)
-        if running is not None:
-            running[4](message)
+        def failed(exc: BaseException) -> None:
+            if self._ended(kind, n):
+                on_failed(failure_text(exc))
 
-    def _take(self, generation: int):
-        """The current call this answer belongs to (now idle), or None for a stale answer."""
-        for kind, running in self._running.items():
-            if running[2] == generation:
-                del self._running[kind]
-                return running
-        return None
+        job = Job(owner=self._owner, name=kind, done=done, failed=failed)
+        self._running[kind] = (n, job)
+        job.start(call, job.stopped)
+
+    def _ended(self, kind: str, n: int) -> bool:
+        """The kind's current call (number n) answered, and is idle now: True; False for a stale answer."""
+        if kind not in self._running or self._running[kind][0] != n:
+            return False
+        del self._running[kind]
+        return True
 
     def busy(self, kind: str) -> bool:
         return kind in self._running
@@ -85,10 +72,11 @@ class Tasks(QObject):
     def cancel(self, kind: str) -> None:
         running = self._running.pop(kind, None)
         if running is not None:
-            running[1].stop()
+            running[1].cancel()
 
     def stop_all(self) -> None:
-        """The window is closing: stop every call and wait (a while) for its thread."""
+        """The window is closing: cancel every call and wait (a while) for each to return."""
         for kind in list(self._running):
-            thread, worker, *_ = self._running.pop(kind)
-            stop_and_wait((thread, worker))
+            _, job = self._running.pop(kind)
+            job.cancel()
+            job.wait(STOP_WAIT_S)

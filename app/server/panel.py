@@ -125,6 +125,36 @@ class ServerPanel(QWidget):
         self._set_running(None)
 
     def _build(self, s) -> None:
+        form = self._build_options(s)
+        self.start_button = QPushButton("Start server")
+        self.start_button.clicked.connect(self.toggle)
+        self.copy_button = QPushButton("Copy URL")
+        self.copy_button.clicked.connect(self._copy_url)
+        self.status = QLabel()
+        self.status.setWordWrap(True)
+        self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.start_button)
+        buttons.addWidget(self.copy_button)
+        buttons.addStretch(1)
+        self._build_log()
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addLayout(buttons)
+        layout.addWidget(self.status)
+        caption = QLabel(
+            "Requests, each as measured: tok/s (API) is the figure the API's response gives "
+            "(every answer token ÷ the time from the first token to the last, as llama.cpp's server "
+            "counts; the chat's stats line leaves the first token out); n/a where none was read."
+        )
+        caption.setWordWrap(True)
+        caption.setToolTip(RATE_MEANING)
+        layout.addWidget(caption)
+        layout.addWidget(self.table, 1)
+        self.resize(820, 520)
+
+    def _build_options(self, s) -> QFormLayout:
+        """The server's options, from the settings s: port, network, API key, CORS, host names, parallel requests."""
         self.port = QSpinBox(minimum=1, maximum=65535, value=s.server_port)
         self.lan = QCheckBox("Serve on the local network (other machines can connect; needs an API key)")
         self.lan.setChecked(s.server_lan)
@@ -158,17 +188,10 @@ class ServerPanel(QWidget):
         form.addRow("CORS origins", self.cors)
         form.addRow("Host names", self.hosts)
         form.addRow("Parallel requests", self.parallel)
-        self.start_button = QPushButton("Start server")
-        self.start_button.clicked.connect(self.toggle)
-        self.copy_button = QPushButton("Copy URL")
-        self.copy_button.clicked.connect(self._copy_url)
-        self.status = QLabel()
-        self.status.setWordWrap(True)
-        self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        buttons = QHBoxLayout()
-        buttons.addWidget(self.start_button)
-        buttons.addWidget(self.copy_button)
-        buttons.addStretch(1)
+        return form
+
+    def _build_log(self) -> None:
+        """The requests served, one row each as it ends."""
         self.log = RequestLogModel(self)
         self.table = QTableView()
         self.table.setModel(self.log)
@@ -177,20 +200,6 @@ class ServerPanel(QWidget):
         self.table.horizontalHeader().setStretchLastSection(True)
         self.table.resizeColumnsToContents()  # as wide as the headers: ten columns of 100 px would scroll sideways
         self.log.rowsInserted.connect(self._row_added)
-        layout = QVBoxLayout(self)
-        layout.addLayout(form)
-        layout.addLayout(buttons)
-        layout.addWidget(self.status)
-        caption = QLabel(
-            "Requests, each as measured: tok/s (API) is the figure the API's response gives "
-            "(every answer token ÷ the time from the first token to the last, as llama.cpp's server "
-            "counts; the chat's stats line leaves the first token out); n/a where none was read."
-        )
-        caption.setWordWrap(True)
-        caption.setToolTip(RATE_MEANING)
-        layout.addWidget(caption)
-        layout.addWidget(self.table, 1)
-        self.resize(820, 520)
 
     # --- options ------------------------------------------------------------------------------------
     def _show_key(self, shown: bool) -> None:

@@ -1,6 +1,7 @@
 """The figures under a response: measured values formatted, n/a where missing, labelled memory."""
 
-from app.chat.stats_view import StatsBar, stat_items
+from app.chat.stats_view import StatsBar
+from app.figure_texts import stat_items
 
 
 def texts(stats):
@@ -71,7 +72,7 @@ def test_stats_bar_shows_text_and_sparkline(qtbot):
 
 
 def test_tooltip_details():
-    from app.chat.stats_view import detail_lines
+    from app.figure_texts import detail_lines
 
     lines = detail_lines(
         {
@@ -98,11 +99,11 @@ def test_every_figure_the_stats_line_reads_is_in_the_table():
     import ast
     from pathlib import Path
 
-    import app.chat.stats_view as stats_view
+    import app.figure_texts as figure_texts
     from engine.figures import FIGURE
 
     read = set()
-    for node in ast.walk(ast.parse(Path(stats_view.__file__).read_text(encoding="utf-8"))):
+    for node in ast.walk(ast.parse(Path(figure_texts.__file__).read_text(encoding="utf-8"))):
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
@@ -154,7 +155,7 @@ def test_auto_says_who_did_the_work_and_a_draft_that_proposed_nothing_says_so():
         texts({"method": "auto", "by_proposer": {}})["by_proposer"]
         == "lookup 0/0 (proposed nothing) · draft 0/0 (proposed nothing)"
     )  # counted, and neither drafted
-    from app.chat.stats_view import detail_lines
+    from app.figure_texts import detail_lines
 
     assert detail_lines(auto)[-2:] == [
         "Prompt lookup: drafted 90 tokens, 69 kept (77%).",
