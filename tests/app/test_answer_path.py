@@ -3,11 +3,11 @@ Send reads the conversation once and resolves the chat's settings once (no model
 
 from types import SimpleNamespace
 
-from PySide6.QtCore import QObject, Signal
-
 from app.answers import GenerationRequest, run_answer
 from app.engine_answers import NO_MODEL, PLAIN_WHILE_SERVING, LocalAnswers, ServedAnswers
 from engine.errors import EngineError
+
+from support.fake_engine import FakeEngine
 
 
 def recorder() -> tuple[SimpleNamespace, list]:
@@ -63,23 +63,6 @@ def test_this_machines_engine_without_a_model_and_a_plain_answer_while_serving_s
     assert said == [("started", plain.id), ("failed", plain.id, PLAIN_WHILE_SERVING, {})]
 
 
-class StubEngine(QObject):
-    """EngineClient's interface as the chat uses it, and nothing else (no worker to reach around it to)."""
-
-    started = Signal(int)
-    progress = Signal(int, object, object)
-    finished = Signal(int, object)
-    failed = Signal(int, str, object)
-
-    def __init__(self):
-        super().__init__()
-        self.sent: list[GenerationRequest] = []
-
-    def generate(self, request):
-        self.sent.append(request)
-        return request
-
-
 def test_one_send_goes_to_the_store_once_and_resolves_the_chats_settings_once(qapp, monkeypatch):
     from app.chat.session import ChatSession
     from app.conversations.store import MEMORY, ConversationStore
@@ -101,7 +84,7 @@ def test_one_send_goes_to_the_store_once_and_resolves_the_chats_settings_once(qa
     for name in ("tree", "conversation_settings", "transaction"):
         counted(store, name)
     counted(PresetBook, "effective")
-    engine = StubEngine()
+    engine = FakeEngine()
     session = ChatSession(store, engine, lambda: AppSettings(system_prompt="Be brief."))
     for text in ("Hello", "And again"):  # a new chat, then one saved
         calls.clear()

@@ -9,37 +9,14 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
-from PySide6.QtCore import QObject, Signal
 
 import app.chat.response as response_module
-from app.answers import GenerationRequest
 from app.chat.session import ChatSession, title_from
 from app.conversations import held_answers
 from app.conversations.store import MEMORY, ConversationStore
 from app.settings.values import AppSettings
 
-
-class FakeEngine(QObject):
-    """EngineClient as the chat uses it: generate() records the request; the test emits the answer."""
-
-    started = Signal(int)
-    progress = Signal(int, object, object)
-    finished = Signal(int, object)
-    failed = Signal(int, str, object)
-
-    def __init__(self):
-        super().__init__()
-        self.sent: list[GenerationRequest] = []
-
-    def generate(self, request: GenerationRequest) -> GenerationRequest:
-        self.sent.append(request)
-        return request
-
-    def answer(self, text: str, **stats) -> None:
-        """The last request answered with text, then finished."""
-        rid = self.sent[-1].id
-        self.progress.emit(rid, [(text, False)], {"generated": 1})
-        self.finished.emit(rid, {"finish_reason": "stop", **stats})
+from support.fake_engine import FakeEngine
 
 
 class Heard:
