@@ -15,6 +15,10 @@ python -m engine.models drafts REPO FILE [--json]  drafts for that target, check
     with range requests (nothing downloaded); --json: the last line is one JSON object
     {"target", "family", "bytes_read", "candidates": [{"repo_id", "filename", "path", "size",
     "quantization", "compatible", "reason"}, ...], "problems": [...]}
+python -m engine.models inspect FILE [--json]      what a GGUF file's header says: architecture, vocabulary,
+    context, layers and its drafter (nothing loaded); --json: the last line is one JSON object {"path", "name",
+    "architecture", "file_type", "vocabulary": {"model", "type", "size"}, "context", "layers", "embedding",
+    "tensors", "drafter"}, drafter {"kind": "mtp", "layers"}, {"kind": "eagle3"|"dflash", "target_layers"} or null
 python -m engine.models discover [--json]         GGUF models other apps keep here (HF cache, LM Studio,
     Ollama, Jan, GPT4All) and what was skipped; --json: the last line on stdout is one JSON object
     {"models": [{"path", "source", "name", "size_bytes"}, ...], "problems": [...]}
@@ -81,6 +85,10 @@ def _parser() -> argparse.ArgumentParser:
     drafts.add_argument("filename", metavar="FILE", help="the target's GGUF file in that repo")
     drafts.add_argument("--json", action="store_true", help="end with one JSON line (for scripts)")
     drafts.set_defaults(run=_drafts)
+    inspect = commands.add_parser("inspect", help="what a GGUF file's header says, its drafter included")
+    inspect.add_argument("path", metavar="FILE", help="a .gguf file, or 'embedded'")
+    inspect.add_argument("--json", action="store_true", help="end with one JSON line (for scripts)")
+    inspect.set_defaults(run=_inspect)
     discover = commands.add_parser("discover", help="GGUF models other apps keep on this computer")
     discover.add_argument("--json", action="store_true", help="end with one JSON line (for scripts)")
     discover.set_defaults(run=_discover)
@@ -240,6 +248,26 @@ def _drafts(args) -> int:
                 }
             )
         )
+    return 0
+
+
+def _inspect(args) -> int:
+    from .modelfiles.embedded import resolve_model
+    from .modelfiles.model_inspect import inspect_model
+
+    info = inspect_model(resolve_model(args.path))
+    vocab, drafter = info["vocabulary"], info["drafter"]
+    print(f"{info['path']}\n  {info['name'] or '(no name)'}: {info['architecture']}, {info['file_type'] or '?'}")
+    print(f"  vocabulary {vocab['type'] or '?'} ({vocab['model']}), {vocab['size']} tokens")
+    print(f"  context {info['context']}, {info['layers']} layers, width {info['embedding']}, {info['tensors']} tensors")
+    if drafter is None:
+        print("  drafter: none built in")
+    elif drafter["kind"] == "mtp":
+        print(f"  drafter: MTP, {drafter['layers']} nextn layer(s) in the file")
+    else:
+        print(f"  drafter: this file is a {drafter['kind']} head over target layers {drafter['target_layers']}")
+    if args.json:
+        print(json.dumps(info))
     return 0
 
 

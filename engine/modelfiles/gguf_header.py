@@ -123,6 +123,12 @@ def read_gguf_tensors(path: str | Path) -> list[TensorInfo]:
     return _read(path, tensors=True)[1]
 
 
+def read_gguf_layout(path: str | Path) -> tuple[dict[str, Any], list[TensorInfo]]:
+    """The metadata (the vocabulary's strings stepped over: its length kept) and every tensor's name, type and
+    shape, in one read of the header."""
+    return _read(path, tensors=True)
+
+
 def parse_gguf(source: GGUFSource, name: str, tensors: bool = False) -> tuple[dict[str, Any], list[TensorInfo]]:
     """The metadata (with token strings; or, with tensors, the tensor list without them) of the GGUF
     file that source reads. name is what messages call the file."""
