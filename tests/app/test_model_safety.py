@@ -2,34 +2,24 @@
 crash every launch, a crash while loading is not repeated at the next start, and a recurrent model
 chats without speculation and says why."""
 
-import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
 from app.settings.values import AppSettings, load_settings, save_settings
 from engine.modelfiles.embedded import embedded_model_path
 
+from support.children import ROOT, child_env
 from support.damaged_models import with_duplicate_token, write_tiny_mamba
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def launch(dirs) -> subprocess.Popen:
-    env = dict(
-        os.environ,
-        QT_QPA_PLATFORM="offscreen",
-        SPECCHAT_CONFIG_DIR=str(dirs / "config"),
-        SPECCHAT_DATA_DIR=str(dirs / "data"),
-        GGML_NO_BACKTRACE="1",
-    )
-    env.pop("SPECCHAT_CACHE_DIR", None)
+    env = dict(child_env(dirs), GGML_NO_BACKTRACE="1")
     return subprocess.Popen(
         [sys.executable, "-m", "app"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
