@@ -1,13 +1,14 @@
 """The chat window with the real embedded model: streaming, live stats, stop, regenerate, edit,
 saving, restoring, and the faults a user can run into."""
 
-import time
+import threading
 from dataclasses import replace
 
 import pytest
 from PySide6.QtCore import Qt
 
 from app.conversations.store import ConversationStore, Message, default_path
+from engine.decoding.answer import Delta
 
 from support.this_build import BACKEND, MEMORY_KIND
 from support.window import PASSAGE, STALL_LIMIT_S
@@ -21,16 +22,42 @@ def saved_messages(conversation_id):
         store.close()
 
 
-def test_send_streams_text_with_live_stats_and_saves_them(make_window, qtbot, wait_response, quick_settings):
+def waits_for_the_window(real, on_screen: threading.Event, shown_first: list[bool]):
+    """decoder.generate that, after its first text, writes nothing more until the window shows it (on_screen; the
+    engine's loop goes on turning, so its batch is handed over as it would be), for a minute at most: streaming,
+    proved by order. An answer shown only at its end would leave shown_first == [False]."""
+
+    def generate(*args, **kwargs):
+        for delta in real(*args, **kwargs):
+            yield delta
+            if not shown_first and any(text for text, _ in delta.segments):
+                for _ in range(6_000):
+                    if on_screen.wait(0.01):
+                        break
+                    yield Delta(tokens=[], segments=[])
+                shown_first.append(on_screen.is_set())
+
+    return generate
+
+
+def test_send_streams_text_with_live_stats_and_saves_them(
+    make_window, qtbot, wait_response, quick_settings, monkeypatch
+):
     window = make_window(replace(quick_settings, max_tokens=40, color_drafts=True))
-    live = []  # (seconds, chars shown, stats line) at each batched update the window shows while streaming
+    live = []  # (chars shown, stats line) at each batched update the window shows while streaming
+    on_screen = threading.Event()
 
     def seen(*_):
         w = window.view.widget_for(window.session.model.rowCount() - 1)
+        if w is not None and window.session.busy and w.text.toPlainText():
+            on_screen.set()
         if w is not None and window.session.busy and w.stats.isVisible():
-            live.append((time.perf_counter(), len(w.text.toPlainText()), w.stats.text()))
+            live.append((len(w.text.toPlainText()), w.stats.text()))
 
     window.session.model.dataChanged.connect(seen)
+    shown_first: list[bool] = []
+    decoder = window.engine.worker.decoder
+    monkeypatch.setattr(decoder, "generate", waits_for_the_window(decoder.generate, on_screen, shown_first))
 
     window.input.setPlainText(PASSAGE)
     qtbot.keyClick(window.input, Qt.Key.Key_Return)
@@ -39,9 +66,9 @@ def test_send_streams_text_with_live_stats_and_saves_them(make_window, qtbot, wa
 
     assert reply.role == "assistant" and reply.status == "done"
     assert "lighthouse" in reply.content  # greedy copying of the passage
-    assert len(live) >= 2 and live[0][1] < live[-1][1], "text should appear in several batches as it streams"
-    assert live[-1][0] - live[0][0] > 0.1
-    assert "tok/s" in live[-1][2] and "accepted" in live[-1][2]
+    assert shown_first == [True], "the first text should be on screen while the answer is still being written"
+    assert len(live) >= 2 and live[0][0] < live[-1][0], "text should appear in several batches as it streams"
+    assert "tok/s" in live[-1][1] and "accepted" in live[-1][1]
     stats = reply.stats
     assert stats["generated"] >= 2 and stats["tokens_per_s"] > 0 and stats["ttft_s"] > 0
     assert stats["method"] == "lookup" and stats["drafted"] > 0 and stats["accepted"] > 0
@@ -144,7 +171,7 @@ def test_ui_thread_never_stalls_during_load_and_generation(
         f"\nUI stall probe: {len(gaps)} ticks, worst gap {worst * 1000:.1f} ms, "
         f"99th percentile {sorted(gaps)[int(len(gaps) * 0.99)] * 1000:.1f} ms"
     )
-    assert worst < STALL_LIMIT_S, f"the GUI thread was blocked for {worst * 1000:.0f} ms"
+    assert worst < STALL_LIMIT_S, f"the GUI thread worked {worst * 1000:.0f} ms in one go"
 
 
 @pytest.mark.slow
@@ -251,17 +278,34 @@ def test_context_overflow_trims_old_turns_or_refuses(make_window, qtbot, wait_re
 
 
 @pytest.mark.slow
-def test_closing_while_generating_saves_the_partial_response(make_window, qtbot, quick_settings):
+def test_closing_while_generating_saves_the_partial_response(make_window, qtbot, quick_settings, monkeypatch):
+    """Closing does not wait for the answer: the test holds the engine between two tokens, and the window closes
+    (and saves what it has) while it is held there."""
     window = make_window(replace(quick_settings, max_tokens=400))
+    decoder = window.engine.worker.decoder
+    real, hold, held = decoder.generate, threading.Event(), threading.Event()
+    hold.set()  # tokens flow until the test holds them
+
+    def holdable(*args, **kwargs):
+        for delta in real(*args, **kwargs):
+            yield delta
+            if not hold.is_set():
+                held.set()
+                hold.wait(120)
+
+    monkeypatch.setattr(decoder, "generate", holdable)
     window.session.send(PASSAGE)
     qtbot.waitUntil(lambda: len(window.session.model.items[-1].content) > 10, timeout=120_000)
     cid = window.session.conversation_id
-    started = time.perf_counter()
+    hold.clear()
+    qtbot.waitUntil(held.is_set, timeout=60_000)
     window.close()
-    assert time.perf_counter() - started < 5
-    qtbot.waitUntil(window.engine.thread.isFinished, timeout=30_000)  # asked to stop; closing does not wait for it
+    assert not hold.is_set() and not window.engine.thread.isFinished()  # closed while the engine was held
     saved = saved_messages(cid)[-1]
-    assert saved.status == "stopped" and len(saved.content) > 10
+    assert saved.status == "stopped" and len(saved.content) > 10  # saved by the close itself
+    hold.set()
+    qtbot.waitUntil(window.engine.thread.isFinished, timeout=60_000)  # asked to stop; closing does not wait for it
+    assert saved_messages(cid)[-1].status == "stopped"
 
 
 @pytest.mark.slow

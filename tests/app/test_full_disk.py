@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import sys
+import threading
 from dataclasses import replace
 
 import pytest
@@ -18,6 +19,7 @@ from PySide6.QtWidgets import QMessageBox
 import app.chat.response as response_module
 import app.chat.unsaved as unsaved_module
 from app.conversations import held_answers
+from app.conversations import store as store_module
 from app.conversations.store import Message, default_path, open_store
 
 from support.window import PASSAGE
@@ -292,32 +294,44 @@ def test_a_file_held_by_an_import_never_makes_the_window_wait_and_the_answer_is_
 ):
     """An import stores on its own thread and holds the file's write lock for seconds (a 60 MB chat: ~2 s here).
     The window's saves meanwhile fail at once (store.WRITE_WAIT_S) instead of waiting SQLite's 5 s: the answer
-    streams and ends, one notice says the file is busy, and the retry saves it once the file is free."""
+    streams and ends, one notice says the file is busy, and the retry saves it once the file is free. Here SQLite's
+    own wait is made endless and the file is held until the test lets go (or a guard does, a minute on): a save
+    that waited would hold the window until then, so the answer must end while the file is still held."""
+    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_S", 3600.0)  # what a write without WRITE_WAIT_S would wait
     monkeypatch.setattr(response_module, "SAVE_EVERY_S", 0.0)
     monkeypatch.setattr(unsaved_module, "RETRY_EVERY_S", 0.3)
     window = make_window(replace(quick_settings, max_tokens=32))
-    other = sqlite3.connect(default_path(), isolation_level=None)  # as importing.ThreadStore connects
-    started = []
+    other = sqlite3.connect(default_path(), isolation_level=None, check_same_thread=False)  # as importing.ThreadStore
+    started, let_go = [], threading.Lock()
+
+    def free() -> bool:
+        """End the import's transaction, once: True if this call ended it."""
+        with let_go:
+            return other.in_transaction and other.execute("COMMIT") is not None
 
     def hold(*_):
         if window.session.streaming is not None and window.session.streaming.content and not started:
             started.append(other.execute("BEGIN IMMEDIATE"))  # the import's transaction, from the first text on
             stall_probe.start()
 
+    guard = threading.Timer(60, free)  # a window that waited on the file: the test fails, not hangs
+    guard.start()
     window.session.model.dataChanged.connect(hold)
     window.input.setPlainText(PASSAGE)
     window.send_message()
     qtbot.waitUntil(lambda: not window.session.busy, timeout=60_000)
-    worst = stall_probe.stop()
+    still_held = other.in_transaction
     answer, cid = window.session.model.items[-1], window.session.conversation_id
-    assert started and answer.status == "done"
-    assert worst < stall_probe.LIMIT_S, f"the GUI thread was blocked for {worst * 1000:.0f} ms"
+    assert started and answer.status == "done" and still_held  # it ended while the file was held
+    worst = stall_probe.stop()
+    assert worst < stall_probe.LIMIT_S, f"the GUI thread worked {worst * 1000:.0f} ms in one go"
     busy = unsaved_notices(window)
     assert len(busy) == 1 and "the conversation file is busy" in busy[0].text, window.notices.texts()
     assert saved_rows(cid)[-1][3] == "streaming"  # the file has what it took before it was held
 
-    other.execute("COMMIT")  # the import is stored: the file is free
-    qtbot.waitUntil(lambda: not unsaved_notices(window), timeout=10_000)
+    assert free()  # the import is stored: the file is free (the test let go, not the guard)
+    guard.cancel()
+    qtbot.waitUntil(lambda: not unsaved_notices(window), timeout=60_000)
     assert saved_rows(cid)[-1] == (answer.id, "assistant", answer.content, "done")
     other.close()
 

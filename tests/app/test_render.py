@@ -255,31 +255,54 @@ def test_a_thought_is_folded_and_left_out_of_the_next_prompt(make_window, qtbot,
 
 @pytest.mark.slow
 def test_a_live_thought_shows_thinking_then_its_measured_time_which_is_saved(
-    make_window, qtbot, wait_response, quick_settings
+    make_window, qtbot, wait_response, quick_settings, monkeypatch
 ):
+    from types import SimpleNamespace
+
+    import app.chat.response as response_module
     from engine.decoding.answer import Delta
 
     window = make_window(replace(quick_settings, max_tokens=8))
     decoder = window.engine.worker.decoder
     real = decoder.generate
+    # The window's clock is the test's: it moves only where the generator moves it, once the window has taken in
+    # what came before, so the thought's time is exactly what passed between its first text and its closing tag.
+    now = [1000.0]
+    monkeypatch.setattr(response_module, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    labels, seen = [], {"<think>": threading.Event(), "</think>": threading.Event()}
+
+    def taken_in(tag: str):
+        """Wait until the window has the text up to tag (the engine's loop turning meanwhile, so that its batch
+        is handed over as it would be)."""
+        for _ in range(6_000):
+            if seen[tag].wait(0.01):
+                return
+            yield Delta(tokens=[], segments=[])
+        raise AssertionError(f"the window never showed {tag}")
 
     def thinks_first(*args, **kwargs):  # the embedded model does not reason: a thought is put before its answer
-        time.sleep(0.1)  # as prompt processing would
+        now[0] += 5.0  # as prompt processing would: before the first text, not counted
         yield Delta(tokens=[], segments=[("<think>\nThe user says hello", False)])
-        time.sleep(0.8)
+        yield from taken_in("<think>")
+        now[0] += 0.8
         yield Delta(tokens=[], segments=[(", so I greet them.\n</think>\n\n", False)])
+        yield from taken_in("</think>")
+        now[0] += 3.0  # the answer after the thought: not counted
         yield from real(*args, **kwargs)
 
+    def shown(*_):
+        labels.append(window.view.widget_for(window.session.model.rowCount() - 1).text.thought.toggle.text())
+        for tag, event in seen.items():
+            if tag in window.session.model.items[-1].content:
+                event.set()
+
     decoder.generate = thinks_first
-    labels = []
-    window.session.model.dataChanged.connect(
-        lambda *_: labels.append(window.view.widget_for(window.session.model.rowCount() - 1).text.thought.toggle.text())
-    )
+    window.session.model.dataChanged.connect(shown)
     window.session.send("Hello!")
     reply = wait_response(window)
     decoder.generate = real
     assert "Thinking…" in labels
-    assert 0.6 <= reply.stats["thought_s"] < 5, reply.stats  # from the first text to the closing tag
+    assert reply.stats["thought_s"] == 0.8, reply.stats  # from the first text to the closing tag
     assert labels[-1] == f"Thought for {reply.stats['thought_s']:.1f} s"
     from app.conversations.store import ConversationStore, default_path
 
@@ -325,4 +348,4 @@ def test_streaming_a_long_code_block_never_stalls_the_window(
     worst = stall_probe.stop()
     assert reply.content == text and block.code.count("\n") == 402
     assert lexed_on and threading.main_thread() not in lexed_on  # the dear part, wherever the stall limit sits
-    assert worst < STALL_LIMIT_S, f"the GUI thread was blocked for {worst * 1000:.0f} ms"
+    assert worst < STALL_LIMIT_S, f"the GUI thread worked {worst * 1000:.0f} ms in one go"

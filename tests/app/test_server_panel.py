@@ -135,11 +135,17 @@ def test_a_port_in_use_is_reported_and_the_chat_keeps_working(make_window, qtbot
     assert wait_response(window).status == "done"
 
 
-def test_start_first_answer_and_stop_wait_on_nothing(make_window, qtbot, quick_settings):
-    """Start → first answer → Stop, timed through the panel: the first answer after Start costs little more than
-    later ones (no step is timed for it), and Start and Stop each take less than two answers (nothing is timed
-    again). Ratios of times measured side by side."""
+def test_start_first_answer_and_stop_wait_on_nothing(make_window, qtbot, quick_settings, monkeypatch):
+    """Start → first answer → Stop through the panel wait on no step timing: the first answer after Start is served
+    on the chat's measured costs (no step is timed for it), and Start and Stop time nothing again. Counted, not
+    clocked: every decode the calibration times is seen (a calibration here, what the first answer once waited
+    on, took 14 s on its own). The times are printed for the reader, not compared."""
+    import engine.decoding.calibration as calibration
+
     window = make_window(quick_settings)
+    qtbot.waitUntil(lambda: window.engine.worker.decoder.loop.planner.steps.calibrated, timeout=120_000)
+    timed, real = [], calibration.time_decode
+    monkeypatch.setattr(calibration, "time_decode", lambda *a: timed.append(a[4]) or real(*a))
     clock = time.perf_counter
     began = clock()
     panel = start(window, qtbot)
@@ -153,20 +159,18 @@ def test_start_first_answer_and_stop_wait_on_nothing(make_window, qtbot, quick_s
         reply = httpx.post(url + "/v1/completions", json=body, timeout=60).json()
         answers.append(clock() - began)
         assert reply["usage"]["completion_tokens"] == 24
+        assert timed == [], f"a step was timed before answer {len(answers)}"
     began = clock()
     with handled_on_gui(qtbot, window.engine.worker.serverStopped, 30_000):
         qtbot.mouseClick(panel.start_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: panel.start_button.text() == "Start server", timeout=10_000)
+    qtbot.waitUntil(lambda: panel.start_button.text() == "Start server", timeout=60_000)
     stopped = clock() - began
-    first, later = answers[0], max(answers[1:])
     print(
-        f"\nserver panel: start {started:.2f} s, first answer {first:.2f} s, later answers "
+        f"\nserver panel: start {started:.2f} s, first answer {answers[0]:.2f} s, later answers "
         f"{answers[1]:.2f} and {answers[2]:.2f} s, stop {stopped:.2f} s"
     )
-    # Measured 1.5 s against 0.7: the new context's first decodes allocate llama.cpp's buffers; a calibration
-    # here (what the first answer once waited on) took 14 s on its own.
-    assert first < 3 * later, answers
-    assert started < 2 * later and stopped < 2 * later, (started, stopped, answers)  # measured 0.2-0.8 and 0.2 s
+    assert timed == []  # Start, the answers and Stop timed no step
+    assert window.engine.worker.decoder.loop.planner.steps.calibrated
 
 
 COUNT = "Write the numbers from 1 to 300, separated by commas."

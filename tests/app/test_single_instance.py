@@ -45,9 +45,8 @@ def test_a_second_launch_hands_over_to_the_first_and_exits(dirs, gemma_path):
             assert first.poll() is None and time.monotonic() < deadline, first_log.read_text()[-2000:]
             time.sleep(0.2)
 
-        started = time.monotonic()
-        second = subprocess.run(
-            [sys.executable, "-m", "app", "--send", "Hello from a second launch"],
+        second = subprocess.run(  # -X importtime: every module it imports, in its stderr
+            [sys.executable, "-X", "importtime", "-m", "app", "--send", "Hello from a second launch"],
             cwd=ROOT,
             env=child_env(dirs),
             capture_output=True,
@@ -55,7 +54,9 @@ def test_a_second_launch_hands_over_to_the_first_and_exits(dirs, gemma_path):
             timeout=60,
         )
         assert second.returncode == 0, second.stderr[-2000:]
-        assert time.monotonic() - started < 30  # no model loaded, no window: it only hands over
+        imported = {line.rsplit("|", 1)[1].strip() for line in second.stderr.splitlines() if "import time:" in line}
+        assert "app.single_instance" in imported  # what it does: hand over
+        assert not imported & {"app.main_window", "llama_cpp", "app.conversations.store"}  # no window, model, store
         assert "already running" in second.stderr
 
         while not (

@@ -8,7 +8,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from PySide6.QtCore import Qt
 import app.chat.response as chat_response
 from app.settings.values import AppSettings, save_settings
 from engine.modelfiles.embedded import EMBEDDED_GEMMA
+from engine.template_sandbox import TemplateSandbox
 
 from support.hostile_templates import hostile_gguf
 from support.serving import SPINS_ON_W9
@@ -48,10 +48,12 @@ def test_a_spinning_template_shows_a_stall_then_the_answer_comes_in_its_family_f
     assert answer.status == "done" and "No text yet" not in answer.notice  # the stall notice went with the wait
     refused = [t for t in window.notices.texts() if "spins-on-w9.gguf was refused" in t]
     assert refused and "took over 3 s" in refused[0] and "ChatML" in refused[0]
+    asked = []  # what the sandbox is asked from now on
+    real_ask = TemplateSandbox._ask
+    monkeypatch.setattr(TemplateSandbox, "_ask", lambda self, request: asked.append(request) or real_ask(self, request))
     send(window, qtbot, "w9 again")  # no second wait: the template is not used again
-    started = time.monotonic()
     qtbot.waitUntil(lambda: not window.session.busy, timeout=60_000)
-    assert time.monotonic() - started < 3 and window.session.model.items[-1].status == "done"
+    assert window.session.model.items[-1].status == "done" and asked == []  # the sandbox was not asked again
 
 
 def test_stop_ends_the_answer_in_the_window_even_when_the_engine_is_stuck(make_window, qtbot, monkeypatch):
@@ -59,20 +61,20 @@ def test_stop_ends_the_answer_in_the_window_even_when_the_engine_is_stuck(make_w
     would), so only the window's own grace period can end the answer."""
     window = make_window()
     decoder = window.engine.worker.decoder
-    stuck, release = threading.Event(), threading.Event()
+    stuck, release, left = threading.Event(), threading.Event(), threading.Event()
 
     def never_stops(*args, **kwargs):
         stuck.set()
-        release.wait(60)
+        release.wait(180)  # only the test ends this (or a guard long after the test's own wait gave up)
+        left.set()
         yield from ()
 
     monkeypatch.setattr(decoder, "generate", never_stops)
     send(window, qtbot, "Count to ten.")
     qtbot.waitUntil(stuck.is_set, timeout=30_000)
     qtbot.mouseClick(window.send_button, Qt.MouseButton.LeftButton)  # the button reads Stop now
-    pressed = time.monotonic()
-    qtbot.waitUntil(lambda: not window.session.busy, timeout=10_000)
-    assert time.monotonic() - pressed < chat_response.STOP_GRACE_S + 2
+    qtbot.waitUntil(lambda: not window.session.busy, timeout=60_000)
+    assert not left.is_set()  # the window ended the answer while the engine was still stuck
     answer = window.session.model.items[-1]
     assert answer.status == "stopped" and "did not stop within" in answer.notice
     assert window.send_button.text() == "Send"
