@@ -7,7 +7,7 @@ from app.answers import Answer, GenerationRequest
 from app.progress import snapshot
 from engine.chat_format import answer_reserve
 from engine.decoding.generate import SpeculativeDecoder
-from engine.decoding.jobs import Job, job_for
+from engine.decoding.jobs import Job, RequestRun, job_for
 from engine.decoding.proposers.base import NoProposer
 from engine.errors import EngineError
 
@@ -73,10 +73,10 @@ class ServedAnswers:
         prompt = _prompt(self.worker, request, out)
 
         def on_delta(job: Job, delta) -> None:
-            out.add(delta.segments, lambda: snapshot(job.run.stats))
+            out.add(delta.segments, lambda: snapshot(_run(job).stats))
 
         def on_done(job: Job) -> None:
-            stats = snapshot(job.run.stats)  # set for every job by now, run or refused
+            stats = snapshot(_run(job).stats)  # set for every job by now, run or refused
             if job.error:
                 out.fail(job.error, stats)
             else:
@@ -94,3 +94,10 @@ class ServedAnswers:
                 on_done=on_done,
             )
         )
+
+
+def _run(job: Job) -> RequestRun:
+    """The job's run: the batch sets it before it calls on_delta (the job was admitted) or on_done (run or refused)."""
+    if job.run is None:
+        raise EngineError(f"the engine reported on {job.id} before it was admitted")
+    return job.run

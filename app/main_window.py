@@ -8,6 +8,7 @@ the engine (models.py), the status bar's words (status.py), the other windows (t
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from PySide6.QtCore import QByteArray, QCoreApplication, QEvent, Qt, Signal
 from PySide6.QtGui import QPalette
@@ -55,7 +56,7 @@ class MainWindow(QMainWindow):
     modelFailed = Signal(str)
     speculationChanged = Signal(object)  # {"method", "draft_name", ...} once the engine applied it
 
-    def __init__(self, settings: AppSettings, store: ConversationStore, notices: list[str] = (), parent=None):
+    def __init__(self, settings: AppSettings, store: ConversationStore, notices: Sequence[str] = (), parent=None):
         super().__init__(parent)
         install_guards()  # before any label or tooltip shows outside text (safe_text.py)
         apply_theme(settings.theme)
@@ -67,7 +68,7 @@ class MainWindow(QMainWindow):
         self.session = ChatSession(store, self.engine, lambda: self.settings, self, presets=lambda: self.presets)
         self._make_widgets(settings)
         self._lay_out()
-        self.status = WindowStatus(self.statusBar(), self.notices)
+        self.status = WindowStatus(self.status_bar, self.notices)
         self.files = ConversationFiles(self)
         self.tools = ToolWindows(self)
         self.models = ModelControl(self)  # connected to the engine's signals from here on
@@ -88,12 +89,12 @@ class MainWindow(QMainWindow):
         self.counter = TokenCounter(self)  # the loaded model's tokenizer, on a thread of its own
         self.meter = ContextMeter(self.counter, lambda: self.chat.prompt_so_far(), remote=self.session.remote_endpoint)
         self.tray = AttachmentTray(self.counter, self.meter.message_budget)  # files to go with the next message
-        self.attach_button = QToolButton(
-            text="Attach",
-            autoRaise=True,
-            icon=paperclip_icon(self.palette().color(QPalette.ColorRole.ButtonText)),
-            toolTip="Attach text files (code, Markdown, CSV, logs): their text goes into "
-            "your message. You can also drop files on the window.",
+        self.attach_button = QToolButton(autoRaise=True)
+        self.attach_button.setText("Attach")
+        self.attach_button.setIcon(paperclip_icon(self.palette().color(QPalette.ColorRole.ButtonText)))
+        self.attach_button.setToolTip(
+            "Attach text files (code, Markdown, CSV, logs): their text goes into "
+            "your message. You can also drop files on the window."
         )
         self.send_button = QPushButton("Send")
         self.send_button.setDefault(True)
@@ -142,7 +143,7 @@ class MainWindow(QMainWindow):
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setSizes([240, 760])
         self.setCentralWidget(self.splitter)
-        bar = StatusBar()  # its segments shrink and elide together: nothing overlaps at any width
+        self.status_bar = bar = StatusBar()  # its segments shrink and elide together: nothing overlaps at any width
         self.setStatusBar(bar)
         self.model_label, self.progress, self.spec_label = bar.model_label, bar.progress, bar.spec_label
         self.server_label = bar.server_label
@@ -311,8 +312,8 @@ class MainWindow(QMainWindow):
             self.store_settings(
                 self.settings.merged(
                     {
-                        "window_geometry": bytes(self.saveGeometry().toBase64()).decode(),
-                        "splitter_state": bytes(self.splitter.saveState().toBase64()).decode(),
+                        "window_geometry": self.saveGeometry().toBase64().toStdString(),
+                        "splitter_state": self.splitter.saveState().toBase64().toStdString(),
                     }
                 )
             )

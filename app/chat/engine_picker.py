@@ -136,4 +136,8 @@ class EnginePicker(QGroupBox):
                 return str(exc)
             return ""
 
-        run_in_background(save, done=lambda why: why and warn(why), owner=owner, daemon=True, name="save-api-key")
+        def saved(why: str) -> None:
+            if why:
+                warn(why)
+
+        run_in_background(save, done=saved, owner=owner, daemon=True, name="save-api-key")

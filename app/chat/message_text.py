@@ -8,6 +8,7 @@ everything about how the text itself is shown is here.
 from __future__ import annotations
 
 from bisect import bisect_left
+from functools import partial
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QGuiApplication, QPalette
@@ -148,9 +149,7 @@ class CodeBlock(QFrame):
         self._key, self.code, self._spans = key, fence.code, code_spans
         self.language.setText(fence.language or "code")
         if complete and not self.highlighted:
-            lex_in_background(
-                fence.code, fence.language, lambda runs, k=(fence.code, fence.language): self._colour(k, runs), self
-            )
+            lex_in_background(fence.code, fence.language, partial(self._colour, (fence.code, fence.language)), self)
 
     def _colour(self, what, runs) -> None:
         if runs is None or self._key is None or what != self._key[:2]:
@@ -191,7 +190,7 @@ class MessageBody(QWidget):
         self.column.setContentsMargins(0, 0, 0, 0)
         self.column.setSpacing(6)
         self.chunks: list[MessageText | CodeBlock] = []
-        self.keys: list[tuple] = []
+        self.keys: list[tuple | None] = []  # what each chunk shows (None: nothing yet)
         self.source = ""
         self.show_all = QToolButton()  # for a message too long to render here (render.fold_point)
         self.show_all.setAutoRaise(True)
@@ -236,11 +235,12 @@ class MessageBody(QWidget):
                 old.deleteLater()
                 self.keys[i] = None
             if self.keys[i] != key:
-                if fence is not None:
-                    self.chunks[i].set_code(fence, part_spans, final)
-                else:
-                    self.chunks[i].set_content(part, part_spans, color_drafts, markdown)
-                self.chunks[i].setVisible(bool(part.strip()) or len(pieces) == 1)
+                chunk = self.chunks[i]  # a CodeBlock exactly when there is a fence (kind, above)
+                if isinstance(chunk, CodeBlock) and fence is not None:
+                    chunk.set_code(fence, part_spans, final)
+                elif isinstance(chunk, MessageText):
+                    chunk.set_content(part, part_spans, color_drafts, markdown)
+                chunk.setVisible(bool(part.strip()) or len(pieces) == 1)
                 self.keys[i] = key
         for extra in self.chunks[max(len(pieces), 1) :]:
             extra.deleteLater()

@@ -80,17 +80,17 @@ def shaded_runs(rendered: str, source: str, spans: list[list]) -> list[tuple[int
         return []
     find = span_at(spans)
     runs: list[tuple[int, int, QColor]] = []
-    start, color = None, None
+    run: tuple[int, QColor] | None = None  # the run being built: where it starts, and its colour
     for pos, src in enumerate(align(rendered, source)):
         k = find(src)
         now = None if k is None else span_color(spans[k])
-        if start is not None and now is not color:  # span_color gives one of two constants
-            runs.append((start, pos, color))
-            start = None
-        if now is not None and start is None:
-            start, color = pos, now
-    if start is not None:
-        runs.append((start, len(rendered), color))
+        if run is not None and now is not run[1]:  # span_color gives one of two constants
+            runs.append((run[0], pos, run[1]))
+            run = None
+        if now is not None and run is None:
+            run = (pos, now)
+    if run is not None:
+        runs.append((run[0], len(rendered), run[1]))
     # Drafted tokens often begin with a space (" the"): shading it makes ragged edges.
     return [(a, b, c) for a, b, c in ((*trim_run(rendered, a, b), c) for a, b, c in runs) if a < b]
 
@@ -349,7 +349,7 @@ def guess_language(code: str) -> str:
     """The language whose signs are in the most lines of code, or "" when none shows any."""
     sample = code[:4000]
     scores = {name: len(rx.findall(sample)) for name, rx in _HINT_RES.items()}
-    best = max(scores, key=scores.get)
+    best = max(scores, key=scores.__getitem__)
     return best if scores[best] else ""
 
 

@@ -141,14 +141,14 @@ class Response(QObject):
         return self.request is not None and rid == self.request.id
 
     def _progress(self, rid: int, segments, stats) -> None:
-        if not self._mine(rid) or self.message is None:
+        if not self._mine(rid) or self.message is None or self.request is None:  # (mine: request is not None)
             return
         add_segments(self.message, segments)
         self._progress_at = time.monotonic()
         if self._stall_notice and self.message.notice == self._stall_notice:  # text again: the notice goes
             self.message.notice = ""
         self._stall_notice = ""
-        self.message.stats = self._with_thought(stats)
+        self.message.stats = self._with_thought(self.message, stats)
         self.message.model = self.message.model or self.model_name()  # sent while the model was loading
         if stats.get("model") and self.request.remote is not None:  # the model the server says answered
             self.message.model = f"{model_label(stats['model'])} @ {self.request.remote.host}"
@@ -160,7 +160,7 @@ class Response(QObject):
         if not self._mine(rid):
             return
         if self.message is not None:
-            self.message.stats = self._with_thought(stats)
+            self.message.stats = self._with_thought(self.message, stats)
             self.message.status = "stopped" if stats.get("finish_reason") == "cancelled" else "done"
             if not self.message.content and self.message.status == "done":
                 self.message.notice = "The model ended its answer without writing anything."
@@ -177,14 +177,15 @@ class Response(QObject):
         elif self.message is not None:
             self.message.status = "error"
             self.message.notice = message
-            self.message.stats = self._with_thought(stats) if stats else self.message.stats
+            self.message.stats = self._with_thought(self.message, stats) if stats else self.message.stats
         self._end()
         self.noticeRaised.emit(message, "error")
         self.failed.emit(message)
 
-    def _with_thought(self, stats: dict) -> dict:
-        """stats with the measured length of the response's thought, kept with them (so it is saved)."""
-        seconds = self._thought.update(self.message.content, time.monotonic())
+    def _with_thought(self, message: Message, stats: dict) -> dict:
+        """stats with the measured length of the response's thought (in message, the answer), kept with them (so it
+        is saved)."""
+        seconds = self._thought.update(message.content, time.monotonic())
         return stats if seconds is None else {**stats, "thought_s": seconds}
 
     def _end(self) -> None:

@@ -119,9 +119,9 @@ class ChatSession(QObject):
         # Show the live response object, not a saved copy of it, so it keeps streaming in view; and an answer
         # not saved yet as it is in memory (ids are unique across conversations).
         live = self.held.messages()
-        if self.streaming is not None:
+        if self.streaming is not None and self.streaming.id is not None:  # (one not saved yet is in no tree)
             live[self.streaming.id] = self.streaming
-        messages = [live.get(m.id, m) for m in messages]
+        messages = [live.get(m.id, m) if m.id is not None else m for m in messages]
         return messages, [tree.siblings(m) for m in messages]
 
     def new_conversation(self) -> None:
@@ -160,13 +160,20 @@ class ChatSession(QObject):
     def _add_turn(self, text: str, parent: int | None, settings: Preset) -> Message:
         """Save the question and the row its answer streams into (inside a _written transaction)."""
         user = Message(id=None, role="user", content=text)
-        self.store.add_message(self.conversation_id, user, parent=parent)
-        return self._add_reply(user.id, settings)
+        user_id = self.store.add_message(self._open_id(), user, parent=parent)
+        return self._add_reply(user_id, settings)
 
     def _add_reply(self, parent: int, settings: Preset) -> Message:
         reply = Message(id=None, role="assistant", status="streaming", model=self.answering_model(settings))
-        self.store.add_message(self.conversation_id, reply, parent=parent)
+        self.store.add_message(self._open_id(), reply, parent=parent)
         return reply
+
+    def _open_id(self) -> int:
+        """The open conversation's id, for writing into it: a message is written only into an open conversation
+        (a message shown belongs to it; send creates a new chat's conversation before it writes)."""
+        if self.conversation_id is None:
+            raise RuntimeError("no conversation is open to write into")
+        return self.conversation_id
 
     def _written(self, write: Callable[[Preset], Message]) -> tuple[Message, MessageTree, Preset] | None:
         """One trip to the store for an answer about to start, as one transaction: the chat's settings read (once:
@@ -178,7 +185,7 @@ class ChatSession(QObject):
             with self.store.transaction():
                 settings = self.chat_settings()  # a chat created by write() has new_chat_settings: the same
                 reply = write(settings)
-                written = reply, self.store.tree(self.conversation_id), settings
+                written = reply, self.store.tree(self._open_id()), settings
         except STORE_ERRORS as exc:
             what, remedy = store_problem(exc)
             log.warning("a message could not be saved, so it was not sent: %s", exc)
@@ -201,7 +208,8 @@ class ChatSession(QObject):
             or self.model.row_of(message) < 0
         ):
             return False
-        turn = self._written(lambda settings: self._add_reply(message.parent_id, settings))
+        parent = message.parent_id  # not None: checked above
+        turn = self._written(lambda settings: self._add_reply(parent, settings))
         return turn is not None and self._start(*turn)
 
     def resend_edited(self, text: str, message: Message | None = None) -> bool:
@@ -215,7 +223,7 @@ class ChatSession(QObject):
 
         def write(settings: Preset) -> Message:
             if message.parent_id is None:
-                retitle(self.store, self.conversation_id, message.content, text)  # _start says it changed
+                retitle(self.store, self._open_id(), message.content, text)  # _start says it changed
             return self._add_turn(text, message.parent_id, settings)
 
         turn = self._written(write)
@@ -244,9 +252,14 @@ class ChatSession(QObject):
             self.noticeRaised.emit(f"The other answer is not shown: {what}; {remedy} and try again.", "error")
             return False
         self.model.show_path(*self._path())
+        cid = self.conversation_id
         first_question = message.parent_id is None and message.role == "user" and self.model.items
-        if first_question and retitle(self.store, self.conversation_id, message.content, self.model.items[0].content):
-            self.conversationsChanged.emit(self.conversation_id)  # the title follows the question shown
+        if (
+            first_question
+            and cid is not None
+            and retitle(self.store, cid, message.content, self.model.items[0].content)
+        ):
+            self.conversationsChanged.emit(cid)  # the title follows the question shown
         return True
 
     def stop(self) -> None:

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
     QDialogButtonBox,
+    QDoubleSpinBox,
     QGridLayout,
     QHBoxLayout,
     QInputDialog,
@@ -21,6 +22,7 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QPlainTextEdit,
     QPushButton,
+    QSpinBox,
     QVBoxLayout,
 )
 
@@ -131,7 +133,7 @@ class ChatSettingsDialog(QDialog):
         self.seed.setPlaceholderText("random")
         self.seed.setToolTip("A whole number makes sampling repeatable; empty picks a new seed each time.")
         self.max_tokens = spin_box(1, 131072, "The longest response, in tokens.")
-        self.fields = {
+        self.fields: dict[str, QPlainTextEdit | QLineEdit | QSpinBox | QDoubleSpinBox] = {
             "system_prompt": self.system_prompt,
             "temperature": self.temperature,
             "top_k": self.top_k,

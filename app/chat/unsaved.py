@@ -77,7 +77,10 @@ class UnsavedAnswers(QObject):
         return {mid: m for mid, (_, m) in self._held.items()}
 
     def hold(self, conversation_id: int | None, message: Message, exc: BaseException) -> None:
-        """The store refused this message: keep it to save later, and say so once (not at every refusal)."""
+        """The store refused this message: keep it to save later, and say so once (not at every refusal). Only a
+        message the store has added (it has an id) can be held: saving it later updates its row."""
+        if message.id is None:
+            raise ValueError("a message the store never added cannot be held: there is no row to save it into")
         if message.id in self._held:
             return
         self._held[message.id] = (conversation_id, message)

@@ -224,7 +224,7 @@ class CompareWindow(QWidget):
                 f" This chat is answered by {chat.engine_url}; Compare measures this machine's engine "
                 "with the chat's prompt and sampling."
             )
-            if chat.remote
+            if chat.engine_url  # (a Preset's remote; the app's settings, the default chat_settings, have no remote)
             else ""
         )
         for pane in self.panes.values():
@@ -326,13 +326,14 @@ class CompareWindow(QWidget):
         # Show the first pair whose texts part (shaded from there), else the last pair, as it streamed.
         parted = next(((i, p) for i, p in enumerate(series.done_pairs, 1) if p.parted is not None), None)
         shown, pair = parted or (len(series.done_pairs), series.done_pairs[-1])
+        cut = pair.parted if parted else None  # where the texts of the pair shown part
         for kind, pane in self.panes.items():
-            if parted:
+            if cut is not None:
                 pane.show_run(pair.runs[kind].segments, pair.runs[kind].stats)
-                pane.mark_from(pair.parted[1])
+                pane.mark_from(cut[1])
         self._titles(shown)
         self.verdict.setText(text)
-        self.verdict.setStyleSheet({True: SAME_STYLE, False: DIFFERENT_STYLE}.get(same, SAMPLED_STYLE))
+        self.verdict.setStyleSheet(SAMPLED_STYLE if same is None else SAME_STYLE if same else DIFFERENT_STYLE)
         self.verdict.show()
         self.status.setText(
             f"Done: {len(series.done_pairs)} pairs, the order alternating (plain ran first in odd "

@@ -129,10 +129,15 @@ class ConversationImport(QObject):
         if self._loop is not None:
             self._loop.quit()
 
+    def _under_way(self, job: int) -> str | None:
+        """The file of this import if it is still the one under way, else None (the window is gone, or closed
+        meanwhile, or the import ended): its answers are then dropped."""
+        return self.path if isValid(self) and job == self._job else None
+
     def _read(self, job: int, result) -> None:
-        if not isValid(self) or job != self._job:  # the window is gone, or closed meanwhile
+        path = self._under_way(job)
+        if path is None:
             return
-        path = self.path
         if isinstance(result, BaseException):
             self._finish(refusal(Path(path).name, result))
             return
@@ -160,9 +165,10 @@ class ConversationImport(QObject):
             return exc
 
     def _stored(self, job: int, outcome) -> None:
-        if not isValid(self) or job != self._job:
+        path = self._under_way(job)
+        if path is None:
             return
-        name = Path(self.path).name
+        name = Path(path).name
         self._finish(refusal(name, outcome) if isinstance(outcome, BaseException) else outcome)
 
     def _finish(self, result: int | str) -> None:

@@ -77,7 +77,7 @@ class LabForm(QGroupBox):
         """The target and the draft: the built-in models by their display names (the run gets their keys), or a
         typed or browsed GGUF path."""
         self.model_edit = QComboBox(editable=True)
-        self.model_edit.setInsertPolicy(QComboBox.NoInsert)
+        self.model_edit.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
         for key, name in DISPLAY_NAMES.items():
             self.model_edit.addItem(name, key)
         self.model_edit.setCurrentIndex(self.model_edit.findData(EMBEDDED))

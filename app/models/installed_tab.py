@@ -52,7 +52,7 @@ class InstalledTab(QWidget):
                 tooltip=builtin.about,
             )
         for row, model in enumerate(installed, start=len(builtins)):
-            source = model.repo_id if model.origin == model_store.DOWNLOADED else "added from disk"
+            source = (model.repo_id or "") if model.origin == model_store.DOWNLOADED else "added from disk"
             set_row(
                 self.table,
                 row,

@@ -184,6 +184,8 @@ class ModelPicker(QGroupBox):
             self._check.stop()  # its answer is out of date; _check_done starts the next check
             return
         target, generation = self._compat_target, self._compat_generation
+        if target is None:  # no target chosen yet: nothing to check against
+            return
         job = Job(owner=self, name="compatibility-check", done=lambda results: self._check_done(generation, results))
         self._check = job.start(check_compatibility, target, self._draft_candidates(target), job.stopped)
 

@@ -191,9 +191,9 @@ class PairsTab(QWidget):
         self._end_download()
         for bar in (self.target_bar, self.draft_bar):
             bar.setValue(BAR_STEPS)
-        self.show_status(
-            f"Installed {self._download_pair.name}. It is selected below: press “Use these models” to chat with it."
-        )
+        pair = self._download_pair  # set by start_download
+        name = pair.name if pair is not None else "the models"
+        self.show_status(f"Installed {name}. It is selected below: press “Use these models” to chat with it.")
         self.downloadFinished.emit(paths)
 
     @Slot(str)

@@ -220,7 +220,7 @@ class SearchTab(QWidget):
         f = self.selected_file()
         self.drafts = None
         self.drafts_table.setRowCount(0)
-        if f is None:
+        if f is None or self.repo is None:  # (a file is selected only from a repository's files)
             return
         repo_id = self.repo.repo_id
         installed = _installed_paths()
@@ -283,7 +283,7 @@ class SearchTab(QWidget):
     # --- the download -------------------------------------------------------------------------
     def start_download(self) -> None:
         target = self.selected_file()
-        if target is None or self._download is not None:
+        if target is None or self.repo is None or self._download is not None:
             return
         draft = self.selected_draft()
         requests = [FileRequest(self.repo.repo_id, part) for part in target.parts]

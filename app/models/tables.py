@@ -19,7 +19,8 @@ def make_table(headers: list[str]) -> QTableWidget:
     return table
 
 
-def set_row(table: QTableWidget, row: int, cells: list[str], data: str, tooltip: str) -> None:
+def set_row(table: QTableWidget, row: int, cells: list[str], data: object, tooltip: str) -> None:
+    """One row of text cells; data is its key (a spec, a path or a row number), which selected_key gives back."""
     for column, text in enumerate(cells):
         item = QTableWidgetItem(text)
         item.setToolTip(tooltip)

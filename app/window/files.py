@@ -50,7 +50,11 @@ class ConversationFiles:
             return False
         if path is None:
             markdown, everything = "Markdown, the branch shown (*.md)", "JSON, every branch (*.json)"
-            start = str(self._folder() / suggested_file_name(window.store.conversation(cid).title, ".md"))
+            conversation = window.store.conversation(cid)
+            if conversation is None:  # deleted under the window (deleting one closes it: not expected)
+                window.statusBar().showMessage("Open a conversation to export it.", 4000)
+                return False
+            start = str(self._folder() / suggested_file_name(conversation.title, ".md"))
             path, chosen = QFileDialog.getSaveFileName(
                 window, "Export conversation", start, f"{markdown};;{everything}"
             )
@@ -76,9 +80,10 @@ class ConversationFiles:
         done, the window live meanwhile. Settings in it that would change where messages go or what goes with
         them are used only if the person says so."""
         window = self.window
-        if self.imports.busy:
+        importing = self.imports.path  # not None while busy
+        if importing is not None:
             window.notices.show_notice(
-                f"{Path(self.imports.path).name} is still being imported; import the next file once it is done.",
+                f"{Path(importing).name} is still being imported; import the next file once it is done.",
                 "info",
                 key="import-busy",
             )
