@@ -14,7 +14,7 @@ from engine.decoding.proposers.lookup import LookupProposer
 from engine.decoding.runtime import LoadSettings, Model, common_prefix
 from engine.decoding.sampling import SamplingParams
 from engine.decoding.speculation_config import SpeculationConfig
-from engine.decoding.step import StepLoop
+from engine.decoding.step import StepLoop, StepTotals
 
 from support import greedy_check
 
@@ -198,17 +198,29 @@ def test_cancel_stops_between_steps_and_frees_every_sequence(batch_target, reque
 
 
 @pytest.mark.slow
-def test_keep_full_refills_freed_slots_until_the_last_request_is_answered(batch_target, requests):
+def test_keep_full_refills_freed_slots_until_the_last_request_is_answered(batch_target, requests, monkeypatch):
     # colours copies, kyoto does not: lookup drafting 8 at every step (not adaptive: no timing decides it) ends colours
     # long before kyoto, whose tail, without fillers, decodes alone
     pair = [requests[0], requests[1]]
     decoder = BatchDecoder(
         batch_target, LookupProposer(remember_requests=False), SpeculationConfig(max_draft=8, adaptive=False)
     )
+    in_step = []  # the sequences in each step, as the totals record them
+    real_record = StepTotals.record
+
+    def record(totals, rows, seconds, sequences=1):
+        in_step.append(sequences)
+        real_record(totals, rows, seconds, sequences)
+
+    monkeypatch.setattr(StepTotals, "record", record)
     alone = decoder.run(pair, 2, GREEDY, max_tokens=24, ignore_eos=True)
-    assert alone.totals.sequence_s < 1.9 * alone.totals.verify_s and not alone.fillers
+    tail = len(in_step) - in_step.index(1)  # the steps after colours ended: kyoto alone, to its end
+    assert in_step == [2] * (len(in_step) - tail) + [1] * tail and 10 * tail > len(in_step), in_step
+    assert not alone.fillers
+    in_step.clear()
     full = decoder.run(pair, 2, GREEDY, max_tokens=24, ignore_eos=True, keep_full=True)
-    assert full.totals.sequence_s == pytest.approx(2 * full.totals.verify_s)  # two in every step, to the end
+    assert in_step == [2] * len(in_step), in_step  # two in every step, to the end
+    assert full.totals.sequence_s == pytest.approx(2 * full.totals.verify_s)
     assert [r.request_id for r in full.runs] == ["colours", "kyoto"] and all(len(r.tokens) == 24 for r in full.runs)
     assert full.fillers and full.fillers[0].request_id == "colours+2"  # the same prompts again, in turn
     assert all(r.finished_at <= full.finished_at for r in full.fillers)  # ended with the level ...

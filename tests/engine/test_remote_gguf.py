@@ -23,7 +23,6 @@ from support.hub_server import Fault, LocalHub
 
 REPO = "tester/headers"
 PAIRS = Path("/root/.cache/SpecChat/pairs")
-QUICK_S = 5.0  # every bad answer is told well within this
 
 
 def real_models() -> dict[str, Path]:
@@ -43,12 +42,18 @@ def hub(monkeypatch):
 
 
 def refused(error, match: str, **kwargs):
-    """The error read_remote_metadata raises, checked to come within QUICK_S and to say `match`."""
-    start = time.monotonic()
+    """The error read_remote_metadata raises, checked to say `match`. (A bad answer waited on or read on and on
+    would end at the call's own deadline instead, which says only that the server stopped answering.)"""
     with pytest.raises(error, match=match) as caught:
         read_remote_metadata(REPO, kwargs.pop("filename", "model.gguf"), **kwargs)
-    assert time.monotonic() - start < QUICK_S
     return caught.value
+
+
+def timed_out_within(error: Exception, seconds: float) -> None:
+    """error came from a request the client gave at most `seconds` to answer (what was left of the call's timeout_s):
+    the client gave up on the server, which still held the request."""
+    timeout = error.__cause__.request.extensions["timeout"]
+    assert 0 < timeout["read"] <= seconds and 0 < timeout["connect"] <= seconds, timeout
 
 
 @pytest.mark.parametrize("name", list(real_models()))
@@ -157,11 +162,9 @@ def test_a_server_that_stops_sending_times_out(hub, tiny):
     hub.add_file(REPO, "model.gguf", tiny)
     hub.add_fault("model.gguf", Fault(hold_after=1000))
     try:
-        start = time.monotonic()
-        refused(HubUnreachable, "stopped answering", timeout_s=1.0)
-        assert time.monotonic() - start < 2.5
+        timed_out_within(refused(HubUnreachable, "stopped answering", timeout_s=1.0), 1.0)
     finally:
-        hub.release()
+        hub.release()  # (only now: the hub held the bytes until the client had given up)
 
 
 def test_a_cancel_stops_the_read(hub, tiny):
@@ -262,6 +265,4 @@ def test_an_html_answer_to_a_range_read(odd):
 
 @pytest.mark.parametrize("odd", ["hang"], indirect=True)
 def test_a_hub_that_never_answers_times_out(odd):
-    start = time.monotonic()
-    refused(HubUnreachable, "stopped answering", timeout_s=1.0)
-    assert time.monotonic() - start < 2.5
+    timed_out_within(refused(HubUnreachable, "stopped answering", timeout_s=1.0), 1.0)

@@ -10,7 +10,6 @@ import logging
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -84,10 +83,11 @@ def model_work(server, monkeypatch) -> list[str]:
     return seen
 
 
-def raw_reply(port: int, head: str, seconds: float = 5.0) -> tuple[int, dict]:
-    """Send only a request head (no body, whatever it declares): the status and JSON the server answers with,
-    which must come within `seconds` (a server that waited for the body would answer 408 after 30 s)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=seconds) as sock:
+def raw_reply(port: int, head: str) -> tuple[int, dict]:
+    """Send only a request head (no body, whatever it declares, and nothing after it): the status and JSON the
+    server answers with. A server that waited for the body would answer 408 once its BODY_TIMEOUT_S (30 s) had
+    passed, well within the socket's 60 s (a liveness guard)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
         sock.sendall(head.encode())
         reply = b""
         while chunk := sock.recv(65536):
@@ -112,13 +112,12 @@ def test_a_browsers_simple_post_is_a_415_before_the_body_is_read_or_the_model_ru
             error = reply.json()["error"]
             assert error["code"] == "unsupported_media_type" and "'application/json'" in error["message"]
     assert model_work == []
-    started = time.monotonic()
     status, reply = raw_reply(
         server.port,
         "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         "Content-Type: text/plain\r\nContent-Length: 100000\r\n\r\n",
     )
-    assert status == 415 and time.monotonic() - started < 5, "the body was waited for"
+    assert status == 415, ("the body was waited for", status, reply)  # it never comes: answered without it
     refused = [r for r in server.api.records if r.status == 415]
     assert len(refused) == 16 and {r.method for r in refused} == {"-"}  # in the Server panel's log
     # JSON, with or without parameters, is served as before.
