@@ -17,6 +17,7 @@ class Method:
     box: str  # the lab's check box ("auto (both)")
     colour: str  # its line in every chart
     needs_draft: bool = False  # loads a draft model
+    needs_mtp: bool = False  # drafts with the target's own MTP (nextn) layers: the target is loaded with them
 
 
 NONE = Method(
@@ -51,10 +52,21 @@ AUTO = Method(
     colour="#2ca02c",
     needs_draft=True,
 )
+MTP = Method(
+    "mtp",
+    label="Built-in drafter (MTP)",
+    name="built-in drafter (MTP)",
+    prose="the model's own MTP head",
+    legend="MTP head",
+    box="MTP head",
+    colour="#9467bd",
+    needs_mtp=True,
+)
 
-REGISTRY = {m.key: m for m in (NONE, LOOKUP, DRAFT, AUTO)}
-METHODS = tuple(REGISTRY)  # ("none", "lookup", "draft", "auto")
+REGISTRY = {m.key: m for m in (NONE, LOOKUP, DRAFT, AUTO, MTP)}
+METHODS = tuple(REGISTRY)  # ("none", "lookup", "draft", "auto", "mtp")
 DRAFT_METHODS = tuple(k for k, m in REGISTRY.items() if m.needs_draft)  # the methods that load a draft model
+MTP_METHODS = tuple(k for k, m in REGISTRY.items() if m.needs_mtp)  # the methods that load the target's MTP layers
 DEFAULT_METHOD = LOOKUP.key  # needs no second model, and pays wherever an answer repeats its prompt
 
 
@@ -72,6 +84,10 @@ DEFAULT_MAX_DRAFT = 48
 DEFAULT_MIN_DRAFT = 1  # shorter proposals are not worth a verify row: decode plainly instead
 MAX_DRAFT_RANGE = (0, MAX_DRAFT_LIMIT)  # 0: never draft
 MIN_DRAFT_RANGE = (1, MAX_DRAFT_LIMIT)  # and at most the max draft (checked where both are known)
+# The most tokens an MTP head drafts in a step. Its drafts feed on its own hidden rows, so they fade with depth
+# (llama.cpp's draft-mtp drafts 3 by default), and a hybrid target (Qwen3.5) keeps a snapshot of its recurrent state
+# per token it may roll back (n_rs_seq), each as large as the state itself.
+MTP_MAX_DRAFT = 8
 
 # --- the draft model's confidence cutoff --------------------------------------------------------
 DEFAULT_P_MIN = 0.75  # the draft stops drafting when its top token's probability falls below this

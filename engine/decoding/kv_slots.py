@@ -85,7 +85,8 @@ class KvSlots:
     def release(self, slot: int, tokens: Sequence[int], cells: int) -> None:
         """Sequence `slot` is free again; its cache holds the first `cells` of `tokens`. With keep_caches they stay
         (within KEPT_SHARE of the context in all), else the cache is emptied."""
-        keep = min(cells, len(tokens)) if self.keep_caches else 0
+        # never more than the cache holds (an interrupted decode empties a recurrent state: runtime._run_rows)
+        keep = min(cells, len(tokens), self.target.next_position(slot)) if self.keep_caches else 0
         self.target.forget_from(keep, slot)
         if keep:
             self.cached[slot] = list(tokens[:keep])

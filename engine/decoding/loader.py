@@ -4,10 +4,21 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..errors import InvalidSettingError, SpeculationUnavailable
-from ..methods import DEFAULT_MAX_DRAFT, DEFAULT_METHOD, DEFAULT_MIN_DRAFT, DEFAULT_P_MIN, DRAFT_METHODS, METHODS
+from ..methods import (
+    DEFAULT_MAX_DRAFT,
+    DEFAULT_METHOD,
+    DEFAULT_MIN_DRAFT,
+    DEFAULT_P_MIN,
+    DRAFT_METHODS,
+    METHODS,
+    MTP_MAX_DRAFT,
+    MTP_METHODS,
+)
 from ..modelfiles.embedded import resolve_model
+from ..modelfiles.model_inspect import inspect_model
 from .generate import SpeculativeDecoder
 from .proposers.base import NoProposer, Proposer
 from .proposers.lookup import DEFAULT_MAX_NGRAM
@@ -51,17 +62,34 @@ class DecoderSettings:
         )
 
     def load_settings(self, n_seq_max: int = 1) -> LoadSettings:
+        mtp = self.method in MTP_METHODS
         return LoadSettings(
             n_ctx=self.n_ctx,
             n_gpu_layers=self.n_gpu_layers,
             threads=self.threads,
             n_seq_max=n_seq_max,
             flash_attention=self.flash_attention,
+            mtp=mtp,
+            # a hybrid target rolls back as many rejected drafts as its recurrent state keeps snapshots
+            n_rs_seq=min(self.max_draft, MTP_MAX_DRAFT) if mtp else 0,
         )
 
 
 def load_target(settings: DecoderSettings, n_seq_max: int = 1) -> Model:
-    return Model(resolve_model(settings.model), settings.load_settings(n_seq_max))
+    path = resolve_model(settings.model)
+    if settings.method in MTP_METHODS:
+        require_mtp_layers(path, settings.method)
+    return Model(path, settings.load_settings(n_seq_max))
+
+
+def require_mtp_layers(path: str | Path, method: str) -> None:
+    """A method that drafts with the target's MTP layers needs a file that has them (its header says so)."""
+    drafter = inspect_model(path)["drafter"]
+    if not drafter or drafter.get("kind") != "mtp":
+        raise InvalidSettingError(
+            f"The {method} method drafts with a model's own MTP (nextn) layers, and {Path(path).name} has none: "
+            "choose a model that ships them (Qwen3.5, Qwen3-Next, GLM-4.5, DeepSeek-V3 and later) or another method."
+        )
 
 
 def load_draft(settings: DecoderSettings, target: Model, n_seq_max: int = 1) -> Model | None:
@@ -74,7 +102,7 @@ def load_draft(settings: DecoderSettings, target: Model, n_seq_max: int = 1) -> 
 def require_rollback(*models: Model | None) -> None:
     """Speculation undoes rejected guesses by cutting the KV cache back; some models cannot."""
     for model in models:
-        if model is not None and not model.can_roll_back:
+        if model is not None and not (model.can_roll_back or model.max_rollback):
             raise SpeculationUnavailable(
                 f"{model.name} is a recurrent or hybrid model (such as Mamba, RWKV, LFM2 or Granite 4 H): its "
                 "state cannot be rolled back after a rejected guess, so it runs without speculation."

@@ -27,36 +27,17 @@ import numpy as np
 from llama_cpp import llama_cpp_ext as X
 
 from ..errors import ModelFileError, SpeculationUnavailable
-from .runtime import LoadSettings, _init_backend
+from .mtp_check import PINNED, SINGLE_HEAD_ARCHS, mtp_problem
+from .runtime import LoadSettings, _init_backend, _lifecycle
 
-PINNED = "0.3.36"
-SINGLE_HEAD_ARCHS = ("qwen35", "qwen35moe", "glm4moe")  # their MTP graphs assert exactly one nextn layer
+__all__ = ["PINNED", "SINGLE_HEAD_ARCHS", "MtpHead", "MtpModel", "head_agreement", "mtp_problem", "speculative_greedy"]
+
 _SEQ = 0
-
-
-def _architecture(model: L.llama_model_p) -> str:
-    buf = ctypes.create_string_buffer(128)
-    n = L.llama_model_meta_val_str(model, b"general.architecture", buf, len(buf))
-    return buf.value.decode("utf-8", "replace") if n > 0 else ""
-
-
-def mtp_problem(model: L.llama_model_p, loaded_with_mtp: bool) -> str | None:
-    """Why an MTP context on this model would fail or abort the process; None where it can be made."""
-    if L.__version__ != PINNED:
-        return f"MTP drafting is pinned to llama-cpp-python {PINNED} (this is {L.__version__})."
-    layers = L.llama_model_n_layer_nextn(model)
-    if layers <= 0:
-        return "the model has no MTP (nextn) layers."
-    if not loaded_with_mtp:
-        return "the model was loaded without its MTP layers (load_mtp): llama.cpp would abort."
-    arch = _architecture(model)
-    if arch in SINGLE_HEAD_ARCHS and layers != 1:
-        return f"llama.cpp's {arch} MTP graph takes exactly one nextn layer; this model has {layers}."
-    return None
+HEAD_BATCH = 512  # rows of one decode of the head (and of the probe's target)
 
 
 class _ExtBatch:
-    """A llama_batch_ext holding tokens, each with its position and optionally a hidden row (copied in)."""
+    """A llama_batch_ext holding tokens, each with its position and sequence and optionally a hidden row (copied in)."""
 
     def __init__(self, ctx: L.llama_context_p):
         handle = L.llama_batch_ext_init(ctx)
@@ -64,13 +45,20 @@ class _ExtBatch:
             raise SpeculationUnavailable("llama.cpp could not make a batch for the MTP head.")
         self.handle = handle
 
-    def fill(self, tokens: Sequence[int], pos0: int, rows: np.ndarray | None, outputs: Sequence[bool]) -> None:
+    def fill(
+        self,
+        tokens: Sequence[int],
+        positions: Sequence[int],
+        rows: np.ndarray | None,
+        outputs: Sequence[bool],
+        seq_ids: Sequence[int] | None = None,
+    ) -> None:
         L.llama_batch_ext_clear(self.handle)
         for k, token in enumerate(tokens):
-            idx = L.llama_batch_ext_add_token(self.handle, _SEQ, int(token))
+            idx = L.llama_batch_ext_add_token(self.handle, seq_ids[k] if seq_ids else _SEQ, int(token))
             if idx != k:
                 raise SpeculationUnavailable(f"llama.cpp refused token {token} in a batch (error {idx}).")
-            L.llama_batch_ext_set_pos(self.handle, idx, ctypes.byref(L.llama_pos(pos0 + k)))
+            L.llama_batch_ext_set_pos(self.handle, idx, ctypes.byref(L.llama_pos(int(positions[k]))))
             if rows is not None:
                 row = np.ascontiguousarray(rows[k], dtype=np.float32)
                 embd = L.llama_embd(row.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1, row.shape[0])
@@ -96,6 +84,83 @@ def _row(ptr: ctypes._Pointer[ctypes.c_float] | None, n_embd: int) -> np.ndarray
     return np.ctypeslib.as_array(ptr, shape=(n_embd,)).copy()
 
 
+def open_context(
+    model: L.llama_model_p, n_ctx: int, threads: int, kind: int, n_rs_seq: int = 0, n_seq_max: int = 1
+) -> L.llama_context_p:
+    """A context of `kind` (default, or MTP: the head's) on a model loaded with its MTP layers."""
+    cparams = L.llama_context_default_params()
+    cparams.n_ctx = n_ctx
+    cparams.n_batch = cparams.n_ubatch = HEAD_BATCH
+    cparams.n_threads = cparams.n_threads_batch = threads
+    cparams.n_rs_seq = n_rs_seq
+    cparams.n_seq_max = n_seq_max
+    cparams.kv_unified = True
+    cparams.ctx_type = kind
+    with _lifecycle:
+        ctx: L.llama_context_p | None = L.llama_init_from_model(model, cparams)
+    if not ctx:
+        raise SpeculationUnavailable("llama.cpp could not open a context for MTP drafting.")
+    return ctx
+
+
+class MtpHead:
+    """The MTP head's own context (type MTP) on a model loaded with load_mtp, for n_seq_max sequences: fed tokens,
+    each with its position and the hidden row it follows, it gives logits and its own hidden row on the rows asked
+    for. Its KV cache holds the head's layer only, so it rolls back any number of tokens."""
+
+    def __init__(self, model: L.llama_model_p, n_ctx: int, threads: int, n_seq_max: int = 1):
+        self.n_seq_max = n_seq_max
+        self.n_embd = int(L.llama_model_n_embd(model))
+        self.n_vocab = int(L.llama_vocab_n_tokens(L.llama_model_get_vocab(model)))
+        self.ctx: L.llama_context_p | None = open_context(model, n_ctx, threads, L.LLAMA_CONTEXT_TYPE_MTP, 0, n_seq_max)
+        X.llama_set_embeddings_nextn(self.ctx, True, True)  # masked: rows of the outputs only
+        self._batch = _ExtBatch(self.ctx)
+
+    def decode(
+        self,
+        tokens: Sequence[int],
+        positions: Sequence[int],
+        rows: np.ndarray,
+        outputs: Sequence[bool],
+        seq_ids: Sequence[int] | None = None,
+    ) -> None:
+        """One decode (at most HEAD_BATCH tokens): token i at positions[i] after hidden row rows[i]."""
+        assert self.ctx is not None
+        self._batch.fill(tokens, positions, rows, outputs, seq_ids)
+        self._batch.process(self.ctx)
+
+    def logits(self, i: int) -> np.ndarray:
+        """The logits of the last decode's batch row i (an output), a view valid until the next decode."""
+        logits = L.llama_get_logits_ith(self.ctx, i)
+        if not logits:
+            raise SpeculationUnavailable("llama.cpp has no logits for that row.")
+        return np.ctypeslib.as_array(logits, shape=(self.n_vocab,))
+
+    def hidden(self, i: int) -> np.ndarray:
+        """The head's own hidden row on the last decode's batch row i (an output): what its next draft follows."""
+        return _row(X.llama_get_embeddings_nextn_ith(self.ctx, i), self.n_embd)
+
+    def forget_from(self, pos: int, seq: int = _SEQ) -> None:
+        L.llama_memory_seq_rm(L.llama_get_memory(self.ctx), seq, pos, -1)
+
+    def next_position(self, seq: int = _SEQ) -> int:
+        return int(L.llama_memory_seq_pos_max(L.llama_get_memory(self.ctx), seq)) + 1
+
+    def close(self) -> None:
+        with _lifecycle:
+            self._batch.close()
+            if self.ctx:
+                L.llama_free(self.ctx)
+                self.ctx = None
+
+    def __del__(self) -> None:
+        if getattr(self, "ctx", None) and _lifecycle.acquire(blocking=False):
+            try:
+                self.close()
+            finally:
+                _lifecycle.release()
+
+
 class MtpModel:
     """A model loaded with its MTP layers, a target context that emits hidden rows, and the head's context."""
 
@@ -106,43 +171,33 @@ class MtpModel:
         mparams.n_gpu_layers = 0
         self.model = L.llama_model_load_from_file(str(path).encode(), mparams)
         self.tgt: L.llama_context_p | None = None
-        self.dft: L.llama_context_p | None = None
+        self.head: MtpHead | None = None
         if not self.model:
             raise ModelFileError(f"llama.cpp could not load {Path(path).name} with its MTP layers.")
         problem = mtp_problem(self.model, loaded_with_mtp=True)
         if problem:
             self.close()
             raise SpeculationUnavailable(f"No MTP drafting for {Path(path).name}: {problem}")
-        self.n_embd = L.llama_model_n_embd(self.model)
-        self.n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(self.model))
         n_threads = LoadSettings(threads=threads).resolved_threads()
-        self.tgt = self._context(n_ctx, n_rs_seq, n_threads, L.LLAMA_CONTEXT_TYPE_DEFAULT)
-        self.dft = self._context(n_ctx, 0, n_threads, L.LLAMA_CONTEXT_TYPE_MTP)
+        try:
+            self.tgt = open_context(self.model, n_ctx, n_threads, L.LLAMA_CONTEXT_TYPE_DEFAULT, n_rs_seq)
+            self.head = MtpHead(self.model, n_ctx, n_threads)
+        except SpeculationUnavailable:
+            self.close()
+            raise
+        self.n_embd, self.n_vocab = self.head.n_embd, self.head.n_vocab
         X.llama_set_embeddings_nextn(self.tgt, True, False)
-        X.llama_set_embeddings_nextn(self.dft, True, True)
-        self._tgt_batch, self._dft_batch = _ExtBatch(self.tgt), _ExtBatch(self.dft)
+        self._tgt_batch = _ExtBatch(self.tgt)
         self.pending = np.zeros(self.n_embd, dtype=np.float32)  # the hidden row the next catch-up starts with
         self.verify_rows = np.zeros((0, self.n_embd), dtype=np.float32)
-
-    def _context(self, n_ctx: int, n_rs_seq: int, threads: int, kind: int) -> L.llama_context_p:
-        cparams = L.llama_context_default_params()
-        cparams.n_ctx = n_ctx
-        cparams.n_batch = cparams.n_ubatch = 512
-        cparams.n_threads = cparams.n_threads_batch = threads
-        cparams.n_rs_seq = n_rs_seq
-        cparams.ctx_type = kind
-        ctx: L.llama_context_p | None = L.llama_init_from_model(self.model, cparams)
-        if not ctx:
-            self.close()
-            raise SpeculationUnavailable("llama.cpp could not open a context for MTP drafting.")
-        return ctx
 
     def decode_target(self, tokens: Sequence[int], pos0: int) -> np.ndarray:
         """Decode tokens at pos0.. on the target (every row's logits kept); the greedy token after each, and the
         MTP head caught up on them."""
         assert self.tgt is not None
+        positions = range(pos0, pos0 + len(tokens))
         L.llama_memory_seq_rm(L.llama_get_memory(self.tgt), _SEQ, pos0, -1)
-        self._tgt_batch.fill(tokens, pos0, None, [True] * len(tokens))
+        self._tgt_batch.fill(tokens, positions, None, [True] * len(tokens))
         self._tgt_batch.process(self.tgt)
         greedy = np.array([self._argmax(self.tgt, i) for i in range(len(tokens))], dtype=np.int64)
         rows = np.stack([_row(X.llama_get_embeddings_nextn_ith(self.tgt, i), self.n_embd) for i in range(len(tokens))])
@@ -151,11 +206,10 @@ class MtpModel:
 
     def _catch_up(self, tokens: Sequence[int], pos0: int, rows: np.ndarray) -> None:
         """Token k paired with the target's row k-1 (the first with the pending row) into the head's cache."""
-        assert self.dft is not None
+        assert self.head is not None
         shifted = np.concatenate([self.pending[None, :], rows[:-1]])
-        L.llama_memory_seq_rm(L.llama_get_memory(self.dft), _SEQ, pos0, -1)
-        self._dft_batch.fill(tokens, pos0, shifted, [False] * len(tokens))
-        self._dft_batch.process(self.dft)
+        self.head.forget_from(pos0)
+        self.head.decode(tokens, range(pos0, pos0 + len(tokens)), shifted, [False] * len(tokens))
         self.verify_rows = rows
         self.pending = rows[-1].copy()
 
@@ -166,15 +220,14 @@ class MtpModel:
 
     def draft(self, last: int, pos: int, n_max: int) -> list[int]:
         """Up to n_max greedy draft tokens after `last`, the token the target chose for position pos."""
-        assert self.dft is not None
+        assert self.head is not None
         out: list[int] = []
         token, row = last, self.pending
         for i in range(n_max):
-            L.llama_memory_seq_rm(L.llama_get_memory(self.dft), _SEQ, pos + i, -1)
-            self._dft_batch.fill([token], pos + i, row[None, :], [True])
-            self._dft_batch.process(self.dft)
-            token = self._argmax(self.dft, 0)
-            row = _row(X.llama_get_embeddings_nextn_ith(self.dft, 0), self.n_embd)
+            self.head.forget_from(pos + i)
+            self.head.decode([token], [pos + i], row[None, :], [True])
+            token = int(np.argmax(self.head.logits(0)))
+            row = self.head.hidden(0)
             out.append(token)
         return out
 
@@ -185,13 +238,13 @@ class MtpModel:
         return int(np.argmax(np.ctypeslib.as_array(logits, shape=(self.n_vocab,))))
 
     def close(self) -> None:
-        for batch in ("_tgt_batch", "_dft_batch"):
-            if hasattr(self, batch):
-                getattr(self, batch).close()
-        for ctx in (self.dft, self.tgt):
-            if ctx:
-                L.llama_free(ctx)
-        self.dft = self.tgt = None
+        if hasattr(self, "_tgt_batch"):
+            self._tgt_batch.close()
+        if self.head is not None:
+            self.head.close()
+        if self.tgt:
+            L.llama_free(self.tgt)
+        self.tgt = None
         if self.model:
             L.llama_model_free(self.model)
             self.model = None

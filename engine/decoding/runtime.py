@@ -10,14 +10,16 @@ import ctypes
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import llama_cpp as L
 import numpy as np
+from llama_cpp import llama_cpp_ext as X
 
 from ..errors import ContextOverflowError, EngineError, GenerationCancelled, ModelFileError
 from ..hardware import (
@@ -32,11 +34,18 @@ from ..hardware import (
 )
 from ..modelfiles.model_check import check_model_file
 from . import step_timings
+from .hidden_rows import HiddenRows
 from .load_log import llama_log, placement
+from .mtp_check import mtp_problem
 from .repack import repack_overrides
 from .vocabulary import Vocabulary
 
 log = logging.getLogger(__name__)
+_Closable = TypeVar("_Closable", bound="SupportsClose")
+
+
+class SupportsClose(Protocol):
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,8 @@ class LoadSettings:
     n_batch: int = 512
     n_seq_max: int = 1  # several sequences share the context in the lab
     flash_attention: bool | None = None  # None = llama.cpp's choice (flash_attention_type)
+    mtp: bool = False  # load the model's MTP (nextn) layers and keep its hidden rows (the mtp method)
+    n_rs_seq: int = 0  # a recurrent state's snapshots: a hybrid model may roll back this many tokens of a decode
 
     def resolved_threads(self) -> int:
         # Never more threads than CPUs this process may use: llama.cpp's threads wait for each other at every
@@ -111,6 +122,8 @@ class Model(Vocabulary):
         self._model: L.llama_model_p | None = None
         self._ctx: L.llama_context_p | None = None
         self._batch: L.llama_batch | None = None
+        self._attached: weakref.WeakSet[Any] = weakref.WeakSet()  # contexts on these weights (an MTP head's)
+        self.hidden: HiddenRows | None = None  # the hidden rows of every decode, where an MTP head reads them
         self.placement: dict[str, Any] = {}  # where llama.cpp put the layers and its buffers (load_log.placement)
         self.path = Path(path)
         self.settings = settings
@@ -125,6 +138,7 @@ class Model(Vocabulary):
         mparams, self.repacked_weights = model_params(None if vocab_only else self.path, settings.n_gpu_layers)
         mparams.n_gpu_layers = settings.n_gpu_layers
         mparams.vocab_only = vocab_only
+        mparams.load_mtp = settings.mtp and not vocab_only
         with llama_log() as lines:
             self._model = L.llama_model_load_from_file(str(self.path).encode(), mparams)
         self._weights_log = "".join(lines)
@@ -161,6 +175,7 @@ class Model(Vocabulary):
         cparams.swa_full = True  # sliding-window models (Gemma 3) must keep full KV to roll back
         cparams.kv_unified = True
         cparams.no_perf = True
+        cparams.n_rs_seq = settings.n_rs_seq
         with llama_log() as lines:
             self._ctx = L.llama_init_from_model(self._model, cparams)
         self._note_placement(self._weights_log + "".join(lines))
@@ -188,6 +203,21 @@ class Model(Vocabulary):
         self._interrupt_installed: bool = False
         self._logits_views: dict[tuple[int, int], np.ndarray] = {}  # (address, rows) -> view of llama.cpp's logits
         self.backend: str = backend_name() if settings.n_gpu_layers != 0 else "CPU"
+        self._open_hidden(settings)
+
+    def _open_hidden(self, settings: LoadSettings) -> None:
+        """With mtp on a model that has MTP layers, every decode emits its hidden rows, kept in self.hidden. A hybrid
+        model may roll back max_rollback tokens of its last decode (its recurrent state's snapshots, n_rs_seq)."""
+        self.rollback_room: dict[int, int] = {}  # seq -> tokens of its last decode it may still roll back
+        self.max_rollback: int | None = None if self.can_roll_back else int(L.llama_n_rs_seq(self._ctx))
+        self.hidden = None
+        # why its own MTP head cannot draft (mtp_check.py); None where it can
+        assert self._model is not None  # its context is open
+        self.mtp_problem: str | None = mtp_problem(self._model, settings.mtp)
+        if self.mtp_problem is None:
+            X.llama_set_embeddings_nextn(self._ctx, True, False)  # unmasked: a row for every token decoded
+            self.hidden = HiddenRows()
+            self.n_embd_out = int(L.llama_model_n_embd_out(self._model))
 
     def _note_placement(self, log_text: str) -> None:
         """Where the layers went and what llama.cpp allocated on GPU devices, read from its log; the allocations
@@ -244,10 +274,11 @@ class Model(Vocabulary):
         n = len(tokens)
         if start_pos + n > self.n_ctx:
             raise ContextOverflowError(f"{start_pos + n} tokens do not fit the {self.n_ctx}-token context.")
-        self._fill(n, tokens, np.arange(start_pos, start_pos + n), logits_rows)
+        positions = np.arange(start_pos, start_pos + n)
+        self._fill(n, tokens, positions, logits_rows)
         if seq_id or self._seq_filled:
             self._set_seq_ids([seq_id] * n)
-        return self._run(n, logits_rows)
+        return self._run_rows(n, logits_rows, positions, [seq_id] * n)
 
     def decode_multi(
         self, tokens: Sequence[int], positions: Sequence[int], seq_ids: Sequence[int], want_logits: Sequence[bool]
@@ -257,7 +288,28 @@ class Model(Vocabulary):
         self._fill(n, tokens, positions, 0)
         self._b_logits[:n] = want_logits
         self._set_seq_ids(seq_ids)
-        return self._run(n, int(sum(bool(x) for x in want_logits)))
+        return self._run_rows(n, int(sum(bool(x) for x in want_logits)), positions, seq_ids)
+
+    def _run_rows(
+        self, n: int, logits_rows: int, positions: Sequence[int] | np.ndarray, seq_ids: Sequence[int]
+    ) -> np.ndarray:
+        """_run, then the hidden rows kept (mtp) and what each sequence may roll back noted (a hybrid model). A
+        recurrent state that an interrupt cut part-way cannot be trusted: its sequences are emptied."""
+        try:
+            logits = self._run(n, logits_rows)
+        except GenerationCancelled:
+            if not self.can_roll_back:
+                for seq in set(seq_ids):
+                    self.forget_from(0, seq)
+            raise
+        if self.hidden is not None:
+            ptr = X.llama_get_embeddings_nextn(self._ctx)
+            if ptr:
+                self.hidden.record(positions, seq_ids, np.ctypeslib.as_array(ptr, shape=(n, self.n_embd_out)))
+        if not self.can_roll_back:  # a roll-back reaches the decode's snapshots: its rows but the first
+            for seq in set(seq_ids):
+                self.rollback_room[seq] = min(self.max_rollback or 0, sum(1 for s in seq_ids if s == seq) - 1)
+        return logits
 
     def _fill(self, n: int, tokens: Sequence[int], positions: Sequence[int] | np.ndarray, logits_rows: int) -> None:
         if n > self.n_batch:
@@ -342,9 +394,19 @@ class Model(Vocabulary):
         return logits
 
     def forget_from(self, pos: int, seq_id: int = 0) -> None:
-        """Roll the KV cache of seq_id back so it holds positions < pos only."""
+        """Roll the KV cache of seq_id back so it holds positions < pos only. A hybrid model's recurrent state goes
+        back only within its last decode's snapshots, once (llama.cpp would take a deeper roll-back and read a stale
+        snapshot): beyond them this raises, as a roll-back llama.cpp refuses does."""
+        if not self.can_roll_back and pos > 0:
+            back = self.next_position(seq_id) - pos
+            if back > self.rollback_room.get(seq_id, 0):
+                raise EngineError(f"could not roll the recurrent state back {back} tokens to position {pos}")
+            if back > 0:
+                self.rollback_room[seq_id] = 0
         if not L.llama_memory_seq_rm(self._memory, seq_id, pos, -1):
             raise EngineError(f"could not roll the KV cache back to position {pos}")
+        if self.hidden is not None:
+            self.hidden.forget_from(pos, seq_id)
 
     def next_position(self, seq_id: int = 0) -> int:
         """The position after the last one seq_id holds in the KV cache (0 when it holds none)."""
@@ -353,9 +415,21 @@ class Model(Vocabulary):
     def share_prefix(self, source: int, seq_id: int, n: int) -> None:
         """Give seq_id the first n positions of source's KV cache: the cells are shared, nothing is copied."""
         L.llama_memory_seq_cp(self._memory, source, seq_id, 0, n)
+        if self.hidden is not None:
+            self.hidden.share(source, seq_id, n)
 
     def forget_all(self) -> None:
         L.llama_memory_clear(self._memory, True)
+        if self.hidden is not None:
+            self.hidden.forget_all()
+
+    def open_attached(self, opener: Callable[[L.llama_model_p], _Closable]) -> _Closable:
+        """A context of another kind on this model's weights (the MTP head's), opened by opener(weights); it is
+        closed before the weights are freed."""
+        assert self._model is not None  # an open model
+        context = opener(self._model)
+        self._attached.add(context)
+        return context
 
     def _close_context(self) -> None:
         if self._batch is not None:
@@ -369,6 +443,8 @@ class Model(Vocabulary):
     def close(self) -> None:
         with _lifecycle:
             forget_device_buffers(self)
+            for context in list(self._attached):
+                context.close()
             self._close_context()
             if self._model:
                 L.llama_model_free(self._model)

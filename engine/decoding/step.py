@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, cast
 import torch
 
 from ..errors import GenerationCancelled
+from ..methods import MAX_DRAFT_LIMIT
 from .calibration import Progress, calibrate_steps
 from .draft_planner import DraftPlanner
 from .drafting import DraftState, drafting_for
@@ -132,7 +133,14 @@ class StepLoop:
 
     @property
     def speculating(self) -> bool:
-        return self.proposer.name != "none" and self.speculation.max_draft > 0 and self.target.can_roll_back
+        return self.proposer.name != "none" and self.speculation.max_draft > 0 and self.rollback > 0
+
+    @property
+    def rollback(self) -> int:
+        """The most rejected drafts one step may roll back: any on an attention-only target, a hybrid model's
+        recurrent snapshots (n_rs_seq) else."""
+        target = self.target
+        return MAX_DRAFT_LIMIT if target.can_roll_back else min(MAX_DRAFT_LIMIT, target.max_rollback or 0)
 
     @property
     def method(self) -> str:
@@ -183,7 +191,7 @@ class StepLoop:
         shared cache, within its token budget; none for a sequence the guard holds (it ran below plain)."""
         target, cfg, n = self.target, self.speculation, len(active)
         row_budget = (target.n_batch - n) // n  # every sequence's drafts fit one batch ...
-        cell_budget = (self.free_cells(active) - n) // n  # ... and the shared cache
+        cell_budget = min((self.free_cells(active) - n) // n, self.rollback)  # ... the shared cache, the roll-back
         if cfg.exact:  # the batch stays as narrow as decodes like plain steps (unmeasured yet: one row)
             row_budget = min(row_budget, ((self.exact_rows or 1) - n) // n)
         return [
@@ -285,7 +293,9 @@ class StepLoop:
         betting on one; and a costly proposer's token. Does nothing when calibrated already, or when nothing
         is planned (no speculation, fixed lengths). timed_only: time nothing now, take the sizes this model
         has timed before (wider ones are extrapolated; with none, each size is learnt from its first step)."""
-        if self.speculating and self.speculation.exact and self.exact_rows is None:
+        free_cells = self.target.can_roll_back or not start  # a recurrent state goes back only a decode's drafts
+        timed_only = timed_only or not free_cells
+        if self.speculating and self.speculation.exact and self.exact_rows is None and free_cells:
             self.exact_rows = exact_verify_rows(self.target, slot, start, [token])
         if not (self.speculating and self.speculation.adaptive):
             return

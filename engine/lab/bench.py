@@ -1,6 +1,6 @@
 """Benchmark one decoding method on a set of prompts (raw completion, or --chat: the model's chat template).
 
-python -m engine.bench --model PATH|embedded [--draft PATH|embedded] --method none|lookup|draft
+python -m engine.bench --model PATH|embedded [--draft PATH|embedded] --method none|lookup|draft|auto|mtp
     [--max-draft K] [--no-adaptive] [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S]
     --max-tokens N [--ignore-eos] [--chat] [--repeats R] [--threads N] --prompts FILE.jsonl --out FILE.json
 
@@ -233,7 +233,8 @@ def one_run(
     s = decoder.stats
     print(
         f"{item['id']} (run {repeat + 1}/{args.repeats}): {len(out)} tokens, {s.decode_tokens_per_s or 0:.1f} "
-        f"tok/s, acceptance {s.acceptance_rate if s.acceptance_rate is not None else 'n/a'}",
+        f"tok/s, {s.drafted} drafted, {s.accepted} accepted, acceptance "
+        f"{s.acceptance_rate if s.acceptance_rate is not None else 'n/a'}",
         file=sys.stderr,
     )
     return {

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from ...errors import InvalidSettingError
 from ...methods import DEFAULT_P_MIN
-from . import auto, base, draft_model, lookup
+from . import auto, base, draft_model, lookup, mtp
 from .base import Ingredients, Proposer
 
 if TYPE_CHECKING:
@@ -20,6 +20,7 @@ BUILDERS: dict[str, Callable[[Ingredients], Proposer]] = {
     "lookup": lookup.build,
     "draft": draft_model.build,
     "auto": auto.build,
+    "mtp": mtp.build,
 }
 
 
