@@ -39,7 +39,7 @@ from engine.decoding.loader import DecoderSettings, load_draft, load_target, mak
 from engine.decoding.proposers.base import NoProposer
 from engine.decoding.runtime import Model
 from engine.errors import EngineError, GenerationCancelled
-from engine.methods import DRAFT_METHODS
+from engine.methods import DRAFT_METHODS, MTP_METHODS
 from engine.modelfiles import model_store
 from engine.modelfiles.embedded import DISPLAY_NAMES
 from engine.modelfiles.load_marker import LoadMarker
@@ -123,7 +123,7 @@ class EngineWorker(QObject):
         self.loadStarted.emit("the embedded demo model" if settings.model == "embedded" else settings.model)
         self.marker.begin("target", settings.model)
         try:
-            target = load_target(settings)
+            target = load_target(settings, strict=False)
         except EngineError as exc:
             log.warning("not loaded: %s", exc)
             self.loadFailed.emit(str(exc))
@@ -147,6 +147,9 @@ class EngineWorker(QObject):
     def apply_speculation(self, settings: DecoderSettings) -> None:
         """Change speculation for the next response; the target and its KV cache stay."""
         if self.decoder is None:
+            return
+        if (settings.method in MTP_METHODS) != self.decoder.target.settings.mtp:
+            self.load(settings)  # the MTP layers load with the model (or go with it): a reload, as for a new model
             return
         if settings.method in DRAFT_METHODS and settings.draft != self.draft_path:
             self.loadStarted.emit(f"draft model {settings.draft}")

@@ -28,6 +28,7 @@ from engine.methods import (
     MAX_DRAFT_RANGE,
     METHODS,
     MIN_DRAFT_RANGE,
+    MTP_METHODS,
     P_MIN_RANGE,
     method_words,
 )
@@ -165,6 +166,8 @@ def what_changed(old: AppSettings, new: AppSettings) -> str:
     or "" (sampling and view settings are read per response)."""
     if any(getattr(old, k) != getattr(new, k) for k in RELOAD_KEYS):
         return "reload"
+    if (old.effective_method in MTP_METHODS) != (new.effective_method in MTP_METHODS):
+        return "reload"  # a model's MTP layers load with it
     if old.effective_method != new.effective_method or any(
         getattr(old, k) != getattr(new, k) for k in SPECULATION_KEYS
     ):

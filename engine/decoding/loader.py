@@ -75,9 +75,12 @@ class DecoderSettings:
         )
 
 
-def load_target(settings: DecoderSettings, n_seq_max: int = 1) -> Model:
+def load_target(settings: DecoderSettings, n_seq_max: int = 1, strict: bool = True) -> Model:
+    """The target, loaded as the method needs it. strict: a method the file cannot serve (mtp without MTP layers)
+    is refused before loading (the CLIs); not strict, the model loads and that method's proposer says why it
+    cannot draft (the chat: a model is never lost to a speculation setting)."""
     path = resolve_model(settings.model)
-    if settings.method in MTP_METHODS:
+    if strict and settings.method in MTP_METHODS:
         require_mtp_layers(path, settings.method)
     return Model(path, settings.load_settings(n_seq_max))
 

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from ..errors import EngineError, GenerationCancelled
+from ..methods import METHODS
 from .local import LabConfig, run_lab
 from .remote import RemoteLabConfig, parse_servers, run_remote_lab
 from .report import summary_markdown, with_analysis, write_plot
@@ -51,7 +52,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     ap.add_argument("--api-key-env", metavar="NAME", help="with --engine-url: the variable holding the API key")
     ap.add_argument("--draft", help="draft GGUF path, or 'embedded' (for the draft and auto methods)")
-    ap.add_argument("--methods", default="none,lookup", help="comma-separated: none, lookup, draft, auto")
+    ap.add_argument("--methods", default="none,lookup", help=f"comma-separated: {', '.join(METHODS)}")
     ap.add_argument("--concurrency", type=_int_list, default=(1, 2, 4, 8), help="levels, e.g. 1,2,4,8")
     ap.add_argument("--prompts", required=True, help='JSON lines of {"id", "prompt"}')
     ap.add_argument("--max-tokens", type=int, required=True)

@@ -17,13 +17,13 @@ import torch
 
 from ..chat_format import ChatFormatter
 from ..decoding.batch_decode import BatchDecoder, BatchProgress, BatchRequest, BatchResult
-from ..decoding.loader import require_rollback
+from ..decoding.loader import require_mtp_layers, require_rollback
 from ..decoding.proposers.registry import proposer_for
 from ..decoding.runtime import LoadSettings, Model
 from ..decoding.sampling import SamplingParams
 from ..decoding.speculation_config import SpeculationConfig
 from ..errors import InvalidSettingError
-from ..methods import DRAFT_METHODS, METHODS
+from ..methods import DRAFT_METHODS, METHODS, MTP_MAX_DRAFT, MTP_METHODS
 from ..modelfiles.embedded import resolve_model
 from .bench import read_prompts
 from .crossover import least_disturbed
@@ -150,11 +150,16 @@ def _load_settings(config: LabConfig, prompts: list[dict]) -> tuple[LoadSettings
     tokenize = prompt_tokenizer(probe, config.chat)
     longest = max(len(tokenize(p["prompt"])) for p in prompts)
     probe.close()
+    mtp = any(m in MTP_METHODS for m in config.methods)
+    if mtp:
+        require_mtp_layers(resolve_model(config.model), "mtp")
     load = LoadSettings(
         n_ctx=context_size(longest, config),
         n_gpu_layers=config.n_gpu_layers,
         threads=config.threads,
         n_seq_max=max(config.concurrency),
+        mtp=mtp,  # loaded once for every method: plain and lookup run on the same context as the MTP head
+        n_rs_seq=min(config.max_draft, MTP_MAX_DRAFT) if mtp else 0,
     )
     return load, longest
 

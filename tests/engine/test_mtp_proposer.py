@@ -6,6 +6,8 @@ step does, so unpinned the planner rightly declines it)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -144,3 +146,29 @@ def test_a_hybrid_target_rolls_back_within_its_last_decode_only(heads):
             target.forget_from(len(prompt))  # the whole decode and one more
     finally:
         target.close()
+
+
+def test_the_lab_runs_mtp_beside_plain_at_every_concurrency(heads, pinned, tmp_path):
+    """The lab loads the target once with its MTP layers; each sequence of a level drafts from the head."""
+    import json
+
+    from engine.lab.local import LabConfig, run_lab
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"id": str(i), "prompt": p}) + "\n" for i, p in enumerate([PROMPT, "abc"])))
+    config = LabConfig(str(prompts), model=heads["mtp-agreeing"], methods=("none", "mtp"), concurrency=(1, 2))
+    cells = {(c["method"], c["concurrency"]): c for c in run_lab(replace(config, max_tokens=16, threads=1))["cells"]}
+    assert set(cells) == {("none", 1), ("mtp", 1), ("none", 2), ("mtp", 2)}
+    for level in (1, 2):
+        mtp = cells[("mtp", level)]
+        assert mtp["generated_tokens"] == cells[("none", level)]["generated_tokens"]
+        assert mtp["drafted"] > 0 and mtp["accepted"] / mtp["drafted"] >= 0.9, mtp
+
+
+def test_the_lab_refuses_mtp_on_a_model_without_mtp_layers_before_loading_it(smollm_path, tmp_path):
+    from engine.lab.local import LabConfig, run_lab
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "prompt": "Hello"}\n')
+    with pytest.raises(InvalidSettingError, match="MTP"):
+        run_lab(LabConfig(str(prompts), model=str(smollm_path), methods=("none", "mtp"), concurrency=(1,)))
