@@ -67,6 +67,11 @@ hub_http = _client  # the hub's HTTP client module (hub_search.py reads its erro
 # and let a cancel take effect within a fraction of a second.
 _CHUNK_BYTES = 256 * 1024
 hub_constants.DOWNLOAD_CHUNK_SIZE = min(hub_constants.DOWNLOAD_CHUNK_SIZE, _CHUNK_BYTES)
+# The first time huggingface_hub 2.x builds a request's headers, it fetches a registry of AI coding agents (to name
+# one in its User-Agent) from the hub it read from HF_ENDPOINT at import, so from huggingface.co when an endpoint
+# argument or an HF_ENDPOINT set later names a mirror, and it can hold that first request for up to 3 s. Its telemetry
+# switch leaves that out: the hub is asked only what SpecChat asks, at the address it was given.
+hub_constants.HF_HUB_DISABLE_TELEMETRY = True
 
 
 class DownloadError(EngineError):

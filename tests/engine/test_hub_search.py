@@ -8,6 +8,7 @@ answers HTML or JSON of another shape.
 """
 
 import socket
+from urllib.parse import urlsplit
 
 import pytest
 from huggingface_hub import constants as hub_constants
@@ -28,6 +29,11 @@ from engine.modelfiles.hub_search import (
 
 from support.hub_server import COMMIT, LocalHub
 from support.tiny import write_tiny_gguf
+
+try:  # huggingface_hub 2.x: the registry of AI agents it fetches once a process (and caches for a day)
+    from huggingface_hub.utils import _detect_agent as hub_agent_registry
+except ImportError:  # a hub client without it
+    hub_agent_registry = None
 
 SMOL = "bartowski/SmolLM2-135M-Instruct-GGUF"
 GEMMA = "unsloth/gemma-3-270m-GGUF"
@@ -99,6 +105,21 @@ def ids(results):
     return [r.repo_id for r in results]
 
 
+@pytest.fixture
+def connections(tmp_path, monkeypatch) -> list[tuple[str, int]]:
+    """Every address a connection is opened to from now on (httpcore's way in: socket.create_connection). What
+    the hub client fetches once a process or once a day (its agent registry: in memory, and in a file under
+    HF_HOME) is forgotten first, so that any such fetch shows here whichever test ran before."""
+    if hub_agent_registry is not None:
+        monkeypatch.setattr(hub_agent_registry, "_registry", None)
+    monkeypatch.setattr(hub_constants, "AGENT_HARNESSES_PATH", str(tmp_path / "agent-harnesses.json"), raising=False)
+    tries, real_connect = [], socket.create_connection
+    monkeypatch.setattr(
+        socket, "create_connection", lambda address, *a, **k: tries.append(address) or real_connect(address, *a, **k)
+    )
+    return tries
+
+
 def closed_port_url() -> str:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -156,6 +177,21 @@ def test_an_endpoint_argument_wins_over_HF_ENDPOINT(hub, monkeypatch):
     monkeypatch.setenv("HF_ENDPOINT", closed_port_url())
     assert ids(search_repos("gemma", endpoint=hub.url + "/")) == [GEMMA, GATED]
     assert repo_files(GEMMA, endpoint=hub.url).repo_id == GEMMA
+
+
+@pytest.mark.parametrize("named_by", ["HF_ENDPOINT", "argument"])
+def test_no_request_goes_to_any_host_but_the_hub_asked(hub, connections, named_by, monkeypatch):
+    """huggingface_hub 2.x fetched its registry of AI agents (for its User-Agent) from the hub it read from
+    HF_ENDPOINT at import, huggingface.co here, the first time it built a request's headers: to a host nobody
+    asked for, wherever HF_ENDPOINT read at the request (as SpecChat reads it) or the endpoint argument pointed."""
+    endpoint = None
+    if named_by == "argument":
+        monkeypatch.delenv("HF_ENDPOINT")
+        endpoint = hub.url
+    assert ids(search_repos("gemma", endpoint=endpoint)) == [GEMMA, GATED]
+    assert repo_files(GEMMA, endpoint=endpoint).files
+    hub_address = urlsplit(hub.url)
+    assert connections and set(connections) == {(hub_address.hostname, hub_address.port)}, connections
 
 
 # --- a repo's files -----------------------------------------------------------------------------
@@ -230,18 +266,15 @@ def test_offline_mode_asks_nothing_and_says_the_hub_cannot_be_reached(hub, monke
     assert hub.requests == []
 
 
-def test_a_refused_connection_says_the_hub_cannot_be_reached_at_once(monkeypatch):
+def test_a_refused_connection_says_the_hub_cannot_be_reached_at_once(connections, monkeypatch):
     dead = closed_port_url()
     monkeypatch.setenv("HF_ENDPOINT", dead)
-    tries, real_connect = [], socket.create_connection  # every connection the client tried (httpcore's way in)
-    monkeypatch.setattr(
-        socket, "create_connection", lambda address, *a, **k: tries.append(address) or real_connect(address, *a, **k)
-    )
     for call in (lambda: search_repos("gemma"), lambda: repo_files(GEMMA)):
         with pytest.raises(HubUnreachable, match=f"hub at {dead} cannot be reached.*HF_ENDPOINT"):
             call()
-        assert [a for a in tries if f"http://{a[0]}:{a[1]}" == dead] == [tries[-1]], tries  # no retries, no back-off
-        tries.clear()
+        # One try at the dead hub (no retries, no back-off) and none anywhere else.
+        assert [f"http://{host}:{port}" for host, port in connections] == [dead], connections
+        connections.clear()
 
 
 @pytest.mark.parametrize("fault", ["html", "not-json", "wrong-shape"])
