@@ -199,21 +199,34 @@ def test_a_prompt_beyond_the_context_says_so(server):
     assert str(N_CTX) in response.json()["error"]["message"]
 
 
-def test_a_giant_prompt_is_refused_at_once_while_health_keeps_answering(server):
+def test_a_giant_prompt_is_refused_at_once_while_health_keeps_answering(server, monkeypatch):
     """A 6 MB message was templated and tokenized on the event loop before its size was checked: a 20 MB one
-    blocked every request for 72 s. Now its byte length alone refuses it, and /health never waits."""
-    from support.serving import while_healthy
+    blocked every request for 72 s. Now its byte length alone refuses it (it is neither templated nor tokenized),
+    and /health answers while the request's preparation is held in progress."""
+    from engine.serving import openai_api
 
+    from support.serving import Hold, healthy_while_held
+
+    rendered, tokenized = [], []
+    real_render, real_tokenize = server.formatter.render, server.scheduler.target.tokenize
+    monkeypatch.setattr(server.formatter, "render", lambda *a, **k: rendered.append(a) or real_render(*a, **k))
+    monkeypatch.setattr(
+        server.scheduler.target,
+        "tokenize",
+        lambda text, *a, **k: tokenized.append(len(text)) or real_tokenize(text, *a, **k),
+    )
+    preparing = Hold(monkeypatch, openai_api._Handlers, "chat_tokens")
     giant = "The quick brown fox jumps over the lazy dog. " * 140_000
-    reply, slowest, _ = while_healthy(
+    reply, _ = healthy_while_held(
         server.url,
         lambda: httpx.post(
             server.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": giant}]}, timeout=120
         ),
+        preparing,
     )
     assert reply.status_code == 400 and reply.json()["error"]["code"] == "context_length_exceeded"
     assert "6,300,000 bytes" in reply.json()["error"]["message"]
-    assert reply.elapsed.total_seconds() < 5 and slowest < 1.0
+    assert preparing.calls == 1 and rendered == [] and max(tokenized, default=0) < 1 << 16, (rendered, tokenized)
 
 
 def test_unknown_routes_and_methods_answer_in_json(server):
