@@ -10,6 +10,7 @@ from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
     QFormLayout,
+    QGridLayout,
     QGroupBox,
     QHBoxLayout,
     QLineEdit,
@@ -91,16 +92,16 @@ class LabForm(QGroupBox):
         self.form.addRow("Draft model", draft_row)
         return model_row, draft_row
 
-    def _method_row(self) -> QHBoxLayout:
+    def _method_row(self) -> QGridLayout:
         self.method_boxes = {}
-        methods = QHBoxLayout()
-        for method in METHODS:
+        methods = QGridLayout()  # three a row: the form stays narrow enough for the results table beside it
+        for index, method in enumerate(METHODS):
             box = QCheckBox(BOX_WORDS[method])
             box.setToolTip(METHOD_WORDS[method][0].upper() + METHOD_WORDS[method][1:] + ".")
             box.setChecked(method in ("none", "lookup"))
             box.setEnabled(method not in DRAFT_METHODS)
             self.method_boxes[method] = box
-            methods.addWidget(box)
+            methods.addWidget(box, *divmod(index, 3))
         self.method_boxes["none"].setEnabled(False)  # the baseline every speed-up is measured against
         self.method_boxes["none"].setToolTip("Plain decoding is always run: it is the baseline.")
         self.form.addRow("Methods", methods)
