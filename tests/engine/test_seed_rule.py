@@ -51,26 +51,31 @@ def benched(target):
 
 @pytest.fixture(scope="module")
 def served(target):
-    """The server's answer for each seed (the session's target, served for these requests and given back)."""
+    """The server's answer for each seed, each from an empty cache as the bench's and the lab's are (the session's
+    target, served for one request and given back). A server keeps a finished request's cache for the next turn of
+    its conversation: the same prompt again would decode only its last token alone, and a token decoded alone
+    rounds apart from one decoded in the prompt's batch (as exact greedy knows), which can tip a sampled token on
+    one machine and not on another."""
+    return {seed: serve_once(target, seed) for seed in SEEDS}
+
+
+def serve_once(target, seed: int) -> str:
+    target.forget_all()
     service = Service(target, NoProposer(), SpeculationConfig(), ServeOptions(port=0, parallel=1), model_id="gemma")
     service.start()
     try:
         client = openai.OpenAI(base_url=service.url + "/v1", api_key="unused", max_retries=0, timeout=120)
         extra = {"top_k": SAMPLING["top_k"], "min_p": SAMPLING["min_p"], "ignore_eos": True}
-        return {
-            seed: client.completions.create(
-                model="gemma",
-                prompt=PROMPT,
-                max_tokens=TOKENS,
-                temperature=SAMPLING["temperature"],
-                top_p=SAMPLING["top_p"],
-                seed=seed,
-                extra_body=extra,
-            )
-            .choices[0]
-            .text
-            for seed in SEEDS
-        }
+        reply = client.completions.create(
+            model="gemma",
+            prompt=PROMPT,
+            max_tokens=TOKENS,
+            temperature=SAMPLING["temperature"],
+            top_p=SAMPLING["top_p"],
+            seed=seed,
+            extra_body=extra,
+        )
+        return reply.choices[0].text
     finally:
         service.stop()
 
