@@ -49,7 +49,7 @@ class AnswerSignals(Protocol):
     @property
     def started(self) -> _Emits: ...  # (request id)
     @property
-    def progress(self) -> _Emits: ...  # (request id, [(text, from_draft)], figures)
+    def progress(self) -> _Emits: ...  # (request id, [(text, source)], figures)
     @property
     def finished(self) -> _Emits: ...  # (request id, final figures)
     @property

@@ -6,7 +6,7 @@ Markdown export all read them here."""
 from __future__ import annotations
 
 from engine.figures import FIGURE, NA
-from engine.methods import DRAFT_METHODS, method_words
+from engine.methods import DRAFT_METHODS, MTP_METHODS, method_words
 
 METHOD_NAMES = method_words("name")
 FINISH_NAMES = {
@@ -17,7 +17,17 @@ FINISH_NAMES = {
 }
 NA_VS_PLAIN = " n/a where it could not be estimated (or the answer was saved before it was)."
 REMOTE_VS_PLAIN_TIP = "Compared with plain decoding: n/a, the server's plain decoding speed is not measured here."
-PROPOSER_NAMES = {"lookup": ("lookup", "prompt lookup"), "draft": ("draft", "the draft model")}  # short, in words
+# Who drafted, as Proposal.source names it: short, in words.
+PROPOSER_NAMES = {
+    "lookup": ("lookup", "prompt lookup"),
+    "draft": ("draft", "the draft model"),
+    "mtp": ("MTP", f"the {METHOD_NAMES['mtp']}"),
+}
+AUTO_PROPOSERS = ("lookup", "draft")  # auto's two, each shown even where it drafted nothing
+MTP_DRAFTING_TIP = (
+    f"What the {METHOD_NAMES['mtp']} costs: the share of this response's decoding time spent in it (its catch-up "
+    "on the prompt included). Its weights are the model's own: no second model in memory."
+)
 BY_PROPOSER_TIP = (
     "Who did the work: tokens each proposer drafted and the target kept (accepted/drafted). "
     '"proposed nothing": it drafted no token in this answer.'
@@ -49,12 +59,12 @@ def proposer_counts(stats: dict) -> dict:
     engine counts a proposer from its first verdict). {} for an answer saved before they were counted."""
     by_proposer = stats.get("by_proposer") or {}
     if "by_proposer" in stats and stats.get("method") == "auto":
-        return {name: {"drafted": 0, "accepted": 0} for name in PROPOSER_NAMES} | by_proposer
+        return {name: {"drafted": 0, "accepted": 0} for name in AUTO_PROPOSERS} | by_proposer
     return by_proposer
 
 
 def _proposers(by_proposer: dict) -> list[tuple[str, dict]]:
-    """(name, counts), lookup first, then the draft model, then any other in name order."""
+    """(name, counts), lookup first, then the draft model, the built-in drafter, then any other in name order."""
     order = list(PROPOSER_NAMES) + sorted(set(by_proposer) - set(PROPOSER_NAMES))
     return [(name, by_proposer[name]) for name in order if name in by_proposer]
 
@@ -153,6 +163,8 @@ def local_items(stats: dict) -> list[tuple[str, str, str]]:
                 _tip("draft_time_share"),
             )
         )
+    elif method in MTP_METHODS:  # no draft model: its share of the time alone
+        items.append(("drafting", _text(stats, "draft_time_share"), MTP_DRAFTING_TIP))
     paused = " (paused: plain decoding predicted faster)" if stats.get("speculation_paused") else ""
     items += [
         ("method", METHOD_NAMES.get(method, method) + paused, _tip("method")),

@@ -79,7 +79,7 @@ class EngineWorker(QObject):
     notice = Signal(str)  # something the user should know that is not a failure
     speculationApplied = Signal(object)  # dict
     started = Signal(int)  # request id
-    progress = Signal(int, object, object)  # request id, [(text, from_draft)], stats snapshot
+    progress = Signal(int, object, object)  # request id, [(text, source)], stats snapshot
     finished = Signal(int, object)  # request id, final stats snapshot
     failed = Signal(int, str, object)  # request id, message, stats so far
     serverStarted = Signal(object)  # {"url", "method", "parallel", "model"}
@@ -332,7 +332,7 @@ class EngineClient(QObject):
     answer signals on the GUI thread (the chat connects here, not to the worker)."""
 
     started = Signal(int)  # request id
-    progress = Signal(int, object, object)  # request id, [(text, from_draft)], stats snapshot
+    progress = Signal(int, object, object)  # request id, [(text, source)], stats snapshot
     finished = Signal(int, object)  # request id, final stats snapshot
     failed = Signal(int, str, object)  # request id, message, stats so far
     _load = Signal(object)

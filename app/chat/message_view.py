@@ -14,9 +14,10 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QScrollA
 
 from app.chat.message_text import ResponseText, UserText
 from app.chat.model import ChatModel, continuable, span_source
-from app.chat.render import DRAFT_COLOR, DRAFT_MODEL_COLOR
+from app.chat.render import DRAFT_COLOR, DRAFT_MODEL_COLOR, MTP_COLOR
 from app.chat.stats_view import StatsBar
 from app.conversations.store import Message
+from engine.methods import method_words
 from engine.reasoning import without_thinking
 
 PAGE = 24
@@ -57,6 +58,7 @@ class BranchSwitcher(QWidget):
 LEGEND = (
     ("lookup", DRAFT_COLOR, "from prompt lookup"),
     ("draft", DRAFT_MODEL_COLOR, "from the draft model"),
+    ("mtp", MTP_COLOR, f"from the {method_words('name')['mtp']}"),
     (None, DRAFT_COLOR, "from accepted drafts (proposer not recorded)"),
 )
 

@@ -27,17 +27,21 @@ def continuable(message: Message) -> bool:
     )
 
 
-PROPOSERS = ("lookup", "draft")  # the proposers a span may name; a span of two numbers names none (older answers)
+PROPOSERS = (
+    "lookup",
+    "draft",
+    "mtp",
+)  # the proposers a span may name; a span of two numbers names none (older answers)
 
 
 def span_source(span) -> str | None:
-    """Who proposed a draft span's characters: "lookup", "draft", or None where it was not recorded."""
+    """Who proposed a draft span's characters: "lookup", "draft", "mtp", or None where it was not recorded."""
     return span[2] if len(span) > 2 and span[2] in PROPOSERS else None
 
 
 def add_segments(message: Message, segments: list[tuple[str, object]]) -> None:
     """Append streamed text; characters from accepted drafts extend the message's draft spans. A segment's source
-    is None or False (the target's own token), "lookup" or "draft" (that proposer's accepted draft), or any other
+    is None or False (the target's own token), "lookup", "draft" or "mtp" (that proposer's accepted draft), or any other
     true value (drafted, proposer unknown): spans are [start, end, proposer], or [start, end] when unknown."""
     spans = message.draft_spans
     pos = len(message.content)

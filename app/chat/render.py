@@ -26,6 +26,7 @@ from app.safe_text import LINK_SCHEMES
 DRAFT_COLOR = QColor(255, 196, 0, 90)  # amber, translucent: readable on light and dark themes (prompt lookup,
 # and drafts whose proposer was not recorded)
 DRAFT_MODEL_COLOR = QColor(40, 150, 255, 90)  # blue, translucent: the draft model's tokens, told apart from amber
+MTP_COLOR = QColor(148, 103, 189, 90)  # purple, translucent (the MTP method's colour): the built-in drafter's tokens
 CODE_COLOR = QColor(127, 127, 127, 40)
 LOOKAHEAD = 200  # how far past the last match a rendered character may be found in the source
 _SEPARATORS = "\u2029\u2028\ufdd0\ufdd1\n"  # block/line separators and table frame markers
@@ -56,8 +57,9 @@ def align(rendered: str, source: str) -> list[int | None]:
 
 
 def span_color(span) -> QColor:
-    """The shade of a draft span: blue for the draft model's tokens, amber for prompt lookup's (or unknown)."""
-    return DRAFT_MODEL_COLOR if span_source(span) == "draft" else DRAFT_COLOR
+    """The shade of a draft span: blue for the draft model's tokens, purple for the built-in drafter's (MTP), amber
+    for prompt lookup's (or unknown)."""
+    return {"draft": DRAFT_MODEL_COLOR, "mtp": MTP_COLOR}.get(span_source(span) or "", DRAFT_COLOR)
 
 
 def span_at(spans: list[list]):

@@ -19,7 +19,7 @@ NOISY_SPREAD = 1.5
 
 def first_difference(a: list[tuple[str, bool]], b: list[tuple[str, bool]]) -> tuple[int, int] | None:
     """Where two streamed texts part: (token index in a, character offset), or None if they are equal.
-    Segments are the engine's (text, from_draft) pairs, one per token (text held back while it might
+    Segments are the engine's (text, source) pairs, one per token (text held back while it might
     begin a stop string arrives joined, so the index can be a token early there)."""
     text_a, text_b = "".join(t for t, _ in a), "".join(t for t, _ in b)
     if text_a == text_b:

@@ -20,7 +20,7 @@ import torch
 
 from .acceptance import Acceptance
 from .draft_planner import HORIZON_FLOOR, DraftPlanner, Plan
-from .proposers.base import Proposal, Proposer, Want
+from .proposers.base import DRAFT_SOURCE, LOOKUP_SOURCE, Proposal, Proposer, Want
 from .runtime import Model
 from .sampling import SamplingParams
 from .speculation_config import SpeculationConfig
@@ -77,7 +77,7 @@ def lookup_feature(match_length: int, continuing: bool) -> tuple[int, bool]:
 
 def feature(s: SequenceState, proposal: Proposal) -> Hashable:
     """What a proposal's acceptance is predicted by, and recorded under."""
-    return DRAFT_FEATURE if proposal.from_draft else lookup_feature(proposal.match_length, s.draft.continuing)
+    return DRAFT_FEATURE if proposal.from_model else lookup_feature(proposal.match_length, s.draft.continuing)
 
 
 def drafting_for(
@@ -101,8 +101,6 @@ def drafting_for(
 class Drafting:
     """One proposer and its planner. `planner` holds the step costs every planner of a loop shares."""
 
-    sources: tuple[str, ...] = ()  # who may propose its drafts, as the stats count them ("lookup", "draft")
-
     def __init__(
         self,
         proposer: Proposer,
@@ -123,6 +121,11 @@ class Drafting:
     def draft_planner(self) -> DraftPlanner:
         """The planner of a draft model's guesses (the one planner, but for auto)."""
         return self.planner
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """Who may propose its drafts, as the stats count them (Proposal.source)."""
+        return ()
 
     def begin(
         self, slot: int, prompt: Sequence[int], sampling: SamplingParams, device: torch.device, seed: int
@@ -161,7 +164,7 @@ class Drafting:
         return s.draft.own(self.planner.acceptance.max_draft)
 
     def planner_of(self, proposal: Proposal) -> DraftPlanner:
-        return self.draft_planner if proposal.from_draft else self.planner
+        return self.draft_planner if proposal.from_model else self.planner
 
     def record_tables(
         self, active: Sequence[SequenceState], proposals: list[Proposal], verdicts: list[Verdict]
@@ -201,7 +204,9 @@ class FreeDrafting(Drafting):
     """A proposer that costs next to nothing (lookup, none): propose first, then plan knowing each proposal;
     a proposal not verified becomes a shadow, scored as the real tokens arrive."""
 
-    sources = ("lookup",)
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return (LOOKUP_SOURCE,)
 
     def draft(self, active: Sequence[SequenceState], room: list[int], tokens_left: list[int]) -> Drafted:
         planner, max_draft = self.planner, self.speculation.max_draft
@@ -213,7 +218,7 @@ class FreeDrafting(Drafting):
         caps = [min(r, len(p.tokens)) for r, p in zip(room, offered)]
         plan = planner.plan(features, caps, [self.own(s) for s in active])
         chosen = [
-            Proposal(p.tokens[:k], None, p.match_length, beyond=p.tokens[k] if k < len(p.tokens) else None)
+            Proposal(p.tokens[:k], None, p.match_length, p.source, p.tokens[k] if k < len(p.tokens) else None)
             if k
             else Proposal()
             for p, k in zip(offered, plan.lengths)
@@ -230,7 +235,7 @@ class FreeDrafting(Drafting):
         follows it) is cut after that token: nothing after it can be kept, as the answer ends there."""
         for i, tok in enumerate(proposal.tokens):
             if self.target.is_end(tok):
-                return Proposal(proposal.tokens[: i + 1], proposal.probs, proposal.match_length)
+                return Proposal(proposal.tokens[: i + 1], proposal.probs, proposal.match_length, proposal.source)
         return proposal
 
 
@@ -238,8 +243,12 @@ class ModelDrafting(Drafting):
     """A draft model costs a decode per token: plan first, then draft only what is wanted, timed (its catch-up
     apart from the drafted tokens)."""
 
-    sources = ("draft",)
     proposer: CostlyProposer
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """Its drafts' source: the proposer's own (an MTP head's "mtp"), else a draft model's."""
+        return (getattr(self.proposer, "source", DRAFT_SOURCE),)
 
     def plan(self, active: Sequence[SequenceState], room: list[int], tokens_left: list[int]) -> Plan:
         """The plan, with each sequence's catch-up to repay within the tokens to come."""
@@ -281,8 +290,6 @@ class AutoDrafting(Drafting):
     guesses (each keeps its own acceptance, realism and probing). Each sequence verifies whichever proposal
     promises more tokens per second of its step, the draft's own tokens counted."""
 
-    sources = ("lookup", "draft")
-
     def __init__(
         self,
         proposer: Proposer,
@@ -302,6 +309,10 @@ class AutoDrafting(Drafting):
     @property
     def draft_planner(self) -> DraftPlanner:
         return self.guesses.planner
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return (*self.copies.sources, *self.guesses.sources)
 
     def draft(self, active: Sequence[SequenceState], room: list[int], tokens_left: list[int]) -> Drafted:
         """Both plan (planning is cheap); the draft model then drafts for the sequences it won alone."""
@@ -334,8 +345,8 @@ class AutoDrafting(Drafting):
 
     def record_outcome(self, proposals: list[Proposal], verdicts: list[Verdict]) -> None:
         """Each planner learns from its own proposer's drafts."""
-        drafted = [p.from_draft for p in proposals]
-        self.draft_planner.count_step(any(p.tokens and p.from_draft for p in proposals))
+        drafted = [p.from_model for p in proposals]
+        self.draft_planner.count_step(any(p.tokens and p.from_model for p in proposals))
         self.draft_planner.record_outcome(sum(v.accepted for v, d in zip(verdicts, drafted) if d))
         self.planner.record_outcome(sum(v.accepted for v, d in zip(verdicts, drafted) if not d))
 

@@ -52,7 +52,7 @@ class SequenceState:
 class StepOutcome:
     tokens: list[int]  # kept drafts, then the target's own token
     accepted: int  # how many of tokens came from the draft
-    source: str | None = None  # the proposer of those drafts: "lookup" or "draft"
+    source: str | None = None  # the proposer of those drafts (Proposal.source): "lookup", "draft", "mtp"
 
 
 @dataclass
@@ -240,7 +240,7 @@ class StepLoop:
             if verdict.accepted < k:  # rejected drafts' cells go (a plain step or a whole keep leaves none)
                 target.forget_from(len(s.history) + verdict.accepted, s.slot)
             s.stats.verify_steps += 1
-            source = proposal_source(proposal) if k else None
+            source = proposal.source if k else None
             if k:
                 s.stats.speculative_steps += 1
                 s.stats.record_verdict(k, verdict.accepted, source)
@@ -333,8 +333,3 @@ class StepLoop:
             elif cap >= cfg.min_draft and r >= cfg.max_draft:
                 s.stats.speculation_paused = True
         return chosen
-
-
-def proposal_source(proposal: Proposal) -> str:
-    """Who proposed these drafts, as the stats and the shading name them."""
-    return "draft" if proposal.from_draft else "lookup"

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..decoding.proposers.base import Proposal, Want
+from ..decoding.proposers.base import DRAFT_SOURCE, Proposal, Want
 from ..decoding.proposers.draft_model import CATCH_UP_APART, CATCH_UP_TIMED_ROWS, greedy_pick
 from ..decoding.runtime import Model, common_prefix
 from ..methods import MAX_DRAFT_LIMIT
@@ -116,7 +116,7 @@ class ReplayDraft:
         _, history, k = wants[0]
         if k <= 0:
             self.last_catch_up = (0, 0.0)
-            return [Proposal(from_draft=True)]
+            return [Proposal(source=DRAFT_SOURCE)]
         keep, spent, caught = min(self._cached, len(history) - 1), 0.0, 0
         if keep < len(self._prompt) < len(history):  # the prompt, in the target's chunks
             spent += self._prefill(len(self._prompt) - keep)
@@ -136,4 +136,4 @@ class ReplayDraft:
         fed = drafted if drafted < k else k - 1
         self._cached = len(history) + min(good, fed)
         wrong = [(self.answer[at + j] + 1) if at + j < len(self.answer) else 0 for j in range(good, drafted)]
-        return [Proposal(tokens=list(self.answer[at : at + good]) + wrong, from_draft=True)]
+        return [Proposal(tokens=list(self.answer[at : at + good]) + wrong, source=DRAFT_SOURCE)]

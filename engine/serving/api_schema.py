@@ -292,7 +292,9 @@ def usage(stats: GenerationStats) -> dict[str, Any]:
 
 
 def timings(stats: GenerationStats) -> dict[str, Any]:
-    """llama-server's timings plus the speculation figures: draft_n verified drafts, draft_n_accepted kept ones.
+    """llama-server's timings plus the speculation figures: draft_n verified drafts, draft_n_accepted kept ones, and
+    by_proposer, the same two per proposer as Proposal.source names it ("lookup", "draft", "mtp": the model's
+    built-in drafter).
     predicted_per_second is llama.cpp's (tools/server: n_decoded / t_token_generation): every answer token, the
     first included, over the time from the first token to the last. The chat's stats line
     (GenerationStats.decode_tokens_per_s) leaves the first token out, so it reads lower, most on short answers;
@@ -313,4 +315,5 @@ def timings(stats: GenerationStats) -> dict[str, Any]:
         "acceptance_rate": stats.acceptance_rate,
         "mean_acceptance_length": stats.mean_acceptance_length,
         "method": stats.method,
+        "by_proposer": {source: dict(counts) for source, counts in stats.by_proposer.items()},
     }

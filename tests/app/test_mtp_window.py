@@ -44,8 +44,12 @@ def test_a_model_with_an_mtp_head_drafts_from_it_and_the_stats_say_so(
     answer = send(window, qtbot, wait_response)
     stats = answer.stats
     assert stats["drafted"] > 0 and stats["accepted"] / stats["drafted"] >= 0.9, stats
-    shown = window.view.widget_for(len(window.session.model.items) - 1).stats.text()
+    assert stats["by_proposer"] == {"mtp": {"drafted": stats["drafted"], "accepted": stats["accepted"]}}, stats
+    bar = window.view.widget_for(len(window.session.model.items) - 1).stats
+    shown, tip = bar.text(), bar.label.toolTip()
     assert "built-in drafter (MTP)" in shown, shown
+    assert f"The built-in drafter (MTP): drafted {stats['drafted']} tokens" in tip, tip
+    assert "draft model" not in shown.lower() and "draft model" not in tip.lower(), (shown, tip)
     assert not any("Speculation is off" in t for t in window.notices.texts())
 
 

@@ -56,7 +56,9 @@ def run_traced(target, draft, monkeypatch, draft_token_s: float):
         draft_rows.clear()
         chosen = real_propose(loop, active, *args)
         p = chosen[0]
-        steps.append((0 if p.from_draft else len(p.tokens), len(p.tokens) if p.from_draft else 0, sum(draft_rows)))
+        steps.append(
+            (0 if p.source == "draft" else len(p.tokens), len(p.tokens) if p.source == "draft" else 0, sum(draft_rows))
+        )
         return chosen
 
     monkeypatch.setattr(StepLoop, "_propose", traced)
@@ -128,10 +130,10 @@ def test_auto_proposes_on_its_own_as_any_proposer_does(target, draft):
     copy, fresh = target.tokenize(COPY), target.tokenize(OPEN)
     proposer.start(0, copy, GREEDY, torch.device("cpu"), 1)
     copied = proposer.propose([(0, copy, 4)])[0]
-    assert copied.tokens and not copied.from_draft  # "The lighthouse at" is in the prompt: copied
+    assert copied.tokens and copied.source == "lookup"  # "The lighthouse at" is in the prompt: copied
     proposer.start(0, fresh, GREEDY, torch.device("cpu"), 1)
     guessed = proposer.propose([(0, fresh, 4)])[0]
-    assert guessed.tokens and guessed.from_draft
+    assert guessed.tokens and guessed.source == "draft"
     plain = SpeculativeDecoder(target)
     first = next(iter(plain.generate(fresh, GREEDY, max_tokens=1, ignore_eos=True))).tokens
     assert guessed.tokens[:1] == first

@@ -70,6 +70,15 @@ def test_the_agreeing_head_drafts_most_of_the_answer_and_is_kept(heads, pinned):
     assert stats.accepted / stats.drafted >= 0.9
 
 
+def test_the_stats_count_the_heads_drafts_as_its_own_not_a_draft_models(heads, pinned):
+    """by_proposer names the built-in drafter "mtp", with every draft and every kept token; no draft model's
+    weights are counted (the head's are the target's)."""
+    _, stats = answer(heads["mtp-agreeing"], "mtp")
+    assert stats.drafted > 0
+    assert stats.by_proposer == {"mtp": {"drafted": stats.drafted, "accepted": stats.accepted}}, stats.by_proposer
+    assert stats.draft_model_bytes is None
+
+
 def test_the_planner_stops_drafting_from_the_random_head(heads, pinned):
     """p_min 0: the head never stops on its own; the cost model must, from its acceptance."""
     [tokens], stats = answer(heads["mtp-random"], "mtp", p_min=0.0)
@@ -172,3 +181,30 @@ def test_the_lab_refuses_mtp_on_a_model_without_mtp_layers_before_loading_it(smo
     prompts.write_text('{"id": "a", "prompt": "Hello"}\n')
     with pytest.raises(InvalidSettingError, match="MTP"):
         run_lab(LabConfig(str(prompts), model=str(smollm_path), methods=("none", "mtp"), concurrency=(1,)))
+
+
+def test_the_server_counts_the_heads_drafts_under_their_own_name(heads, pinned):
+    """`--method mtp` served: a response's timings count the built-in drafter's drafts as "mtp", through the real
+    `openai` client."""
+    import openai
+
+    from engine.decoding.speculation_config import SpeculationConfig
+    from engine.serving.service import ServeOptions, Service
+
+    model = Model(heads["mtp-agreeing"], LoadSettings(n_ctx=512, threads=1, n_seq_max=2, mtp=True, n_rs_seq=4))
+    service = Service(
+        model, MtpProposer(model), SpeculationConfig(max_draft=4), ServeOptions(port=0, parallel=2), model_id="tiny"
+    ).start()
+    try:
+        client = openai.OpenAI(base_url=service.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        reply = client.completions.create(
+            model="tiny", prompt=PROMPT, max_tokens=32, temperature=0, extra_body={"ignore_eos": True}
+        )
+        timings = (reply.model_extra or {})["timings"]
+    finally:
+        service.stop()
+        model.close()
+    assert timings["method"] == "mtp" and timings["draft_n"] > 0, timings
+    assert timings["by_proposer"] == {
+        "mtp": {"drafted": timings["draft_n"], "accepted": timings["draft_n_accepted"]}
+    }, timings

@@ -49,15 +49,27 @@ if TYPE_CHECKING:
     from ..runtime import Model
 
 
+LOOKUP_SOURCE = "lookup"  # a copy (prompt lookup), and any free proposer's
+DRAFT_SOURCE = "draft"  # a draft model's guess, and any costly proposer's that names no source of its own
+
+
 @dataclass
 class Proposal:
     tokens: list[int] = field(default_factory=list)
     probs: Candidates | None = None  # q for each token; None means point-mass drafts (lookup)
     match_length: int = 0  # lookup: how many tokens of the history's end matched where the draft was found
-    from_draft: bool = False  # made by a draft model (its acceptance and cost are kept apart from lookup's)
+    # who proposed it, as the stats, the metrics and the shading count it: "lookup", "draft" (a draft model) or
+    # "mtp" (the target's own MTP head); a costly proposer names its own (its `source`, DRAFT_SOURCE if it has none)
+    source: str = LOOKUP_SOURCE
     # lookup, cut to the plan's length: its next token, which the step's own token (after every draft is kept)
     # shows right or wrong, so a slot the plan stopped short of is still observed
     beyond: int | None = None
+
+    @property
+    def from_model(self) -> bool:
+        """Guessed by a model (a draft model, an MTP head), not copied: its acceptance and cost are kept apart from
+        lookup's."""
+        return self.source != LOOKUP_SOURCE
 
 
 # (sequence id, its history: prompt + everything generated, most tokens wanted)

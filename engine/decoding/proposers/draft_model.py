@@ -22,7 +22,7 @@ from ...modelfiles.vocab_check import require_compatible
 from ..calibration import time_steps
 from ..runtime import Model, common_prefix
 from ..sampling import Candidates, SamplingParams, filter_logits, make_generator, position_seed
-from .base import Ingredients, Proposal, Want
+from .base import DRAFT_SOURCE, Ingredients, Proposal, Want
 
 # A sequence whose draft cache lags the target by at least this many tokens (its prompt, or an answer that
 # lookup wrote in --method auto) catches up in a prefill of its own, timed apart: folded into the drafted
@@ -161,7 +161,7 @@ class DraftModelProposer:
                 picks = self._decode_and_pick(rows)
         return [
             Proposal(
-                tokens=drafts[slot], probs=stack_candidates(q_rows[slot]) if q_rows[slot] else None, from_draft=True
+                tokens=drafts[slot], probs=stack_candidates(q_rows[slot]) if q_rows[slot] else None, source=DRAFT_SOURCE
             )
             for slot, _, _ in wants
         ]

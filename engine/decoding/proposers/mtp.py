@@ -53,6 +53,7 @@ class _HeadSlot:
 
 class MtpProposer:
     name = "mtp"
+    source = "mtp"  # its drafts, as the stats count them: apart from a draft model's
     free = False
     alternatives = ()
     model: Model | None = None  # the head's weights are the target's: no second model to count
@@ -126,7 +127,7 @@ class MtpProposer:
                 caught_rows += self._catch_up(slot, history, rows)
         self.last_catch_up = (caught_rows, time.perf_counter() - t if caught_rows else 0.0)
         drafts = self._draft({slot: (len(history), k) for slot, history, k in wants if k > 0}, rows)
-        return [Proposal(tokens=drafts.get(slot, []), from_draft=True) for slot, _, _ in wants]
+        return [Proposal(tokens=drafts.get(slot, []), source=self.source) for slot, _, _ in wants]
 
     def _catch_up(self, slot: int, history: Sequence[int], rows: list[_Row]) -> int:
         """Feed the head what the target kept since its last proposal: a long stretch decoded now (its rows
