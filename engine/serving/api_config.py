@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .in_flight import InFlight
+
 MAX_BODY_BYTES = 8 << 20  # a 128k-token conversation is ~0.5-1.5 MB of JSON; 20 MB took 72 s to refuse before
 MAX_RECORDS = 1000  # requests kept in ApiConfig.records, newest last
 
@@ -38,6 +40,7 @@ class ApiConfig:
     max_body_bytes: int = MAX_BODY_BYTES
     bind_host: str = "127.0.0.1"  # the address listened on: a Host that names it is allowed
     allowed_hosts: tuple[str, ...] = ()  # more names a Host may give (--allow-host)
+    in_flight: InFlight = field(default_factory=InFlight)  # tokenizing off the event loop: stop waits for it
 
 
 def keep_record(config: ApiConfig, rec: RequestRecord) -> None:

@@ -271,10 +271,12 @@ class _Handlers:
                 messages = parse_messages(body, answering=not continuing)
                 if continuing and messages[-1]["role"] != "assistant":
                     raise ApiError(400, "continue_final_message needs the assistant's answer last.", param="messages")
-                tokens, template_stops = await run_in_threadpool(self.chat_tokens, messages, True, continuing)
+                tokens, template_stops = await run_in_threadpool(
+                    self.config.in_flight.call, self.chat_tokens, messages, True, continuing
+                )
                 stop = [*gen.stop, *template_stops]
             else:
-                tokens = await run_in_threadpool(self.prompt_tokens, parse_prompt(body))
+                tokens = await run_in_threadpool(self.config.in_flight.call, self.prompt_tokens, parse_prompt(body))
                 stop = gen.stop
             job = self.make_job("chatcmpl" if chat else "cmpl", tokens, gen, stop)
             feed = self.submit(job)
@@ -398,14 +400,18 @@ class _Handlers:
             self.authorised(request)
             body = await self.read_body(request)
             if "messages" in body:
-                tokens, _ = await run_in_threadpool(self.chat_tokens, parse_messages(body, answering=False), False)
+                tokens, _ = await run_in_threadpool(
+                    self.config.in_flight.call, self.chat_tokens, parse_messages(body, answering=False), False
+                )
             else:
                 name = "prompt" if "prompt" in body else "content"
                 text = body.get(name)
                 if not isinstance(text, str):
                     raise ApiError(400, "Send 'messages', or the text as 'prompt' or 'content'.", param="prompt")
                 checked_text(text, name)
-                tokens = await run_in_threadpool(self.target.tokenize, text, body.get("add_special") is True, False)
+                tokens = await run_in_threadpool(
+                    self.config.in_flight.call, self.target.tokenize, text, body.get("add_special") is True, False
+                )
         except ApiError as exc:
             return _error_response(exc)
         return JSONResponse({"count": len(tokens), "max_model_len": self.n_ctx, "tokens": tokens})

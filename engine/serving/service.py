@@ -28,6 +28,7 @@ from .scheduler import Scheduler
 log = logging.getLogger(__name__)
 DEFAULT_PORT = 8765  # LM Studio has 1234, llama-server 8080, Ollama 11434
 STARTUP_TIMEOUT_S = 30.0
+STOP_WAIT_S = 120.0  # the most stop waits for a request still tokenizing (a liveness bound; it ends far sooner)
 REQUEST_HEAD_TIMEOUT_S = 10.0  # from connecting (or the last answer) to a whole request line and headers
 KEEP_ALIVE_S = 5  # an idle connection between requests (uvicorn's default)
 
@@ -195,3 +196,7 @@ class Service:
         self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(10)
+        # A request still tokenizing in the thread pool reads the model: whoever closes the model after this must
+        # not close it under that (bounded: a prompt's tokenizing and a template's sandboxed render end by limits).
+        if not self.api.in_flight.wait_idle(STOP_WAIT_S):
+            log.warning("the server stopped with a request still tokenizing after %s s", STOP_WAIT_S)

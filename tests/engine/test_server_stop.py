@@ -122,3 +122,44 @@ def test_a_connection_cut_mid_answer_is_said_in_words_with_the_text_kept():
     message = str(error.value)
     assert "closed the connection mid-answer" in message and "text so far is kept" in message
     assert "RemoteProtocolError" not in message and "chunked" not in message
+
+
+def test_a_request_still_tokenizing_is_counted_so_stop_waits_for_it_before_the_model_closes(monkeypatch):
+    """Tokenizing runs in the server's thread pool, off the engine loop: stop() waits until none runs (in_flight),
+    so a caller that closes the model next never closes it under a tokenizer still reading it (a segfault)."""
+    from engine.serving.openai_api import _Handlers
+
+    from support.serving import COUNTING, GUARD_S, Hold, start
+
+    hold = Hold(monkeypatch, _Handlers, "chat_tokens")
+    service, model = start(parallel=1)
+    replies: list[object] = []
+    try:
+        body = {"model": "smollm2", "messages": COUNTING, "max_tokens": 4}
+        asking = threading.Thread(
+            target=lambda: replies.append(httpx.post(service.url + "/v1/chat/completions", json=body, timeout=GUARD_S))
+        )
+        asking.start()
+        assert hold.entered.wait(GUARD_S)
+        assert not service.api.in_flight.wait_idle(0)  # counted while it reads the model
+        hold.release()
+        asking.join(GUARD_S)
+        assert service.api.in_flight.wait_idle(GUARD_S) and hold.finished.is_set()
+        assert replies and replies[0].status_code == 200
+    finally:
+        hold.release()
+        service.stop()
+        model.close()
+
+
+def test_in_flight_counts_work_while_it_runs_and_says_when_none_does():
+    from engine.serving.in_flight import InFlight
+
+    in_flight, inside, leave = InFlight(), threading.Event(), threading.Event()
+    worker = threading.Thread(target=in_flight.call, args=(lambda: (inside.set(), leave.wait(60)),))
+    worker.start()
+    assert inside.wait(60) and not in_flight.wait_idle(0)
+    leave.set()
+    assert in_flight.wait_idle(60)
+    worker.join(60)
+    assert in_flight.call(lambda a, b: a + b, 2, 3) == 5 and in_flight.wait_idle(0)
