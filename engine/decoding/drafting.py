@@ -20,7 +20,7 @@ import torch
 
 from .acceptance import Acceptance
 from .draft_planner import HORIZON_FLOOR, DraftPlanner, Plan
-from .proposers.base import DRAFT_SOURCE, LOOKUP_SOURCE, Proposal, Proposer, Want
+from .proposers.base import LOOKUP_SOURCE, Proposal, Proposer, Want
 from .runtime import Model
 from .sampling import SamplingParams
 from .speculation_config import SpeculationConfig
@@ -247,8 +247,8 @@ class ModelDrafting(Drafting):
 
     @property
     def sources(self) -> tuple[str, ...]:
-        """Its drafts' source: the proposer's own (an MTP head's "mtp"), else a draft model's."""
-        return (getattr(self.proposer, "source", DRAFT_SOURCE),)
+        """Its drafts' source: the proposer's own (a draft model's "draft", an MTP head's "mtp")."""
+        return (self.proposer.source,)
 
     def plan(self, active: Sequence[SequenceState], room: list[int], tokens_left: list[int]) -> Plan:
         """The plan, with each sequence's catch-up to repay within the tokens to come."""

@@ -72,6 +72,7 @@ class ReplayDraft:
     name = "draft"
     free = False
     alternatives = ()
+    source = DRAFT_SOURCE
     model = None  # no weights held
 
     def __init__(

@@ -22,6 +22,7 @@ class Unknown:
 
     name = "unknown"
     alternatives = ()
+    source = "draft"  # its drafts, as the stats count them (CostlyProposer.source)
 
     def __init__(self, free: bool):
         self.free = free

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 
 
 LOOKUP_SOURCE = "lookup"  # a copy (prompt lookup), and any free proposer's
-DRAFT_SOURCE = "draft"  # a draft model's guess, and any costly proposer's that names no source of its own
+DRAFT_SOURCE = "draft"  # a draft model's guess
 
 
 @dataclass
@@ -59,7 +59,7 @@ class Proposal:
     probs: Candidates | None = None  # q for each token; None means point-mass drafts (lookup)
     match_length: int = 0  # lookup: how many tokens of the history's end matched where the draft was found
     # who proposed it, as the stats, the metrics and the shading count it: "lookup", "draft" (a draft model) or
-    # "mtp" (the target's own MTP head); a costly proposer names its own (its `source`, DRAFT_SOURCE if it has none)
+    # "mtp" (the target's own MTP head); a costly proposer names its own (CostlyProposer.source)
     source: str = LOOKUP_SOURCE
     # lookup, cut to the plan's length: its next token, which the step's own token (after every draft is kept)
     # shows right or wrong, so a slot the plan stopped short of is still observed
@@ -100,6 +100,7 @@ class CostlyProposer(Proposer, Protocol):
     """A proposer whose every drafted token costs a decode (a draft model): planned before it drafts."""
 
     last_catch_up: tuple[int, float]  # the last proposal's catch-up, decoded apart: rows, seconds
+    source: str  # its drafts' Proposal.source, as the stats count them (DRAFT_SOURCE, "mtp")
 
     @property
     def model(self) -> Model | None:

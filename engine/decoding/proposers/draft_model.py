@@ -69,6 +69,7 @@ class DraftModelProposer:
     name = "draft"
     free = False
     alternatives = ()
+    source = DRAFT_SOURCE
 
     def __init__(self, draft: Model, target: Model, p_min: float = DEFAULT_P_MIN):
         check_draft(draft, target, p_min)
@@ -161,7 +162,7 @@ class DraftModelProposer:
                 picks = self._decode_and_pick(rows)
         return [
             Proposal(
-                tokens=drafts[slot], probs=stack_candidates(q_rows[slot]) if q_rows[slot] else None, source=DRAFT_SOURCE
+                tokens=drafts[slot], probs=stack_candidates(q_rows[slot]) if q_rows[slot] else None, source=self.source
             )
             for slot, _, _ in wants
         ]
