@@ -16,12 +16,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..errors import EngineError
 from .gguf_header import MAX_LAYERS, TensorInfo, read_gguf_layout
 from .header_peek import FILE_TYPES
 from .header_vocab import _MODELS  # llama.cpp's vocabulary type per tokenizer.ggml.model
 
 HEAD_ARCHS = ("eagle3", "dflash")  # draft-head architectures (src/models/eagle3.cpp, dflash.cpp)
 MAX_TARGET_LAYERS = 64  # EAGLE-3 takes 3, DFlash a handful: more is a damaged header
+# Head kind -> None where SpecChat drafts with such a file given as the draft, else the one sentence that says why
+# not (the Models window and the pair check show it).
+HEAD_SUPPORT: dict[str, str | None] = {
+    "eagle3": "SpecChat cannot draft with EAGLE-3 heads yet: support is being added.",
+    "dflash": "SpecChat cannot draft with DFlash heads yet: support is being added.",
+}
 
 
 def inspect_model(path: str | Path) -> dict[str, Any]:
@@ -46,6 +53,16 @@ def inspect_model(path: str | Path) -> dict[str, Any]:
         "tensors": len(tensors),
         "drafter": drafter_of(meta, tensors),
     }
+
+
+def has_mtp_layers(path: str | Path) -> bool:
+    """Whether the file carries MTP layers llama.cpp can draft with (False for a file whose header cannot be read:
+    loading it says why)."""
+    try:
+        drafter = inspect_model(path)["drafter"]
+    except EngineError:
+        return False
+    return bool(drafter) and drafter.get("kind") == "mtp"
 
 
 def drafter_of(meta: dict[str, Any], tensors: list[TensorInfo]) -> dict[str, Any] | None:
