@@ -14,7 +14,8 @@ python -m engine.models search QUERY [--sort downloads|likes|recent] [--limit N]
 python -m engine.models drafts REPO FILE [--json]  drafts for that target, checked from GGUF headers read
     with range requests (nothing downloaded); --json: the last line is one JSON object
     {"target", "family", "bytes_read", "candidates": [{"repo_id", "filename", "path", "size",
-    "quantization", "compatible", "reason"}, ...], "problems": [...]}
+    "quantization", "compatible", "head", "usable", "reason"}, ...], "problems": [...]}; head: "eagle3" or
+    "dflash" for a draft head (listed beside the drafts), usable: it fits and SpecChat can draft with it
 python -m engine.models inspect FILE [--json]      what a GGUF file's header says: architecture, vocabulary,
     context, layers and its drafter (nothing loaded); --json: the last line is one JSON object {"path", "name",
     "architecture", "file_type", "vocabulary": {"model", "type", "size"}, "context", "layers", "embedding",
@@ -240,6 +241,8 @@ def _drafts(args) -> int:
                             "size": c.size,
                             "quantization": c.quantization,
                             "compatible": c.compatible,
+                            "head": c.head,
+                            "usable": c.usable,
                             "reason": c.reason,
                         }
                         for c in found.candidates

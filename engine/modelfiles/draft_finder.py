@@ -6,6 +6,11 @@ model, else the repo's name without its size and format words. Hub candidates ar
 each offers its best-fitting file, and only that file's header is read (HTTP range requests,
 engine.modelfiles.remote_gguf), then checked with llama.cpp's rules (engine.modelfiles.header_vocab).
 A candidate larger than the target is listed with that reason and never read: it could not speed it up.
+
+EAGLE-3 and DFlash draft heads are listed beside the drafts: the family's repos named for a head (HEAD_WORDS) are
+looked up too, and a head's header is checked against the target's layers, hidden size and vocabulary
+(engine.modelfiles.head_check). A head that fits is listed with whether SpecChat can draft with it
+(model_inspect.HEAD_SUPPORT); one that does not fit says why.
 """
 
 from __future__ import annotations
@@ -20,14 +25,19 @@ from typing import Any
 
 from ..errors import EngineError
 from .gguf_header import read_gguf_metadata
+from .head_check import HEAD_NAMES, check_head, head_kind
 from .header_vocab import check_compatible_metadata
 from .hub_search import RepoResult, quantization_of, repo_files, search_repos
+from .model_inspect import HEAD_SUPPORT
 from .remote_gguf import read_remote_metadata
 
 IDEAL_SIZE_RATIO = 0.1  # a draft about a tenth of the target's size drafts cheaply and still guesses well
 SMALL_ENOUGH = 0.5  # a draft over half the target's size costs nearly what it saves
 MAX_HUB_CANDIDATES = 8  # headers read per search: each is a few MB for a 150k-token vocabulary
+MAX_HEAD_CANDIDATES = 4  # and heads' headers, apart, so many drafts cannot crowd the heads out
 SEARCH_LIMIT = 30
+HEAD_WORDS = ("eagle", "dflash")  # how head repos are named: Qwen3-8B-Eagle3-GGUF, ...-EAGLE3, ...-DFlash-GGUF
+HEAD_SEARCH_LIMIT = 100  # repos per head word, most downloaded first, before the family's filter
 HUB_READERS = 4  # hub calls and header reads wait on the network, not the CPU
 # Quantizations a draft is best in: fast and close to the full model. Earlier is better.
 PREFERRED_QUANTS = ("Q4_K_M", "Q4_K_S", "Q4_0", "Q5_K_M", "Q8_0", "Q6_K", "IQ4_XS", "Q5_K_S", "Q4_1")
@@ -46,10 +56,16 @@ class DraftCandidate:
     parts: tuple[str, ...] = ()
     path: Path | None = None  # an installed file
     bytes_read: int = 0
+    head: str | None = None  # "eagle3" or "dflash": a draft head, not a draft model
 
     @property
     def filename(self) -> str:
         return self.parts[0] if self.parts else (self.path.name if self.path else "")
+
+    @property
+    def usable(self) -> bool:
+        """It fits the target and SpecChat drafts with it (a head that fits may not be usable yet)."""
+        return bool(self.compatible) and (self.head is None or _head_support(self.head) is None)
 
 
 @dataclass(frozen=True)
@@ -63,7 +79,8 @@ class DraftSearch:
 
     @property
     def compatible(self) -> list[DraftCandidate]:
-        return [c for c in self.candidates if c.compatible]
+        """The candidates SpecChat can draft with for this target."""
+        return [c for c in self.candidates if c.usable]
 
 
 def family_of(meta: dict[str, Any], repo_id: str | None = None, base_model: str | None = None) -> str:
@@ -141,13 +158,29 @@ def _hub_candidates(
     cancelled: Callable[[], bool] | None,
 ) -> list[DraftCandidate]:
     repos = [r for r in search_repos(family, limit=SEARCH_LIMIT, endpoint=endpoint) if r.repo_id != target_repo]
+    heads = _head_repos(family, endpoint, {r.repo_id for r in repos} | {target_repo or ""})
+    head_ids = {r.repo_id for r in heads}
     with ThreadPoolExecutor(HUB_READERS) as pool:  # each is a round trip to the hub: ask in parallel
-        offers = list(pool.map(lambda repo: _offer(repo, size, endpoint, cancelled), repos))
-        readable = [o for o in offers if o.compatible is None and not o.reason]
-        readable = sorted(readable, key=lambda c: _rank(c, size))[:MAX_HUB_CANDIDATES]
+        offers = list(pool.map(lambda repo: _offer(repo, size, endpoint, cancelled), repos + heads))
+        unread = sorted([o for o in offers if o.compatible is None and not o.reason], key=lambda c: _rank(c, size))
+        readable = [o for o in unread if o.repo_id not in head_ids][:MAX_HUB_CANDIDATES]
+        readable += [o for o in unread if o.repo_id in head_ids][:MAX_HEAD_CANDIDATES]
         checked = list(pool.map(lambda c: _check_remote(meta, size, c, endpoint, cancelled), readable))
     skipped = [o for o in offers if o.reason]
     return checked + skipped
+
+
+def _head_repos(family: str, endpoint: str | None, seen: set[str]) -> list[RepoResult]:
+    """Repos named for a draft head of the family (its words and a HEAD_WORDS word in the id), not in seen. The
+    hub's search is one substring of the id: each head word is asked for, then the family's words kept."""
+    words = family.lower().split()
+    found = []
+    for word in HEAD_WORDS:
+        for repo in search_repos(word, limit=HEAD_SEARCH_LIMIT, endpoint=endpoint):
+            if repo.repo_id not in seen and all(w in repo.repo_id.lower() for w in words):
+                seen.add(repo.repo_id)
+                found.append(repo)
+    return found
 
 
 def _offer(
@@ -211,6 +244,13 @@ def _check_installed(target_meta: dict[str, Any], target_size: int, path: Path) 
 def _verdict(
     target_meta: dict[str, Any], target_size: int, draft_meta: dict[str, Any], offer: DraftCandidate
 ) -> DraftCandidate:
+    kind = head_kind(draft_meta)
+    if kind is not None:
+        fit = check_head(target_meta, draft_meta)
+        support = _head_support(kind) if fit.fits else None
+        return replace(
+            offer, head=kind, compatible=fit.fits, reason=f"{fit.reason}. {support}" if support else fit.reason
+        )
     result = check_compatible_metadata(target_meta, draft_meta)
     if result.ok and offer.size > SMALL_ENOUGH * target_size:
         return replace(offer, compatible=True, reason="usable, but close to the target's size: little to gain")
@@ -220,7 +260,7 @@ def _verdict(
 def _rank(c: DraftCandidate, target_size: int) -> tuple[int, float, int, bool, str]:
     """Usable first; then the size closest to a tenth of the target's; then the better quantization; then one on
     this machine (nothing to download)."""
-    order = {True: 0, None: 1, False: 2}[c.compatible]
+    order = 0 if c.usable else 2 if c.compatible is False else 1  # a head that fits but cannot draft yet: 1
     ratio = c.size / target_size if target_size and c.size else 1.0
     return (
         order,
@@ -229,6 +269,11 @@ def _rank(c: DraftCandidate, target_size: int) -> tuple[int, float, int, bool, s
         c.path is None,
         c.name,
     )
+
+
+def _head_support(kind: str) -> str | None:
+    """None where SpecChat drafts with this kind of head, else the sentence that says why not."""
+    return HEAD_SUPPORT.get(kind, f"SpecChat cannot draft with {HEAD_NAMES.get(kind, kind)} heads.")
 
 
 def _quant_rank(quantization: str) -> int:

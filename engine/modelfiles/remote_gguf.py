@@ -20,7 +20,7 @@ from huggingface_hub.utils import build_hf_headers, get_session
 
 from ..errors import EngineError, ModelFileError
 from .downloads import format_bytes
-from .gguf_header import parse_gguf
+from .gguf_header import TensorInfo, parse_gguf
 from .hub_files import (
     DownloadCancelled,
     DownloadError,
@@ -43,9 +43,12 @@ class RemoteHeader:
     repo_id: str
     filename: str
     revision: str
-    metadata: dict[str, Any]  # as read_gguf_metadata gives it for the downloaded file (token strings kept)
+    metadata: dict[
+        str, Any
+    ]  # as read_gguf_metadata gives it (with tensors: as read_gguf_layout, token strings counted)
     file_size: int
     bytes_read: int  # every body byte received, over all range requests
+    tensors: tuple[TensorInfo, ...] = ()  # each tensor's name, type and shape, when asked for
 
 
 def read_remote_metadata(
@@ -57,16 +60,18 @@ def read_remote_metadata(
     timeout_s: float = 20.0,
     max_header_bytes: int = MAX_HEADER_BYTES,
     cancelled: Callable[[], bool] | None = None,
+    tensors: bool = False,
 ) -> RemoteHeader:
     """The metadata of a GGUF file on the hub, read with range requests. Raises ModelFileError for a file
     that is not (a sane) GGUF, DownloadError (HubUnreachable, DownloadCancelled) for the hub's answers.
-    The whole call takes at most about timeout_s."""
+    The whole call takes at most about timeout_s. With tensors, the tensor list that follows the metadata is
+    read too (tens of KB more; the vocabulary's strings are stepped over, their count kept)."""
     request = FileRequest(repo_id, filename, revision)
     endpoint = (endpoint or hub_endpoint()).rstrip("/")
     deadline = time.monotonic() + timeout_s
     url, headers = _locate(request, endpoint, deadline)
     source = _RangeSource(request, endpoint, url, headers, deadline, max_header_bytes, cancelled)
-    meta, _ = parse_gguf(source, request.label)
+    meta, infos = parse_gguf(source, request.label, tensors=tensors)
     return RemoteHeader(
         repo_id=repo_id,
         filename=filename,
@@ -74,6 +79,7 @@ def read_remote_metadata(
         metadata=meta,
         file_size=source.size,
         bytes_read=source.bytes_read,
+        tensors=tuple(infos),
     )
 
 
