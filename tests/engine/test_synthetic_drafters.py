@@ -1,26 +1,34 @@
 """The synthetic models with a built-in drafter (engine/measure/synthetic.py, issue 65): they load in llama.cpp,
-decode greedily as designed, `inspect` names their drafter, and their MTP heads agree with the target as their
-names say when driven through llama.cpp's own MTP graph (engine/decoding/mtp_head.py)."""
+decode greedily as designed, `inspect` names their drafter, and their MTP heads draft what their names say when
+driven as `--method mtp` drives them: the bench's decoder (loader.build_decoder), the step loop and MtpProposer
+(catch-up, drafts, accept) over llama.cpp's own MTP graph. Drafts are of a fixed length (no planner, p_min 0), so
+what each head drafts and what the target keeps follow from the design alone."""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import json
+from dataclasses import dataclass
 
 import llama_cpp
 import numpy as np
 import pytest
 
 from engine import models
-from engine.decoding.mtp_head import MtpModel, head_agreement, mtp_problem, speculative_greedy
-from engine.errors import SpeculationUnavailable
+from engine.decoding.loader import DecoderSettings, build_decoder, require_rollback
+from engine.decoding.mtp_check import mtp_problem
+from engine.decoding.proposers.mtp import MtpProposer
+from engine.decoding.runtime import LoadSettings, Model
+from engine.decoding.sampling import SamplingParams
+from engine.errors import EngineError, SpeculationUnavailable
 from engine.measure import synthetic
 from engine.modelfiles.gguf_header import TensorInfo, metadata_problem, read_gguf_metadata
 from engine.modelfiles.model_inspect import drafter_of
 
 PROMPT = "Hello there, how are you?"
 STEPS = 64
+DRAFT = 3  # drafts a step, every step: llama-server's draft-mtp default (n_max 3)
 
 
 @pytest.fixture(scope="session")
@@ -109,60 +117,126 @@ def test_drafter_from_header_facts():
     assert drafter_of(unkeyed, heads) == {"kind": "mtp", "layers": 2}
 
 
+@dataclass(frozen=True)
+class Run:
+    tokens: list[int]  # the answer after the prompt
+    drafted: int
+    accepted: int
+    proposals: list[tuple[list[int], list[int]]]  # (the history the head drafted after, its drafts)
+
+
+def run(path: str, method: str, monkeypatch: pytest.MonkeyPatch | None = None) -> Run:
+    """STEPS greedy tokens after PROMPT through the bench's decoder, drafts of DRAFT (no planner, no cutoff), every
+    proposal of the MTP head on record."""
+    proposals: list[tuple[list[int], list[int]]] = []
+    real = MtpProposer.propose
+
+    def propose(self, wants):
+        out = real(self, wants)
+        proposals.extend((list(history), list(p.tokens)) for (_, history, _), p in zip(wants, out))
+        return out
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(MtpProposer, "propose", propose)
+        settings = DecoderSettings(
+            model=path, method=method, threads=1, remember_requests=False, adaptive=False, max_draft=DRAFT, p_min=0.0
+        )
+        decoder = build_decoder(settings)
+        try:
+            prompt = decoder.target.tokenize(PROMPT)
+            deltas = decoder.generate(prompt, SamplingParams(temperature=0.0), max_tokens=STEPS, ignore_eos=True)
+            tokens = [t for d in deltas for t in d.tokens]
+            return Run(tokens, decoder.stats.drafted, decoder.stats.accepted, proposals)
+        finally:
+            decoder.target.close()
+
+
+def kept(proposal: tuple[list[int], list[int]], said: list[int]) -> int:
+    """How many of a proposal's drafts the target keeps, `said` being its whole greedy text (prompt and answer)."""
+    history, drafts = proposal
+    n = 0
+    while n < len(drafts) and drafts[n] == said[len(history) + n]:
+        n += 1
+    return n
+
+
 @pytest.fixture(scope="module")
-def agreement(synthetic_files):
-    """Each head's guesses along one plain greedy answer, through llama.cpp's MTP graph."""
-    rates = {}
-    for name, path in synthetic_files.items():
-        with MtpModel(path, n_ctx=4096, threads=1) as model:
-            rates[name] = head_agreement(model, _prompt_tokens(path), STEPS)
-    return rates
+def runs(synthetic_files):
+    """Each file's plain greedy answer and its `--method mtp` run."""
+    return {name: (run(path, "none").tokens, run(path, "mtp")) for name, path in synthetic_files.items()}
 
 
-def test_the_agreeing_head_predicts_the_targets_next_token(agreement, design):
-    result = agreement["mtp-agreeing"]
-    assert result.rate >= 0.9
-    assert result.rate == 1.0  # built to agree exactly: anything less is a protocol slip
-    assert all(int(design.next_token[a]) == b for a, b in zip(result.target_tokens, result.target_tokens[1:]))
+@pytest.mark.parametrize("name", synthetic.HEADS)
+def test_greedy_mtp_is_plain_decoding_and_every_kept_draft_is_counted(synthetic_files, runs, name):
+    plain, mtp = runs[name]
+    assert mtp.tokens == plain
+    assert len(plain) == STEPS
+    prompt = _prompt_tokens(synthetic_files[name])
+    said = prompt + plain
+    assert mtp.proposals
+    for history, drafts in mtp.proposals:  # fixed lengths: DRAFT, or what the token budget leaves
+        assert len(drafts) == min(DRAFT, STEPS - (len(history) - len(prompt)) - 1)
+    assert mtp.drafted == sum(len(drafts) for _, drafts in mtp.proposals)
+    assert mtp.accepted == sum(kept(p, said) for p in mtp.proposals)
 
 
-def test_the_random_head_rarely_agrees(agreement):
-    assert agreement["mtp-random"].rate <= 0.1
+@pytest.mark.parametrize("name", ["mtp-agreeing", "mtp-half"])
+def test_each_head_drafts_its_designed_tokens_through_the_step_loop(runs, design, name):
+    """After token x the head drafts table[x], then table[table[x]]...: its own drafts fed back in, each one's
+    position and row as the catch-up and the drafting give them."""
+    table = design.head_tables[name]
+    for history, drafts in runs[name][1].proposals:
+        expected, token = [], history[-1]
+        for _ in drafts:
+            token = int(table[token])
+            expected.append(token)
+        assert drafts == expected, history
 
 
-def test_the_half_head_agrees_about_half_the_time(agreement, design):
-    result = agreement["mtp-half"]
-    assert 0.3 <= result.rate <= 0.7
-    # and exactly where its table says it is right: on the answer's tokens whose designed guess is the next token
-    table = design.head_tables["mtp-half"]
-    expected = sum(int(table[t]) == int(design.next_token[t]) for t in result.target_tokens)
-    assert result.agreed == expected
+def test_the_agreeing_head_is_always_kept(runs):
+    mtp = runs["mtp-agreeing"][1]
+    assert mtp.drafted >= STEPS // 2
+    assert mtp.accepted == mtp.drafted  # built to agree exactly: anything less is a protocol slip
 
 
-def test_every_head_sees_the_same_plain_answer(agreement):
-    answers = {tuple(result.target_tokens) for result in agreement.values()}
-    assert len(answers) == 1  # the head never changes what the target says
+def test_the_random_head_is_almost_never_kept(runs):
+    mtp = runs["mtp-random"][1]
+    assert mtp.drafted >= STEPS // 2  # fixed lengths: it drafts every step all the same
+    assert mtp.accepted / mtp.drafted <= 0.05
 
 
-@pytest.mark.parametrize(
-    ("name", "low", "high"), [("mtp-agreeing", 1.0, 1.0), ("mtp-random", 0.0, 0.05), ("mtp-half", 0.2, 0.4)]
-)
-def test_speculative_greedy_with_each_head_is_plain_decoding(synthetic_files, agreement, name, low, high):
-    """3 drafts a step, verified in one target batch, rejected ones rolled back (n_rs_seq): the answer is plain
-    decoding's; acceptance 1 with the agreeing head, ~0 with the random one, and with the half one what a coin
-    per draft gives (0.5 + 0.25 + 0.125 of 3 drafted: 0.29)."""
-    path = synthetic_files[name]
-    with MtpModel(path, n_ctx=4096, n_rs_seq=3, threads=1) as model:
-        run = speculative_greedy(model, _prompt_tokens(path), STEPS, n_draft=3)
-    assert run.tokens == agreement[name].target_tokens
-    assert run.drafted > 0
-    assert low <= run.acceptance <= high
+def test_the_half_head_is_kept_exactly_where_its_table_agrees_with_the_target(runs, design):
+    """The target keeps a draft while the head's chain (table) and the target's (NEXT) agree, from the design alone;
+    right on half the pieces, a coin per draft keeps 0.5 + 0.25 + 0.125 of 3 drafted (0.29)."""
+    mtp = runs["mtp-half"][1]
+    table, nxt = design.head_tables["mtp-half"], design.next_token
+    expected = 0
+    for history, drafts in mtp.proposals:
+        guess = target = history[-1]
+        for _ in drafts:
+            guess, target = int(table[guess]), int(nxt[target])
+            if guess != target:
+                break
+            expected += 1
+    assert mtp.accepted == expected
+    assert 0.2 <= mtp.accepted / mtp.drafted <= 0.4
 
 
-def test_a_hybrid_target_without_snapshots_refuses_to_roll_back(synthetic_files):
-    path = synthetic_files["mtp-half"]
-    with MtpModel(path, n_ctx=4096, n_rs_seq=0, threads=1) as model, pytest.raises(SpeculationUnavailable):
-        speculative_greedy(model, _prompt_tokens(path), STEPS, n_draft=3)
+def test_a_hybrid_target_without_snapshots_is_not_speculated_on(synthetic_files):
+    """With no recurrent snapshots (n_rs_seq 0) a rejected draft could not be undone: speculation is refused before a
+    draft is made, and a roll-back into a decode raises rather than let llama.cpp read a state it does not have."""
+    target = Model(synthetic_files["mtp-half"], LoadSettings(n_ctx=512, threads=1, mtp=True, n_rs_seq=0))
+    try:
+        assert target.max_rollback == 0
+        with pytest.raises(SpeculationUnavailable):
+            require_rollback(target)
+        prompt = target.tokenize(PROMPT)
+        target.prefill(prompt)
+        target.decode_multi([5, 6, 7, 8], range(len(prompt), len(prompt) + 4), [0] * 4, [True] * 4)
+        with pytest.raises(EngineError):
+            target.forget_from(len(prompt) + 1)
+    finally:
+        target.close()
 
 
 def test_no_mtp_context_where_llama_cpp_would_abort(synthetic_files, smollm_path):
@@ -176,8 +250,6 @@ def test_no_mtp_context_where_llama_cpp_would_abort(synthetic_files, smollm_path
             assert problem is not None and why in problem
         finally:
             llama_cpp.llama_model_free(model)
-    with pytest.raises(SpeculationUnavailable, match="no MTP"):
-        MtpModel(smollm_path, n_ctx=512, threads=1)
 
 
 def test_the_design_tables_are_what_the_names_say(design):

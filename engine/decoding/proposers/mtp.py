@@ -1,5 +1,5 @@
 """A target's own MTP ("nextn") head drafts, through llama.cpp's MTP graph, as common/speculative.cpp's draft-mtp does
-(mtp_head.py has the protocol and the probe; ../shared/DESIGN.md, "Built-in drafters").
+(mtp_head.py: the head's context and the protocol; ../shared/DESIGN.md, "Built-in drafters").
 
 The target is loaded with its MTP layers (LoadSettings.mtp), so each of its decodes leaves the hidden row of every
 token in Model.hidden, kept by position as its KV cache is. The head has a context of its own on the same weights
