@@ -2,8 +2,8 @@
 downloaded), so MTP drafting can be built and tested on any machine.
 
 python -m engine.measure.synthetic OUTDIR [--json]
-    writes mtp-agreeing.gguf, mtp-random.gguf and mtp-half.gguf into OUTDIR; with --json the last stdout line is
-    one JSON object {name: path}.
+    writes mtp-agreeing.gguf, mtp-random.gguf, mtp-half.gguf and mtp-half-context.gguf into OUTDIR; with --json the
+    last stdout line is one JSON object {name: path}.
 
 Each file is a qwen35 (the llama.cpp architecture of Qwen3.5: gated delta net and full attention layers) of width
 64 with two trunk layers (layer 0 recurrent, layer 1 attention) and one MTP ("nextn") layer, ~0.7 MB in F32. Every
@@ -18,8 +18,12 @@ choose next (mtp-agreeing). mtp-random has a random eh_proj (right about 1 time 
 mtp-half has its own head (nextn.shared_head_head) that predicts NEXT[x] for a fixed random half of the pieces and
 the token after that for the others.
 
-The trunk ignores context (its attention and recurrent outputs are zero): a wrong rollback of the KV cache or the
-recurrent state after a rejected draft cannot change what these files say, so they do not test rollback.
+The trunk of those three ignores context (its attention and recurrent outputs are zero): a wrong rollback of the
+KV cache or the recurrent state after a rejected draft cannot change what they say, so they do not test rollback.
+mtp-half-context does: it is mtp-half whose recurrent layer (gated delta net, layer 0) writes into the residual
+stream, strongly enough that its state (a decaying mix of the last few tokens) decides most greedy next tokens.
+Its answer is no fixed table's, only llama.cpp's (plain decoding is the reference), and a recurrent state left
+holding rejected drafts changes it.
 
 The vocabulary is SentencePiece-style ("llama"): <unk> <s> </s>, the 256 byte tokens (so any UTF-8 text
 tokenizes by byte fallback), the printable ASCII characters and a few two-letter pieces, no string twice.
@@ -48,7 +52,13 @@ CONTEXT = 8192
 SSM_CONV, SSM_STATE, SSM_GROUPS, SSM_HEADS = 4, 16, 2, 2
 SSM_INNER = SSM_STATE * SSM_HEADS  # value_dim: head_v_dim is the state size in llama.cpp's qwen35
 SEED = 20251207
-HEADS = ("mtp-agreeing", "mtp-random", "mtp-half")
+HEADS = ("mtp-agreeing", "mtp-random", "mtp-half")  # context-free trunks: greedy follows Design.next_token
+CONTEXT_HEADS = ("mtp-half-context",)  # the recurrent state decides the next token: rollback shows
+MTP_FILES = HEADS + CONTEXT_HEADS
+# mtp-half-context's recurrence (std of its weights): inputs big enough that the state is not lost in the norm's
+# epsilon, and an output projection that often outweighs the token embedding (measured: 43 of the 64 greedy tokens
+# after the tests' prompt are not the context-free successor)
+RECURRENCE_QKV, RECURRENCE_CONV, RECURRENCE_GATE, RECURRENCE_OUT = 0.3, 0.5, 0.3, 0.5
 CHAT_TEMPLATE = (
     "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}assistant:{% endif %}"
@@ -178,6 +188,17 @@ def _attention(prefix: str, small: Callable[..., np.ndarray]) -> dict[str, np.nd
     }
 
 
+def recurrence_tensors(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Layer 0's gated delta net made to matter: the tensors of trunk_tensors that mtp-half-context replaces."""
+    key_dim = SSM_STATE * SSM_GROUPS
+    return {
+        "blk.0.attn_qkv.weight": rng.normal(0.0, RECURRENCE_QKV, size=(key_dim * 2 + SSM_INNER, N_EMBD)),
+        "blk.0.ssm_conv1d.weight": rng.normal(0.0, RECURRENCE_CONV, size=(key_dim * 2 + SSM_INNER, SSM_CONV)),
+        "blk.0.attn_gate.weight": rng.normal(0.0, RECURRENCE_GATE, size=(SSM_INNER, N_EMBD)),
+        "blk.0.ssm_out.weight": rng.normal(0.0, RECURRENCE_OUT, size=(N_EMBD, SSM_INNER)),
+    }
+
+
 def mtp_tensors(eh_proj: np.ndarray, shared_head: np.ndarray | None, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """The nextn block (layer N_TRUNK): eh_proj maps [enorm(e) | hnorm(h)] (128) to the width (64)."""
 
@@ -251,7 +272,8 @@ def _add_vocab(writer: Any, vocab: Vocab) -> None:  # a gguf.GGUFWriter (gguf is
 @dataclass(frozen=True)
 class Design:
     """What the files are built to do, so tests can check llama.cpp against it: NEXT[t] is the target's greedy
-    successor of t, and each head's table what its MTP draft after token t is built to be."""
+    successor of t in the context-free files (HEADS), and each head's table what its MTP draft after token t is
+    built to be (mtp-half-context's head is mtp-half's)."""
 
     vocab: Vocab
     next_token: np.ndarray
@@ -280,11 +302,12 @@ def build(seed: int = SEED) -> tuple[Design, dict[str, dict[str, np.ndarray]]]:
         "mtp-half": mtp_tensors(agree, half_head, rng),
     }
     files = {name: {**trunk, **head} for name, head in heads.items()}
-    design = Design(vocab, nxt, {"mtp-agreeing": nxt, "mtp-half": half})
+    files["mtp-half-context"] = {**files["mtp-half"], **recurrence_tensors(rng)}  # drawn last: the others unchanged
+    design = Design(vocab, nxt, {"mtp-agreeing": nxt, "mtp-half": half, "mtp-half-context": half})
     return design, files
 
 
-def write_all(outdir: Path, names: Iterable[str] = HEADS, seed: int = SEED) -> dict[str, Path]:
+def write_all(outdir: Path, names: Iterable[str] = MTP_FILES, seed: int = SEED) -> dict[str, Path]:
     """Write the named files into outdir (made if missing); {name: path}."""
     outdir.mkdir(parents=True, exist_ok=True)
     design, files = build(seed)

@@ -26,6 +26,8 @@ from engine.measure import synthetic
 from engine.modelfiles.gguf_header import TensorInfo, metadata_problem, read_gguf_metadata
 from engine.modelfiles.model_inspect import drafter_of
 
+from support.rollback import keep_recurrent_state_on_rollback
+
 PROMPT = "Hello there, how are you?"
 STEPS = 64
 DRAFT = 3  # drafts a step, every step: llama-server's draft-mtp default (n_max 3)
@@ -53,7 +55,7 @@ def _prompt_tokens(path: str) -> list[int]:
 
 
 def test_the_writer_names_each_head_and_writes_a_sane_header(synthetic_files):
-    assert set(synthetic_files) == {"mtp-agreeing", "mtp-random", "mtp-half"}
+    assert set(synthetic_files) == {"mtp-agreeing", "mtp-random", "mtp-half", "mtp-half-context"}
     for path in synthetic_files.values():
         meta = read_gguf_metadata(path)
         assert metadata_problem(meta, path) is None  # no duplicate token strings, sane counts
@@ -82,7 +84,7 @@ def test_each_file_loads_tokenizes_any_text_and_decodes_greedily_as_designed(syn
     assert first == llm.detokenize(expected).decode()  # printable pieces only, never the end of text
 
 
-@pytest.mark.parametrize("name", synthetic.HEADS)
+@pytest.mark.parametrize("name", synthetic.MTP_FILES)
 def test_inspect_names_the_mtp_drafter(synthetic_files, capsys, name):
     assert models.main(["inspect", synthetic_files[name], "--json"]) == 0
     info = json.loads(capsys.readouterr().out.splitlines()[-1])
@@ -166,7 +168,7 @@ def runs(synthetic_files):
     return {name: (run(path, "none").tokens, run(path, "mtp")) for name, path in synthetic_files.items()}
 
 
-@pytest.mark.parametrize("name", synthetic.HEADS)
+@pytest.mark.parametrize("name", synthetic.MTP_FILES)
 def test_greedy_mtp_is_plain_decoding_and_every_kept_draft_is_counted(synthetic_files, runs, name):
     plain, mtp = runs[name]
     assert mtp.tokens == plain
@@ -180,7 +182,7 @@ def test_greedy_mtp_is_plain_decoding_and_every_kept_draft_is_counted(synthetic_
     assert mtp.accepted == sum(kept(p, said) for p in mtp.proposals)
 
 
-@pytest.mark.parametrize("name", ["mtp-agreeing", "mtp-half"])
+@pytest.mark.parametrize("name", ["mtp-agreeing", "mtp-half", "mtp-half-context"])
 def test_each_head_drafts_its_designed_tokens_through_the_step_loop(runs, design, name):
     """After token x the head drafts table[x], then table[table[x]]...: its own drafts fed back in, each one's
     position and row as the catch-up and the drafting give them."""
@@ -220,6 +222,38 @@ def test_the_half_head_is_kept_exactly_where_its_table_agrees_with_the_target(ru
             expected += 1
     assert mtp.accepted == expected
     assert 0.2 <= mtp.accepted / mtp.drafted <= 0.4
+
+
+def test_the_context_files_answer_depends_on_earlier_tokens(synthetic_files, runs, design):
+    """Its recurrent state decides the next token: a token is followed by different tokens in one answer, and the
+    answer is not the context-free successor table's (which the other files follow, test above)."""
+    plain, _ = runs["mtp-half-context"]
+    said = _prompt_tokens(synthetic_files["mtp-half-context"])[-1:] + plain
+    followers: dict[int, set[int]] = {}
+    for a, b in zip(said, said[1:]):
+        followers.setdefault(a, set()).add(b)
+    assert any(len(f) > 1 for f in followers.values())
+    assert sum(int(design.next_token[a]) != b for a, b in zip(said, said[1:])) >= STEPS // 4
+
+
+def test_the_context_files_rejected_drafts_are_rolled_back_and_its_answer_is_plain_decodings(synthetic_files, runs):
+    """Most steps reject a draft: each rolls the hybrid target's recurrent state back (n_rs_seq snapshots), and the
+    answer is still plain decoding's, which it would not be after a wrong rollback (the test below)."""
+    plain, mtp = runs["mtp-half-context"]
+    assert mtp.tokens == plain
+    said = _prompt_tokens(synthetic_files["mtp-half-context"]) + plain
+    rejecting = sum(kept(p, said) < len(p[1]) for p in mtp.proposals)
+    assert rejecting >= STEPS // 4, (rejecting, len(mtp.proposals))
+
+
+def test_a_recurrent_state_left_holding_rejected_drafts_changes_only_the_context_files_answer(
+    synthetic_files, runs, monkeypatch
+):
+    """The failure the test above guards against, made on purpose: a rollback that cuts the KV cache but leaves the
+    recurrent state as the rejected drafts left it. The context file's answer changes; mtp-half's cannot."""
+    keep_recurrent_state_on_rollback(monkeypatch)
+    assert run(synthetic_files["mtp-half-context"], "mtp").tokens != runs["mtp-half-context"][0]
+    assert run(synthetic_files["mtp-half"], "mtp").tokens == runs["mtp-half"][0]
 
 
 def test_a_hybrid_target_without_snapshots_is_not_speculated_on(synthetic_files):
