@@ -35,11 +35,11 @@ from app.remote_answer import RemoteAnswers
 from engine.chat_format import ChatFormatter
 from engine.decoding.calibration import timing_deferred
 from engine.decoding.generate import SpeculativeDecoder
-from engine.decoding.loader import DecoderSettings, load_draft, load_target, make_proposer
+from engine.decoding.loader import DecoderSettings, load_draft, load_target, loads_mtp, make_proposer
 from engine.decoding.proposers.base import NoProposer
 from engine.decoding.runtime import Model
 from engine.errors import EngineError, GenerationCancelled
-from engine.methods import DRAFT_METHODS, MTP_METHODS
+from engine.methods import DRAFT_METHODS
 from engine.modelfiles import model_store
 from engine.modelfiles.embedded import DISPLAY_NAMES
 from engine.modelfiles.load_marker import LoadMarker
@@ -148,7 +148,7 @@ class EngineWorker(QObject):
         """Change speculation for the next response; the target and its KV cache stay."""
         if self.decoder is None:
             return
-        if (settings.method in MTP_METHODS) != self.decoder.target.settings.mtp:
+        if loads_mtp(settings.method, settings.model) != self.decoder.target.settings.mtp:
             self.load(settings)  # the MTP layers load with the model (or go with it): a reload, as for a new model
             return
         if settings.method in DRAFT_METHODS and settings.draft != self.draft_path:

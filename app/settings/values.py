@@ -16,7 +16,7 @@ import time
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
-from engine.decoding.loader import DecoderSettings
+from engine.decoding.loader import DecoderSettings, loads_mtp, needs_draft_model
 from engine.decoding.sampling import SamplingParams
 from engine.errors import EngineError, InvalidSettingError
 from engine.methods import (
@@ -24,11 +24,9 @@ from engine.methods import (
     DEFAULT_METHOD,
     DEFAULT_MIN_DRAFT,
     DEFAULT_P_MIN,
-    DRAFT_METHODS,
     MAX_DRAFT_RANGE,
     METHODS,
     MIN_DRAFT_RANGE,
-    MTP_METHODS,
     P_MIN_RANGE,
     method_words,
 )
@@ -146,7 +144,7 @@ class AppSettings:
             raise InvalidSettingError(
                 f"min draft tokens ({self.min_draft}) must not exceed max draft tokens ({self.max_draft})."
             )
-        if self.speculation and self.method in DRAFT_METHODS and not self.draft:
+        if self.speculation and not self.draft and needs_draft_model(self.method, self.model):
             raise InvalidSettingError(
                 f"The {METHOD_LABELS[self.method].lower()} method needs a draft model: choose "
                 "one, or use prompt lookup."
@@ -166,7 +164,7 @@ def what_changed(old: AppSettings, new: AppSettings) -> str:
     or "" (sampling and view settings are read per response)."""
     if any(getattr(old, k) != getattr(new, k) for k in RELOAD_KEYS):
         return "reload"
-    if (old.effective_method in MTP_METHODS) != (new.effective_method in MTP_METHODS):
+    if loads_mtp(old.effective_method, old.model) != loads_mtp(new.effective_method, new.model):
         return "reload"  # a model's MTP layers load with it
     if old.effective_method != new.effective_method or any(
         getattr(old, k) != getattr(new, k) for k in SPECULATION_KEYS

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from .step import SequenceState
     from .verifier import Verdict
 
-DRAFT_FEATURE = ("draft",)
+DRAFT_FEATURE = ("draft",)  # a draft model's guesses (model_feature of its source)
 # A shadow proposal is scored over this many tokens at most, then the next starts from the proposal of its
 # time: scored whole, a 48-token copy found on a 3-token match taught that match length 33 hits while the
 # matches grew to 16 tokens unseen, and a later 3-token match drafted 11 and kept none (Gemma 3, fix-json).
@@ -75,9 +75,16 @@ def lookup_feature(match_length: int, continuing: bool) -> tuple[int, bool]:
     return 0, continuing
 
 
+def model_feature(source: str) -> Hashable:
+    """A model's guesses (a draft model's, an MTP head's) are recorded under their source, each apart."""
+    return (source,)
+
+
 def feature(s: SequenceState, proposal: Proposal) -> Hashable:
     """What a proposal's acceptance is predicted by, and recorded under."""
-    return DRAFT_FEATURE if proposal.from_model else lookup_feature(proposal.match_length, s.draft.continuing)
+    if proposal.from_model:
+        return model_feature(proposal.source)
+    return lookup_feature(proposal.match_length, s.draft.continuing)
 
 
 def drafting_for(
@@ -90,8 +97,8 @@ def drafting_for(
     """How a proposer is planned, from its protocol alone: alternatives (auto) are weighed, a free proposer is
     proposed then cut to the plan, a costly one planned then drafted."""
     if proposer.alternatives:
-        free, costly = proposer.alternatives
-        return AutoDrafting(proposer, free, costly, speculation, steps, target, clock)
+        free, *costly = proposer.alternatives
+        return AutoDrafting(proposer, free, cast("list[CostlyProposer]", costly), speculation, steps, target, clock)
     kind = FreeDrafting if proposer.free else ModelDrafting
     return kind(
         proposer, DraftPlanner(speculation, costly_proposer=not proposer.free, steps=steps), target, speculation, clock
@@ -253,7 +260,7 @@ class ModelDrafting(Drafting):
     def plan(self, active: Sequence[SequenceState], room: list[int], tokens_left: list[int]) -> Plan:
         """The plan, with each sequence's catch-up to repay within the tokens to come."""
         return self.planner.plan(
-            [DRAFT_FEATURE] * len(active),
+            [model_feature(self.proposer.source)] * len(active),
             room,
             [self.own(s) for s in active],
             lags=[self.proposer.lag(s.slot, s.history) for s in active],
@@ -285,16 +292,17 @@ class ModelDrafting(Drafting):
 
 
 class AutoDrafting(Drafting):
-    """A proposer's alternatives (auto's: lookup's copy and the draft model's guess), weighed per sequence and step.
-    Two planners share the step costs: `planner` plans the free proposer's copies, `draft_planner` the costly one's
-    guesses (each keeps its own acceptance, realism and probing). Each sequence verifies whichever proposal
-    promises more tokens per second of its step, the draft's own tokens counted."""
+    """A proposer's alternatives (auto's: lookup's copy and each drafter's guess: a draft model's, the target's own MTP
+    head's), weighed per sequence and step. The planners share the step costs: `planner` plans the free proposer's
+    copies, one more per costly proposer its guesses (each keeps its own acceptance, realism and probing). Each
+    sequence verifies whichever proposal promises more tokens per second of its step, a drafter's own tokens counted;
+    a drafter that wins no sequence is not asked at all, so an idle one costs nothing that step."""
 
     def __init__(
         self,
         proposer: Proposer,
         free: Proposer,
-        costly: CostlyProposer,
+        costly: Sequence[CostlyProposer],
         speculation: SpeculationConfig,
         steps: StepCosts | None,
         target: Model,
@@ -303,52 +311,74 @@ class AutoDrafting(Drafting):
         copies = DraftPlanner(speculation, costly_proposer=False, steps=steps)
         super().__init__(proposer, copies, target, speculation, clock)
         self.copies = FreeDrafting(free, copies, target, speculation, clock)
-        guesses = DraftPlanner(speculation, costly_proposer=True, steps=copies.steps)
-        self.guesses = ModelDrafting(costly, guesses, target, speculation, clock)
+        self.guesses = [
+            ModelDrafting(
+                c, DraftPlanner(speculation, costly_proposer=True, steps=copies.steps), target, speculation, clock
+            )
+            for c in costly
+        ]
 
     @property
     def draft_planner(self) -> DraftPlanner:
-        return self.guesses.planner
+        """The first drafter's planner (the draft model's, where there is one)."""
+        return self.guesses[0].planner
 
     @property
     def sources(self) -> tuple[str, ...]:
-        return (*self.copies.sources, *self.guesses.sources)
+        return (*self.copies.sources, *(source for g in self.guesses for source in g.sources))
 
     def draft(self, active: Sequence[SequenceState], room: list[int], tokens_left: list[int]) -> Drafted:
-        """Both plan (planning is cheap); the draft model then drafts for the sequences it won alone."""
+        """Every proposer plans (planning is cheap); each drafter then drafts for the sequences it won alone."""
         copies, copy_plan, caps = self.copies.draft(active, room, tokens_left)
         if copy_plan.measuring_plain:
             return copies, copy_plan, caps
-        guess_plan = self.guesses.plan(active, room, tokens_left)
-        use_draft = self.choose(len(active), copy_plan, guess_plan)
-        self.planner.keep_only(copy_plan, [not u for u in use_draft])
-        self.draft_planner.keep_only(guess_plan, use_draft)
-        wanted = Plan([g if u else 0 for g, u in zip(guess_plan.lengths, use_draft)], guess_plan.measuring_plain)
-        guesses, _, _ = self.guesses.draft(active, room, tokens_left, wanted)
-        chosen = [g if u else c for c, g, u in zip(copies, guesses, use_draft)]
-        lengths = [g if u else c for c, g, u in zip(copy_plan.lengths, guess_plan.lengths, use_draft)]
-        return chosen, Plan(lengths, guess_plan.measuring_plain), room  # room bounds both proposals
+        plans = [g.plan(active, room, tokens_left) for g in self.guesses]
+        winners = self.choose(len(active), copy_plan, plans)
+        self.planner.keep_only(copy_plan, [w < 0 for w in winners])
+        chosen, lengths = list(copies), list(copy_plan.lengths)
+        for j, (guesses, plan) in enumerate(zip(self.guesses, plans)):
+            won = [w == j for w in winners]
+            guesses.planner.keep_only(plan, won)
+            if not any(won):
+                continue
+            wanted = Plan([k if u else 0 for k, u in zip(plan.lengths, won)], plan.measuring_plain)
+            made, _, _ = guesses.draft(active, room, tokens_left, wanted)
+            for i in (i for i, u in enumerate(won) if u):
+                chosen[i], lengths[i] = made[i], plan.lengths[i]
+        measuring = any(p.measuring_plain for p in plans) and not any(lengths)
+        return chosen, Plan(lengths, measuring), room  # room bounds every proposal
 
-    def choose(self, n: int, copy_plan: Plan, guess_plan: Plan) -> list[bool]:
-        """Per sequence: does the draft model's guess promise more tokens per second of the step than the copy?"""
-        steps, d = self.planner.steps, self.draft_planner.draft_seconds_per_token
+    def choose(self, n: int, copy_plan: Plan, plans: list[Plan]) -> list[int]:
+        """Per sequence, which drafter's guess to verify (its index), or -1 for the copy: the guess that promises
+        more tokens per second of the step than the copy and than every other guess."""
+        steps = self.planner.steps
 
         def rate(plan: Plan, k: int, i: int, drafting: float) -> float:
-            gained = plan.expected[i] if k else 0.0
+            gained = plan.expected[i] if k and plan.expected else 0.0
             return (n + gained) / ((steps.seconds(n + k, drafted=k > 0) or 1.0) + drafting * k)
 
-        # A draft plan that bets on nothing (a probe, or fixed lengths) is taken where lookup offers no copy.
-        return [
-            bool(g) and (rate(guess_plan, g, i, d) > rate(copy_plan, c, i, 0.0) if guess_plan.expected else not c)
-            for i, (c, g) in enumerate(zip(copy_plan.lengths, guess_plan.lengths))
-        ]
+        winners = []
+        for i, c in enumerate(copy_plan.lengths):
+            best, best_rate = -1, rate(copy_plan, c, i, 0.0)
+            for j, (guesses, plan) in enumerate(zip(self.guesses, plans)):
+                g = plan.lengths[i]
+                if not g:
+                    continue
+                r = rate(plan, g, i, guesses.planner.draft_seconds_per_token)
+                # A plan that bets on nothing (a probe, or fixed lengths) is taken where nothing else is offered.
+                if (r > best_rate) if plan.expected else (best < 0 and not c):
+                    best, best_rate = j, r
+            winners.append(best)
+        return winners
 
     def record_outcome(self, proposals: list[Proposal], verdicts: list[Verdict]) -> None:
         """Each planner learns from its own proposer's drafts."""
-        drafted = [p.from_model for p in proposals]
-        self.draft_planner.count_step(any(p.tokens and p.from_model for p in proposals))
-        self.draft_planner.record_outcome(sum(v.accepted for v, d in zip(verdicts, drafted) if d))
-        self.planner.record_outcome(sum(v.accepted for v, d in zip(verdicts, drafted) if not d))
+        for guesses in self.guesses:
+            mine = [p.source in guesses.sources for p in proposals]
+            guesses.planner.count_step(any(p.tokens and m for p, m in zip(proposals, mine)))
+            guesses.planner.record_outcome(sum(v.accepted for v, m in zip(verdicts, mine) if m))
+        self.planner.record_outcome(sum(v.accepted for v, p in zip(verdicts, proposals) if not p.from_model))
 
     def time_draft(self, slot: int) -> None:
-        self.guesses.time_draft(slot)
+        for guesses in self.guesses:
+            guesses.time_draft(slot)

@@ -6,8 +6,9 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import InvalidSettingError, SpeculationUnavailable
+from ..errors import EngineError, InvalidSettingError, SpeculationUnavailable
 from ..methods import (
+    AUTO,
     DEFAULT_MAX_DRAFT,
     DEFAULT_METHOD,
     DEFAULT_MIN_DRAFT,
@@ -18,7 +19,7 @@ from ..methods import (
     MTP_METHODS,
 )
 from ..modelfiles.embedded import resolve_model
-from ..modelfiles.model_inspect import inspect_model
+from ..modelfiles.model_inspect import has_mtp_layers, inspect_model
 from .generate import SpeculativeDecoder
 from .proposers.base import NoProposer, Proposer
 from .proposers.lookup import DEFAULT_MAX_NGRAM
@@ -50,7 +51,7 @@ class DecoderSettings:
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise InvalidSettingError(f"method must be one of {', '.join(METHODS)}, got {self.method!r}")
-        if self.method in DRAFT_METHODS and not self.draft:
+        if not self.draft and needs_draft_model(self.method, self.model):
             raise InvalidSettingError(f"The {self.method} method needs a draft model.")
 
     def speculation(self) -> SpeculationConfig:
@@ -61,8 +62,8 @@ class DecoderSettings:
             exact=self.exact,
         )
 
-    def load_settings(self, n_seq_max: int = 1) -> LoadSettings:
-        mtp = self.method in MTP_METHODS
+    def load_settings(self, n_seq_max: int = 1, mtp: bool = False) -> LoadSettings:
+        """How to load a model; mtp: with its MTP layers (loads_mtp says when the target needs them)."""
         return LoadSettings(
             n_ctx=self.n_ctx,
             n_gpu_layers=self.n_gpu_layers,
@@ -82,7 +83,29 @@ def load_target(settings: DecoderSettings, n_seq_max: int = 1, strict: bool = Tr
     path = resolve_model(settings.model)
     if strict and settings.method in MTP_METHODS:
         require_mtp_layers(path, settings.method)
-    return Model(path, settings.load_settings(n_seq_max))
+    return Model(path, settings.load_settings(n_seq_max, mtp=loads_mtp(settings.method, path)))
+
+
+def loads_mtp(method: str, model: str | Path) -> bool:
+    """Whether a target is loaded with its MTP layers: for the mtp method, and for auto where the file has them (its
+    MTP head then drafts beside lookup and any draft model)."""
+    if method in MTP_METHODS:
+        return True
+    return method == AUTO.key and _has_mtp_layers(model)
+
+
+def needs_draft_model(method: str, model: str | Path) -> bool:
+    """Whether the method cannot draft without a draft model: auto can on a target with MTP layers."""
+    if method not in DRAFT_METHODS:
+        return False
+    return method != AUTO.key or not _has_mtp_layers(model)
+
+
+def _has_mtp_layers(model: str | Path) -> bool:
+    try:
+        return has_mtp_layers(resolve_model(str(model)))
+    except EngineError:
+        return False  # a model that cannot be found: loading it says why
 
 
 def require_mtp_layers(path: str | Path, method: str) -> None:

@@ -17,7 +17,7 @@ import torch
 
 from ..chat_format import ChatFormatter
 from ..decoding.batch_decode import BatchDecoder, BatchProgress, BatchRequest, BatchResult
-from ..decoding.loader import require_mtp_layers, require_rollback
+from ..decoding.loader import loads_mtp, needs_draft_model, require_mtp_layers, require_rollback
 from ..decoding.proposers.registry import proposer_for
 from ..decoding.runtime import LoadSettings, Model
 from ..decoding.sampling import SamplingParams
@@ -57,7 +57,7 @@ class LabConfig:
         unknown = [m for m in self.methods if m not in METHODS]
         if unknown or not self.methods:
             raise InvalidSettingError(f"methods must be some of {', '.join(METHODS)}, got {list(self.methods)}")
-        if set(self.methods) & set(DRAFT_METHODS) and not self.draft:
+        if not self.draft and any(needs_draft_model(m, self.model) for m in self.methods):
             raise InvalidSettingError("The draft and auto methods need a draft model (--draft PATH or embedded).")
         if not self.concurrency or any(not isinstance(c, int) or not 1 <= c <= 64 for c in self.concurrency):
             raise InvalidSettingError(f"concurrency levels must be whole numbers 1..64, got {list(self.concurrency)}")
@@ -120,8 +120,7 @@ def run_lab(
                 f"{load.n_ctx}-token context; this model holds {target.n_ctx}. "
                 "Lower the concurrency or max tokens."
             )
-        if set(config.methods) & set(DRAFT_METHODS):
-            assert config.draft is not None  # LabConfig refuses draft methods without one
+        if config.draft and set(config.methods) & set(DRAFT_METHODS):
             draft = Model(resolve_model(config.draft), load)
             if load.n_ctx > draft.n_ctx:  # its cache follows every sequence too
                 raise InvalidSettingError(
@@ -150,9 +149,9 @@ def _load_settings(config: LabConfig, prompts: list[dict]) -> tuple[LoadSettings
     tokenize = prompt_tokenizer(probe, config.chat)
     longest = max(len(tokenize(p["prompt"])) for p in prompts)
     probe.close()
-    mtp = any(m in MTP_METHODS for m in config.methods)
-    if mtp:
+    if any(m in MTP_METHODS for m in config.methods):
         require_mtp_layers(resolve_model(config.model), "mtp")
+    mtp = any(loads_mtp(m, config.model) for m in config.methods)
     load = LoadSettings(
         n_ctx=context_size(longest, config),
         n_gpu_layers=config.n_gpu_layers,

@@ -26,7 +26,8 @@ Who owns what:
 
 How a proposer is planned follows from two attributes: `free` (costs next to nothing, so it proposes every step and
 its unverified proposals are scored as shadows) or not (a CostlyProposer: planned first, timed, its catch-up priced),
-and `alternatives` (auto: a free and a costly proposer weighed per sequence and step; () for a single proposer).
+and `alternatives` (auto: a free proposer and one or more costly ones weighed per sequence and step; () for a single
+proposer).
 
 A new kind of drafter (MTP heads, EAGLE-3) is a new module in this package: a class following Proposer (a
 CostlyProposer where each drafted token costs a decode) and a `build(ingredients)` function, plus one line in
@@ -81,8 +82,9 @@ class Proposer(Protocol):
     free: bool  # proposing costs next to nothing, so proposals can be scored while speculation is off
 
     @property
-    def alternatives(self) -> tuple[()] | tuple[Proposer, CostlyProposer]:
-        """The proposers it weighs per sequence and step, (a free one, a costly one); () for a single proposer."""
+    def alternatives(self) -> tuple[Proposer, ...]:
+        """The proposers it weighs per sequence and step, a free one first and then each costly one (CostlyProposer);
+        () for a single proposer."""
 
     def start(
         self, slot: int, prompt: Sequence[int], sampling: SamplingParams, device: torch.device, seed: int
