@@ -1,5 +1,5 @@
 """The Models dialog: get a catalog pair, search the hub for any model and a draft that fits it, use the models
-other apps keep on this machine, see and manage installed models, pick target + draft.
+other apps keep on this machine, see and manage installed models (with each one's built-in drafter), pick target + draft.
 
 Its parts live in app/models/: the pairs tab and its download runner (pairs_tab.py,
 download_worker.py), the installed-models tab (installed_tab.py), the target + draft picker with
@@ -129,4 +129,5 @@ class ModelsDialog(QDialog):
         self.pairs.stop()
         self.search_tab.stop()
         self.local_tab.stop()
+        self.installed_tab.stop()
         self.picker.stop()

@@ -1,42 +1,57 @@
 """The "Installed" tab: the built-in models, the models on disk (downloaded, or added from where they are),
-adding GGUF files and deleting (or, for added files, forgetting) one. Built-in models cannot be deleted."""
+adding GGUF files and deleting (or, for added files, forgetting) one. Built-in models cannot be deleted.
+
+Each file's built-in drafter (MTP layers, or a file that is an EAGLE-3 / DFlash draft head) is read from its header
+on a background thread (app.models.drafter_note) and shown in its row and, for the selected one, in words."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QMessageBox, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QMessageBox, QPushButton, QVBoxLayout, QWidget
 
 from app.models.builtin_models import CANNOT_DELETE, BuiltinModel
+from app.models.drafter_note import NOT_READ, drafter_sentence, drafter_short, read_drafters
 from app.models.model_names import model_label
 from app.models.tables import make_table, selected_key, set_row
+from app.models.task_worker import Tasks
 from engine.errors import EngineError
 from engine.modelfiles import model_store
 from engine.modelfiles.downloads import format_bytes
 
 GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
+DRAFTER_COLUMN = 2
+BUILTIN_DRAFTER = "none"  # the built-in SmolLM2 and Gemma 3 270M carry no MTP layers; Gemma's file may not exist yet
 
 
 class InstalledTab(QWidget):
     changed = Signal()  # a model was added or removed: the dialog reads the list again
+    draftersRead = Signal()  # every file's drafter is shown (tests wait on it)
 
     def __init__(self, parent=None):
         super().__init__(parent)
+        self.tasks = Tasks(self)
         self.installed: list[model_store.InstalledModel] = []
         self.builtins: list[BuiltinModel] = []
-        self.table = make_table(["Model", "Size", "Location", "Source"])
+        self.drafters: dict[str, dict | str | None] = {}  # path -> drafter, or why its header could not be read
+        self.table = make_table(["Model", "Size", "Built-in drafter", "Location", "Source"])
         self.table.itemSelectionChanged.connect(self._selected)
         self.add_button = QPushButton("Add GGUF file…")
         self.add_button.clicked.connect(self.add_local_files)
         self.delete_button = QPushButton("Delete")
         self.delete_button.clicked.connect(self.delete_selected)
+        self.drafter_label = QLabel("")
+        self.drafter_label.setWordWrap(True)
+        self.drafter_label.setTextFormat(Qt.TextFormat.PlainText)  # built from a file's header: never markup
+        self.drafter_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         buttons = QHBoxLayout()
         buttons.addWidget(self.add_button)
         buttons.addWidget(self.delete_button)
         buttons.addStretch(1)
         layout = QVBoxLayout(self)
         layout.addWidget(self.table, 1)
+        layout.addWidget(self.drafter_label)
         layout.addLayout(buttons)
 
     def show_models(self, installed: list[model_store.InstalledModel], builtins: list[BuiltinModel]) -> None:
@@ -47,7 +62,7 @@ class InstalledTab(QWidget):
             set_row(
                 self.table,
                 row,
-                [builtin.name, size, builtin.location, "built in"],
+                [builtin.name, size, BUILTIN_DRAFTER, builtin.location, "built in"],
                 data=builtin.spec,
                 tooltip=builtin.about,
             )
@@ -56,11 +71,35 @@ class InstalledTab(QWidget):
             set_row(
                 self.table,
                 row,
-                [model_label(str(model.path), installed), format_bytes(model.size_bytes), str(model.location), source],
+                [
+                    model_label(str(model.path), installed),
+                    format_bytes(model.size_bytes),
+                    "reading…",
+                    str(model.location),
+                    source,
+                ],
                 data=str(model.path),
                 tooltip=str(model.path),
             )
+        self.drafters = {}
+        paths = [str(m.path) for m in installed]
+        self.tasks.start("drafters", lambda stopped: read_drafters(paths, stopped), self._show_drafters, self._failed)
         self._selected()
+
+    def _show_drafters(self, drafters: dict) -> None:
+        self.drafters = drafters
+        for row, model in enumerate(self.installed, start=len(self.builtins)):
+            found = drafters.get(str(model.path))
+            item = self.table.item(row, DRAFTER_COLUMN)
+            item.setText(NOT_READ if isinstance(found, str) else drafter_short(found))
+            item.setToolTip(
+                f"Its header could not be read: {found}" if isinstance(found, str) else drafter_sentence(found)
+            )
+        self._selected()
+        self.draftersRead.emit()
+
+    def _failed(self, message: str) -> None:
+        self.drafter_label.setText(f"The models' drafters could not be read: {message}")
 
     def selected_model(self) -> model_store.InstalledModel | None:
         path = selected_key(self.table)
@@ -76,6 +115,23 @@ class InstalledTab(QWidget):
         self.delete_button.setText("Remove from list" if local else "Delete")
         self.delete_button.setEnabled(model is not None)
         self.delete_button.setToolTip(CANNOT_DELETE if self.selected_builtin() is not None else "")
+        self.drafter_label.setText(self._drafter_text(model))
+
+    def _drafter_text(self, model: model_store.InstalledModel | None) -> str:
+        builtin = self.selected_builtin()
+        if builtin is not None:
+            return f"{builtin.name}: {drafter_sentence(None)}"
+        if model is None:
+            return ""
+        if str(model.path) not in self.drafters:
+            return f"{model.name}: reading its header…" if self.tasks.busy("drafters") else ""
+        found = self.drafters[str(model.path)]
+        return f"{model.name}: " + (
+            f"its header could not be read: {found}" if isinstance(found, str) else drafter_sentence(found)
+        )
+
+    def stop(self) -> None:
+        self.tasks.stop_all()
 
     def add_local_files(self) -> None:
         paths, _ = QFileDialog.getOpenFileNames(self, "Add GGUF models", str(Path.home()), GGUF_FILTER)

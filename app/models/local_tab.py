@@ -1,12 +1,14 @@
 """The "On this machine" tab: GGUF models other apps already keep (the Hugging Face cache, LM Studio, Ollama, Jan,
 GPT4All), found by reading headers only (engine.modelfiles.local_discovery, on a worker thread). Adding one
-remembers it where it is, checked like any added file: nothing is copied."""
+remembers it where it is, checked like any added file: nothing is copied. The selected one's built-in drafter (MTP
+layers, or a file that is an EAGLE-3 / DFlash draft head) is read from its header in the background and said."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QHeaderView, QLabel, QPushButton, QVBoxLayout, QWidget
 
+from app.models.drafter_note import drafter_sentence, read_drafters
 from app.models.tables import make_table, selected_key, set_row
 from app.models.task_worker import Tasks
 from engine.errors import EngineError
@@ -27,6 +29,7 @@ SOURCE_NAMES = {
 class LocalTab(QWidget):
     added = Signal(str)  # the path of a model now in the list of models
     looked = Signal()  # the list is drawn (tests wait on it)
+    drafterRead = Signal()  # the selected model's drafter is said (tests wait on it)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -46,16 +49,19 @@ class LocalTab(QWidget):
         self.add_button = QPushButton("Use from where it is")
         self.add_button.setToolTip("Adds the model to your models without copying it.")
         self.add_button.clicked.connect(self.add_selected)
-        self.status_label = QLabel("")
-        self.status_label.setWordWrap(True)
-        self.status_label.setTextFormat(Qt.PlainText)
-        self.status_label.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.status_label, self.drafter_label = QLabel(""), QLabel("")
+        for label in (self.status_label, self.drafter_label):
+            label.setWordWrap(True)
+            label.setTextFormat(Qt.PlainText)  # names and headers come from files: never markup
+            label.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.table.itemSelectionChanged.connect(self._read_drafter)
         buttons = QHBoxLayout()
         buttons.addWidget(self.add_button)
         buttons.addWidget(self.look_button)
         buttons.addStretch(1)
         layout = QVBoxLayout(self)
         layout.addWidget(self.table, 1)
+        layout.addWidget(self.drafter_label)
         layout.addLayout(buttons)
         layout.addWidget(self.status_label)
         self._update_buttons()
@@ -102,6 +108,28 @@ class LocalTab(QWidget):
     def selected(self) -> FoundModel | None:
         path = selected_key(self.table)
         return next((m for m in self.found if str(m.path) == path), None) if path else None
+
+    def _read_drafter(self) -> None:
+        model = self.selected()
+        self.tasks.cancel("drafter")
+        if model is None:
+            self.drafter_label.setText("")
+            return
+        path, name = str(model.path), plain_name(model.name)
+        self.drafter_label.setText(f"{name}: reading its header…")
+        self.tasks.start(
+            "drafter",
+            lambda stopped: read_drafters([path], stopped).get(path),
+            lambda found: self._show_drafter(name, found),
+            lambda message: self._show_drafter(name, message),
+        )
+
+    def _show_drafter(self, name: str, found: object) -> None:
+        if isinstance(found, str):
+            self.drafter_label.setText(f"{name}: its header could not be read: {found}")
+        else:
+            self.drafter_label.setText(f"{name}: {drafter_sentence(found if isinstance(found, dict) else None)}")
+        self.drafterRead.emit()
 
     def add_selected(self) -> None:
         model = self.selected()

@@ -1,15 +1,21 @@
 """The "Search the hub" tab: find GGUF repos on Hugging Face, see each file's quantization, size and whether it
-fits this machine (an estimate from its header), pick one, get the drafts that fit it (checked from their
-headers before anything is downloaded) and download target and draft as one job.
+fits this machine (an estimate from its header), pick one, get the drafts and draft heads that fit it
+(checked from their headers before anything is downloaded) and download target and draft as one job. Repos whose
+models carry a built-in drafter (MTP layers) are marked, from one header each (engine.modelfiles.hub_drafters):
+the first MAX_MARKED of a search, and any repo when it is chosen.
 
 Every hub call runs on a worker thread (app/models/task_worker.py); the window only draws answers."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
+    QHeaderView,
     QLabel,
     QLineEdit,
     QProgressBar,
@@ -22,6 +28,7 @@ from PySide6.QtWidgets import (
 
 from app.background import Job
 from app.models.download_worker import start_download
+from app.models.drafter_note import NOT_READ, drafter_sentence, drafter_short
 from app.models.pairs_tab import BAR_STEPS
 from app.models.tables import make_table, selected_key, set_row
 from app.models.task_worker import STOP_WAIT_S, Tasks
@@ -31,21 +38,40 @@ from engine.modelfiles import model_store
 from engine.modelfiles.downloads import Progress, format_bytes
 from engine.modelfiles.draft_finder import DraftCandidate, DraftSearch, find_drafts
 from engine.modelfiles.embedded import embedded_model_path
+from engine.modelfiles.head_check import HEAD_NAMES
+from engine.modelfiles.hub_drafters import MAX_MARKED, RepoDrafter, drafter_in, header_file, mark_drafters
 from engine.modelfiles.hub_files import FileRequest
 from engine.modelfiles.hub_search import GGUFFile, RepoResult, repo_files, search_repos
 from engine.modelfiles.memory_fit import estimate_fit
+from engine.modelfiles.model_inspect import HEAD_SUPPORT
 from engine.modelfiles.remote_gguf import read_remote_metadata
 from engine.text_rules import plain_name
 
 SORTS = (("Most downloaded", "downloads"), ("Most liked", "likes"), ("Recently updated", "recent"))
 DEFAULT_CONTEXT = 4096
 HUB_TIMEOUT_S = 15.0  # a hub that stops answering is given up on after this, and said so
+DRAFTER_COLUMN = 4
+DRAFT_NAME_WIDTH = 380  # px: the draft's name column; the reason gets the rest
+NOT_CHECKED = "when chosen"  # a repo past the first MAX_MARKED: its header is read when it is chosen
+
+
+@dataclass(frozen=True)
+class RepoFacts:
+    """What choosing a repo reads, off the GUI thread: its files, one header (for the fit estimates and the
+    built-in drafter), and the GPU's free memory."""
+
+    repo: RepoResult
+    metadata: dict[str, Any] | None
+    note: str  # why the header is missing, or ""
+    free_vram: int | None
+    drafter: RepoDrafter | None
 
 
 class SearchTab(QWidget):
     downloadFinished = Signal(list)  # local paths: target, draft (or None)
     downloadEnded = Signal(str)  # cancelled or failed, with the message shown
     draftsFound = Signal()  # for tests and the status line: the draft list is drawn
+    marksShown = Signal()  # a search's repos are marked with their built-in drafters (tests wait on it)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -66,7 +92,7 @@ class SearchTab(QWidget):
             self.sort_combo.addItem(label, key)
         self.search_button = QPushButton("Search")
         self.search_button.clicked.connect(self.search)
-        self.repos_table = make_table(["Repository", "Downloads", "Likes", "Updated"])
+        self.repos_table = make_table(["Repository", "Downloads", "Likes", "Updated", "Built-in drafter"])
         self.repos_table.itemSelectionChanged.connect(self._repo_selected)
         self.files_table = make_table(["File", "Quantization", "Size", "On this machine (estimate)"])
         self.files_table.itemSelectionChanged.connect(self._file_selected)
@@ -77,7 +103,7 @@ class SearchTab(QWidget):
         self.context_spin.setSuffix(" tokens")
         self.context_spin.setToolTip("The memory estimates count the KV cache for this much context.")
         self.context_spin.valueChanged.connect(self._show_fits)
-        self.drafts_table = make_table(["Draft", "Size", "Fits the target", "Why"])
+        self.drafts_table = make_table(["Draft or head", "Size", "Fits the target", "Why"])
         self.drafts_table.itemSelectionChanged.connect(self._draft_selected)
         self.drafts_note = _label("")
         self.download_button = QPushButton("Download target + draft")
@@ -117,6 +143,10 @@ class SearchTab(QWidget):
         for table in (self.repos_table, self.files_table, self.drafts_table):
             table.setWordWrap(False)
             table.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # a long repo / file name keeps its start and its end
+        drafts_header = self.drafts_table.horizontalHeader()  # a head's long reason takes the room, whole in its tip
+        drafts_header.setSectionResizeMode(0, QHeaderView.ResizeMode.Interactive)
+        drafts_header.setSectionResizeMode(3, QHeaderView.ResizeMode.Stretch)
+        self.drafts_table.setColumnWidth(0, DRAFT_NAME_WIDTH)
         buttons = QHBoxLayout()
         buttons.addWidget(self.download_button)
         buttons.addWidget(self.cancel_button)
@@ -155,6 +185,7 @@ class SearchTab(QWidget):
                     f"{repo.downloads:,}",
                     f"{repo.likes:,}",
                     (repo.last_modified or "")[:10],
+                    "reading…" if row < MAX_MARKED else NOT_CHECKED,
                 ],
                 data=repo.repo_id,
                 tooltip=repo.repo_id,
@@ -164,6 +195,37 @@ class SearchTab(QWidget):
             if repos
             else "No GGUF repositories match. Try fewer or other words."
         )
+        if repos:
+            self.tasks.start(
+                "marks",
+                lambda cancelled: mark_drafters(repos, cancelled=cancelled, timeout_s=HUB_TIMEOUT_S),
+                self._show_marks,
+                self._failed,
+            )
+
+    def _show_marks(self, marks: list[RepoDrafter]) -> None:
+        for mark in marks:
+            self._mark(mark)
+        carrying = [m for m in marks if m.drafter is not None]
+        if selected_key(self.repos_table) is None:  # once a repo is chosen, the status line speaks of it
+            self.show_status(
+                f"{len(self.repos)} repositories with GGUF files. Built-in drafters, read from one header of each "
+                f"of the first {len(marks)}: {len(carrying)} found. The others are read when chosen."
+            )
+        self.marksShown.emit()
+
+    def _mark(self, mark: RepoDrafter) -> None:
+        """Write a repo's built-in drafter in its row."""
+        row = next((r for r, repo in enumerate(self.repos) if repo.repo_id == mark.repo_id), None)
+        item = self.repos_table.item(row, DRAFTER_COLUMN) if row is not None else None
+        if item is None:
+            return
+        if mark.problem:
+            item.setText(NOT_READ)
+            item.setToolTip(f"Its header could not be read: {mark.problem}")
+        else:
+            item.setText(drafter_short(mark.drafter))
+            item.setToolTip(f"{drafter_sentence(mark.drafter)}\nRead from the header of {mark.filename}.")
 
     def _repo_selected(self) -> None:
         repo_id = selected_key(self.repos_table)
@@ -178,8 +240,10 @@ class SearchTab(QWidget):
         )
         self._update_buttons()
 
-    def _show_files(self, answer: tuple[RepoResult, dict | None, str, int | None]) -> None:
-        self.repo, self.repo_meta, note, self.free_vram = answer
+    def _show_files(self, facts: RepoFacts) -> None:
+        self.repo, self.repo_meta, note, self.free_vram = facts.repo, facts.metadata, facts.note, facts.free_vram
+        if facts.drafter is not None:
+            self._mark(facts.drafter)
         self.files_table.setRowCount(len(self.repo.files))
         for row, f in enumerate(self.repo.files):
             parts = f" ({len(f.parts)} parts)" if len(f.parts) > 1 else ""
@@ -194,7 +258,10 @@ class SearchTab(QWidget):
         if not self.repo.files:
             self.show_status(f"{self.repo.repo_id} holds no GGUF files: SpecChat runs GGUF models only.", error=True)
         else:
-            self.show_status(note or "Choose a file: its drafts are checked from their headers.")
+            built_in = ""
+            if facts.drafter is not None and facts.drafter.drafter is not None:
+                built_in = f"{drafter_sentence(facts.drafter.drafter)} (Read from {facts.drafter.filename}.) "
+            self.show_status(built_in + (note or "Choose a file: its drafts are checked from their headers."))
 
     def _show_fits(self) -> None:
         if self.repo is None:
@@ -240,6 +307,8 @@ class SearchTab(QWidget):
         self.drafts_table.setRowCount(len(rows))
         for row, c in enumerate(rows):
             fits = {True: "yes", False: "no", None: "unknown"}[c.compatible]
+            if c.head is not None:
+                fits += f" ({HEAD_NAMES.get(c.head, c.head)} head)"
             set_row(
                 self.drafts_table,
                 row,
@@ -258,11 +327,12 @@ class SearchTab(QWidget):
             f"in those files; nothing downloaded. Family searched: “{search.family}”."
             + ("\n" + "\n".join(search.problems) if search.problems else "")
         )
-        usable = next((row for row, c in enumerate(rows) if c.compatible), None)
+        usable = next((row for row, c in enumerate(rows) if c.usable), None)
         if usable is not None:
             self.drafts_table.selectRow(usable)
+        heads = _heads_note([c for c in rows if c.head is not None and c.compatible and not c.usable])
         self.show_status(
-            f"{len(search.compatible)} of {len(rows)} drafts can draft for this target."
+            f"{len(search.compatible)} of {len(rows)} drafts and heads can draft for this target.{heads}"
             if rows
             else "No drafts found for this family; the target alone still works."
         )
@@ -274,7 +344,7 @@ class SearchTab(QWidget):
         if self.drafts is None or row is None:
             return None
         draft = self.drafts.candidates[row]
-        return draft if draft.compatible else None
+        return draft if draft.usable else None
 
     def _draft_selected(self) -> None:
         self._show_fits()
@@ -382,19 +452,30 @@ class SearchTab(QWidget):
         self.status_label.setText(text)
 
 
-def _files_and_header(repo_id: str, cancelled) -> tuple[RepoResult, dict | None, str, int | None]:
-    """A repo's files, the header of its smallest one (every quantization shares the layer and head counts
-    that size the KV cache), and the GPU's free memory now, which the fit estimates compare with."""
+def _files_and_header(repo_id: str, cancelled) -> RepoFacts:
+    """A repo's files, the header and tensor names of its smallest one (every quantization shares the layer and
+    head counts that size the KV cache, and the MTP layers), and the GPU's free memory now, which the fit
+    estimates compare with."""
     repo = repo_files(repo_id, timeout_s=HUB_TIMEOUT_S)
-    if not repo.files:
-        return repo, None, "", None
+    chosen = header_file(repo.files)
+    if chosen is None:
+        return RepoFacts(repo, None, "", None, None)
     free_vram = free_gpu_memory()
-    smallest = min(repo.files, key=lambda f: f.size)
     try:
-        header = read_remote_metadata(repo_id, smallest.filename, cancelled=cancelled)
+        header = read_remote_metadata(repo_id, chosen.filename, cancelled=cancelled, tensors=True)
     except EngineError as exc:
-        return repo, None, f"Memory estimates are not available: {exc}", free_vram
-    return repo, header.metadata, "", free_vram
+        problem = RepoDrafter(repo_id, chosen.filename, None, problem=str(exc))
+        return RepoFacts(repo, None, f"Memory estimates are not available: {exc}", free_vram, problem)
+    drafter = RepoDrafter(repo_id, chosen.filename, drafter_in(header), header.bytes_read)
+    return RepoFacts(repo, header.metadata, "", free_vram, drafter)
+
+
+def _heads_note(heads: list[DraftCandidate]) -> str:
+    """ " 1 draft head fits it. <why SpecChat cannot draft with it>" for heads that fit but cannot draft, or ""."""
+    if not heads:
+        return ""
+    why = " ".join(sorted({HEAD_SUPPORT.get(c.head or "") or "" for c in heads}))
+    return f" {len(heads)} draft head{'s fit' if len(heads) > 1 else ' fits'} it. {why}".rstrip()
 
 
 def _installed_paths() -> list:

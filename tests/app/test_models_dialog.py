@@ -111,8 +111,8 @@ def test_a_pair_downloads_with_progress_survives_a_cut_and_becomes_selectable(qt
     named = {f"{n} · {NO_QUANT}": n for n in ("target.gguf", "draft.gguf")}  # the tiny files say no quantization
     assert set(rows) == BUILT_IN | set(named)
     draft_row = rows[f"draft.gguf · {NO_QUANT}"]
-    assert dialog.installed_table.item(draft_row, 2).text() == str(Path(draft).parent)
-    assert dialog.installed_table.item(draft_row, 3).text() == DRAFT_REPO
+    assert dialog.installed_table.item(draft_row, 3).text() == str(Path(draft).parent)
+    assert dialog.installed_table.item(draft_row, 4).text() == DRAFT_REPO
 
     wait_for_check(qtbot, dialog)
     assert dialog.target_combo.currentData() == target
@@ -178,7 +178,7 @@ def test_adding_local_files_reports_bad_ones_and_removing_keeps_the_file(qtbot, 
     qtbot.mouseClick(dialog.add_button, Qt.LeftButton)
     added = len(BUILT_IN)  # the row after the built-in models
     assert dialog.installed_table.rowCount() == added + 1
-    assert dialog.installed_table.item(added, 3).text() == "added from disk"
+    assert dialog.installed_table.item(added, 4).text() == "added from disk"
     assert "bad.gguf is not a GGUF model" in warnings[0]
 
     dialog.installed_table.selectRow(added)

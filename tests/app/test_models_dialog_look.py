@@ -112,7 +112,7 @@ def test_the_installed_tab_lists_the_built_in_models_which_cannot_be_deleted(qtb
     assert table.item(rows[DISPLAY_NAMES[EMBEDDED]], 1).text() == format_bytes(embedded_model_path().stat().st_size)
     assert table.item(rows[DISPLAY_NAMES[EMBEDDED_GEMMA]], 1).text() != "—"  # its package is there
     for row in rows.values():
-        assert table.item(row, 3).text() == "built in"
+        assert table.item(row, 4).text() == "built in"
         click_row(qtbot, table, row)
         assert not dialog.delete_button.isEnabled()
         assert "cannot be deleted" in dialog.delete_button.toolTip()
