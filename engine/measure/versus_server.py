@@ -137,6 +137,12 @@ class LlamaServer:
             return False
 
     def complete(self, prompt: str, max_tokens: int, sampling: SamplingParams = GREEDY) -> Run:
+        reply = self.request(prompt, max_tokens, sampling)
+        return Run(reply["timings"]["predicted_per_second"], reply["tokens"])
+
+    def request(self, prompt: str, max_tokens: int, sampling: SamplingParams = GREEDY) -> dict:
+        """One raw completion, end tokens ignored and the prompt never cached: the server's whole reply (its
+        timings carry draft_n and draft_n_accepted)."""
         body = json.dumps(
             {
                 "prompt": prompt,
@@ -150,8 +156,8 @@ class LlamaServer:
         request = urllib.request.Request(
             f"http://127.0.0.1:{self.port}/completion", body, {"Content-Type": "application/json"}
         )
-        reply = json.loads(urllib.request.urlopen(request, timeout=600).read())
-        return Run(reply["timings"]["predicted_per_second"], reply["tokens"])
+        reply: dict = json.loads(urllib.request.urlopen(request, timeout=600).read())
+        return reply
 
     def close(self) -> None:
         if self._proc.poll() is None:
