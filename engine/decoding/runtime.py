@@ -33,8 +33,10 @@ from ..hardware import (
     physical_cores,
 )
 from ..modelfiles.model_check import check_model_file
+from ..modelfiles.model_inspect import HEAD_ARCHS
 from . import step_timings
 from .hidden_rows import HiddenRows
+from .layer_inputs import LayerInputs
 from .load_log import llama_log, placement
 from .mtp_check import mtp_problem
 from .repack import repack_overrides
@@ -124,6 +126,9 @@ class Model(Vocabulary):
         self._batch: L.llama_batch | None = None
         self._attached: weakref.WeakSet[Any] = weakref.WeakSet()  # contexts on these weights (an MTP head's)
         self.hidden: HiddenRows | None = None  # the hidden rows of every decode, where an MTP head reads them
+        self.layer_inputs: LayerInputs | None = None  # some layers' inputs of every decode (an EAGLE-3 head's food)
+        self._context_users: weakref.WeakSet[Any] = weakref.WeakSet()  # contexts borrowing this one (EAGLE-3 heads')
+        self.head_kind: str | None = None  # "eagle3" / "dflash": a draft head, its context opened beside its target's
         self.placement: dict[str, Any] = {}  # where llama.cpp put the layers and its buffers (load_log.placement)
         self.path = Path(path)
         self.settings = settings
@@ -156,6 +161,11 @@ class Model(Vocabulary):
             self.path, settings.n_gpu_layers, settings.n_batch, settings.flash_attention, self.repacked_weights
         )
         if vocab_only:
+            return
+        arch = self.meta("general.architecture")
+        if arch in HEAD_ARCHS:  # llama.cpp opens its context only beside a target's (ctx_other)
+            self.head_kind = arch
+            self._open_head(settings)
             return
         try:
             self._open_context(settings)
@@ -204,6 +214,8 @@ class Model(Vocabulary):
         self._logits_views: dict[tuple[int, int], np.ndarray] = {}  # (address, rows) -> view of llama.cpp's logits
         self.backend: str = backend_name() if settings.n_gpu_layers != 0 else "CPU"
         self._open_hidden(settings)
+        if self.layer_inputs is not None:  # a reopened context: switched on again, and empty
+            self.layer_inputs.switch_on(self._ctx)
 
     def _open_hidden(self, settings: LoadSettings) -> None:
         """With mtp on a model that has MTP layers, every decode emits its hidden rows, kept in self.hidden. A hybrid
@@ -218,6 +230,17 @@ class Model(Vocabulary):
             X.llama_set_embeddings_nextn(self._ctx, True, False)  # unmasked: a row for every token decoded
             self.hidden = HiddenRows()
             self.n_embd_out = int(L.llama_model_n_embd_out(self._model))
+
+    def _open_head(self, settings: LoadSettings) -> None:
+        """A draft head's weights without a context: its proposer opens one beside the target's."""
+        train_ctx = L.llama_model_n_ctx_train(self._model)
+        self.n_ctx = min(settings.n_ctx or train_ctx, train_ctx)
+        self.n_batch = settings.n_batch
+        self.threads = settings.resolved_threads()
+        self.backend = backend_name() if settings.n_gpu_layers != 0 else "CPU"
+        self.rollback_room = {}
+        self.max_rollback = None
+        self.mtp_problem = "it is a draft head, not a model."
 
     def _note_placement(self, log_text: str) -> None:
         """Where the layers went and what llama.cpp allocated on GPU devices, read from its log; the allocations
@@ -265,6 +288,16 @@ class Model(Vocabulary):
     def size_bytes(self) -> int:
         return int(L.llama_model_size(self._model))
 
+    @property
+    def n_layer(self) -> int:
+        """Its layers as its graph runs them (MTP layers aside)."""
+        return int(L.llama_model_n_layer(self._model))
+
+    @property
+    def n_embd(self) -> int:
+        """The width of its hidden states."""
+        return int(L.llama_model_n_embd(self._model))
+
     # --- decoding -----------------------------------------------------------------------------
     def decode(self, tokens: Sequence[int], start_pos: int, logits_rows: int, seq_id: int = 0) -> np.ndarray:
         """Decode tokens at positions start_pos.. in one sequence; logits on the last logits_rows rows.
@@ -306,6 +339,8 @@ class Model(Vocabulary):
             ptr = X.llama_get_embeddings_nextn(self._ctx)
             if ptr:
                 self.hidden.record(positions, seq_ids, np.ctypeslib.as_array(ptr, shape=(n, self.n_embd_out)))
+        if self.layer_inputs is not None and self._ctx:
+            self.layer_inputs.record(self._ctx, positions, seq_ids)
         if not self.can_roll_back:  # a roll-back reaches the decode's snapshots: its rows but the first
             for seq in set(seq_ids):
                 self.rollback_room[seq] = min(self.max_rollback or 0, sum(1 for s in seq_ids if s == seq) - 1)
@@ -407,6 +442,8 @@ class Model(Vocabulary):
             raise EngineError(f"could not roll the KV cache back to position {pos}")
         if self.hidden is not None:
             self.hidden.forget_from(pos, seq_id)
+        if self.layer_inputs is not None:
+            self.layer_inputs.rows.forget_from(pos, seq_id)
 
     def next_position(self, seq_id: int = 0) -> int:
         """The position after the last one seq_id holds in the KV cache (0 when it holds none)."""
@@ -417,11 +454,15 @@ class Model(Vocabulary):
         L.llama_memory_seq_cp(self._memory, source, seq_id, 0, n)
         if self.hidden is not None:
             self.hidden.share(source, seq_id, n)
+        if self.layer_inputs is not None:
+            self.layer_inputs.rows.share(source, seq_id, n)
 
     def forget_all(self) -> None:
         L.llama_memory_clear(self._memory, True)
         if self.hidden is not None:
             self.hidden.forget_all()
+        if self.layer_inputs is not None:
+            self.layer_inputs.rows.forget_all()
 
     def open_attached(self, opener: Callable[[L.llama_model_p], _Closable]) -> _Closable:
         """A context of another kind on this model's weights (the MTP head's), opened by opener(weights); it is
@@ -431,7 +472,26 @@ class Model(Vocabulary):
         self._attached.add(context)
         return context
 
+    def keep_layer_inputs(self, layers: Sequence[int]) -> LayerInputs:
+        """From the next decode on, keep these layers' inputs of every token (layer_inputs.py checks first that
+        llama.cpp can give them: it aborts where it cannot)."""
+        assert self._ctx is not None  # a target with a context
+        if self.layer_inputs is None or self.layer_inputs.layers != list(layers):
+            self.layer_inputs = LayerInputs(layers, self.n_embd)
+            self.layer_inputs.switch_on(self._ctx)
+        return self.layer_inputs
+
+    def borrow_context(self, opener: Callable[[L.llama_context_p], _Closable]) -> _Closable:
+        """A context that borrows this one (an EAGLE-3 head's, ctx_other), opened by opener(context); it is closed
+        before this context is (a reopen, a close): its owner opens it again when it finds it closed."""
+        assert self._ctx is not None
+        context = opener(self._ctx)
+        self._context_users.add(context)
+        return context
+
     def _close_context(self) -> None:
+        for user in list(self._context_users):
+            user.close()
         if self._batch is not None:
             L.llama_batch_free(self._batch)
             self._batch = None

@@ -13,6 +13,7 @@ limits): a template that hangs or blows up is known before the first chat, and t
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
@@ -27,10 +28,11 @@ from typing import Any
 from ..errors import ModelFileError
 from ..paths import cache_dir, write_text_atomic
 from .gguf_header import metadata_problem, read_gguf_header, read_gguf_metadata
+from .model_inspect import HEAD_ARCHS
 
 CHECK_TIMEOUT_S = 300.0
 VERDICTS_FILE = "model-checks.json"
-CHECK_VERSION = "t1"  # verdicts made before the template probe are checked again
+CHECK_VERSION = "t2"  # verdicts made before the template probe (t1) and draft heads' loads (t2) are checked again
 PROBE_CONVERSATION = [
     {"role": "system", "content": "You are a helpful assistant."},
     {"role": "user", "content": "Hello!"},
@@ -169,7 +171,7 @@ def _load_problem(path: Path, vocab_only: bool) -> tuple[str | None, str | None]
             "than this llama.cpp build (upgrade llama-cpp-python)."
         ), None
     template = _template_problem(L, model)
-    if vocab_only:
+    if vocab_only or _is_head(L, model):  # a draft head's context opens only beside its target's (ctx_other)
         L.llama_model_free(model)
         return None, template
     cparams = L.llama_context_default_params()
@@ -182,6 +184,13 @@ def _load_problem(path: Path, vocab_only: bool) -> tuple[str | None, str | None]
     return (
         None if ctx else f"llama.cpp could not create a context for {path.name}: the file may be damaged."
     ), template
+
+
+def _is_head(L: ModuleType, model: object) -> bool:  # L: llama_cpp; model: its llama_model
+    """An EAGLE-3 / DFlash draft head, which llama.cpp loads alone but opens a context for only beside a target."""
+    buf = ctypes.create_string_buffer(64)
+    n = L.llama_model_meta_val_str(model, b"general.architecture", buf, len(buf))
+    return n >= 0 and buf.value.decode("utf-8", "replace") in HEAD_ARCHS
 
 
 def _template_problem(L: ModuleType, model: object) -> str | None:  # L: llama_cpp; model: its llama_model
