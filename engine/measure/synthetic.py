@@ -2,8 +2,9 @@
 downloaded), so MTP drafting can be built and tested on any machine.
 
 python -m engine.measure.synthetic OUTDIR [--json]
-    writes mtp-agreeing.gguf, mtp-random.gguf, mtp-half.gguf and mtp-half-context.gguf into OUTDIR; with --json the
-    last stdout line is one JSON object {name: path}.
+    writes mtp-agreeing.gguf, mtp-random.gguf, mtp-half.gguf and mtp-half-context.gguf into OUTDIR, and the EAGLE-3
+    heads eagle3-agreeing.gguf and eagle3-random.gguf for them (synthetic_eagle3.py); with --json the last stdout
+    line is one JSON object {name: path}.
 
 Each file is a qwen35 (the llama.cpp architecture of Qwen3.5: gated delta net and full attention layers) of width
 64 with two trunk layers (layer 0 recurrent, layer 1 attention) and one MTP ("nextn") layer, ~0.7 MB in F32. Every
@@ -55,6 +56,7 @@ SEED = 20251207
 HEADS = ("mtp-agreeing", "mtp-random", "mtp-half")  # context-free trunks: greedy follows Design.next_token
 CONTEXT_HEADS = ("mtp-half-context",)  # the recurrent state decides the next token: rollback shows
 MTP_FILES = HEADS + CONTEXT_HEADS
+EAGLE3_HEADS = ("eagle3-agreeing", "eagle3-random")  # EAGLE-3 draft heads for these targets (synthetic_eagle3.py)
 # mtp-half-context's recurrence (std of its weights): inputs big enough that the state is not lost in the norm's
 # epsilon, and an output projection that often outweighs the token embedding (measured: 43 of the 64 greedy tokens
 # after the tests' prompt are not the context-free successor)
@@ -307,14 +309,19 @@ def build(seed: int = SEED) -> tuple[Design, dict[str, dict[str, np.ndarray]]]:
     return design, files
 
 
-def write_all(outdir: Path, names: Iterable[str] = MTP_FILES, seed: int = SEED) -> dict[str, Path]:
+def write_all(outdir: Path, names: Iterable[str] = MTP_FILES + EAGLE3_HEADS, seed: int = SEED) -> dict[str, Path]:
     """Write the named files into outdir (made if missing); {name: path}."""
     outdir.mkdir(parents=True, exist_ok=True)
     design, files = build(seed)
     written: dict[str, Path] = {}
     for name in names:
         path = outdir / f"{name}.gguf"
-        write_gguf(path, design.vocab, files[name], f"synthetic {name}")
+        if name in EAGLE3_HEADS:
+            from .synthetic_eagle3 import write  # it builds on this module
+
+            write(path, name, seed)
+        else:
+            write_gguf(path, design.vocab, files[name], f"synthetic {name}")
         written[name] = path.resolve()
     return written
 

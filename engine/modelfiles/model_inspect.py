@@ -26,7 +26,7 @@ MAX_TARGET_LAYERS = 64  # EAGLE-3 takes 3, DFlash a handful: more is a damaged h
 # Head kind -> None where SpecChat drafts with such a file given as the draft, else the one sentence that says why
 # not (the Models window and the pair check show it).
 HEAD_SUPPORT: dict[str, str | None] = {
-    "eagle3": "SpecChat cannot draft with EAGLE-3 heads yet: support is being added.",
+    "eagle3": None,  # proposers/eagle3.py
     "dflash": "SpecChat cannot draft with DFlash heads yet: support is being added.",
 }
 
