@@ -36,6 +36,7 @@ from pathlib import Path
 from .errors import EngineError
 from .modelfiles.catalog import find_pair, load_catalog
 from .modelfiles.downloads import DownloadJob, Progress, format_bytes
+from .modelfiles.hub_drafters import confirm_drafter
 from .modelfiles.hub_files import DownloadCancelled, FileRequest, HubUnreachable
 from .modelfiles.model_folder import installed_path, models_dir, partial_bytes
 
@@ -114,9 +115,12 @@ def _download(args) -> int:
 def _download_pair(args) -> int:
     pair = find_pair(args.pair_id)
     requests = [FileRequest(f.repo_id, f.filename, f.revision) for f in pair.files]
+    problem = confirm_drafter(pair)  # an MTP model's layers, read from its header before gigabytes are fetched
+    if problem:
+        raise EngineError(problem)
     paths = DownloadJob(requests, _ProgressPrinter()).run()
     print(f"target: {paths[0]}")
-    print(f"draft:  {paths[1]}")
+    print(f"draft:  {paths[1]}" if len(paths) > 1 else "draft:  none (the target drafts with its MTP layers)")
     return 0
 
 
@@ -133,7 +137,8 @@ def _list(args) -> int:
     pairs = installed_pairs()
     print(f"\nReady pairs ({len(pairs)}):")
     for ready in pairs:
-        print(f"  {ready.pair.id}: {ready.pair.name}\n    target {ready.target}\n    draft  {ready.draft}")
+        draft = ready.draft or "none (the target's MTP layers draft)"
+        print(f"  {ready.pair.id}: {ready.pair.name}\n    target {ready.target}\n    draft  {draft}")
     partial = [
         (pair, f)
         for pair in load_catalog()
@@ -152,8 +157,10 @@ def _catalog(args) -> int:
     for pair in load_catalog():
         mark = "" if pair.verified else "  (names not verified)"
         print(f"{pair.id}: {pair.name}, about {format_bytes(pair.size_bytes)}{mark}")
-        for role, f in (("target", pair.target), ("draft", pair.draft)):
+        for role, f in zip(("target", "draft"), pair.files, strict=False):
             print(f"  {role:6} {f.repo_id} {f.filename} ({f.quantization})")
+        if pair.draft is None:
+            print("  drafts with its own MTP layers (method mtp)")
         print(f"  {pair.note}")
     return 0
 

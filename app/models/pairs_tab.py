@@ -1,5 +1,8 @@
 """The "Get a pair" tab: the catalog's model pairs, what each holds, and downloading one (target and
-draft as one job) with a progress bar per file, shown only while a download runs, cancel and resume."""
+draft as one job) with a progress bar per file, shown only while a download runs, cancel and resume.
+An entry whose model drafts with its own MTP layers is one file; its header is read on the hub first
+(engine.modelfiles.hub_drafters.confirm_drafter, in the background) and the download starts only if the layers
+are there."""
 
 from __future__ import annotations
 
@@ -12,10 +15,12 @@ from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QProgressBar, QP
 from app.background import Job
 from app.models.download_worker import start_download
 from app.models.tables import make_table, selected_key, set_row
-from app.models.task_worker import STOP_WAIT_S
+from app.models.task_worker import STOP_WAIT_S, Tasks
+from engine.methods import MTP as MTP_METHOD
 from engine.modelfiles import model_store
-from engine.modelfiles.catalog import CatalogPair
+from engine.modelfiles.catalog import MTP, CatalogPair
 from engine.modelfiles.downloads import Progress, format_bytes
+from engine.modelfiles.hub_drafters import confirm_drafter
 from engine.modelfiles.model_folder import partial_bytes
 
 BAR_STEPS = 1000
@@ -40,6 +45,7 @@ class PairsTab(QWidget):
     def __init__(self, catalog: list[CatalogPair], catalog_error: str = "", parent=None):
         super().__init__(parent)
         self.catalog = catalog
+        self.tasks = Tasks(self)
         self._download: Job | None = None
         self._download_pair: CatalogPair | None = None
         self.table = make_table(["Pair", "Download size", "Status"])
@@ -81,7 +87,7 @@ class PairsTab(QWidget):
 
     @property
     def downloading(self) -> bool:
-        return self._download is not None
+        return self._download is not None or self.tasks.busy("confirm")
 
     def refresh(self) -> None:
         """Redraw each pair's status (installed, partly downloaded, not downloaded) and the buttons."""
@@ -119,22 +125,48 @@ class PairsTab(QWidget):
             e = escape_keeping_tokens_whole
             files = "<br>".join(
                 f"{role}: {e(f.repo_id)} / {e(f.filename)} ({e(f.quantization)}, about {format_bytes(f.size_bytes)})"
-                for role, f in (("Target", pair.target), ("Draft", pair.draft))
+                for role, f in zip(("Target", "Draft"), pair.files, strict=False)
             )
+            if pair.drafter == MTP:
+                files += (
+                    f"<br>Drafter: the target's own MTP layers (choose “{e(MTP_METHOD.label)}” in the chat settings)"
+                )
             verified = "" if pair.verified else "<br><i>These file names were not verified.</i>"
+            confirmed = f"<br><i>{e(pair.confirmed_by)}</i>" if pair.confirmed_by else ""
             self.details.setText(
                 f"<b>{e(pair.name)}</b> — {e(pair.family)}, chat format: "
-                f"{e(pair.chat_template)}<br>{e(pair.note)}<br>{files}{verified}"
+                f"{e(pair.chat_template)}<br>{e(pair.note)}<br>{files}{verified}{confirmed}"
             )
             self.target_bar_label.setText(f"Target: {pair.target.filename}")
-            self.draft_bar_label.setText(f"Draft: {pair.draft.filename}")
+            self.draft_bar_label.setText(f"Draft: {pair.draft.filename}" if pair.draft else "")
+            for part in (self.draft_bar_label, self.draft_bar):  # one file: one bar
+                part.setVisible(pair.draft is not None)
         self._update_buttons()
 
     # --- the download -------------------------------------------------------------------------
     def start_download(self) -> None:
         pair = self.selected_pair()
-        if pair is None or self._download is not None:
+        if pair is None or self.downloading:
             return
+        if pair.drafter == MTP:  # its MTP layers are checked in its header on the hub before gigabytes are fetched
+            self.show_status(f"Reading the header of {pair.target.filename} on the hub to check its MTP layers…")
+            self.tasks.start(
+                "confirm",
+                lambda cancelled: confirm_drafter(pair, cancelled=cancelled),
+                lambda problem: self._confirmed(pair, str(problem)),
+                self._download_failed,
+            )
+            self._update_buttons()
+            return
+        self._start(pair)
+
+    def _confirmed(self, pair: CatalogPair, problem: str) -> None:
+        if problem:
+            self._download_failed(problem)
+        else:
+            self._start(pair)
+
+    def _start(self, pair: CatalogPair) -> None:
         self._download_pair = pair
         for bar in (self.target_bar, self.draft_bar):
             bar.setRange(0, BAR_STEPS)
@@ -152,6 +184,10 @@ class PairsTab(QWidget):
         self._update_buttons()
 
     def cancel_download(self) -> None:
+        if self.tasks.busy("confirm"):  # still reading the header: nothing to keep
+            self.tasks.cancel("confirm")
+            self._download_stopped("Stopped before anything was downloaded.")
+            return
         if self._download is not None:
             self._download.stop()
             self.show_status("Stopping…")
@@ -159,6 +195,7 @@ class PairsTab(QWidget):
 
     def stop(self) -> None:
         """The window is closing: stop the download, keeping what arrived, and wait (a while) for it to end."""
+        self.tasks.stop_all()
         if self._download is not None:
             self._download.stop()
             self._download.wait(STOP_WAIT_S)
@@ -193,8 +230,9 @@ class PairsTab(QWidget):
             bar.setValue(BAR_STEPS)
         pair = self._download_pair  # set by start_download
         name = pair.name if pair is not None else "the models"
-        self.show_status(f"Installed {name}. It is selected below: press “Use these models” to chat with it.")
-        self.downloadFinished.emit(paths)
+        then = f", then choose “{MTP_METHOD.label}” in the chat settings" if len(paths) == 1 else ""
+        self.show_status(f"Installed {name}. It is selected below: press “Use these models”{then} to chat with it.")
+        self.downloadFinished.emit(list(paths) if len(paths) > 1 else [paths[0], None])  # [target, draft or None]
 
     @Slot(str)
     def _download_failed(self, message: str) -> None:
@@ -214,13 +252,15 @@ class PairsTab(QWidget):
         self.progress_box.hide()  # the status line says how it ended
 
     def _update_buttons(self) -> None:
-        downloading = self._download is not None
+        downloading = self.downloading
         pair = self.selected_pair()
         self.download_button.setEnabled(pair is not None and not downloading)
         if pair is not None and not downloading:
             state = model_store.pair_state(pair)
             self.download_button.setText(
-                {"installed": "Check for updates", "partial": "Resume"}.get(state, "Download pair")
+                {"installed": "Check for updates", "partial": "Resume"}.get(
+                    state, "Download pair" if pair.draft is not None else "Download model"
+                )
             )
         self.cancel_button.setEnabled(downloading)
 

@@ -1,4 +1,5 @@
-"""The curated catalog of target + draft model pairs (resources/catalog.json).
+"""The curated catalog of target + draft model pairs (resources/catalog.json), and of models that carry their own
+drafter (MTP layers: "drafter": "mtp", no draft file; the chat drafts with the method "mtp").
 
 The catalog is data: this module only reads it and checks each entry has what a download needs,
 so a mistake in the file shows up as a clear message rather than a failure halfway through.
@@ -15,6 +16,8 @@ from ..errors import EngineError
 from ..paths import resources_dir
 
 CATALOG_FILE = "catalog.json"
+DRAFT_MODEL, MTP = "draft", "mtp"  # what drafts for an entry's target: a draft file, or the target's MTP layers
+DRAFTERS = (DRAFT_MODEL, MTP)
 
 
 class CatalogError(EngineError):
@@ -41,15 +44,17 @@ class CatalogPair:
     note: str
     verified: bool  # repo id and filename confirmed against public references
     target: ModelFile
-    draft: ModelFile
+    draft: ModelFile | None  # None: the target drafts for itself (drafter "mtp")
+    drafter: str = DRAFT_MODEL
+    confirmed_by: str = ""  # where the repo and file names were confirmed, when the entry says
 
     @property
-    def files(self) -> tuple[ModelFile, ModelFile]:
-        return (self.target, self.draft)
+    def files(self) -> tuple[ModelFile, ...]:
+        return (self.target,) if self.draft is None else (self.target, self.draft)
 
     @property
     def size_bytes(self) -> int:
-        return self.target.size_bytes + self.draft.size_bytes
+        return sum(f.size_bytes for f in self.files)
 
 
 def default_catalog_path() -> Path:
@@ -91,11 +96,21 @@ def _pair(entry: object, index: int) -> CatalogPair:
     verified = entry.get("verified")
     if not isinstance(verified, bool):
         raise CatalogError(f"{where}: 'verified' must be true or false.")
+    drafter = entry.get("drafter", DRAFT_MODEL)
+    if drafter not in DRAFTERS:
+        raise CatalogError(f"{where}: 'drafter' must be one of {', '.join(DRAFTERS)}, not {drafter!r}.")
+    if drafter == MTP and "draft" in entry:
+        raise CatalogError(f"{where}: a model that drafts with its MTP layers has no 'draft' file.")
+    confirmed_by = entry.get("confirmed_by", "")
+    if not isinstance(confirmed_by, str):
+        raise CatalogError(f"{where}: 'confirmed_by' must be text.")
     return CatalogPair(
         **text,
         verified=verified,
         target=_file(entry.get("target"), f"{where} target"),
-        draft=_file(entry.get("draft"), f"{where} draft"),
+        draft=None if drafter == MTP else _file(entry.get("draft"), f"{where} draft"),
+        drafter=drafter,
+        confirmed_by=confirmed_by,
     )
 
 

@@ -4,6 +4,8 @@ MTP layers show as `blk.N.nextn.*` tensors (model_inspect.drafter_of), so the te
 
 Bounded: after a search at most MAX_MARKED repos are read (the first ones, in the order the search gave), one
 header each, every read capped by remote_gguf.MAX_HEADER_BYTES; a repo chosen later is read with its files.
+
+confirm_drafter checks a catalog entry that drafts with its MTP layers the same way before its file is downloaded.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import EngineError
+from .catalog import MTP, CatalogPair
 from .hub_search import GGUFFile, RepoResult, repo_files
 from .model_inspect import drafter_of
 from .remote_gguf import RemoteHeader, read_remote_metadata
@@ -81,3 +84,31 @@ def mark_drafters(
         return list(
             pool.map(lambda r: repo_drafter(r, endpoint=endpoint, cancelled=cancelled, timeout_s=timeout_s), chosen)
         )
+
+
+def confirm_drafter(
+    pair: CatalogPair,
+    *,
+    endpoint: str | None = None,
+    cancelled: Callable[[], bool] | None = None,
+    timeout_s: float = 20.0,
+) -> str:
+    """ "" where a catalog entry's drafter is there, else why not: an entry that drafts with its MTP layers has its
+    target's header read on the hub (ranges only) before the file is downloaded. A pair with a draft file: "" (its
+    files are checked by the download, their vocabularies by the pair check)."""
+    if pair.drafter != MTP:
+        return ""
+    f = pair.target
+    try:
+        header = read_remote_metadata(
+            f.repo_id, f.filename, f.revision, endpoint=endpoint, timeout_s=timeout_s, cancelled=cancelled, tensors=True
+        )
+    except EngineError as exc:
+        return f"The header of {f.filename} could not be read to check its MTP layers, so nothing was downloaded: {exc}"
+    drafter = drafter_in(header)
+    if drafter is None or drafter.get("kind") != MTP:
+        return (
+            f"{f.repo_id} / {f.filename} carries no MTP layers (read from its header on the hub), so it cannot draft "
+            "for itself as the catalog says; nothing was downloaded."
+        )
+    return ""

@@ -51,7 +51,7 @@ class InstalledModel:
 class InstalledPair:
     pair: CatalogPair
     target: Path
-    draft: Path
+    draft: Path | None  # None: the target drafts with its own MTP layers
 
 
 def list_models() -> list[InstalledModel]:
@@ -115,12 +115,12 @@ def delete_model(path: str | Path) -> bool:
 
 
 def installed_pairs(pairs: Iterable[CatalogPair] | None = None) -> list[InstalledPair]:
-    """Catalog pairs whose target and draft are both downloaded."""
+    """Catalog pairs whose files (target and draft, or a target with MTP layers) are all downloaded."""
     ready = []
     for pair in load_catalog() if pairs is None else pairs:
-        target, draft = (installed_path(_request(f)) for f in pair.files)
-        if target and draft:
-            ready.append(InstalledPair(pair, target, draft))
+        paths = [installed_path(_request(f)) for f in pair.files]
+        if all(paths) and paths[0] is not None:
+            ready.append(InstalledPair(pair, paths[0], paths[1] if len(paths) > 1 else None))
     return ready
 
 

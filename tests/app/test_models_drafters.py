@@ -13,6 +13,8 @@ from app.models.search_tab import NOT_CHECKED
 from engine.measure import synthetic
 from engine.methods import MTP
 from engine.modelfiles import model_store
+from engine.modelfiles.catalog import MTP as CATALOG_MTP
+from engine.modelfiles.catalog import CatalogPair, ModelFile
 from engine.modelfiles.hub_drafters import MAX_MARKED
 from engine.modelfiles.model_inspect import HEAD_SUPPORT
 from engine.modelfiles.remote_gguf import MAX_HEADER_BYTES
@@ -138,6 +140,8 @@ def test_the_hub_search_marks_mtp_repos_and_lists_a_head_for_a_target(qtbot, hub
     if HEAD_SUPPORT["eagle3"]:  # a head SpecChat cannot draft with is said so, and not downloaded as the draft
         assert f"1 draft head fits it. {HEAD_SUPPORT['eagle3']}" in tab.status_label.text(), tab.status_label.text()
         assert tab.selected_draft() is None and tab.download_button.text() == "Download target"
+    else:  # SpecChat drafts with it: it is downloaded with the target, as a draft model is
+        assert tab.selected_draft().head == "eagle3" and tab.download_button.text() == "Download target + draft"
     shot(dialog, tmp_path / "search-head.png")
     assert all(_closed_range_within_cap(r.range) for r in hub.byte_requests())
 
@@ -168,3 +172,51 @@ def test_models_other_apps_keep_say_their_drafter_when_chosen(qtbot, dirs, model
         tab.table.selectRow(rows[str(folder / models["eagle"].name)])
     assert "An EAGLE-3 draft head for a target model" in tab.drafter_label.text()
     shot(dialog, tmp_path / "local-eagle3.png")
+
+
+def mtp_pair(pair_id: str, repo_id: str, filename: str) -> CatalogPair:
+    return CatalogPair(
+        id=pair_id,
+        name=f"{pair_id} with its MTP layer",
+        family="Synthetic",
+        chat_template="plain",
+        note="One file whose MTP layer drafts for it.",
+        verified=True,
+        target=ModelFile(repo_id, filename, "F32", 700_000),
+        draft=None,
+        drafter=CATALOG_MTP,
+        confirmed_by="Written by the test.",
+    )
+
+
+def test_a_catalog_model_with_mtp_layers_is_checked_on_the_hub_then_downloaded_alone(qtbot, hub, models, tmp_path):
+    hub.add_file("test/Plain-Labelled-MTP-GGUF", "plain.gguf", models["plain"])
+    catalog = [
+        mtp_pair("synthetic-mtp", MTP_REPO, MTP_FILE),
+        mtp_pair("not-mtp", "test/Plain-Labelled-MTP-GGUF", "plain.gguf"),  # the catalog is wrong about this one
+    ]
+    dialog = ModelsDialog("embedded", None, catalog=catalog)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    tab = dialog.pairs
+    tab.table.selectRow(1)
+    with qtbot.waitSignal(dialog.downloadStopped, timeout=60_000) as stopped:
+        qtbot.mouseClick(tab.download_button, Qt.LeftButton)
+    assert "carries no MTP layers" in stopped.args[0] and "#b00020" in tab.status_label.styleSheet()
+    assert all(_closed_range_within_cap(r.range) for r in hub.byte_requests())  # its header only
+    assert model_store.list_models() == []
+
+    tab.table.selectRow(0)
+    assert f"Drafter: the target's own MTP layers (choose “{MTP.label}”" in tab.details.text()
+    assert not tab.draft_bar.isVisibleTo(tab)  # one file, one bar
+    with qtbot.waitSignal(dialog.downloadFinished, timeout=120_000) as finished:
+        qtbot.mouseClick(tab.download_button, Qt.LeftButton)
+    target, draft = finished.args[0]
+    assert draft is None and target.endswith(MTP_FILE)
+    qtbot.waitUntil(lambda: dialog.picker.target() == target, timeout=30_000)
+    assert f"then choose “{MTP.label}” in the chat settings" in tab.status_label.text()
+    assert tab.table.item(0, 2).text() == "Installed"
+    shot(dialog, tmp_path / "pairs-mtp.png")
+    qtbot.waitUntil(lambda: not dialog.installed_tab.tasks.busy("drafters"), timeout=30_000)
+    row = row_of(dialog.installed_table, target)
+    assert dialog.installed_table.item(row, INSTALLED_DRAFTER_COLUMN).text() == "MTP, 1 layer"
