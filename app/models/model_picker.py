@@ -1,6 +1,7 @@
 """The "Use these models" box: a target and a draft for it. The draft picker offers only drafts that
 pass llama.cpp's vocabulary check against the chosen target (run in the background, app.background); the others are
-listed greyed out, with the reason."""
+listed greyed out, with the reason. Under the target, its built-in drafter (MTP layers), or that the file is a
+draft head and not a model to chat with, read from its header in the background (app.models.drafter_note)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from PySide6.QtWidgets import QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QL
 
 from app.background import Job
 from app.models.builtin_models import BuiltinModel, gemma_assembled
+from app.models.drafter_note import drafter_sentence, read_drafters
 from app.models.model_names import model_label
-from app.models.task_worker import STOP_WAIT_S
+from app.models.task_worker import STOP_WAIT_S, Tasks
 from engine.decoding import pair_check
 from engine.modelfiles import model_store
 from engine.modelfiles.downloads import format_bytes
@@ -51,6 +53,7 @@ class ModelPicker(QGroupBox):
     """Target and draft combos; apply_button is enabled once the drafts for this target are checked."""
 
     compatibilityChecked = Signal()
+    targetDrafterRead = Signal()  # the target's drafter is said (tests wait on it)
 
     def __init__(self, current_target: str, current_draft: str | None, parent=None):
         super().__init__("Use these models", parent)
@@ -72,11 +75,17 @@ class ModelPicker(QGroupBox):
         self.draft_combo.activated.connect(self._draft_picked)
         self.draft_note = QLabel("")
         self.draft_note.setWordWrap(True)
+        self.target_note = QLabel("")  # the target's built-in drafter; empty for a model without one
+        self.target_note.setWordWrap(True)
+        self.target_note.setTextFormat(Qt.TextFormat.PlainText)
+        self.target_note.hide()
+        self.tasks = Tasks(self)
         self.apply_button = QPushButton("Use these models")
         self.apply_button.setDefault(True)
         self.close_button = QPushButton("Close")
         form = QFormLayout()
         form.addRow("Target", self.target_combo)
+        form.addRow("", self.target_note)
         form.addRow("Draft", self.draft_combo)
         form.addRow("", self.draft_note)
         buttons = QHBoxLayout()
@@ -139,6 +148,25 @@ class ModelPicker(QGroupBox):
         self._fill_drafts(checking=True)
         self._start_check()
         self.apply_button.setEnabled(self._check is None)
+        self._read_target_drafter(target)
+
+    def _read_target_drafter(self, target: str) -> None:
+        self._set_target_note(None)
+        self.tasks.cancel("drafter")
+        if target in (EMBEDDED, EMBEDDED_GEMMA):  # the built-in models carry no drafter; Gemma's file may not exist
+            return
+        self.tasks.start(
+            "drafter", lambda stopped: read_drafters([target], stopped).get(target), self._show_drafter, lambda _: None
+        )
+
+    def _show_drafter(self, found: object) -> None:
+        self._set_target_note(found)
+        self.targetDrafterRead.emit()
+
+    def _set_target_note(self, found: object) -> None:
+        """The drafter's sentence under the target; hidden for a model without one (or not read yet)."""
+        self.target_note.setText(drafter_sentence(found) if isinstance(found, dict) else "")
+        self.target_note.setVisible(isinstance(found, dict))
 
     def _draft_picked(self) -> None:
         self._current_draft = self.draft_combo.currentData()  # kept across target changes if still usable
@@ -201,6 +229,7 @@ class ModelPicker(QGroupBox):
 
     def stop(self) -> None:
         """The window is closing: stop a check in progress and wait (a while) for it to end."""
+        self.tasks.stop_all()
         if self._check is not None:
             self._check.stop()
             self._check.wait(STOP_WAIT_S)

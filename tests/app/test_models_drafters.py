@@ -85,6 +85,18 @@ def test_the_installed_tab_names_the_mtp_model_and_the_draft_head(qtbot, dirs, m
     assert (HEAD_SUPPORT["eagle3"] or "SpecChat can draft with it") in said
     shot(dialog, tmp_path / "installed-eagle3.png")
 
+    picker = dialog.picker  # chosen as the target, each says what it is under the target's name
+    with qtbot.waitSignal(picker.targetDrafterRead, timeout=30_000):
+        dialog.target_combo.setCurrentIndex(dialog.target_combo.findData(str(models["mtp"])))
+    assert picker.target_note.text().startswith("Built-in drafter: MTP, 1 layer") and picker.target_note.isVisible()
+    with qtbot.waitSignal(picker.targetDrafterRead, timeout=30_000):
+        dialog.target_combo.setCurrentIndex(dialog.target_combo.findData(str(models["eagle"])))
+    assert "not a model to chat with" in picker.target_note.text()
+    shot(dialog, tmp_path / "picker-eagle3.png")
+    with qtbot.waitSignal(picker.targetDrafterRead, timeout=30_000):
+        dialog.target_combo.setCurrentIndex(dialog.target_combo.findData(str(models["plain"])))
+    assert not picker.target_note.isVisible()  # nothing to say for a model without a drafter
+
 
 @pytest.fixture
 def hub(models, monkeypatch, dirs):
