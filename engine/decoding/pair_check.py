@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ..errors import ModelFileError
+from ..modelfiles.model_inspect import HEAD_SUPPORT, inspect_model
 from ..modelfiles.vocab_check import Compatibility, check_compatible
 from .runtime import LoadSettings, Model
 
@@ -40,6 +41,10 @@ def check_drafts(
         for draft in missing:
             if should_stop():
                 break
+            refused = _head_refusal(draft)
+            if refused:
+                results[draft] = Compatibility(False, refused)
+                continue
             try:
                 draft_model = _vocab(draft)
             except ModelFileError as exc:
@@ -76,6 +81,15 @@ def _cache_get(target: Path, draft: Path) -> Compatibility | None:
 def _cache_put(target: Path, draft: Path, result: Compatibility) -> None:
     with _cache_lock:
         _cache[(_version(target), _version(draft))] = result
+
+
+def _head_refusal(draft: Path) -> str | None:
+    """Why SpecChat cannot draft with this file though llama.cpp could (a DFlash head), from its header; else None."""
+    try:
+        drafter = inspect_model(draft)["drafter"] or {}
+    except ModelFileError:
+        return None  # loading it says why
+    return HEAD_SUPPORT.get(drafter.get("kind", ""))
 
 
 def _vocab(path: Path) -> Model:

@@ -27,7 +27,8 @@ MAX_TARGET_LAYERS = 64  # EAGLE-3 takes 3, DFlash a handful: more is a damaged h
 # not (the Models window and the pair check show it).
 HEAD_SUPPORT: dict[str, str | None] = {
     "eagle3": None,  # proposers/eagle3.py
-    "dflash": "SpecChat cannot draft with DFlash heads yet: support is being added.",
+    "dflash": "SpecChat does not draft with DFlash heads yet (their block drafting is not built in): "
+    "use an EAGLE-3 head or a draft model.",
 }
 
 

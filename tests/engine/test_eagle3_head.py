@@ -1,9 +1,12 @@
 """An EAGLE-3 head given as the draft drafts from the target's layer inputs (proposers/eagle3.py), on the synthetic
 files (engine/measure/synthetic.py's qwen35 target, synthetic_eagle3.py's heads). The target is hybrid, so it is
 loaded with recurrent-state snapshots (n_rs_seq) for rejected drafts to roll back; step and draft costs are pinned
-as in test_mtp_proposer.py, so the planner's choices follow acceptance, not this machine's load."""
+as in test_mtp_proposer.py, so the planner's choices follow acceptance, not this machine's load. A DFlash head, which
+SpecChat does not drive, is refused with model_inspect.HEAD_SUPPORT's sentence."""
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pytest
@@ -11,6 +14,7 @@ import pytest
 from engine.decoding.generate import SpeculativeDecoder
 from engine.decoding.layer_inputs import layer_input_problem
 from engine.decoding.loader import DecoderSettings, make_proposer
+from engine.decoding.pair_check import check_pair
 from engine.decoding.proposers.eagle3 import Eagle3Proposer
 from engine.decoding.runtime import LoadSettings, Model
 from engine.decoding.sampling import SamplingParams
@@ -158,3 +162,62 @@ def test_targets_whose_layers_llama_cpp_cannot_show_are_named():
     assert layer_input_problem("qwen35", 2, [0, 1, 1]) is None
     assert "gemma3" in (layer_input_problem("gemma3", 26, [2, 13, 23]) or "")
     assert "layer 26" in (layer_input_problem("llama", 26, [2, 13, 26]) or "")
+
+
+def write_dflash_head(path):
+    """A DFlash head for the synthetic target (random weights, llama.cpp's keys and tensors): llama.cpp loads it and
+    can drive it; SpecChat does not draft with DFlash heads."""
+    import gguf
+
+    rng = np.random.default_rng(1)
+    n, ff, heads, dim = synthetic.N_EMBD, synthetic.N_FF, 2, 32
+
+    def rand(*shape):
+        return rng.normal(0.0, 1.0 / np.sqrt(shape[-1]), size=shape).astype(np.float32)
+
+    ones = {k: np.ones(w, dtype=np.float32) for k, w in [("enc.output_norm", n), ("output_norm", n)]}
+    ones |= {f"blk.0.{k}": np.ones(w, dtype=np.float32) for k, w in [("attn_norm", n), ("ffn_norm", n)]}
+    ones |= {f"blk.0.{k}": np.ones(dim, dtype=np.float32) for k in ("attn_q_norm", "attn_k_norm")}
+    tensors = {"fc": rand(n, 2 * n), **{f"blk.0.attn_{k}": rand(heads * dim, n) for k in "qkv"}}
+    tensors |= {"blk.0.attn_output": rand(n, heads * dim), "blk.0.ffn_gate": rand(ff, n), "blk.0.ffn_up": rand(ff, n)}
+    tensors |= {"blk.0.ffn_down": rand(n, ff), **ones}
+    writer = gguf.GGUFWriter(str(path), "dflash")
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_context_length(synthetic.CONTEXT)
+    writer.add_embedding_length(n)
+    writer.add_block_count(1)
+    writer.add_feed_forward_length(ff)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(heads)
+    writer.add_key_length(dim)
+    writer.add_value_length(dim)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_array("dflash.target_layers", [0, 1])
+    writer.add_uint32("dflash.target_hidden_size", n)
+    writer.add_uint32("dflash.block_size", 4)
+    synthetic._add_vocab(writer, synthetic.build_vocab())
+    for name, array in tensors.items():
+        writer.add_tensor(f"{name}.weight", array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.mark.parametrize("method", ["draft", "auto"])
+def test_a_dflash_head_is_refused_with_the_sentence_the_models_window_shows(files, tmp_path, method):
+    path = write_dflash_head(tmp_path / "dflash-random.gguf")
+    sentence = HEAD_SUPPORT["dflash"]
+    assert sentence and inspect_model(path)["drafter"] == {"kind": "dflash", "target_layers": [0, 1]}
+    assert check_pair(files["mtp-agreeing"], path).reason == sentence
+    target, head = Model(files["mtp-agreeing"], LOAD), Model(path, LOAD)  # llama.cpp loads it: no abort
+    try:
+        assert head.head_kind == "dflash"
+        config = DecoderSettings(model=files["mtp-agreeing"], draft=str(path), method=method)
+        with pytest.raises(InvalidSettingError, match=re.escape(sentence)):
+            make_proposer(config, target, head)
+        assert target.layer_inputs is None
+    finally:
+        target.close()
+        head.close()
