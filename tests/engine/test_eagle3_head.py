@@ -100,6 +100,35 @@ def test_the_target_keeps_its_layer_inputs_and_the_head_encodes_them(files):
         head.close()
 
 
+def test_a_reopened_target_context_gets_a_new_head_context(files):
+    """The head borrows the target's context (ctx_other): a reopen closes it first, and the next proposal opens a
+    new one that drafts as before (NEXT after NEXT: the target's own greedy answer)."""
+    import torch
+
+    design, _ = synthetic.build()
+    target, head = Model(files["mtp-agreeing"], LOAD), Model(files["eagle3-agreeing"], LOAD)
+    try:
+        proposer = Eagle3Proposer(head, target, p_min=0.0)
+        prompt = target.tokenize(PROMPT)
+        history = [*prompt, int(design.next_token[prompt[-1]])]
+        drafts = []
+        for n_seq in (1, 2):
+            target.reopen(n_seq)
+            proposer.start(0, prompt, GREEDY, torch.device("cpu"), 0)
+            target.prefill(history[:-1])
+            [proposal] = proposer.propose([(0, history, 3)])
+            drafts.append(proposal.tokens)
+        first = int(design.next_token[history[-1]])
+        assert (
+            drafts[0]
+            == drafts[1]
+            == [first, int(design.next_token[first]), int(design.next_token[design.next_token[first]])]
+        )
+    finally:
+        target.close()
+        head.close()
+
+
 @pytest.mark.parametrize("head", synthetic.EAGLE3_HEADS)
 def test_greedy_with_either_head_is_plain_decoding(files, pinned, head):
     [plain], _ = answer(files, "none", head)
