@@ -103,7 +103,7 @@ def test_auto_needs_a_draft_model_and_says_so():
 def test_auto_proposer_is_built_from_settings(target, draft):
     proposer = make_proposer(DecoderSettings(method="auto", draft="x"), target, draft)
     assert isinstance(proposer, AutoProposer) and proposer.name == "auto"
-    assert isinstance(proposer.lookup, LookupProposer) and proposer.draft.model is draft
+    assert isinstance(proposer.lookup, LookupProposer) and [d.model for d in proposer.drafters] == [draft]
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@ is planned follows from what its protocol says (free, costly, alternatives), nev
 drafter is a new module and one registry line."""
 
 from collections.abc import Sequence
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -60,8 +61,10 @@ def test_every_method_has_a_builder_and_none_is_plain():
 
 @pytest.mark.parametrize("method", ["draft", "auto"])
 def test_a_method_that_drafts_says_it_needs_a_draft_model(method):
+    """Auto drafts with the target's own MTP head where it has one; this target has none."""
+    without_mtp = SimpleNamespace(mtp_problem="it was loaded without its MTP layers.", hidden=None)
     with pytest.raises(InvalidSettingError, match=f"The {method} method needs a draft model"):
-        build_proposer(method, Ingredients(target=None))
+        build_proposer(method, Ingredients(target=without_mtp))
 
 
 def test_an_unknown_method_is_refused():
