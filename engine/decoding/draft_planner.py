@@ -43,10 +43,11 @@ REALISM_MIN_OUTCOMES = 4  # outcomes before realism departs from 1: fewer are on
 # the acceptance tables current, so after a pause the planner bets on what they have seen since.
 REALISM_HORIZON = 64  # steps after which a drafted step's outcome stops counting (8a2b122)
 # A probe of a costly proposer costs its catch-up (the rows its cache lags: a whole prompt, at first), its tokens
-# and its wider verify. It is made only when that is at most this share of the answer's time still to come at
-# plain speed, so probing never costs more than a few percent (the 0.5B draft's first probe of a Qwen2.5-Coder
-# chat answer paid 2.6 s of prompt processing, a third of the answer's 8 s plain decode, for 2 tokens).
-PROBE_SHARE = 0.02  # most of the answer's remaining plain-speed time a probe may cost (e988dd1)
+# and its wider verify. It is made only when that, with every probe the answer made before it, is at most this share
+# of the answer's time still to come at plain speed (the 0.5B draft's first probe of a Qwen2.5-Coder chat answer paid
+# 2.6 s of prompt processing, a third of the answer's 8 s plain decode, for 2 tokens). Each probe alone within the
+# share let an answer probe four times, 5-8% of an open question that the draft then never drafted (issue 65).
+PROBE_SHARE = 0.02  # most of the answer's remaining plain-speed time its probes may cost, together (e988dd1)
 # The tokens still to come are not known (an answer stops when it will): a sequence is taken to go on for as
 # long as it has gone so far, at least this long, within its budget.
 HORIZON_FLOOR = 32  # the fewest tokens a sequence is expected still to make (e988dd1)
@@ -109,6 +110,7 @@ class Plan:
     # nothing was predicted (no proposals, fixed lengths, a probe).
     predicted: list[float] = field(default_factory=list)
     expected: list[float] = field(default_factory=list)
+    probe_s: float = 0.0  # a probe's predicted cost (catch-up, tokens, wider verify), charged to the probing sequences
 
 
 class DraftPlanner:
@@ -236,12 +238,14 @@ class DraftPlanner:
         taken_rows: int = 0,
         lags: list[int] | None = None,
         horizon: list[int] | None = None,
+        probed_s: list[float] | None = None,
     ) -> Plan:
         """Draft lengths for sequences with these proposal features; caps bound each (room, proposal); own:
         each sequence's own acceptance table, if it keeps one; taken_rows: draft rows this step verifies anyway
         (another proposer's, planned first), which every row planned here is added to. For a costly proposer,
         lags: the tokens each sequence's draft cache must catch up on before it drafts; horizon: the tokens
-        each sequence is expected still to make (HORIZON_FLOOR). A draft must repay its catch-up within them."""
+        each sequence is expected still to make (HORIZON_FLOOR). A draft must repay its catch-up within them.
+        probed_s: what each sequence's probes have cost so far (DraftState.probed_s), which a next probe adds to."""
         cfg, n = self.config, len(caps)
         caps = [max(0, min(c, cfg.max_draft)) for c in caps]
         if not cfg.adaptive or cfg.max_draft == 0:
@@ -281,9 +285,10 @@ class DraftPlanner:
             return Plan(lengths, predicted=predicted, expected=mean)
         if self.costly and self._steps_without_drafts >= self._probe_interval and any(caps) and not self._hopeless(n):
             probe = [min(max(cfg.min_draft, PROBE_DRAFT), c) for c in caps]
-            if self._probe_affordable(probe, n + taken_rows, lags, horizon):
+            cost = self._probe_cost(probe, n + taken_rows, lags)
+            if self._probe_affordable(cost, n + taken_rows, horizon, probed_s):
                 self._probe_interval = min(PROBE_INTERVAL_GROWTH * self._probe_interval, LONGEST_PROBE_INTERVAL)
-                return Plan(probe)  # a probe keeps acceptance current
+                return Plan(probe, probe_s=cost)  # a probe keeps acceptance current
         return Plan(lengths)
 
     def _repays(
@@ -304,15 +309,22 @@ class DraftPlanner:
         """Seconds the sequences that draft (length > 0) need to catch up first."""
         return self.catch_up_seconds(sum(lag for lag, k in zip(lags or [], lengths) if k))
 
-    def _probe_affordable(self, probe: list[int], rows: int, lags: list[int] | None, horizon: list[int] | None) -> bool:
-        """A probe's catch-up, tokens and wider verify cost at most PROBE_SHARE of the time still to come."""
-        if horizon is None:
-            return True
-        n, drafted, steps = len(probe), sum(probe), self.steps
-        cost = (
+    def _probe_cost(self, probe: list[int], rows: int, lags: list[int] | None) -> float:
+        """A probe's seconds: its catch-up, its tokens and its wider verify."""
+        drafted, steps = sum(probe), self.steps
+        return (
             self._catch_up_of(probe, lags)
             + drafted * self.draft_seconds_per_token
             + steps.measured_seconds(rows + drafted, drafted=True)
             - steps.measured_seconds(rows)
         )
-        return cost <= PROBE_SHARE * sum(horizon) / n * steps.measured_seconds(rows)
+
+    def _probe_affordable(
+        self, cost: float, rows: int, horizon: list[int] | None, probed_s: list[float] | None
+    ) -> bool:
+        """The probe, with what the sequences' probes cost before it, is at most PROBE_SHARE of the time still to
+        come."""
+        if horizon is None:
+            return True
+        spent = sum(probed_s or ())
+        return cost + spent <= PROBE_SHARE * sum(horizon) / len(horizon) * self.steps.measured_seconds(rows)

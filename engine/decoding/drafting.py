@@ -13,7 +13,7 @@ module changes."""
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, cast
 
 import torch
@@ -52,6 +52,7 @@ class DraftState:
     shadow_feature: Hashable = None
     shadow_hits: int = 0
     shadow_predicted: float = 0.0  # the tokens of the shadow the acceptance tables expected kept
+    probed_s: float = 0.0  # what its costly proposers' probes have cost it this request: they share one budget
 
     def own(self, max_draft: int) -> Acceptance:
         """The sequence's own acceptance table, made on first use; its planner's shared table is the prior."""
@@ -265,6 +266,7 @@ class ModelDrafting(Drafting):
             [self.own(s) for s in active],
             lags=[self.proposer.lag(s.slot, s.history) for s in active],
             horizon=[tokens_to_come(s, left) for s, left in zip(active, tokens_left)],
+            probed_s=[s.draft.probed_s for s in active],
         )
 
     def draft(
@@ -276,6 +278,10 @@ class ModelDrafting(Drafting):
         made = iter(self.proposer.propose(wants) if wants else [])
         chosen = [next(made) if k else Proposal() for k in plan.lengths]
         spent = self.clock() - t
+        if plan.probe_s:
+            probing = [s for s, k in zip(active, plan.lengths) if k]
+            for s in probing:
+                s.draft.probed_s += plan.probe_s / len(probing)
         caught_rows, caught_s = self.proposer.last_catch_up if wants else (0, 0.0)
         self.planner.record_catch_up(caught_rows, caught_s)
         self.planner.record_draft(sum(len(p.tokens) for p in chosen), spent - caught_s)
@@ -341,7 +347,7 @@ class AutoDrafting(Drafting):
             guesses.planner.keep_only(plan, won)
             if not any(won):
                 continue
-            wanted = Plan([k if u else 0 for k, u in zip(plan.lengths, won)], plan.measuring_plain)
+            wanted = replace(plan, lengths=[k if u else 0 for k, u in zip(plan.lengths, won)])
             made, _, _ = guesses.draft(active, room, tokens_left, wanted)
             for i in (i for i, u in enumerate(won) if u):
                 chosen[i], lengths[i] = made[i], plan.lengths[i]
