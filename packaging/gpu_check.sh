@@ -3,7 +3,10 @@
 # ninja, Python with torch, numpy, psutil and huggingface_hub; no PySide6). It writes OUT/report.json:
 #   engine.doctor (backend, devices, VRAM reader, layers on the GPU, a bench), the GPU kit's step-cost curves for
 #   four real model shapes, the sampling math timed on the CPU and on CUDA, what lookup, draft and auto would gain
-#   there on the Qwen2.5-Coder pair's answers recorded on a CPU (a prediction), and the engine tests that run there.
+#   there on the Qwen2.5-Coder pair's answers recorded on a CPU (a prediction), the built-in drafters (greedy
+#   --method mtp beside none on the synthetic MTP files, every layer offloaded; also on a real model with MTP layers
+#   named by SPECCHAT_MTP_MODEL, and an EAGLE-3 pair by SPECCHAT_EAGLE3_TARGET and SPECCHAT_EAGLE3_HEAD), and the
+#   engine tests that run there.
 #
 #   bash packaging/gpu_check.sh OUT         on the GPU machine: builds llama-cpp-python with -DGGML_CUDA=on for
 #                                           this GPU's architecture only, from the pack that
@@ -39,6 +42,7 @@ if [ "$mode" = gpu ]; then
   predict_target=qwen2-1.5b predict_draft=qwen2-0.5b  # the pair's own shapes
   tests=(tests/engine/test_gpu_kit.py tests/engine/test_verifier.py)
   kit=${GPU_KIT_DIR:-/tmp/specchat-gpu-kit}
+  drafter_args=(--require-gpu)  # a head or target left on the CPU fails the check
 else
   py=.venv/bin/python
   shapes=tiny-test,qwen2-0.5b
@@ -46,6 +50,7 @@ else
   predict_target=qwen2-0.5b predict_draft=tiny-test
   tests=(tests/engine/test_gpu_kit.py)  # the verifier's run in the suite already
   kit="$out/kit"
+  drafter_args=()
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # the engine from this tree, installed or not
 
@@ -67,22 +72,33 @@ doctor_draft=()
 [ "$mode" = gpu ] && doctor_draft=(--draft "$kit/$draft.gguf")
 log "doctor (random-weight $target${doctor_draft:+, draft $draft})"
 "$py" -m engine.doctor --json --model "$kit/$target.gguf" "${doctor_draft[@]}" --rounds "$bench_rounds" > "$out/doctor-model.json"
-log "engine tests that need neither Qt nor the embedded models"
+[ -n "${SPECCHAT_MTP_MODEL:-}" ] && drafter_args+=(--model "$SPECCHAT_MTP_MODEL")
+[ -n "${SPECCHAT_EAGLE3_TARGET:-}" ] && drafter_args+=(--pair "$SPECCHAT_EAGLE3_TARGET" "${SPECCHAT_EAGLE3_HEAD:?with SPECCHAT_EAGLE3_TARGET}")
+log "drafters: mtp beside none on the synthetic files${SPECCHAT_MTP_MODEL:+ and $SPECCHAT_MTP_MODEL}"
 set +e
+"$py" -m engine.measure.drafter_check --out "$out/drafters.json" --synthetic "$out/synthetic" "${drafter_args[@]}" \
+  > "$out/drafters.txt" 2>&1
+drafters_rc=$?
+log "engine tests that need neither Qt nor the embedded models"
 "$py" -m pytest -q -p no:cacheprovider -m "" "${tests[@]}" > "$out/tests.txt" 2>&1  # -m "": slow tests too
 tests_rc=$?
 set -e
-"$py" - "$out" "$mode" "$tests_rc" <<'EOF'
+"$py" - "$out" "$mode" "$tests_rc" "$drafters_rc" <<'EOF'
 import json, sys
 from pathlib import Path
-out, mode, rc = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+out, mode, rc, drafters_rc = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 report = {"mode": mode, "tests": {"returncode": rc, "summary": (out / "tests.txt").read_text().strip().splitlines()[-1:]}}
+drafters = out / "drafters.json"  # absent when the check died before writing it (drafters.txt says why)
+report["drafters"] = json.loads(drafters.read_text()) if drafters.exists() else {"returncode": drafters_rc}
 for name in ("doctor-system", "doctor-model", "curves", "sampling", "prediction"):
     report[name] = json.loads((out / f"{name}.json").read_text())
 (out / "report.json").write_text(json.dumps(report, indent=1))
 print(json.dumps({"mode": mode, "backend": report["doctor-model"]["llama_cpp"]["backend"],
                   "layers_on_gpu": report["doctor-model"]["model"]["layers_on_gpu"], "tests": report["tests"],
+                  "drafters": {r["name"]: {k: r.get(k) for k in ("ok", "identical", "drafted", "accepted", "error")
+                                           if k in r} for r in report["drafters"].get("rows", [])} or report["drafters"],
                   "predicted_speed_ups": {m: round(x, 2) for m, x in report["prediction"]["geomean"].items()
                                           if m in ("lookup", "draft", "auto")}}))  # the bounds are not predictions
 EOF
+[ "$drafters_rc" = 0 ] || { log "drafters failed ($out/drafters.txt):"; tail -20 "$out/drafters.txt" >&2; exit 1; }
 exit "$tests_rc"
