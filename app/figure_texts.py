@@ -22,8 +22,9 @@ PROPOSER_NAMES = {
     "lookup": ("lookup", "prompt lookup"),
     "draft": ("draft", "the draft model"),
     "mtp": ("MTP", f"the {METHOD_NAMES['mtp']}"),
+    "eagle3": ("EAGLE-3", "the EAGLE-3 draft head"),
 }
-AUTO_PROPOSERS = ("lookup", "draft")  # auto's two, each shown even where it drafted nothing
+AUTO_PROPOSERS = ("lookup", "draft")  # auto's two before it had more, each shown even where it drafted nothing
 MTP_DRAFTING_TIP = (
     f"What the {METHOD_NAMES['mtp']} costs: the share of this response's decoding time spent in it (its catch-up "
     "on the prompt included). Its weights are the model's own: no second model in memory."
@@ -58,7 +59,9 @@ def proposer_counts(stats: dict) -> dict:
     """Drafted and accepted by proposer; under auto both proposers, one that never drafted with zeros (the
     engine counts a proposer from its first verdict). {} for an answer saved before they were counted."""
     by_proposer = stats.get("by_proposer") or {}
-    if "by_proposer" in stats and stats.get("method") == "auto":
+    if "by_proposer" in stats and stats.get("method") == "auto" and set(by_proposer) <= set(AUTO_PROPOSERS):
+        # an answer of lookup and a draft model, perhaps saved before the engine counted both from the start (an
+        # auto answer with the MTP head or an EAGLE-3 head names its proposers from its first token)
         return {name: {"drafted": 0, "accepted": 0} for name in AUTO_PROPOSERS} | by_proposer
     return by_proposer
 

@@ -59,6 +59,7 @@ LEGEND = (
     ("lookup", DRAFT_COLOR, "from prompt lookup"),
     ("draft", DRAFT_MODEL_COLOR, "from the draft model"),
     ("mtp", MTP_COLOR, f"from the {method_words('name')['mtp']}"),
+    ("eagle3", DRAFT_MODEL_COLOR, "from the EAGLE-3 draft head"),
     (None, DRAFT_COLOR, "from accepted drafts (proposer not recorded)"),
 )
 

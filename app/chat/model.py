@@ -31,11 +31,12 @@ PROPOSERS = (
     "lookup",
     "draft",
     "mtp",
+    "eagle3",
 )  # the proposers a span may name; a span of two numbers names none (older answers)
 
 
 def span_source(span) -> str | None:
-    """Who proposed a draft span's characters: "lookup", "draft", "mtp", or None where it was not recorded."""
+    """Who proposed a draft span's characters: "lookup", "draft", "mtp", "eagle3", or None where it was not recorded."""
     return span[2] if len(span) > 2 and span[2] in PROPOSERS else None
 
 

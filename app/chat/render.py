@@ -59,7 +59,9 @@ def align(rendered: str, source: str) -> list[int | None]:
 def span_color(span) -> QColor:
     """The shade of a draft span: blue for the draft model's tokens, purple for the built-in drafter's (MTP), amber
     for prompt lookup's (or unknown)."""
-    return {"draft": DRAFT_MODEL_COLOR, "mtp": MTP_COLOR}.get(span_source(span) or "", DRAFT_COLOR)
+    return {"draft": DRAFT_MODEL_COLOR, "eagle3": DRAFT_MODEL_COLOR, "mtp": MTP_COLOR}.get(
+        span_source(span) or "", DRAFT_COLOR
+    )
 
 
 def span_at(spans: list[list]):

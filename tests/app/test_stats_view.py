@@ -135,6 +135,23 @@ def test_each_answer_says_how_it_compares_with_plain_decoding_as_the_estimate_it
     assert texts({"remote": True})["vs_plain"] == "vs plain n/a"  # a server's plain speed is not measured here
 
 
+def test_auto_with_a_built_in_or_head_drafter_names_it_and_no_draft_model_it_does_not_have():
+    """Auto on a model with MTP layers (no draft model) and auto with an EAGLE-3 head: each drafter by its own name."""
+    mtp = {
+        "method": "auto",
+        "by_proposer": {"lookup": {"drafted": 4, "accepted": 2}, "mtp": {"drafted": 30, "accepted": 27}},
+    }
+    assert texts(mtp)["by_proposer"] == "lookup 2/4 · MTP 27/30"
+    head = {
+        "method": "auto",
+        "by_proposer": {"lookup": {"drafted": 0, "accepted": 0}, "eagle3": {"drafted": 9, "accepted": 9}},
+    }
+    assert texts(head)["by_proposer"] == "lookup 0/0 (proposed nothing) · EAGLE-3 9/9"
+    from app.figure_texts import detail_lines
+
+    assert detail_lines(head)[-1] == "The EAGLE-3 draft head: drafted 9 tokens, 9 kept (100%)."
+
+
 def test_the_guards_words_are_on_the_line_when_it_backed_off():
     t = texts({"method": "lookup", "guard": "backed off: ran at 0.91× plain"})
     assert t["guard"] == "backed off: ran at 0.91× plain"
