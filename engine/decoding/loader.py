@@ -19,7 +19,7 @@ from ..methods import (
     MTP_METHODS,
 )
 from ..modelfiles.embedded import resolve_model
-from ..modelfiles.model_inspect import has_mtp_layers, inspect_model
+from ..modelfiles.model_inspect import HEAD_ARCHS, has_mtp_layers, inspect_model
 from .generate import SpeculativeDecoder
 from .proposers.base import NoProposer, Proposer
 from .proposers.lookup import DEFAULT_MAX_NGRAM
@@ -62,8 +62,9 @@ class DecoderSettings:
             exact=self.exact,
         )
 
-    def load_settings(self, n_seq_max: int = 1, mtp: bool = False) -> LoadSettings:
-        """How to load a model; mtp: with its MTP layers (loads_mtp says when the target needs them)."""
+    def load_settings(self, n_seq_max: int = 1, mtp: bool = False, head: bool = False) -> LoadSettings:
+        """How to load a model; mtp: with its MTP layers (loads_mtp says when the target needs them); head: the target
+        of a draft head (EAGLE-3), which drafts as deep as an MTP head does."""
         return LoadSettings(
             n_ctx=self.n_ctx,
             n_gpu_layers=self.n_gpu_layers,
@@ -72,7 +73,7 @@ class DecoderSettings:
             flash_attention=self.flash_attention,
             mtp=mtp,
             # a hybrid target rolls back as many rejected drafts as its recurrent state keeps snapshots
-            n_rs_seq=min(self.max_draft, MTP_MAX_DRAFT) if mtp else 0,
+            n_rs_seq=min(self.max_draft, MTP_MAX_DRAFT) if mtp or head else 0,
         )
 
 
@@ -83,7 +84,17 @@ def load_target(settings: DecoderSettings, n_seq_max: int = 1, strict: bool = Tr
     path = resolve_model(settings.model)
     if strict and settings.method in MTP_METHODS:
         require_mtp_layers(path, settings.method)
-    return Model(path, settings.load_settings(n_seq_max, mtp=loads_mtp(settings.method, path)))
+    head = bool(settings.draft) and settings.method in DRAFT_METHODS and _is_head(settings.draft)
+    return Model(path, settings.load_settings(n_seq_max, mtp=loads_mtp(settings.method, path), head=head))
+
+
+def _is_head(draft: str | None) -> bool:
+    """Whether the draft file is a draft head (EAGLE-3 / DFlash) rather than a model, from its header."""
+    try:
+        drafter = inspect_model(resolve_model(str(draft)))["drafter"]
+    except EngineError:
+        return False  # loading it says why
+    return bool(drafter) and drafter.get("kind") in HEAD_ARCHS
 
 
 def loads_mtp(method: str, model: str | Path) -> bool:

@@ -250,3 +250,26 @@ def test_a_dflash_head_is_refused_with_the_sentence_the_models_window_shows(file
     finally:
         target.close()
         head.close()
+
+
+def test_the_bench_and_server_loader_gives_a_hybrid_target_room_to_roll_back_a_heads_drafts(files, pinned):
+    """build_decoder (the bench's, the server's): the head given as --draft on a hybrid target loads the target with
+    recurrent snapshots, so it drafts (without them, speculation would be off for the whole answer)."""
+    from engine.decoding.loader import build_decoder
+
+    decoder = build_decoder(
+        DecoderSettings(
+            model=files["mtp-agreeing"], draft=files["eagle3-agreeing"], method="draft", threads=1, max_draft=4
+        )
+    )
+    try:
+        assert decoder.target.max_rollback == 4
+        decoder.calibrate()
+        for _ in decoder.generate(decoder.target.tokenize(PROMPT), GREEDY, max_tokens=TOKENS, ignore_eos=True):
+            pass
+        assert decoder.stats.by_proposer.get("eagle3", {}).get("accepted", 0) >= TOKENS // 2, decoder.stats.to_dict()
+    finally:
+        draft = decoder.loop.proposer.model
+        decoder.target.close()
+        if draft is not None:
+            draft.close()
