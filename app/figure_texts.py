@@ -5,7 +5,7 @@ Markdown export all read them here."""
 
 from __future__ import annotations
 
-from engine.figures import FIGURE, NA
+from engine.figures import FIGURE, NA, mean_accepted_length
 from engine.methods import DRAFT_METHODS, MTP_METHODS, method_words
 
 METHOD_NAMES = method_words("name")
@@ -200,11 +200,12 @@ def detail_lines(stats: dict) -> list[str]:
     for name, counts in _proposers(proposer_counts(stats)):
         words = PROPOSER_NAMES.get(name, (name, str(name)))[1]
         drafted, accepted = counts.get("drafted") or 0, counts.get("accepted") or 0
+        length = mean_accepted_length(accepted, counts.get("steps") or 0)  # saved before steps were counted: none
         lines.append(
             f"{words[0].upper() + words[1:]}: proposed nothing."
             if not drafted
             else f"{words[0].upper() + words[1:]}: drafted {drafted} tokens, {accepted} kept "
-            f"({accepted / drafted * 100:.0f}%)."
+            f"({accepted / drafted * 100:.0f}%)" + (f", {length:.2f} tokens a step." if length else ".")
         )
     share = stats.get("draft_time_share")
     if share is not None and stats.get("method") not in (None, "none", "remote"):

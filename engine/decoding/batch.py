@@ -256,7 +256,7 @@ class Batch:
             prompt_tokens=len(job.prompt),
             reused_prompt_tokens=reused,
             draft_model_bytes=loop.draft_model_bytes,
-            by_proposer={name: {"drafted": 0, "accepted": 0} for name in loop.proposer_names},
+            by_proposer={name: {"drafted": 0, "accepted": 0, "steps": 0} for name in loop.proposer_names},
         )
         job.run = RequestRun(job.id, slot, [], stats, admitted_at=time.perf_counter())
         self.filling = _Filling(job, slot, reused)

@@ -31,7 +31,8 @@ class GenerationStats:
     # An estimate (engine/decoding/pace.py): plain decoding's predicted time for this answer's tokens over theirs.
     speedup_vs_plain: float | None = None
     guard: str | None = None  # what the guard did when the answer ran below plain decoding
-    by_proposer: dict[str, dict[str, int]] = field(default_factory=dict)  # "lookup"/"draft" -> drafted, accepted
+    # "lookup"/"draft"/"mtp"/"eagle3" -> drafted, accepted, steps (the target steps that verified its drafts)
+    by_proposer: dict[str, dict[str, int]] = field(default_factory=dict)
     per_position_drafted: list[int] = field(default_factory=list)
     per_position_accepted: list[int] = field(default_factory=list)
     rate_history: list[tuple[float, float]] = field(default_factory=list)  # (seconds, tokens/s)
@@ -67,9 +68,10 @@ class GenerationStats:
         self.drafted += drafted
         self.accepted += accepted
         if source:
-            counts = self.by_proposer.setdefault(source, {"drafted": 0, "accepted": 0})
+            counts = self.by_proposer.setdefault(source, {"drafted": 0, "accepted": 0, "steps": 0})
             counts["drafted"] += drafted
             counts["accepted"] += accepted
+            counts["steps"] = counts.get("steps", 0) + 1  # its drafts: mean_accepted_length(accepted, steps)
         grow = drafted - len(self.per_position_drafted)
         if grow > 0:
             self.per_position_drafted += [0] * grow

@@ -20,6 +20,7 @@ from ..decoding.jobs import Job
 from ..decoding.sampling import SamplingParams
 from ..decoding.stats import GenerationStats
 from ..errors import InvalidSettingError
+from ..figures import mean_accepted_length
 
 MAX_STOPS = 16  # OpenAI allows 4; llama-server and vLLM any number, and their clients may send more than 4
 MAX_STOP_CHARS = 1024  # per stop string: far beyond any template's or person's, short to match every token
@@ -293,8 +294,8 @@ def usage(stats: GenerationStats) -> dict[str, Any]:
 
 def timings(stats: GenerationStats) -> dict[str, Any]:
     """llama-server's timings plus the speculation figures: draft_n verified drafts, draft_n_accepted kept ones, and
-    by_proposer, the same two per proposer as Proposal.source names it ("lookup", "draft", "mtp": the model's
-    built-in drafter).
+    by_proposer, per proposer as Proposal.source names it ("lookup", "draft", "mtp": the model's built-in drafter,
+    "eagle3": a draft head), the same two, the target steps that verified its drafts and their mean accepted length.
     predicted_per_second is llama.cpp's (tools/server: n_decoded / t_token_generation): every answer token, the
     first included, over the time from the first token to the last. The chat's stats line
     (GenerationStats.decode_tokens_per_s) leaves the first token out, so it reads lower, most on short answers;
@@ -315,5 +316,11 @@ def timings(stats: GenerationStats) -> dict[str, Any]:
         "acceptance_rate": stats.acceptance_rate,
         "mean_acceptance_length": stats.mean_acceptance_length,
         "method": stats.method,
-        "by_proposer": {source: dict(counts) for source, counts in stats.by_proposer.items()},
+        "by_proposer": {
+            source: {
+                **counts,
+                "mean_acceptance_length": mean_accepted_length(counts["accepted"], counts.get("steps", 0)),
+            }
+            for source, counts in stats.by_proposer.items()
+        },
     }

@@ -149,7 +149,9 @@ def test_auto_with_a_built_in_or_head_drafter_names_it_and_no_draft_model_it_doe
     assert texts(head)["by_proposer"] == "lookup 0/0 (proposed nothing) · EAGLE-3 9/9"
     from app.figure_texts import detail_lines
 
-    assert detail_lines(head)[-1] == "The EAGLE-3 draft head: drafted 9 tokens, 9 kept (100%)."
+    assert detail_lines(head)[-1] == "The EAGLE-3 draft head: drafted 9 tokens, 9 kept (100%)."  # saved without steps
+    head["by_proposer"]["eagle3"]["steps"] = 3
+    assert detail_lines(head)[-1] == "The EAGLE-3 draft head: drafted 9 tokens, 9 kept (100%), 4.00 tokens a step."
 
 
 def test_the_guards_words_are_on_the_line_when_it_backed_off():

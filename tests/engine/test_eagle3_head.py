@@ -145,7 +145,8 @@ def test_the_agreeing_head_drafts_most_of_the_answer_and_is_kept(files, pinned):
 
 def test_the_stats_count_the_heads_drafts_under_its_own_name(files, pinned):
     _, stats = answer(files, "draft")
-    assert stats.by_proposer == {"eagle3": {"drafted": stats.drafted, "accepted": stats.accepted}}, stats.by_proposer
+    counts = {"drafted": stats.drafted, "accepted": stats.accepted, "steps": stats.speculative_steps}
+    assert stats.by_proposer == {"eagle3": counts}, stats.by_proposer
     assert stats.draft_model_bytes and stats.draft_model_bytes > 0  # the head's weights are its own
 
 
