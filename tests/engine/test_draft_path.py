@@ -241,3 +241,13 @@ def test_a_catch_up_timed_dearer_than_a_draft_token_counts_as_one():
     planner.steps.take_calibration({1: 0.010, 2: 0.0157, 4: 0.0216})
     ModelDrafting(BusyTiming(), planner, None, SpeculationConfig(max_draft=4), time.perf_counter).time_draft(0)
     assert planner.catch_up_seconds(10) == pytest.approx(10 * 0.004)
+
+
+def test_a_drafts_one_row_step_is_timed_afresh_not_taken_from_a_busy_spells_kept_timing(target, draft):
+    """The day's kept timings spare a reload the calibration; but a draft token kept from a busy spell made the draft
+    look hopeless, and a hopeless draft never drafts, so nothing corrected it. Its one-row step is timed at each
+    calibration (the catch-up's wide step stays kept)."""
+    draft.step_timings[(draft.threads, 1)] = 10.0  # kept from a spell when the machine crawled
+    token_s, _ = DraftModelProposer(draft, target).time_draft(0)
+    assert token_s < 10.0
+    assert draft.step_timings[(draft.threads, 1)] == token_s  # the fresh timing is kept in its place
