@@ -44,7 +44,9 @@ def test_a_model_with_an_mtp_head_drafts_from_it_and_the_stats_say_so(
     answer = send(window, qtbot, wait_response)
     stats = answer.stats
     assert stats["drafted"] > 0 and stats["accepted"] / stats["drafted"] >= 0.9, stats
-    assert stats["by_proposer"] == {"mtp": {"drafted": stats["drafted"], "accepted": stats["accepted"]}}, stats
+    assert stats["by_proposer"] == {
+        "mtp": {"drafted": stats["drafted"], "accepted": stats["accepted"], "steps": stats["speculative_steps"]}
+    }, stats
     bar = window.view.widget_for(len(window.session.model.items) - 1).stats
     shown, tip = bar.text(), bar.label.toolTip()
     assert "built-in drafter (MTP)" in shown, shown
