@@ -34,14 +34,13 @@ from ..mtp_head import HEAD_BATCH
 from ..runtime import Model, common_prefix
 from ..sampling import SamplingParams
 from .base import Ingredients, Proposal, Want
-from .draft_model import CATCH_UP_APART, CATCH_UP_TIMED_ROWS, greedy_pick
+from .draft_model import CATCH_UP_APART, CATCH_UP_TIMED_ROWS
+from .head_drafts import Row as _Row
+from .head_drafts import draft_greedy
 
 SOURCE = "eagle3"
 # Its drafts feed on its own pre-norm rows, so they fade with depth as an MTP head's do: the same cap.
 MAX_DRAFT = MTP_MAX_DRAFT
-
-# (token, position, sequence, the g row it is fed, wants logits)
-_Row = tuple[int, int, int, np.ndarray, bool]
 
 
 def eagle3_problem(head: Model, target: Model) -> str | None:
@@ -156,7 +155,9 @@ class Eagle3Proposer:
             if k > 0:
                 caught_rows += self._catch_up(slot, history, rows)
         self.last_catch_up = (caught_rows, time.perf_counter() - t if caught_rows else 0.0)
-        drafts = self._draft({slot: (len(history), k) for slot, history, k in wants if k > 0}, rows)
+        drafts = draft_greedy(
+            self.head, {slot: (len(history), k) for slot, history, k in wants if k > 0}, rows, self.p_min, lag=2
+        )
         return [Proposal(tokens=drafts.get(slot, []), source=self.source) for slot, _, _ in wants]
 
     def _catch_up(self, slot: int, history: Sequence[int], rows: list[_Row]) -> int:
@@ -182,37 +183,6 @@ class Eagle3Proposer:
         the head then guesses from its tokens alone, which costs acceptance, never correctness)."""
         got = self.features.rows.rows(slot, start, stop)
         return got if got is not None else np.zeros((stop - start, self.features.width), dtype=np.float32)
-
-    def _draft(self, wanted: dict[int, tuple[int, int]], rows: list[_Row]) -> dict[int, list[int]]:
-        """Greedy drafts per slot (its history's length, the most wanted), each decode of the head one step of
-        every slot still drafting; a slot stops at its length or below p_min."""
-        drafts: dict[int, list[int]] = {slot: [] for slot in wanted}
-        while rows:
-            picks = self._decode_and_pick(rows)
-            rows = []
-            for slot, (length, k) in wanted.items():
-                if slot not in picks:
-                    continue
-                token, confidence, row = picks[slot]
-                if confidence < self.p_min:
-                    continue
-                drafts[slot].append(token)
-                if len(drafts[slot]) < k:  # draft j is fed one position after the pair that guessed it
-                    rows.append((token, length - 2 + len(drafts[slot]), slot, row, True))
-        return drafts
-
-    def _decode_and_pick(self, rows: list[_Row]) -> dict[int, tuple[int, float, np.ndarray]]:
-        """Decode rows (in HEAD_BATCH chunks); each slot's greedy token, its confidence and the head's pre-norm row
-        from its output row."""
-        head, picks = self.head, {}
-        for begin in range(0, len(rows), HEAD_BATCH):
-            chunk = rows[begin : begin + HEAD_BATCH]
-            tokens, positions, slots, g, outputs = zip(*chunk)
-            head.decode(tokens, positions, np.stack(g), outputs, slots)
-            for i, (slot, output) in enumerate(zip(slots, outputs)):
-                if output:
-                    picks[slot] = (*greedy_pick(head.logits(i)), head.hidden(i))
-        return picks
 
 
 def build_for_head(head: Model, ingredients: Ingredients) -> Eagle3Proposer:

@@ -29,10 +29,9 @@ from ..mtp_head import HEAD_BATCH, MtpHead
 from ..runtime import Model, common_prefix
 from ..sampling import SamplingParams
 from .base import Ingredients, Proposal, Want
-from .draft_model import CATCH_UP_APART, CATCH_UP_TIMED_ROWS, greedy_pick
-
-# (token, position, sequence, the hidden row it follows, wants logits)
-_Row = tuple[int, int, int, np.ndarray, bool]
+from .draft_model import CATCH_UP_APART, CATCH_UP_TIMED_ROWS
+from .head_drafts import Row as _Row
+from .head_drafts import draft_greedy
 
 
 def require_mtp(target: Model) -> None:
@@ -126,7 +125,9 @@ class MtpProposer:
             if k > 0:
                 caught_rows += self._catch_up(slot, history, rows)
         self.last_catch_up = (caught_rows, time.perf_counter() - t if caught_rows else 0.0)
-        drafts = self._draft({slot: (len(history), k) for slot, history, k in wants if k > 0}, rows)
+        drafts = draft_greedy(
+            self.head, {slot: (len(history), k) for slot, history, k in wants if k > 0}, rows, self.p_min, lag=1
+        )
         return [Proposal(tokens=drafts.get(slot, []), source=self.source) for slot, _, _ in wants]
 
     def _catch_up(self, slot: int, history: Sequence[int], rows: list[_Row]) -> int:
@@ -160,37 +161,6 @@ class MtpProposer:
         if keep == 0:
             got = np.concatenate([np.zeros((1, width), dtype=np.float32), got])
         return got
-
-    def _draft(self, wanted: dict[int, tuple[int, int]], rows: list[_Row]) -> dict[int, list[int]]:
-        """Greedy drafts per slot (its history's length, the most wanted), each decode of the head one step of
-        every slot still drafting; a slot stops at its length or below p_min."""
-        drafts: dict[int, list[int]] = {slot: [] for slot in wanted}
-        while rows:
-            picks = self._decode_and_pick(rows)
-            rows = []
-            for slot, (length, k) in wanted.items():
-                if slot not in picks:
-                    continue
-                token, confidence, row = picks[slot]
-                if confidence < self.p_min:
-                    continue
-                drafts[slot].append(token)
-                if len(drafts[slot]) < k:
-                    rows.append((token, length - 1 + len(drafts[slot]), slot, row, True))
-        return drafts
-
-    def _decode_and_pick(self, rows: list[_Row]) -> dict[int, tuple[int, float, np.ndarray]]:
-        """Decode rows (in HEAD_BATCH chunks); each slot's greedy token, its confidence and the head's hidden row
-        from its output row."""
-        head, picks = self.head, {}
-        for begin in range(0, len(rows), HEAD_BATCH):
-            chunk = rows[begin : begin + HEAD_BATCH]
-            tokens, positions, slots, hidden, outputs = zip(*chunk)
-            head.decode(tokens, positions, np.stack(hidden), outputs, slots)
-            for i, (slot, output) in enumerate(zip(slots, outputs)):
-                if output:
-                    picks[slot] = (*greedy_pick(head.logits(i)), head.hidden(i))
-        return picks
 
 
 def build(ingredients: Ingredients) -> MtpProposer:
