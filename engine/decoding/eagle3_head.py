@@ -21,7 +21,7 @@ import numpy as np
 from llama_cpp import llama_cpp_ext as X
 
 from ..errors import SpeculationUnavailable
-from .mtp_head import HEAD_BATCH, _ExtBatch, _row
+from .mtp_head import HEAD_BATCH, HeadContext
 from .runtime import _lifecycle
 
 
@@ -42,20 +42,16 @@ def open_head_context(
     return ctx
 
 
-class Eagle3Head:
+class Eagle3Head(HeadContext):
     """The head's context for n_seq_max sequences: encode() turns the target's fused layer inputs into g rows,
-    decode() feeds tokens with their g rows; logits() and hidden() read the rows asked for."""
+    decode() feeds tokens with their g rows; logits() and hidden() read the rows asked for (hidden: the pre-norm row,
+    the g its next draft is fed)."""
 
     def __init__(
         self, head: L.llama_model_p, target_ctx: L.llama_context_p, n_ctx: int, threads: int, n_seq_max: int = 1
     ):
-        self.n_seq_max = n_seq_max
+        super().__init__(head, open_head_context(head, target_ctx, n_ctx, threads, n_seq_max), n_seq_max)
         self.target_ctx = target_ctx  # the context it borrows from: a reopened target needs a new head context
-        self.n_embd = int(L.llama_model_n_embd(head))
-        self.n_vocab = int(L.llama_vocab_n_tokens(L.llama_model_get_vocab(head)))
-        self.ctx: L.llama_context_p | None = open_head_context(head, target_ctx, n_ctx, threads, n_seq_max)
-        X.llama_set_embeddings_nextn(self.ctx, True, True)  # g and pre-norm rows, of the rows asked for
-        self._batch = _ExtBatch(self.ctx)
 
     def encode(self, features: np.ndarray) -> np.ndarray:
         """g rows (n x n_embd) of fused target features (n x 3 * the target's width), HEAD_BATCH rows at a time."""
@@ -100,34 +96,3 @@ class Eagle3Head:
             outputs = [True] * len(tokens)
         self._batch.fill(tokens, positions, rows, outputs, seq_ids)
         self._batch.process(self.ctx)
-
-    def logits(self, i: int) -> np.ndarray:
-        """The logits of the last decode's batch row i (an output), a view valid until the next decode."""
-        logits = L.llama_get_logits_ith(self.ctx, i)
-        if not logits:
-            raise SpeculationUnavailable("llama.cpp has no logits for that row.")
-        return np.ctypeslib.as_array(logits, shape=(self.n_vocab,))
-
-    def hidden(self, i: int) -> np.ndarray:
-        """The head's pre-norm row on the last decode's batch row i (an output): the g its next draft is fed."""
-        return _row(X.llama_get_embeddings_nextn_ith(self.ctx, i), self.n_embd)
-
-    def forget_from(self, pos: int, seq: int = 0) -> None:
-        L.llama_memory_seq_rm(L.llama_get_memory(self.ctx), seq, pos, -1)
-
-    def next_position(self, seq: int = 0) -> int:
-        return int(L.llama_memory_seq_pos_max(L.llama_get_memory(self.ctx), seq)) + 1
-
-    def close(self) -> None:
-        with _lifecycle:
-            self._batch.close()
-            if self.ctx:
-                L.llama_free(self.ctx)
-                self.ctx = None
-
-    def __del__(self) -> None:
-        if getattr(self, "ctx", None) and _lifecycle.acquire(blocking=False):
-            try:
-                self.close()
-            finally:
-                _lifecycle.release()

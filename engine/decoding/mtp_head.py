@@ -96,16 +96,16 @@ def _open_head_context(model: L.llama_model_p, n_ctx: int, threads: int, n_seq_m
     return ctx
 
 
-class MtpHead:
-    """The MTP head's own context (type MTP) on a model loaded with load_mtp, for n_seq_max sequences: fed tokens,
-    each with its position and the hidden row it follows, it gives logits and its own hidden row on the rows asked
-    for. Its KV cache holds the head's layer only, so it rolls back any number of tokens."""
+class HeadContext:
+    """A drafting head's own context (an MTP head's, an EAGLE-3 head's) for n_seq_max sequences, opened by the
+    subclass: fed tokens, each with its position and the row it follows, it gives logits and its own row on the rows
+    asked for (nextn embeddings, masked to those rows)."""
 
-    def __init__(self, model: L.llama_model_p, n_ctx: int, threads: int, n_seq_max: int = 1):
+    def __init__(self, model: L.llama_model_p, ctx: L.llama_context_p, n_seq_max: int):
         self.n_seq_max = n_seq_max
         self.n_embd = int(L.llama_model_n_embd(model))
         self.n_vocab = int(L.llama_vocab_n_tokens(L.llama_model_get_vocab(model)))
-        self.ctx: L.llama_context_p | None = _open_head_context(model, n_ctx, threads, n_seq_max)
+        self.ctx: L.llama_context_p | None = ctx
         X.llama_set_embeddings_nextn(self.ctx, True, True)  # masked: rows of the outputs only
         self._batch = _ExtBatch(self.ctx)
 
@@ -117,7 +117,7 @@ class MtpHead:
         outputs: Sequence[bool],
         seq_ids: Sequence[int] | None = None,
     ) -> None:
-        """One decode (at most HEAD_BATCH tokens): token i at positions[i] after hidden row rows[i]."""
+        """One decode (at most HEAD_BATCH tokens): token i at positions[i] after row rows[i]."""
         assert self.ctx is not None
         self._batch.fill(tokens, positions, rows, outputs, seq_ids)
         self._batch.process(self.ctx)
@@ -130,7 +130,7 @@ class MtpHead:
         return np.ctypeslib.as_array(logits, shape=(self.n_vocab,))
 
     def hidden(self, i: int) -> np.ndarray:
-        """The head's own hidden row on the last decode's batch row i (an output): what its next draft follows."""
+        """The head's own row on the last decode's batch row i (an output): what its next draft is fed."""
         return _row(X.llama_get_embeddings_nextn_ith(self.ctx, i), self.n_embd)
 
     def forget_from(self, pos: int, seq: int = _SEQ) -> None:
@@ -152,3 +152,11 @@ class MtpHead:
                 self.close()
             finally:
                 _lifecycle.release()
+
+
+class MtpHead(HeadContext):
+    """The MTP head's own context (type MTP) on a model loaded with load_mtp. Its KV cache holds the head's layer
+    only, so it rolls back any number of tokens."""
+
+    def __init__(self, model: L.llama_model_p, n_ctx: int, threads: int, n_seq_max: int = 1):
+        super().__init__(model, _open_head_context(model, n_ctx, threads, n_seq_max), n_seq_max)
