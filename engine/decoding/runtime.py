@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 import llama_cpp as L
 import numpy as np
@@ -35,6 +35,7 @@ from ..hardware import (
 from ..modelfiles.model_check import check_model_file
 from ..modelfiles.model_inspect import HEAD_ARCHS
 from . import step_timings
+from .drafter_feeds import DrafterFeeds
 from .hidden_rows import HiddenRows
 from .layer_inputs import LayerInputs
 from .load_log import llama_log, placement
@@ -43,11 +44,6 @@ from .repack import repack_overrides
 from .vocabulary import Vocabulary
 
 log = logging.getLogger(__name__)
-_Closable = TypeVar("_Closable", bound="SupportsClose")
-
-
-class SupportsClose(Protocol):
-    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -115,7 +111,7 @@ def _free_unfreed() -> None:
         _unfreed.pop().close()
 
 
-class Model(Vocabulary):
+class Model(Vocabulary, DrafterFeeds):
     """A loaded model and its context: its vocabulary (tokens and text, vocabulary.py), the decodes and the KV
     cache's sequences. Not thread-safe: one worker drives it."""
 
@@ -231,17 +227,6 @@ class Model(Vocabulary):
             self.hidden = HiddenRows()
             self.n_embd_out = int(L.llama_model_n_embd_out(self._model))
 
-    def _open_head(self, settings: LoadSettings) -> None:
-        """A draft head's weights without a context: its proposer opens one beside the target's."""
-        train_ctx = L.llama_model_n_ctx_train(self._model)
-        self.n_ctx = min(settings.n_ctx or train_ctx, train_ctx)
-        self.n_batch = settings.n_batch
-        self.threads = settings.resolved_threads()
-        self.backend = backend_name() if settings.n_gpu_layers != 0 else "CPU"
-        self.rollback_room = {}
-        self.max_rollback = None
-        self.mtp_problem = "it is a draft head, not a model."
-
     def _note_placement(self, log_text: str) -> None:
         """Where the layers went and what llama.cpp allocated on GPU devices, read from its log; the allocations
         count towards the VRAM figure while this model is open (hardware.read_memory)."""
@@ -288,16 +273,6 @@ class Model(Vocabulary):
     def size_bytes(self) -> int:
         return int(L.llama_model_size(self._model))
 
-    @property
-    def n_layer(self) -> int:
-        """Its layers as its graph runs them (MTP layers aside)."""
-        return int(L.llama_model_n_layer(self._model))
-
-    @property
-    def n_embd(self) -> int:
-        """The width of its hidden states."""
-        return int(L.llama_model_n_embd(self._model))
-
     # --- decoding -----------------------------------------------------------------------------
     def decode(self, tokens: Sequence[int], start_pos: int, logits_rows: int, seq_id: int = 0) -> np.ndarray:
         """Decode tokens at positions start_pos.. in one sequence; logits on the last logits_rows rows.
@@ -335,12 +310,7 @@ class Model(Vocabulary):
                 for seq in set(seq_ids):
                     self.forget_from(0, seq)
             raise
-        if self.hidden is not None:
-            ptr = X.llama_get_embeddings_nextn(self._ctx)
-            if ptr:
-                self.hidden.record(positions, seq_ids, np.ctypeslib.as_array(ptr, shape=(n, self.n_embd_out)))
-        if self.layer_inputs is not None and self._ctx:
-            self.layer_inputs.record(self._ctx, positions, seq_ids)
+        self._keep_feeds(n, positions, seq_ids)
         if not self.can_roll_back:  # a roll-back reaches the decode's snapshots: its rows but the first
             for seq in set(seq_ids):
                 self.rollback_room[seq] = min(self.max_rollback or 0, sum(1 for s in seq_ids if s == seq) - 1)
@@ -440,10 +410,7 @@ class Model(Vocabulary):
                 self.rollback_room[seq_id] = 0
         if not L.llama_memory_seq_rm(self._memory, seq_id, pos, -1):
             raise EngineError(f"could not roll the KV cache back to position {pos}")
-        if self.hidden is not None:
-            self.hidden.forget_from(pos, seq_id)
-        if self.layer_inputs is not None:
-            self.layer_inputs.rows.forget_from(pos, seq_id)
+        self._forget_feeds(pos, seq_id)
 
     def next_position(self, seq_id: int = 0) -> int:
         """The position after the last one seq_id holds in the KV cache (0 when it holds none)."""
@@ -452,46 +419,14 @@ class Model(Vocabulary):
     def share_prefix(self, source: int, seq_id: int, n: int) -> None:
         """Give seq_id the first n positions of source's KV cache: the cells are shared, nothing is copied."""
         L.llama_memory_seq_cp(self._memory, source, seq_id, 0, n)
-        if self.hidden is not None:
-            self.hidden.share(source, seq_id, n)
-        if self.layer_inputs is not None:
-            self.layer_inputs.rows.share(source, seq_id, n)
+        self._share_feeds(source, seq_id, n)
 
     def forget_all(self) -> None:
         L.llama_memory_clear(self._memory, True)
-        if self.hidden is not None:
-            self.hidden.forget_all()
-        if self.layer_inputs is not None:
-            self.layer_inputs.rows.forget_all()
-
-    def open_attached(self, opener: Callable[[L.llama_model_p], _Closable]) -> _Closable:
-        """A context of another kind on this model's weights (the MTP head's), opened by opener(weights); it is
-        closed before the weights are freed."""
-        assert self._model is not None  # an open model
-        context = opener(self._model)
-        self._attached.add(context)
-        return context
-
-    def keep_layer_inputs(self, layers: Sequence[int]) -> LayerInputs:
-        """From the next decode on, keep these layers' inputs of every token (layer_inputs.py checks first that
-        llama.cpp can give them: it aborts where it cannot)."""
-        assert self._ctx is not None  # a target with a context
-        if self.layer_inputs is None or self.layer_inputs.layers != list(layers):
-            self.layer_inputs = LayerInputs(layers, self.n_embd)
-            self.layer_inputs.switch_on(self._ctx)
-        return self.layer_inputs
-
-    def borrow_context(self, opener: Callable[[L.llama_context_p], _Closable]) -> _Closable:
-        """A context that borrows this one (an EAGLE-3 head's, ctx_other), opened by opener(context); it is closed
-        before this context is (a reopen, a close): its owner opens it again when it finds it closed."""
-        assert self._ctx is not None
-        context = opener(self._ctx)
-        self._context_users.add(context)
-        return context
+        self._forget_all_feeds()
 
     def _close_context(self) -> None:
-        for user in list(self._context_users):
-            user.close()
+        self._close_borrowers()
         if self._batch is not None:
             L.llama_batch_free(self._batch)
             self._batch = None
@@ -503,8 +438,7 @@ class Model(Vocabulary):
     def close(self) -> None:
         with _lifecycle:
             forget_device_buffers(self)
-            for context in list(self._attached):
-                context.close()
+            self._close_attached()
             self._close_context()
             if self._model:
                 L.llama_model_free(self._model)

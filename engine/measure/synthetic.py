@@ -26,8 +26,7 @@ stream, strongly enough that its state (a decaying mix of the last few tokens) d
 Its answer is no fixed table's, only llama.cpp's (plain decoding is the reference), and a recurrent state left
 holding rejected drafts changes it.
 
-The vocabulary is SentencePiece-style ("llama"): <unk> <s> </s>, the 256 byte tokens (so any UTF-8 text
-tokenizes by byte fallback), the printable ASCII characters and a few two-letter pieces, no string twice.
+The vocabulary (synthetic_vocab.py) is SentencePiece-style: any UTF-8 text tokenizes by byte fallback.
 """
 
 from __future__ import annotations
@@ -38,63 +37,28 @@ import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+from .synthetic_eagle3 import EAGLE3_HEADS
+from .synthetic_eagle3 import write as write_head
+from .synthetic_vocab import CONTEXT, N_EMBD, N_FF, Vocab, _add_vocab, _f32, build_vocab
+
 ARCH = "qwen35"
-N_EMBD = 64
 N_HEAD = 2
 HEAD_DIM = 32
-N_FF = 64
 N_TRUNK = 2  # layer 0 gated delta net, layer 1 full attention (full_attention_interval 2)
 N_NEXTN = 1  # llama.cpp's qwen35 MTP graph asserts exactly one nextn layer
-CONTEXT = 8192
 SSM_CONV, SSM_STATE, SSM_GROUPS, SSM_HEADS = 4, 16, 2, 2
 SSM_INNER = SSM_STATE * SSM_HEADS  # value_dim: head_v_dim is the state size in llama.cpp's qwen35
 SEED = 20251207
 HEADS = ("mtp-agreeing", "mtp-random", "mtp-half")  # context-free trunks: greedy follows Design.next_token
 CONTEXT_HEADS = ("mtp-half-context",)  # the recurrent state decides the next token: rollback shows
 MTP_FILES = HEADS + CONTEXT_HEADS
-EAGLE3_HEADS = ("eagle3-agreeing", "eagle3-random")  # EAGLE-3 draft heads for these targets (synthetic_eagle3.py)
 # mtp-half-context's recurrence (std of its weights): inputs big enough that the state is not lost in the norm's
 # epsilon, and an output projection that often outweighs the token embedding (measured: 43 of the 64 greedy tokens
 # after the tests' prompt are not the context-free successor)
 RECURRENCE_QKV, RECURRENCE_CONV, RECURRENCE_GATE, RECURRENCE_OUT = 0.3, 0.5, 0.3, 0.5
-CHAT_TEMPLATE = (
-    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-    "{% if add_generation_prompt %}assistant:{% endif %}"
-)
-_PAIRS = ("th", "he", "in", "er", "an", "re", "on", "at", "en", "nd", "ti", "es", "or", "te", "of", "ed", "is", "it")
-_UNK, _BOS, _EOS = 0, 1, 2
-_NORMAL, _UNKNOWN, _CONTROL, _BYTE = 1, 2, 3, 6  # gguf.TokenType values
-
-
-@dataclass(frozen=True)
-class Vocab:
-    tokens: list[str]
-    scores: list[float]
-    types: list[int]
-    pieces: list[int]  # ids of the printable pieces, the tokens greedy decoding cycles through
-
-
-def build_vocab() -> Vocab:
-    """Specials, the 256 byte tokens, the printable characters (space as SentencePiece's '▁') and some pairs."""
-    tokens = ["<unk>", "<s>", "</s>"]
-    types = [_UNKNOWN, _CONTROL, _CONTROL]
-    tokens += [f"<0x{b:02X}>" for b in range(256)]
-    types += [_BYTE] * 256
-    chars = ["▁"] + [chr(c) for c in range(0x21, 0x7F)]
-    pairs = list(_PAIRS) + ["▁" + p[0] for p in _PAIRS]
-    first_piece = len(tokens)
-    pairs = sorted(set(pairs), key=pairs.index)
-    tokens += chars + pairs
-    types += [_NORMAL] * (len(chars) + len(pairs))
-    if len(set(tokens)) != len(tokens):
-        raise RuntimeError("the synthetic vocabulary has a token twice")
-    # SentencePiece merges the highest-scoring pair first: the two-letter pieces score above the characters.
-    scores = [0.0] * first_piece + [-1.0 - i for i in range(len(chars))] + [1.0 - i / 100 for i in range(len(pairs))]
-    return Vocab(tokens, scores, types, list(range(first_piece, len(tokens))))
 
 
 def successor_table(vocab: Vocab, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -141,10 +105,6 @@ def half_table(vocab: Vocab, nxt: np.ndarray, like: np.ndarray, rng: np.random.G
     wrong = nxt[nxt]
     half = np.array([nxt[t] if t in chosen else wrong[t] for t in range(len(nxt))], dtype=np.int64)
     return np.asarray(half[like])
-
-
-def _f32(array: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(array, dtype=np.float32)
 
 
 def trunk_tensors(embed: np.ndarray, output: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -258,19 +218,6 @@ def write_gguf(path: Path, vocab: Vocab, tensors: dict[str, np.ndarray], name: s
     writer.close()
 
 
-def _add_vocab(writer: Any, vocab: Vocab) -> None:  # a gguf.GGUFWriter (gguf is imported only when writing)
-    writer.add_tokenizer_model("llama")
-    writer.add_token_list(vocab.tokens)
-    writer.add_token_scores(vocab.scores)
-    writer.add_token_types(vocab.types)
-    writer.add_unk_token_id(_UNK)
-    writer.add_bos_token_id(_BOS)
-    writer.add_eos_token_id(_EOS)
-    writer.add_add_bos_token(True)
-    writer.add_add_eos_token(False)
-    writer.add_chat_template(CHAT_TEMPLATE)
-
-
 @dataclass(frozen=True)
 class Design:
     """What the files are built to do, so tests can check llama.cpp against it: NEXT[t] is the target's greedy
@@ -317,9 +264,7 @@ def write_all(outdir: Path, names: Iterable[str] = MTP_FILES + EAGLE3_HEADS, see
     for name in names:
         path = outdir / f"{name}.gguf"
         if name in EAGLE3_HEADS:
-            from .synthetic_eagle3 import write  # it builds on this module
-
-            write(path, name, seed)
+            write_head(path, name, seed)
         else:
             write_gguf(path, design.vocab, files[name], f"synthetic {name}")
         written[name] = path.resolve()

@@ -22,7 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .synthetic import CONTEXT, EAGLE3_HEADS, N_EMBD, N_FF, _add_vocab, _f32, build_vocab
+from .synthetic_vocab import CONTEXT, N_EMBD, N_FF, _add_vocab, _f32, build_vocab
+
+EAGLE3_HEADS = ("eagle3-agreeing", "eagle3-random")  # EAGLE-3 draft heads for synthetic.py's targets
 
 HEADS = EAGLE3_HEADS
 

@@ -13,7 +13,7 @@ import torch
 
 from ...errors import InvalidSettingError
 from ..sampling import SamplingParams
-from . import draft_model, lookup, mtp
+from . import draft_file, lookup, mtp
 from .base import CostlyProposer, Ingredients, Proposal, Proposer, Want
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ def build(ingredients: Ingredients) -> AutoProposer:
     """Lookup with the draft model where one is given and the target's MTP head where it has one loaded."""
     drafters: list[CostlyProposer] = []
     if ingredients.draft is not None:
-        drafters.append(draft_model.build(ingredients))
+        drafters.append(draft_file.build(ingredients))
     if ingredients.target.mtp_problem is None and ingredients.target.hidden is not None:
         drafters.append(mtp.build(ingredients))
     if not drafters:

@@ -22,7 +22,7 @@ from ...modelfiles.vocab_check import require_compatible
 from ..calibration import time_steps
 from ..runtime import Model, common_prefix
 from ..sampling import Candidates, SamplingParams, filter_logits, make_generator, position_seed
-from .base import DRAFT_SOURCE, CostlyProposer, Ingredients, Proposal, Want
+from .base import DRAFT_SOURCE, Ingredients, Proposal, Want
 
 # A sequence whose draft cache lags the target by at least this many tokens (its prompt, or an answer that
 # lookup wrote in --method auto) catches up in a prefill of its own, timed apart: folded into the drafted
@@ -197,11 +197,6 @@ class DraftModelProposer:
         return q.sample(0, state.generator), float(q.probs[0].max()), q
 
 
-def build(ingredients: Ingredients) -> CostlyProposer:
-    """The draft's proposer: a draft model's, or an EAGLE-3 head's where the draft file is one (its header says)."""
-    draft = ingredients.draft_model("draft")
-    if draft.head_kind:
-        from . import eagle3  # it builds on this module
-
-        return eagle3.build_for_head(draft, ingredients)
-    return DraftModelProposer(draft, ingredients.target, ingredients.p_min)
+def build(ingredients: Ingredients) -> DraftModelProposer:
+    """A draft model's proposer (draft_file.py chooses it, or a head's, for the draft file given)."""
+    return DraftModelProposer(ingredients.draft_model("draft"), ingredients.target, ingredients.p_min)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from ...errors import InvalidSettingError
 from ...methods import DEFAULT_P_MIN
-from . import auto, base, draft_model, lookup, mtp
+from . import auto, base, draft_file, lookup, mtp
 from .base import Ingredients, Proposer
 
 if TYPE_CHECKING:
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 BUILDERS: dict[str, Callable[[Ingredients], Proposer]] = {
     "none": base.build,
     "lookup": lookup.build,
-    "draft": draft_model.build,
+    "draft": draft_file.build,
     "auto": auto.build,
     "mtp": mtp.build,
 }
