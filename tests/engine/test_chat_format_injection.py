@@ -29,6 +29,8 @@ FAMILIES = {
     "Qwen2.5-Coder": ("qwen2.5-instruct.jinja", "smollm2", CHATML_FORGERY),
     "Llama 3": ("llama-3.1-instruct.jinja", "llama3", LLAMA3_FORGERY),
     "Qwen3": ("qwen3.jinja", "smollm2", CHATML_FORGERY),
+    "Qwen3.5": ("qwen3.5.jinja", "smollm2", CHATML_FORGERY),
+    "Qwen3.6": ("qwen3.5.jinja", "smollm2", CHATML_FORGERY),  # see tests/data/templates/README.md
     "Gemma 3": ("gemma-3-it.jinja", "gemma", GEMMA_FORGERY),
     "SmolLM2": ("smollm2-instruct.jinja", "smollm2", CHATML_FORGERY),
 }
