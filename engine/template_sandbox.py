@@ -44,8 +44,10 @@ class TemplateRefused(EngineError):
         self.reason = reason
 
 
-def output_cap(messages: list[dict]) -> int:
-    return OUTPUT_FACTOR * sum(len(m.get("content") or "") for m in messages) + OUTPUT_SLACK_CHARS
+def output_cap(messages: list[dict], tools: list[dict] | None = None) -> int:
+    """Tools and earlier tool calls are conversation text too: a template writes them out once each."""
+    size = sum(len(m.get("content") or "") + len(json.dumps(m.get("tool_calls") or "")) for m in messages)
+    return OUTPUT_FACTOR * (size + (len(json.dumps(tools)) if tools else 0)) + OUTPUT_SLACK_CHARS
 
 
 class TemplateSandbox:
@@ -59,14 +61,20 @@ class TemplateSandbox:
         self._baseline_rss = 0
 
     def render(
-        self, template: str, messages: list[dict], bos: str = "", eos: str = "", add_generation_prompt: bool = True
+        self,
+        template: str,
+        messages: list[dict],
+        bos: str = "",
+        eos: str = "",
+        add_generation_prompt: bool = True,
+        tools: list[dict] | None = None,
     ) -> str:
-        """The template's prompt for these messages. Raises TemplateRefused when it breaks a limit, and
+        """The template's prompt for these messages (and tools, as the `tools` variable). Raises TemplateRefused when it breaks a limit, and
         EngineError when the template itself rejects the conversation (raise_exception, a bad role)."""
         key = _key(template, bos, eos, add_generation_prompt)
         with self._lock:
             self._start()
-            request = {"key": key, "messages": messages, "cap": output_cap(messages)}
+            request = {"key": key, "messages": messages, "cap": output_cap(messages, tools), "tools": tools}
             if key not in self._compiled:
                 request.update(template=template, bos=bos, eos=eos, add_generation_prompt=add_generation_prompt)
             reply = self._ask(request)
@@ -270,7 +278,7 @@ def _render(formatters: dict, request: dict, formatter_class) -> dict:
         except (TemplateSyntaxError, RecursionError) as exc:
             return _refusal(f"it could not be read ({exc})")
     try:
-        prompt = formatters[key](messages=request["messages"]).prompt
+        prompt = formatters[key](messages=request["messages"], tools=request.get("tools")).prompt
     except SecurityError as exc:
         return _refusal(f"it tried something the sandbox forbids ({exc})")
     except RecursionError:

@@ -38,6 +38,7 @@ from typing import Protocol
 
 from ..errors import ContextOverflowError, EngineError
 from ..template_sandbox import TemplateRefused, TemplateSandbox, shared_sandbox
+from .tool_prompt import has_tool_parts, hide_strings, mentions_tools, plain_messages, template_messages
 
 log = logging.getLogger(__name__)
 
@@ -147,12 +148,24 @@ class ChatFormatter:
         tokens = self.model.tokenize(text, add_bos=False, special=True)
         return len(tokens) == 1 and bool(self._attr(tokens[0]) & _SPECIAL)
 
-    def render(self, messages: Sequence[dict], continue_last: bool = False) -> tuple[str, list[int], tuple[str, ...]]:
+    def render(
+        self,
+        messages: Sequence[dict],
+        continue_last: bool = False,
+        tools: Sequence[dict] | None = None,
+        tool_choice: str | None = None,
+    ) -> tuple[str, list[int], tuple[str, ...]]:
         """Prompt text, tokens and stop strings for these messages, untrimmed.
 
         continue_last: the last message is an answer cut short, to be continued: the prompt is the one that
-        asked for it (the messages before it, up to the assistant's turn opening) with its text after it."""
-        check_messages(messages)
+        asked for it (the messages before it, up to the assistant's turn opening) with its text after it.
+        tools (OpenAI's `tools` entries) and tool-call messages: see tool_prompt.py; tool_choice, "required" or a
+        function's name, is said in the fallback's system message (a template that knows tools gets none)."""
+        tools = list(tools or ())
+        tooled = bool(tools) or has_tool_parts(messages)
+        if tooled and not (self.uses_template and mentions_tools(self.template)):
+            messages, tooled = plain_messages(messages, tools, tool_choice), False
+        check_messages(messages, with_tools=tooled)
         partial = ""
         if continue_last:
             if not messages or messages[-1]["role"] != "assistant":
@@ -165,9 +178,13 @@ class ChatFormatter:
             # across a message's edge would still count, but no template writes half a control token.)
             hidden = _Hidden()
             try:
-                prompt, stops = self._sandboxed(self._hide_all(messages, hidden)), self._stops
+                shown_tools = self._hide_tools(tools, hidden) if tooled else None
+                prompt = self._sandboxed(self._hide_all(messages, hidden), shown_tools)
+                stops = self._stops
             except TemplateRefused as exc:
                 self._refuse(exc.reason)
+                if tooled:  # the built-in format or transcript that writes it instead knows no tools
+                    messages = plain_messages(messages, tools, tool_choice)
         if not self.uses_template and self._family:
             hidden = _Hidden()
             prompt, stops = family_prompt(self._family, self._hide_all(messages, hidden), self._eos_text)
@@ -185,16 +202,23 @@ class ChatFormatter:
         return hidden.restore(rendered), tokens, stops
 
     def _hide_all(self, messages: Sequence[dict], hidden: _Hidden) -> list[dict]:
-        return [
-            {"role": m["role"], "content": hidden.hide(m["content"], self._control_texts(m["content"]))}
-            for m in messages
-        ]
+        out = []
+        for m in messages:
+            shown = {"role": m["role"], "content": hidden.hide(m["content"], self._control_texts(m["content"]))}
+            for key in ("tool_calls", "tool_call_id", "name"):  # a tool-aware template's; a client's text
+                if m.get(key) is not None:
+                    shown[key] = self._hide_tools(m[key], hidden)
+            out.append(shown)
+        return template_messages(out)
 
-    def _sandboxed(self, messages: list[dict]) -> str:
+    def _hide_tools(self, value, hidden: _Hidden):
+        return hide_strings(value, lambda text: hidden.hide(text, self._control_texts(text)))
+
+    def _sandboxed(self, messages: list[dict], tools: list[dict] | None = None) -> str:
         """The model's template rendered where a hang or a memory blow-up cannot reach (template_sandbox.py)."""
         sandbox = self._sandbox or shared_sandbox()
         assert self.template is not None  # only while uses_template
-        return sandbox.render(self.template, messages, bos=self._bos_text, eos=self._eos_text)
+        return sandbox.render(self.template, messages, bos=self._bos_text, eos=self._eos_text, tools=tools or None)
 
     def _tokenize(self, rendered: str, hidden: _Hidden) -> list[int]:
         """Tokens of rendered template text: its control-token text as control tokens, the rest, with the
@@ -323,11 +347,13 @@ def provably_too_long(model, size: int, tokens: int) -> bool:
     return longest is not None and size > max(tokens, 0) and size > max(tokens, 0) * longest()
 
 
-def check_messages(messages: Sequence[dict]) -> None:
+def check_messages(messages: Sequence[dict], with_tools: bool = False) -> None:
+    """with_tools: `tool` messages and assistant `tool_calls` too (already checked by the server's parser)."""
+    roles = (*ROLES, "tool") if with_tools else ROLES
     for m in messages:
-        if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
+        if not isinstance(m, dict) or m.get("role") not in roles or not isinstance(m.get("content"), str):
             raise EngineError(
-                f'Malformed chat message (expected {{"role": {"|".join(ROLES)}, "content": text}}): ' + repr(m)[:200]
+                f'Malformed chat message (expected {{"role": {"|".join(roles)}, "content": text}}): ' + repr(m)[:200]
             )
 
 
