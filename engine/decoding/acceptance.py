@@ -13,7 +13,7 @@ by up to 3%.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import TypeGuard
 
 FORGET = 0.97  # decay per observation, so ~30 recent ones dominate (swept: 0.93 and 0.99 did no better)
@@ -85,6 +85,12 @@ class Acceptance:
         for table in (*self._tried.values(), *self._kept.values(), *self._seen.values()):
             table[:] = [x * share for x in table]
         self._sums = {f: [sum(self._tried[f]), sum(self._kept[f])] for f in self._tried}
+
+    def forget(self, which: Callable[[Hashable], bool]) -> None:
+        """Drop every feature `which` picks, as if never seen."""
+        for table in (self._tried, self._kept, self._sums, self._seen):
+            for f in [f for f in table if which(f)]:
+                del table[f]
 
     def slot_acceptance(
         self, feature: Hashable, own: Acceptance | None = None, slots: int | None = None

@@ -173,7 +173,10 @@ class Batch:
             return
         for seq in self.active:  # only now, so a first token never waits for the proposer
             if not seq.proposing:
-                self.loop.drafting.begin(seq.slot, seq.job.prompt, seq.job.sampling, self.loop.device, seq.job.seeds[1])
+                job = seq.job
+                self.loop.drafting.begin(
+                    seq.slot, job.prompt, job.sampling, self.loop.device, job.seeds[1], prediction=job.prediction
+                )
                 seq.proposing = True
         stepping = list(self.active)
         started = time.perf_counter()
@@ -256,7 +259,7 @@ class Batch:
             prompt_tokens=len(job.prompt),
             reused_prompt_tokens=reused,
             draft_model_bytes=loop.draft_model_bytes,
-            by_proposer={name: {"drafted": 0, "accepted": 0, "steps": 0} for name in loop.proposer_names},
+            by_proposer={name: {"drafted": 0, "accepted": 0, "steps": 0} for name in loop.sources_for(job)},
         )
         job.run = RequestRun(job.id, slot, [], stats, admitted_at=time.perf_counter())
         self.filling = _Filling(job, slot, reused)

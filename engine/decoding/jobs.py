@@ -63,6 +63,7 @@ class Job:
     ignore_eos: bool = False
     stop: Sequence[str] = ()
     seeds: tuple[int, int] = (0, 0)  # the verifier's and the draft's random streams
+    prediction: Sequence[int] = ()  # the answer as the client predicts it, as tokens (OpenAI's Predicted Outputs)
     cancel: threading.Event = field(default_factory=threading.Event)
     on_delta: Callable[[Job, Delta], None] | None = None
     on_done: Callable[[Job], None] | None = None
@@ -86,6 +87,7 @@ def job_for(
     cancel: threading.Event | None = None,
     on_delta: Callable[[Job, Delta], None] | None = None,
     on_done: Callable[[Job], None] | None = None,
+    prediction: Sequence[int] = (),
 ) -> Job:
     """The Job of one request: request `index` of a run (0 for a lone request; the lab numbers its list). The seed
     rule: its verifier and draft streams are stream_seeds(request_seed(sampling), index), the user's seed or a fresh
@@ -101,4 +103,5 @@ def job_for(
         cancel=cancel if cancel is not None else threading.Event(),
         on_delta=on_delta,
         on_done=on_done,
+        prediction=prediction,
     )

@@ -23,7 +23,7 @@ from .draft_planner import DraftPlanner
 from .drafting import DraftState, drafting_for
 from .exactness import exact_verify_rows
 from .pace import PlainPace, SequencePace
-from .proposers.base import NoProposer, Proposal, Proposer
+from .proposers.base import PREDICTION_SOURCE, NoProposer, Proposal, Proposer
 from .runtime import Model
 from .speculation_config import SpeculationConfig
 from .stats import GenerationStats
@@ -32,6 +32,7 @@ from .threads import ThreadTuner
 from .verifier import Verdict, Verifier
 
 if TYPE_CHECKING:
+    from .jobs import Job
     from .proposers.base import CostlyProposer
 
 
@@ -151,6 +152,12 @@ class StepLoop:
     def proposer_names(self) -> tuple[str, ...]:
         """Who may propose this loop's drafts, as the stats count them (auto: both, from the first token on)."""
         return self.drafting.sources if self.speculating else ()
+
+    def sources_for(self, job: Job) -> tuple[str, ...]:
+        """Who may propose a job's drafts: the loop's proposers, and the job's prediction where it has one that
+        this loop drafts along."""
+        names = self.proposer_names
+        return (*names, PREDICTION_SOURCE) if names and job.prediction and self.drafting.predicts else names
 
     @property
     def draft_model_bytes(self) -> int | None:

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 
 LOOKUP_SOURCE = "lookup"  # a copy (prompt lookup), and any free proposer's
 DRAFT_SOURCE = "draft"  # a draft model's guess
+PREDICTION_SOURCE = "prediction"  # a copy of the request's own predicted answer (Predicted Outputs: prediction.py)
 
 
 @dataclass
@@ -70,7 +71,7 @@ class Proposal:
     def from_model(self) -> bool:
         """Guessed by a model (a draft model, an MTP head), not copied: its acceptance and cost are kept apart from
         lookup's."""
-        return self.source != LOOKUP_SOURCE
+        return self.source not in (LOOKUP_SOURCE, PREDICTION_SOURCE)
 
 
 # (sequence id, its history: prompt + everything generated, most tokens wanted)
