@@ -143,7 +143,6 @@ def parse_generation(body: dict[str, Any], n_ctx: int) -> Generation:
         ("best_of", (None, 1)),
         ("logprobs", (None, False)),
         ("echo", (None, False)),
-        ("suffix", (None, "")),
     ):
         if body.get(name) not in allowed:
             raise _bad(name, f"only {allowed[-1]!r} is supported by this server")

@@ -39,6 +39,7 @@ from ..chat_format import ChatFormatter, provably_too_long, utf8_size
 from ..decoding.answer import Delta
 from ..decoding.jobs import Job, job_for
 from ..errors import EngineError
+from . import fill_in_middle as fim
 from .api_config import ApiConfig, RequestRecord, keep_record
 from .api_schema import (
     ApiError,
@@ -52,6 +53,7 @@ from .api_schema import (
     timings,
     usage,
 )
+from .prediction import completion_tokens_details, parse_prediction, prediction_tokens
 from .request_body import declared_length, parse_json, read_capped, too_large
 from .request_guard import RequestGuard
 from .scheduler import SERVER_STOPPED, QueueFull, Scheduler, ServerStopping
@@ -96,6 +98,7 @@ def create_app(scheduler: Scheduler, formatter: ChatFormatter, config: ApiConfig
         Route("/v1/completions", api.completions, methods=["POST"]),
         Route("/v1/models", api.models, methods=["GET"]),
         Route("/tokenize", api.tokenize, methods=["POST"]),
+        Route("/infill", api.infill, methods=["POST"]),  # llama-server's, for editor plug-ins
         Route("/health", api.health, methods=["GET"]),
     ]
     middleware = [Middleware(RequestGuard, config=config)]  # first: outside CORS, so a refused Origin gets no CORS
@@ -201,9 +204,19 @@ class _Handlers:
             code="chat_template_refused",
         )
 
-    def make_job(self, kind: str, tokens: list[int], gen: Generation, stop: list[str]) -> Job:
+    def make_job(
+        self, kind: str, tokens: list[int], gen: Generation, stop: list[str], prediction: list[int] | None = None
+    ) -> Job:
         budget = fit_prompt(tokens, gen.max_tokens, self.n_ctx)
-        return job_for(f"{kind}-{uuid.uuid4().hex[:24]}", tokens, gen.sampling, budget, gen.ignore_eos, stop=stop)
+        return job_for(
+            f"{kind}-{uuid.uuid4().hex[:24]}",
+            tokens,
+            gen.sampling,
+            budget,
+            gen.ignore_eos,
+            stop=stop,
+            prediction=prediction or (),
+        )
 
     def submit(self, job: Job) -> _Feed:
         feed = _Feed(job)
@@ -258,7 +271,10 @@ class _Handlers:
 
     def figures(self, job: Job) -> dict[str, Any]:
         assert job.run is not None  # asked of a job that ran
-        return {"usage": usage(job.run.stats), "timings": timings(job.run.stats)}
+        counted, details = usage(job.run.stats), completion_tokens_details(job, job.run.stats)
+        if details is not None:
+            counted["completion_tokens_details"] = details
+        return {"usage": counted, "timings": timings(job.run.stats)}
 
     async def complete(self, request: Request, endpoint: str, chat: bool) -> Response:
         job = None
@@ -266,6 +282,8 @@ class _Handlers:
             self.authorised(request)
             body = await self.read_body(request)
             gen = parse_generation(body, self.n_ctx)
+            suffix = fim.parse_suffix(body, chat)
+            predicted = parse_prediction(body)
             if chat:
                 continuing = body.get("continue_final_message") is True  # vLLM's name: write more of the last answer
                 messages = parse_messages(body, answering=not continuing)
@@ -275,10 +293,26 @@ class _Handlers:
                     self.config.in_flight.call, self.chat_tokens, messages, True, continuing
                 )
                 stop = [*gen.stop, *template_stops]
+            elif suffix:  # fill in the middle between prompt and suffix
+                tokens = await run_in_threadpool(
+                    self.config.in_flight.call,
+                    fim.completion_tokens,
+                    self.target,
+                    self.n_ctx,
+                    parse_prompt(body),
+                    suffix,
+                    gen.max_tokens,
+                )
+                stop = gen.stop
             else:
                 tokens = await run_in_threadpool(self.config.in_flight.call, self.prompt_tokens, parse_prompt(body))
                 stop = gen.stop
-            job = self.make_job("chatcmpl" if chat else "cmpl", tokens, gen, stop)
+            prediction = None
+            if predicted is not None:
+                prediction = await run_in_threadpool(
+                    self.config.in_flight.call, prediction_tokens, self.target, predicted, self.n_ctx
+                )
+            job = self.make_job("chatcmpl" if chat else "cmpl", tokens, gen, stop, prediction)
             feed = self.submit(job)
         except ApiError as exc:
             self.record(request, endpoint, job, exc.status)
@@ -367,6 +401,9 @@ class _Handlers:
     async def completions(self, request: Request) -> Response:
         return await self.complete(request, "/v1/completions", chat=False)
 
+    async def infill(self, request: Request) -> Response:
+        return await fim.infill(self, request)
+
     async def models(self, request: Request) -> Response:
         try:
             self.authorised(request)
@@ -387,6 +424,7 @@ class _Handlers:
                             "parallel": self.scheduler.parallel,
                             "backend": self.target.backend,
                             "chat_template_error": self.formatter.template_error,
+                            "fill_in_middle": fim.has_fim(self.target),  # suffix on /v1/completions, /infill
                         },
                     }
                 ],

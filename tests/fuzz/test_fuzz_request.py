@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from engine.decoding.sampling import SamplingParams
 from engine.serving.api_schema import ApiError, Generation, parse_generation, parse_messages, parse_prompt
+from engine.serving.fill_in_middle import MAX_EXTRA_CHUNKS, MAX_FILENAME_CHARS, Infill, parse_infill, parse_suffix
 from engine.serving.request_body import parse_json  # the body's JSON, read as the server reads it
 
 from support.fuzz_watchdog import bounded
@@ -64,6 +65,10 @@ FIELDS = [
     "ignore_eos",
     "continue_final_message",
     "add_special",
+    "input_prefix",  # /infill's (fill_in_middle.py)
+    "input_suffix",
+    "input_extra",
+    "n_predict",
 ]
 message = st.one_of(
     st.fixed_dictionaries(
@@ -83,6 +88,16 @@ field_values = {
     "messages": st.one_of(st.lists(message, max_size=4), json_value),
     "prompt": st.one_of(hostile_text, st.lists(hostile_text, max_size=2), json_value),
     "stop": st.one_of(hostile_text, st.lists(hostile_text, max_size=6), json_value),
+    "suffix": st.one_of(hostile_text, json_value),
+    "input_prefix": st.one_of(hostile_text, json_value),
+    "input_suffix": st.one_of(hostile_text, json_value),
+    "input_extra": st.one_of(
+        st.lists(
+            st.fixed_dictionaries({}, optional={"text": st.one_of(hostile_text, json_leaf), "filename": json_leaf}),
+            max_size=3,
+        ),
+        json_value,
+    ),
     "stream_options": st.one_of(
         st.fixed_dictionaries({}, optional={"include_usage": json_leaf, "continuous_usage_stats": json_leaf}),
         json_value,
@@ -141,10 +156,22 @@ def parse_request(raw: bytes, chat: bool):
     if model is not None and not isinstance(model, str):
         raise ApiError(400, "'model': expected a string", param="model")
     gen = parse_generation(body, N_CTX)
+    suffix = parse_suffix(body, chat)
+    utf8(suffix)
     if chat:
         continuing = body.get("continue_final_message") is True
         return gen, parse_messages(body, answering=not continuing)
     return gen, parse_prompt(body)
+
+
+def check_infill(infill: Infill) -> None:
+    for text in (infill.prefix, infill.suffix, infill.prompt):
+        utf8(text)
+    assert len(infill.extra) <= MAX_EXTRA_CHUNKS
+    for chunk in infill.extra:
+        utf8(chunk.text)
+        utf8(chunk.filename)
+        assert len(chunk.filename) <= MAX_FILENAME_CHARS
 
 
 def utf8(text: str) -> None:
@@ -178,6 +205,15 @@ def expect_request_or_4xx(raw: bytes) -> None:
             json.dumps(exc.body())  # the error body itself can be sent
             continue
         check_whole(gen, what)
+    try:  # /infill's body
+        with bounded("the infill parser"):
+            infill, gen = parse_infill(parse_json(raw), N_CTX)
+    except ApiError as exc:
+        assert 400 <= exc.status < 500, exc.status
+        json.dumps(exc.body())
+        return
+    check_infill(infill)
+    check_whole(gen, "x")
 
 
 @settings(FUZZ, max_examples=150)
@@ -186,6 +222,8 @@ def expect_request_or_4xx(raw: bytes) -> None:
 @example({"messages": [{"role": "user", "content": "\ud800"}]})
 @example({"prompt": "a\udfffb"})
 @example({"stop": ["\udc80"], "prompt": "x"})
+@example({"prompt": "x", "suffix": "\udc80"})
+@example({"input_prefix": "a", "input_suffix": "b", "input_extra": [{"text": "c", "filename": "\ud800"}]})
 def test_generated_request_bodies_parse_or_are_refused_with_a_4xx(obj):
     expect_request_or_4xx(encoded(obj))
 
